@@ -1,0 +1,12 @@
+// Each pdserve subcommand lives in its own file and registers itself here.
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+namespace pdserve::cli {
+
+void add_make_model_command(CLI::App& app);
+void add_generate_command(CLI::App& app);
+void add_tokenize_command(CLI::App& app);
+
+}  // namespace pdserve::cli

@@ -1,0 +1,156 @@
+#include "pdserve/model/model.h"
+
+#include <set>
+
+#include "forward_internal.h"
+#include "pdserve/ops/attn_res.h"
+#include "pdserve/ops/elementwise.h"
+#include "pdserve/ops/linear.h"
+
+namespace pdserve {
+
+Result<std::unique_ptr<Model>> Model::load(const std::string& dir) {
+  std::unique_ptr<Model> m(new Model());
+  PDS_ASSIGN_OR_RETURN(m->cfg_, load_model_config(dir));
+  PDS_ASSIGN_OR_RETURN(m->store_, WeightStore::open_dir(dir));
+  PDS_ASSIGN_OR_RETURN(m->w_, load_model_weights(m->cfg_, m->store_));
+  int64_t mla = 0, kda = 0;
+  for (LayerKind k : m->cfg_.layer_kinds) m->pool_layer_.push_back(k == LayerKind::kMla ? mla++ : kda++);
+  return m;
+}
+
+Status Model::validate(const ForwardBatch& batch, const ModelCaches& caches) const {
+  if (!caches.kv || !caches.state) return invalid_argument("forward: caches are not set");
+  if (caches.kv->num_layers() != cfg_.num_mla_layers() || caches.kv->entry_dim() != cfg_.mla_cache_dim())
+    return invalid_argument("forward: KV pool shape does not match the model");
+  if (caches.state->num_layers() != cfg_.num_kda_layers() || caches.state->heads() != cfg_.kda_num_heads ||
+      caches.state->head_dim() != cfg_.kda_head_dim)
+    return invalid_argument("forward: KDA state pool shape does not match the model");
+  std::set<int32_t> slots;
+  for (size_t s = 0; s < batch.seqs.size(); ++s) {
+    const SequenceInput& seq = batch.seqs[s];
+    const std::string who = "forward: sequence " + std::to_string(s);
+    if (seq.tokens.empty()) return invalid_argument(who + " has no tokens");
+    if (seq.cached_len < 0) return invalid_argument(who + " has a negative cached length");
+    for (int32_t t : seq.tokens)
+      if (t < 0 || t >= cfg_.vocab_size) return invalid_argument(who + ": token id " + std::to_string(t) + " is outside the vocabulary");
+    const int64_t need = caches.kv->pages_for_tokens(seq.cached_len + static_cast<int64_t>(seq.tokens.size()));
+    if (static_cast<int64_t>(seq.pages.size()) < need)
+      return invalid_argument(who + " needs " + std::to_string(need) + " pages, has " + std::to_string(seq.pages.size()));
+    for (int32_t p : seq.pages)
+      if (p < 0 || p >= caches.kv->num_pages()) return invalid_argument(who + ": page " + std::to_string(p) + " does not exist");
+    if (seq.state_slot < 0 || seq.state_slot >= caches.state->num_slots())
+      return invalid_argument(who + ": state slot " + std::to_string(seq.state_slot) + " does not exist");
+    if (!slots.insert(seq.state_slot).second) return invalid_argument(who + ": state slot used twice in one batch");
+  }
+  return Status::ok();
+}
+
+Status Model::forward(const ForwardBatch& batch, ModelCaches& caches, ForwardOutput* out, const ForwardOptions& opts) const {
+  PDS_RETURN_IF_ERROR(validate(batch, caches));
+  const ModelConfig& c = cfg_;
+  const int64_t hd = c.hidden_size;
+  const float eps = static_cast<float>(c.rms_norm_eps);
+  detail::StepLayout lay;
+  for (const SequenceInput& seq : batch.seqs) {
+    lay.row_begin.push_back(lay.total_rows);
+    lay.total_rows += static_cast<int64_t>(seq.tokens.size());
+    if (seq.cached_len == 0) caches.state->zero(seq.state_slot);
+  }
+  const int64_t T = lay.total_rows;
+
+  std::vector<float> x(T * hd);
+  for (size_t s = 0; s < batch.seqs.size(); ++s)
+    for (size_t i = 0; i < batch.seqs[s].tokens.size(); ++i) {
+      const float* e = w_.embed.row(batch.seqs[s].tokens[i]);
+      std::copy(e, e + hd, &x[(lay.row_begin[s] + i) * hd]);
+    }
+
+  std::vector<float> normed(T * hd), block_out(T * hd), mixed(T * hd);
+  // Attention residuals: bank of block snapshots; `partial` is the running block sum.
+  std::vector<std::vector<float>> bank;
+  auto mix = [&](const std::vector<float>& partial, const std::vector<float>& score, std::vector<float>& dst) {
+    std::vector<const float*> src(bank.size() + 1);
+    for (int64_t t = 0; t < T; ++t) {
+      for (size_t b = 0; b < bank.size(); ++b) src[b] = &bank[b][t * hd];
+      src[bank.size()] = &partial[t * hd];
+      ops::attn_res_mix(src.data(), static_cast<int>(src.size()), hd, score.data(), eps, &dst[t * hd]);
+    }
+  };
+
+  auto trace = [&](const std::string& name, const float* data) {
+    if (opts.trace) opts.trace(name, data, T, hd);
+  };
+  trace("embed_tokens", x.data());
+  auto attention = [&](int64_t i, const float* in, float* o) {
+    const LayerWeights& l = w_.layers[i];
+    ops::rms_norm(in, T, hd, l.input_norm.data(), eps, normed.data());
+    if (l.kind == LayerKind::kMla)
+      detail::mla_layer(c, l.mla, batch, lay, pool_layer_[i], *caches.kv, normed.data(), o);
+    else
+      detail::kda_layer(c, l.kda, batch, lay, pool_layer_[i], *caches.state, opts, normed.data(), o);
+    trace("layers." + std::to_string(i) + ".input_layernorm", normed.data());
+    trace("layers." + std::to_string(i) + ".self_attn", o);
+  };
+  auto ffn = [&](int64_t i, const float* in, float* o) {
+    const LayerWeights& l = w_.layers[i];
+    ops::rms_norm(in, T, hd, l.post_attn_norm.data(), eps, normed.data());
+    if (l.is_moe) detail::moe_forward(c, l.moe, normed.data(), T, o);
+    else detail::mlp_forward(c, l.mlp, normed.data(), T, o);
+    trace("layers." + std::to_string(i) + ".post_attention_layernorm", normed.data());
+    trace("layers." + std::to_string(i) + (l.is_moe ? ".block_sparse_moe" : ".mlp"), o);
+  };
+
+  for (int64_t i = 0; i < c.num_layers; ++i) {
+    const LayerWeights& l = w_.layers[i];
+    if (!c.attn_residuals()) {
+      attention(i, x.data(), block_out.data());
+      for (int64_t j = 0; j < T * hd; ++j) x[j] += block_out[j];
+      ffn(i, x.data(), block_out.data());
+      for (int64_t j = 0; j < T * hd; ++j) x[j] += block_out[j];
+      trace("layers." + std::to_string(i), x.data());
+      continue;
+    }
+    // x is the running partial sum of the current block.
+    const std::vector<float>* attn_in = &x;
+    if (!bank.empty()) {
+      mix(x, l.attn_res_score, mixed);
+      attn_in = &mixed;
+    }
+    const bool new_block = i % c.attn_res_block_size == 0;
+    attention(i, attn_in->data(), block_out.data());
+    if (new_block) {
+      bank.push_back(x);  // snapshot taken before this layer's attention is added
+      x = block_out;      // the new block's partial sum starts from this attention output
+    } else {
+      for (int64_t j = 0; j < T * hd; ++j) x[j] += block_out[j];
+    }
+    mix(x, l.mlp_res_score, mixed);
+    ffn(i, mixed.data(), block_out.data());
+    for (int64_t j = 0; j < T * hd; ++j) x[j] += block_out[j];
+    trace("layers." + std::to_string(i), x.data());
+  }
+  if (c.attn_residuals()) {
+    mix(x, w_.output_res_score, mixed);
+    x.swap(mixed);
+  }
+
+  // Final norm and lm_head only for the rows the caller wants.
+  out->vocab = c.vocab_size;
+  out->first_row.clear();
+  out->num_rows.clear();
+  std::vector<int64_t> rows;
+  for (size_t s = 0; s < batch.seqs.size(); ++s) {
+    const int64_t n = static_cast<int64_t>(batch.seqs[s].tokens.size());
+    out->first_row.push_back(static_cast<int64_t>(rows.size()));
+    out->num_rows.push_back(batch.seqs[s].all_logits ? n : 1);
+    for (int64_t i = batch.seqs[s].all_logits ? 0 : n - 1; i < n; ++i) rows.push_back(lay.row_begin[s] + i);
+  }
+  std::vector<float> h(rows.size() * hd);
+  for (size_t r = 0; r < rows.size(); ++r) ops::rms_norm(&x[rows[r] * hd], 1, hd, w_.final_norm.data(), eps, &h[r * hd]);
+  out->logits.resize(rows.size() * c.vocab_size);
+  ops::matmul_nt(h.data(), static_cast<int64_t>(rows.size()), w_.lm_head, out->logits.data());
+  return Status::ok();
+}
+
+}  // namespace pdserve

@@ -1,0 +1,35 @@
+#include "pdserve/ops/mla.h"
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "pdserve/ops/linear.h"
+
+namespace pdserve::ops {
+
+void mla_attend_latent(const float* q_lat, const float* q_rot, int64_t heads, int64_t latent_dim, int64_t rope_dim,
+                       const PagedLatentView& cache, int64_t ctx_len, float scale, float* o_lat) {
+  std::vector<float> scores(ctx_len);
+  for (int64_t h = 0; h < heads; ++h) {
+    const float* ql = q_lat + h * latent_dim;
+    const float* qr = q_rot + h * rope_dim;
+    float mx = -INFINITY;
+    for (int64_t j = 0; j < ctx_len; ++j) {
+      const float* e = cache.row(j);
+      scores[j] = (dot(ql, e, latent_dim) + dot(qr, e + latent_dim, rope_dim)) * scale;
+      mx = std::max(mx, scores[j]);
+    }
+    float sum = 0;
+    for (int64_t j = 0; j < ctx_len; ++j) sum += (scores[j] = std::exp(scores[j] - mx));
+    float* out = o_lat + h * latent_dim;
+    std::fill(out, out + latent_dim, 0.0f);
+    for (int64_t j = 0; j < ctx_len; ++j) {
+      const float p = scores[j] / sum;
+      const float* e = cache.row(j);
+      for (int64_t d = 0; d < latent_dim; ++d) out[d] += p * e[d];
+    }
+  }
+}
+
+}  // namespace pdserve::ops
