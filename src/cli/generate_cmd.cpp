@@ -6,6 +6,7 @@
 #include "pdserve/core/json_util.h"
 #include "pdserve/model/model.h"
 #include "pdserve/tokenizer/tokenizer.h"
+#include "pdserve/tokenizer/utf8.h"
 
 namespace pdserve::cli {
 
@@ -56,7 +57,7 @@ int run_generate(const std::string& dir, const std::string& prompt, std::vector<
   Json j = {{"prompt_ids", ids}, {"output_ids", out}};
   if (tok) {
     auto text = tok->decode(out);
-    if (text.is_ok()) j["output_text"] = *text;
+    if (text.is_ok()) j["output_text"] = tokenizer::utf8::sanitize(*text);  // ids may cut a character
   }
   std::cout << j.dump() << "\n";
   return 0;
