@@ -17,7 +17,7 @@ void add_make_model_command(CLI::App& app) {
     uint64_t seed = 1234;
   };
   auto opts = std::make_shared<Opts>();
-  cmd->add_option("--preset", opts->preset, "tiny-k3 (every Kimi-K3 feature) or tiny-kimi-linear")
+  cmd->add_option("--preset", opts->preset, "tiny-k3 (every Kimi-K3 feature), tiny-k3-wide (4 heads, for TP tests) or tiny-kimi-linear")
       ->check(CLI::IsMember(model_presets()));
   cmd->add_option("--out", opts->out, "Output directory (created if missing)")->required();
   cmd->add_option("--seed", opts->seed, "Seed of the weights");

@@ -14,7 +14,8 @@ using ops::matmul_nt;
 
 void mla_layer(const ModelConfig& c, const MlaWeights& w, const ForwardBatch& batch, const StepLayout& lay,
                int64_t pool_layer, MlaKvPool& kv, const float* x, float* out) {
-  const int64_t T = lay.total_rows, nh = c.num_heads, qd = c.q_head_dim(), nope = c.qk_nope_head_dim;
+  const int64_t nope = c.qk_nope_head_dim, qd = c.q_head_dim();
+  const int64_t T = lay.total_rows, nh = w.kv_b.rows / (nope + c.v_head_dim);  // this rank's heads
   const int64_t rope = c.qk_rope_head_dim, lat = c.kv_lora_rank, vd = c.v_head_dim, ed = c.mla_cache_dim();
   const float eps = static_cast<float>(c.mla_lora_norm_eps);
 
@@ -77,7 +78,8 @@ void mla_layer(const ModelConfig& c, const MlaWeights& w, const ForwardBatch& ba
 
 void kda_layer(const ModelConfig& c, const KdaWeights& w, const ForwardBatch& batch, const StepLayout& lay,
                int64_t pool_layer, KdaStatePool& state, const ForwardOptions& opts, const float* x, float* out) {
-  const int64_t T = lay.total_rows, H = c.kda_num_heads, D = c.kda_head_dim, P = c.kda_proj_dim(), K = c.conv_kernel;
+  // This rank's heads; the state pool holds the same slice.
+  const int64_t T = lay.total_rows, H = w.b.rows, D = c.kda_head_dim, P = H * D, K = c.conv_kernel;
   std::vector<float> qr(T * P), kr(T * P), vr(T * P), q(T * P), k(T * P), v(T * P);
   matmul_nt(x, T, w.q, qr.data());
   matmul_nt(x, T, w.k, kr.data());

@@ -57,8 +57,9 @@ KdaStatePool::KdaStatePool(int64_t num_layers, int64_t num_slots, int64_t heads,
   for (int64_t s = num_slots - 1; s >= 0; --s) free_list_.push_back(static_cast<int32_t>(s));
 }
 
-std::unique_ptr<KdaStatePool> KdaStatePool::for_model(const ModelConfig& cfg, int64_t num_slots) {
-  return std::make_unique<KdaStatePool>(cfg.num_kda_layers(), num_slots, cfg.kda_num_heads, cfg.kda_head_dim, cfg.conv_kernel);
+std::unique_ptr<KdaStatePool> KdaStatePool::for_model(const ModelConfig& cfg, int64_t num_slots, int tp_size) {
+  return std::make_unique<KdaStatePool>(cfg.num_kda_layers(), num_slots, cfg.kda_num_heads / tp_size, cfg.kda_head_dim,
+                                        cfg.conv_kernel);
 }
 
 void KdaStatePool::zero(int32_t slot) { std::fill(slot_base(slot), slot_base(slot) + slot_floats(), 0.0f); }

@@ -46,7 +46,7 @@ void mlp_forward(const ModelConfig& c, const MlpWeights& w, const float* x, int6
   ops::matmul_nt(act.data(), rows, w.down, out);
 }
 
-void moe_forward(const ModelConfig& c, const MoeWeights& w, const float* x, int64_t rows, float* out) {
+void moe_forward(const ModelConfig& c, const MoeWeights& w, const float* x, int64_t rows, Communicator* comm, float* out) {
   const int64_t hd = c.hidden_size, lat = c.routed_expert_hidden_size, E = c.num_experts, K = c.num_experts_per_token;
   // Route on the full hidden state.
   std::vector<float> logits(rows * E);
@@ -69,20 +69,22 @@ void moe_forward(const ModelConfig& c, const MoeWeights& w, const float* x, int6
   std::vector<std::vector<int64_t>> by_expert(E);
   for (int64_t t = 0; t < rows; ++t)
     for (int64_t k = 0; k < K; ++k) by_expert[ids[t * K + k]].push_back(t * K + k);
-  std::vector<float> expert_out(rows * K * lat, 0.0f);
-  for (int64_t e = 0; e < E; ++e) {
+  std::vector<float> expert_out(rows * K * lat, 0.0f);  // zero for experts of other ranks
+  const int64_t e0 = w.expert_begin, e1 = w.expert_begin + static_cast<int64_t>(w.experts.size());
+  for (int64_t e = e0; e < e1; ++e) {
     const auto& pairs = by_expert[e];
     if (pairs.empty()) continue;
     const int64_t n = static_cast<int64_t>(pairs.size());
     std::vector<float> in(n * lat), res(n * lat);
     for (int64_t i = 0; i < n; ++i) std::copy(xin + (pairs[i] / K) * lat, xin + (pairs[i] / K + 1) * lat, &in[i * lat]);
-    expert_forward(c, w.experts[e], in.data(), n, lat, res.data());
+    expert_forward(c, w.experts[e - e0], in.data(), n, lat, res.data());
     for (int64_t i = 0; i < n; ++i) std::copy(&res[i * lat], &res[(i + 1) * lat], &expert_out[pairs[i] * lat]);
   }
   std::vector<float> y(rows * lat, 0.0f);
   for (int64_t t = 0; t < rows; ++t)
     for (int64_t k = 0; k < K; ++k)
       for (int64_t d = 0; d < lat; ++d) y[t * lat + d] += wts[t * K + k] * expert_out[(t * K + k) * lat + d];
+  reduce_partial(comm, y.data(), rows * lat);
   if (c.latent_moe) {
     if (c.latent_moe_norm) ops::rms_norm(y.data(), rows, lat, w.latent_norm.data(), static_cast<float>(c.rms_norm_eps), y.data());
     ops::matmul_nt(y.data(), rows, w.latent_up, out);
@@ -92,6 +94,7 @@ void moe_forward(const ModelConfig& c, const MoeWeights& w, const float* x, int6
   if (w.has_shared) {
     std::vector<float> sh(rows * hd);
     mlp_forward(c, w.shared, x, rows, sh.data());
+    reduce_partial(comm, sh.data(), rows * hd);
     for (int64_t i = 0; i < rows * hd; ++i) out[i] += sh[i];
   }
 }

@@ -60,6 +60,12 @@ Preset preset_for(const std::string& name) {
   Preset p;
   if (name == "tiny-k3") {
     p.full_attn = {3, 6};
+  } else if (name == "tiny-k3-wide") {
+    // Four MLA and four KDA heads, so tensor parallelism up to 4 can be tested.
+    p.full_attn = {3, 6};
+    p.heads = 4;
+    p.kda_heads = 4;
+    p.kda_dim = 16;
   } else {  // tiny-kimi-linear: the architecture transformers implements natively
     p.k3 = false;
     p.layers = 4;
@@ -295,15 +301,15 @@ void add_weights(const Preset& p, CheckpointBuilder& b, int64_t vocab) {
 
 }  // namespace
 
-std::vector<std::string> model_presets() { return {"tiny-k3", "tiny-kimi-linear"}; }
+std::vector<std::string> model_presets() { return {"tiny-k3", "tiny-k3-wide", "tiny-kimi-linear"}; }
 
 Status make_model(const std::string& preset, const std::string& out_dir, uint64_t seed) {
   const auto presets = model_presets();
   if (std::find(presets.begin(), presets.end(), preset) == presets.end())
-    return invalid_argument("unknown preset '" + preset + "' (tiny-k3 or tiny-kimi-linear)");
+    return invalid_argument("unknown preset '" + preset + "' (tiny-k3, tiny-k3-wide or tiny-kimi-linear)");
   ::mkdir(out_dir.c_str(), 0755);
   if (!file_exists(out_dir)) return io_error("cannot create " + out_dir);
-  const Preset p = preset_for(preset);
+  const Preset p = preset_for(preset);  // tiny-k3-wide is tiny-k3 with 4 heads everywhere
   const int64_t vocab = p.vocab_ranks + 256;
   PDS_RETURN_IF_ERROR(tokenizer::write_tiny_tokenizer(out_dir, static_cast<int>(p.vocab_ranks)));
 

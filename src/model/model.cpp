@@ -9,11 +9,15 @@
 
 namespace pdserve {
 
-Result<std::unique_ptr<Model>> Model::load(const std::string& dir) {
+Result<std::unique_ptr<Model>> Model::load(const std::string& dir, const ShardSpec& shard, Communicator* comm) {
+  if (shard.size > 1 && (!comm || comm->size() != shard.size || comm->rank() != shard.rank))
+    return invalid_argument("Model::load: a tensor-parallel shard needs a communicator of the same rank and size");
   std::unique_ptr<Model> m(new Model());
+  m->shard_ = shard;
+  m->comm_ = comm;
   PDS_ASSIGN_OR_RETURN(m->cfg_, load_model_config(dir));
   PDS_ASSIGN_OR_RETURN(m->store_, WeightStore::open_dir(dir));
-  PDS_ASSIGN_OR_RETURN(m->w_, load_model_weights(m->cfg_, m->store_));
+  PDS_ASSIGN_OR_RETURN(m->w_, load_model_weights(m->cfg_, m->store_, shard));
   int64_t mla = 0, kda = 0;
   for (LayerKind k : m->cfg_.layer_kinds) m->pool_layer_.push_back(k == LayerKind::kMla ? mla++ : kda++);
   return m;
@@ -23,7 +27,7 @@ Status Model::validate(const ForwardBatch& batch, const ModelCaches& caches) con
   if (!caches.kv || !caches.state) return invalid_argument("forward: caches are not set");
   if (caches.kv->num_layers() != cfg_.num_mla_layers() || caches.kv->entry_dim() != cfg_.mla_cache_dim())
     return invalid_argument("forward: KV pool shape does not match the model");
-  if (caches.state->num_layers() != cfg_.num_kda_layers() || caches.state->heads() != cfg_.kda_num_heads ||
+  if (caches.state->num_layers() != cfg_.num_kda_layers() || caches.state->heads() != shard_.local(cfg_.kda_num_heads) ||
       caches.state->head_dim() != cfg_.kda_head_dim)
     return invalid_argument("forward: KDA state pool shape does not match the model");
   std::set<int32_t> slots;
@@ -89,14 +93,19 @@ Status Model::forward(const ForwardBatch& batch, ModelCaches& caches, ForwardOut
       detail::mla_layer(c, l.mla, batch, lay, pool_layer_[i], *caches.kv, normed.data(), o);
     else
       detail::kda_layer(c, l.kda, batch, lay, pool_layer_[i], *caches.state, opts, normed.data(), o);
+    detail::reduce_partial(comm_, o, T * hd);
     trace("layers." + std::to_string(i) + ".input_layernorm", normed.data());
     trace("layers." + std::to_string(i) + ".self_attn", o);
   };
   auto ffn = [&](int64_t i, const float* in, float* o) {
     const LayerWeights& l = w_.layers[i];
     ops::rms_norm(in, T, hd, l.post_attn_norm.data(), eps, normed.data());
-    if (l.is_moe) detail::moe_forward(c, l.moe, normed.data(), T, o);
-    else detail::mlp_forward(c, l.mlp, normed.data(), T, o);
+    if (l.is_moe) {
+      detail::moe_forward(c, l.moe, normed.data(), T, comm_, o);
+    } else {
+      detail::mlp_forward(c, l.mlp, normed.data(), T, o);
+      detail::reduce_partial(comm_, o, T * hd);
+    }
     trace("layers." + std::to_string(i) + ".post_attention_layernorm", normed.data());
     trace("layers." + std::to_string(i) + (l.is_moe ? ".block_sparse_moe" : ".mlp"), o);
   };
@@ -148,8 +157,19 @@ Status Model::forward(const ForwardBatch& batch, ModelCaches& caches, ForwardOut
   }
   std::vector<float> h(rows.size() * hd);
   for (size_t r = 0; r < rows.size(); ++r) ops::rms_norm(&x[rows[r] * hd], 1, hd, w_.final_norm.data(), eps, &h[r * hd]);
-  out->logits.resize(rows.size() * c.vocab_size);
-  ops::matmul_nt(h.data(), static_cast<int64_t>(rows.size()), w_.lm_head, out->logits.data());
+  const int64_t R = static_cast<int64_t>(rows.size()), vl = w_.lm_head.rows;
+  out->logits.resize(R * c.vocab_size);
+  if (shard_.size == 1) {
+    ops::matmul_nt(h.data(), R, w_.lm_head, out->logits.data());
+    return Status::ok();
+  }
+  // Each rank holds a slice of the vocabulary: gather the slices, then lay them out by row.
+  std::vector<float> mine(R * vl), all(R * c.vocab_size);
+  ops::matmul_nt(h.data(), R, w_.lm_head, mine.data());
+  comm_->all_gather(mine.data(), R * vl, all.data());
+  for (int r = 0; r < shard_.size; ++r)
+    for (int64_t i = 0; i < R; ++i)
+      std::copy(&all[(r * R + i) * vl], &all[(r * R + i + 1) * vl], &out->logits[i * c.vocab_size + r * vl]);
   return Status::ok();
 }
 

@@ -8,16 +8,29 @@ bool is_float(DType t) { return t == DType::kF32 || t == DType::kBF16 || t == DT
 
 class Loader {
  public:
-  Loader(const ModelConfig& cfg, const WeightStore& s) : cfg_(cfg), store_(s) {}
+  Loader(const ModelConfig& cfg, const WeightStore& s, const ShardSpec& shard) : cfg_(cfg), store_(s), sh_(shard) {}
 
-  Result<DenseMatrix> dense(const std::string& name, int64_t rows, int64_t cols) const {
+  // The [rows, cols] tensor `name`, keeping only rows [r0, r1) and columns [c0, c1) (the
+  // rank's shard); only those bytes are read from the mapped file.
+  Result<DenseMatrix> dense(const std::string& name, int64_t rows, int64_t cols, int64_t r0 = 0, int64_t r1 = -1,
+                            int64_t c0 = 0, int64_t c1 = -1) const {
     PDS_ASSIGN_OR_RETURN(const TensorView* t, store_.get(name, {rows, cols}));
     if (!is_float(t->dtype)) return invalid_argument(*t->file + ": tensor '" + name + "' has dtype " + std::string(dtype_name(t->dtype)) + ", expected a float type");
+    if (r1 < 0) r1 = rows;
+    if (c1 < 0) c1 = cols;
     DenseMatrix m;
-    m.rows = rows;
-    m.cols = cols;
-    m.data = tensor_to_f32(*t);
+    m.rows = r1 - r0;
+    m.cols = c1 - c0;
+    m.data.resize(m.rows * m.cols);
+    for (int64_t r = r0; r < r1; ++r)
+      for (int64_t c = c0; c < c1; ++c) m.data[(r - r0) * m.cols + (c - c0)] = tensor_float_at(*t, r * cols + c);
     return m;
+  }
+  Result<DenseMatrix> dense_rows(const std::string& name, int64_t rows, int64_t cols, int64_t r0, int64_t r1) const {
+    return dense(name, rows, cols, r0, r1);
+  }
+  Result<DenseMatrix> dense_cols(const std::string& name, int64_t rows, int64_t cols, int64_t c0, int64_t c1) const {
+    return dense(name, rows, cols, 0, -1, c0, c1);
   }
 
   // A vector of n floats; accepts [n], [1, n] and the other size-n shapes real checkpoints use.
@@ -27,6 +40,11 @@ class Loader {
     if (!is_float(t->dtype)) return invalid_argument(*t->file + ": tensor '" + name + "' has dtype " + std::string(dtype_name(t->dtype)) + ", expected a float type");
     if (t->numel() != n) return invalid_argument(*t->file + ": tensor '" + name + "' has shape " + t->shape_string() + ", expected " + std::to_string(n) + " values");
     return tensor_to_f32(*t);
+  }
+
+  Result<std::vector<float>> vec_range(const std::string& name, int64_t n, int64_t b, int64_t e) const {
+    PDS_ASSIGN_OR_RETURN(auto all, vec(name, n));
+    return std::vector<float>(all.begin() + b, all.begin() + e);
   }
 
   // A_log: [H], [1, 1, H, 1] (Kimi-Linear) or 1-D zero-padded past H (Kimi-K3 stores [128]).
@@ -72,58 +90,67 @@ class Loader {
     return w;
   }
 
+  // Split along the intermediate width: gate/up rows and down columns of this rank.
   Result<MlpWeights> mlp(const std::string& pre, int64_t inter) const {
     MlpWeights m;
-    PDS_ASSIGN_OR_RETURN(m.gate, dense(pre + "gate_proj.weight", inter, cfg_.hidden_size));
-    PDS_ASSIGN_OR_RETURN(m.up, dense(pre + "up_proj.weight", inter, cfg_.hidden_size));
-    PDS_ASSIGN_OR_RETURN(m.down, dense(pre + "down_proj.weight", cfg_.hidden_size, inter));
+    const int64_t i0 = sh_.begin(inter), i1 = sh_.end(inter), hd = cfg_.hidden_size;
+    PDS_ASSIGN_OR_RETURN(m.gate, dense_rows(pre + "gate_proj.weight", inter, hd, i0, i1));
+    PDS_ASSIGN_OR_RETURN(m.up, dense_rows(pre + "up_proj.weight", inter, hd, i0, i1));
+    PDS_ASSIGN_OR_RETURN(m.down, dense_cols(pre + "down_proj.weight", hd, inter, i0, i1));
     return m;
   }
 
+  // Heads [h0, h1) of this rank; the latent path (kv_a) is replicated.
   Result<MlaWeights> mla(const std::string& pre) const {
     const ModelConfig& c = cfg_;
     MlaWeights w;
-    const int64_t hd = c.hidden_size, nh = c.num_heads;
+    const int64_t hd = c.hidden_size, nh = c.num_heads, h0 = sh_.begin(nh), h1 = sh_.end(nh);
+    const int64_t qd = c.q_head_dim(), kvb = c.qk_nope_head_dim + c.v_head_dim, vd = c.v_head_dim;
     if (c.q_lora_rank > 0) {
       PDS_ASSIGN_OR_RETURN(w.q_a, dense(pre + "q_a_proj.weight", c.q_lora_rank, hd));
       PDS_ASSIGN_OR_RETURN(w.q_a_norm, vec(pre + "q_a_layernorm.weight", c.q_lora_rank));
-      PDS_ASSIGN_OR_RETURN(w.q_b, dense(pre + "q_b_proj.weight", nh * c.q_head_dim(), c.q_lora_rank));
+      PDS_ASSIGN_OR_RETURN(w.q_b, dense_rows(pre + "q_b_proj.weight", nh * qd, c.q_lora_rank, h0 * qd, h1 * qd));
     } else {
-      PDS_ASSIGN_OR_RETURN(w.q, dense(pre + "q_proj.weight", nh * c.q_head_dim(), hd));
+      PDS_ASSIGN_OR_RETURN(w.q, dense_rows(pre + "q_proj.weight", nh * qd, hd, h0 * qd, h1 * qd));
     }
     PDS_ASSIGN_OR_RETURN(w.kv_a, dense(pre + "kv_a_proj_with_mqa.weight", c.mla_cache_dim(), hd));
     PDS_ASSIGN_OR_RETURN(w.kv_a_norm, vec(pre + "kv_a_layernorm.weight", c.kv_lora_rank));
-    PDS_ASSIGN_OR_RETURN(w.kv_b, dense(pre + "kv_b_proj.weight", nh * (c.qk_nope_head_dim + c.v_head_dim), c.kv_lora_rank));
-    PDS_ASSIGN_OR_RETURN(w.o, dense(pre + "o_proj.weight", hd, nh * c.v_head_dim));
+    PDS_ASSIGN_OR_RETURN(w.kv_b, dense_rows(pre + "kv_b_proj.weight", nh * kvb, c.kv_lora_rank, h0 * kvb, h1 * kvb));
+    PDS_ASSIGN_OR_RETURN(w.o, dense_cols(pre + "o_proj.weight", hd, nh * vd, h0 * vd, h1 * vd));
     if (c.mla_output_gate) {
-      PDS_ASSIGN_OR_RETURN(w.gate, dense(pre + "g_proj.weight", nh * c.v_head_dim, hd));
+      PDS_ASSIGN_OR_RETURN(w.gate, dense_rows(pre + "g_proj.weight", nh * vd, hd, h0 * vd, h1 * vd));
     }
     return w;
   }
 
+  // Heads [h0, h1) of this rank: rows of every per-channel projection, the matching conv
+  // channels, gate parameters and o_proj columns. f_a / g_a (low rank) are replicated.
   Result<KdaWeights> kda(const std::string& pre) const {
     const ModelConfig& c = cfg_;
     KdaWeights w;
     const int64_t hd = c.hidden_size, p = c.kda_proj_dim(), d = c.kda_head_dim, h = c.kda_num_heads;
-    PDS_ASSIGN_OR_RETURN(w.q, dense(pre + "q_proj.weight", p, hd));
-    PDS_ASSIGN_OR_RETURN(w.k, dense(pre + "k_proj.weight", p, hd));
-    PDS_ASSIGN_OR_RETURN(w.v, dense(pre + "v_proj.weight", p, hd));
-    PDS_ASSIGN_OR_RETURN(w.conv_q, conv(pre + "q_conv1d.weight", p, c.conv_kernel));
-    PDS_ASSIGN_OR_RETURN(w.conv_k, conv(pre + "k_conv1d.weight", p, c.conv_kernel));
-    PDS_ASSIGN_OR_RETURN(w.conv_v, conv(pre + "v_conv1d.weight", p, c.conv_kernel));
-    PDS_ASSIGN_OR_RETURN(w.a_log, a_log(pre + "A_log", h));
-    PDS_ASSIGN_OR_RETURN(w.dt_bias, vec(pre + "dt_bias", p));
+    const int64_t h0 = sh_.begin(h), h1 = sh_.end(h), p0 = h0 * d, p1 = h1 * d, k = c.conv_kernel;
+    PDS_ASSIGN_OR_RETURN(w.q, dense_rows(pre + "q_proj.weight", p, hd, p0, p1));
+    PDS_ASSIGN_OR_RETURN(w.k, dense_rows(pre + "k_proj.weight", p, hd, p0, p1));
+    PDS_ASSIGN_OR_RETURN(w.v, dense_rows(pre + "v_proj.weight", p, hd, p0, p1));
+    for (auto [name, dst] : {std::pair{"q_conv1d.weight", &w.conv_q}, {"k_conv1d.weight", &w.conv_k}, {"v_conv1d.weight", &w.conv_v}}) {
+      PDS_ASSIGN_OR_RETURN(auto all, conv(pre + name, p, k));
+      dst->assign(all.begin() + p0 * k, all.begin() + p1 * k);
+    }
+    PDS_ASSIGN_OR_RETURN(auto a_all, a_log(pre + "A_log", h));
+    w.a_log.assign(a_all.begin() + h0, a_all.begin() + h1);
+    PDS_ASSIGN_OR_RETURN(w.dt_bias, vec_range(pre + "dt_bias", p, p0, p1));
     PDS_ASSIGN_OR_RETURN(w.f_a, dense(pre + "f_a_proj.weight", d, hd));
-    PDS_ASSIGN_OR_RETURN(w.f_b, dense(pre + "f_b_proj.weight", p, d));
-    PDS_ASSIGN_OR_RETURN(w.b, dense(pre + "b_proj.weight", h, hd));
+    PDS_ASSIGN_OR_RETURN(w.f_b, dense_rows(pre + "f_b_proj.weight", p, d, p0, p1));
+    PDS_ASSIGN_OR_RETURN(w.b, dense_rows(pre + "b_proj.weight", h, hd, h0, h1));
     if (c.kda_full_rank_output_gate) {
-      PDS_ASSIGN_OR_RETURN(w.g, dense(pre + "g_proj.weight", p, hd));
+      PDS_ASSIGN_OR_RETURN(w.g, dense_rows(pre + "g_proj.weight", p, hd, p0, p1));
     } else {
       PDS_ASSIGN_OR_RETURN(w.g_a, dense(pre + "g_a_proj.weight", d, hd));
-      PDS_ASSIGN_OR_RETURN(w.g_b, dense(pre + "g_b_proj.weight", p, d));
+      PDS_ASSIGN_OR_RETURN(w.g_b, dense_rows(pre + "g_b_proj.weight", p, d, p0, p1));
     }
     PDS_ASSIGN_OR_RETURN(w.o_norm, vec(pre + "o_norm.weight", d));
-    PDS_ASSIGN_OR_RETURN(w.o, dense(pre + "o_proj.weight", hd, p));
+    PDS_ASSIGN_OR_RETURN(w.o, dense_cols(pre + "o_proj.weight", hd, p, p0, p1));
     return w;
   }
 
@@ -133,10 +160,12 @@ class Loader {
     const int64_t hd = c.hidden_size, lat = c.routed_expert_hidden_size, im = c.moe_intermediate_size;
     PDS_ASSIGN_OR_RETURN(w.router, dense(pre + "gate.weight", c.num_experts, hd));
     PDS_ASSIGN_OR_RETURN(w.router_bias, vec(pre + "gate.e_score_correction_bias", c.num_experts));
-    w.experts.resize(c.num_experts);
-    for (int64_t e = 0; e < c.num_experts; ++e) {
+    // Expert parallelism: this rank owns experts [expert_begin, expert_begin + experts.size()).
+    w.expert_begin = sh_.begin(c.num_experts);
+    w.experts.resize(sh_.local(c.num_experts));
+    for (int64_t e = w.expert_begin; e < sh_.end(c.num_experts); ++e) {
       const std::string ep = pre + "experts." + std::to_string(e) + ".";
-      ExpertWeights& x = w.experts[e];
+      ExpertWeights& x = w.experts[e - w.expert_begin];
       // Decide per expert from what is stored, so a config/tensor disagreement is named.
       x.quantized = store_.contains(ep + "w1.weight_packed");
       if (x.quantized != (c.expert_format == ExpertFormat::kMxfp4)) {
@@ -197,11 +226,11 @@ class Loader {
     ModelWeights w;
     PDS_ASSIGN_OR_RETURN(w.embed, dense(c.weight_prefix + "embed_tokens.weight", c.vocab_size, c.hidden_size));
     PDS_ASSIGN_OR_RETURN(w.final_norm, vec(c.weight_prefix + "norm.weight", c.hidden_size));
-    if (c.tie_word_embeddings && !store_.contains(c.lm_head_name)) {
-      w.lm_head = w.embed;
-    } else {
-      PDS_ASSIGN_OR_RETURN(w.lm_head, dense(c.lm_head_name, c.vocab_size, c.hidden_size));
-    }
+    // lm_head is split by vocabulary rows; the logits are gathered after it.
+    const int64_t v0 = sh_.begin(c.vocab_size), v1 = sh_.end(c.vocab_size);
+    const std::string head = (c.tie_word_embeddings && !store_.contains(c.lm_head_name))
+                                 ? c.weight_prefix + "embed_tokens.weight" : c.lm_head_name;
+    PDS_ASSIGN_OR_RETURN(w.lm_head, dense_rows(head, c.vocab_size, c.hidden_size, v0, v1));
     if (c.attn_residuals()) {
       PDS_ASSIGN_OR_RETURN(w.output_res_score, res_score(c.weight_prefix + "output_attn_res_norm.weight", c.weight_prefix + "output_attn_res_proj.weight"));
     }
@@ -215,12 +244,26 @@ class Loader {
  private:
   const ModelConfig& cfg_;
   const WeightStore& store_;
+  const ShardSpec& sh_;
 };
 
 }  // namespace
 
-Result<ModelWeights> load_model_weights(const ModelConfig& cfg, const WeightStore& store) {
-  return Loader(cfg, store).all();
+Status check_shardable(const ModelConfig& c, const ShardSpec& s) {
+  if (s.size < 1 || s.rank < 0 || s.rank >= s.size)
+    return invalid_argument("tensor parallel rank " + std::to_string(s.rank) + " of " + std::to_string(s.size) + " is not valid");
+  const std::pair<const char*, int64_t> units[] = {
+      {"num_attention_heads", c.num_heads},   {"linear_attn_config.num_heads", c.kda_num_heads},
+      {"intermediate_size", c.intermediate_size}, {"moe_intermediate_size * num_shared_experts", c.moe_intermediate_size * c.num_shared_experts},
+      {"num_experts", c.num_experts},         {"vocab_size", c.vocab_size}};
+  for (const auto& [name, n] : units)
+    if (n % s.size) return invalid_argument(std::string("tensor parallel size ") + std::to_string(s.size) + " does not divide " + name + " (" + std::to_string(n) + ")");
+  return Status::ok();
+}
+
+Result<ModelWeights> load_model_weights(const ModelConfig& cfg, const WeightStore& store, const ShardSpec& shard) {
+  PDS_RETURN_IF_ERROR(check_shardable(cfg, shard));
+  return Loader(cfg, store, shard).all();
 }
 
 }  // namespace pdserve

@@ -34,9 +34,13 @@ TEST(Safetensors, WriterAndReaderRoundTrip) {
   ASSERT_TRUE(r.is_ok()) << r.status().message();
   ASSERT_EQ(r->size(), 3u);
   for (const TensorView& t : *r) {
-    if (t.name == "a") EXPECT_EQ(tensor_to_f32(t), (std::vector<float>{1, 2, 3, 4}));
-    if (t.name == "b") EXPECT_EQ(tensor_to_f32(t), (std::vector<float>{0.5f, -1.0f, 2.0f}));
-    if (t.name == "c") EXPECT_EQ(t.data[3], 4);
+    if (t.name == "a") {
+      EXPECT_EQ(tensor_to_f32(t), (std::vector<float>{1, 2, 3, 4}));
+    } else if (t.name == "b") {
+      EXPECT_EQ(tensor_to_f32(t), (std::vector<float>{0.5f, -1.0f, 2.0f}));
+    } else {
+      EXPECT_EQ(t.data[3], 4);
+    }
   }
 }
 

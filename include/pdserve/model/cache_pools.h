@@ -51,7 +51,8 @@ class MlaKvPool {
 class KdaStatePool {
  public:
   KdaStatePool(int64_t num_layers, int64_t num_slots, int64_t heads, int64_t head_dim, int64_t conv_kernel);
-  static std::unique_ptr<KdaStatePool> for_model(const ModelConfig& cfg, int64_t num_slots);
+  // `tp_size` > 1: this rank's share of the heads (the state is sharded by head).
+  static std::unique_ptr<KdaStatePool> for_model(const ModelConfig& cfg, int64_t num_slots, int tp_size = 1);
 
   int64_t num_layers() const { return num_layers_; }
   int64_t num_slots() const { return num_slots_; }

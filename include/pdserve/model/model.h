@@ -21,6 +21,7 @@
 
 #include "pdserve/model/cache_pools.h"
 #include "pdserve/model/config.h"
+#include "pdserve/model/parallel.h"
 #include "pdserve/model/safetensors.h"
 #include "pdserve/model/weights.h"
 
@@ -60,10 +61,14 @@ struct ForwardOptions {
 
 class Model {
  public:
-  static Result<std::unique_ptr<Model>> load(const std::string& dir);
+  // One rank's shard (ShardSpec{} = the whole model). With shard.size > 1 the forward calls
+  // `comm` collectives, so every rank of the group must run the same batches in step.
+  static Result<std::unique_ptr<Model>> load(const std::string& dir, const ShardSpec& shard = {},
+                                             Communicator* comm = nullptr);
 
   const ModelConfig& config() const { return cfg_; }
   const ModelWeights& weights() const { return w_; }
+  const ShardSpec& shard() const { return shard_; }
 
   // Checks a batch against the pools without touching them (tokens in vocab, pages cover
   // every position and exist, slots exist, no slot used twice).
@@ -76,6 +81,8 @@ class Model {
   ModelConfig cfg_;
   WeightStore store_;  // keeps the mapped MXFP4 experts alive
   ModelWeights w_;
+  ShardSpec shard_;
+  Communicator* comm_ = nullptr;
   std::vector<int64_t> pool_layer_;  // model layer -> index in its pool (MLA or KDA)
 };
 

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "pdserve/model/config.h"
+#include "pdserve/model/parallel.h"
 #include "pdserve/model/safetensors.h"
 #include "pdserve/ops/linear.h"
 #include "pdserve/ops/mxfp4.h"
@@ -49,8 +50,9 @@ struct ExpertWeights {
 };
 
 struct MoeWeights {
-  DenseMatrix router;                // [E, hidden]
+  DenseMatrix router;                // [E, hidden], replicated: every rank routes every token
   std::vector<float> router_bias;    // [E]
+  int64_t expert_begin = 0;          // this rank's experts are [expert_begin, + experts.size())
   std::vector<ExpertWeights> experts;
   bool has_shared = false;
   MlpWeights shared;
@@ -78,7 +80,10 @@ struct ModelWeights {
   std::vector<LayerWeights> layers;
 };
 
-// Reads and checks every tensor the forward needs; vision and unknown tensors are ignored.
-Result<ModelWeights> load_model_weights(const ModelConfig& cfg, const WeightStore& store);
+// Reads and checks every tensor the forward needs, only this rank's shard of the split ones;
+// vision and unknown tensors are ignored.
+Result<ModelWeights> load_model_weights(const ModelConfig& cfg, const WeightStore& store, const ShardSpec& shard = {});
+// Whether `shard` divides every split dimension of the model; the error names the field.
+Status check_shardable(const ModelConfig& cfg, const ShardSpec& shard);
 
 }  // namespace pdserve

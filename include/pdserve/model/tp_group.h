@@ -1,0 +1,39 @@
+// A tensor-parallel group on the CPU backend: one Model shard, KV pool and KDA state pool
+// per rank, ranks run as threads of this process and meet in an in-process communicator.
+// Page and slot ids are the same on every rank (allocation is mirrored), so one batch
+// description drives all ranks.
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "pdserve/model/model.h"
+
+namespace pdserve {
+
+class TpModelGroup {
+ public:
+  static Result<std::unique_ptr<TpModelGroup>> load(const std::string& dir, int tp_size, int64_t num_pages,
+                                                    int64_t page_size, int64_t num_slots);
+  int size() const { return static_cast<int>(models_.size()); }
+  const ModelConfig& config() const { return models_[0]->config(); }
+
+  // Runs `batch` on every rank at once; `out` gets the (gathered, identical) logits of rank 0.
+  Status forward(const ForwardBatch& batch, ForwardOutput* out, const ForwardOptions& opts = {});
+
+  Result<std::vector<int32_t>> allocate_pages(int64_t n);
+  Status free_pages(const std::vector<int32_t>& pages);
+  Result<int32_t> allocate_slot();
+  Status free_slot(int32_t slot);
+
+  MlaKvPool& kv(int rank) { return *kv_[rank]; }
+  KdaStatePool& state(int rank) { return *state_[rank]; }
+
+ private:
+  std::vector<std::unique_ptr<Communicator>> comms_;
+  std::vector<std::unique_ptr<Model>> models_;
+  std::vector<std::unique_ptr<MlaKvPool>> kv_;
+  std::vector<std::unique_ptr<KdaStatePool>> state_;
+};
+
+}  // namespace pdserve
