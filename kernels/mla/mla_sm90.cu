@@ -1,0 +1,50 @@
+#include "common/cuda_check.h"
+#include "common/reduce.cuh"
+#include "mla/mla.h"
+
+namespace pdserve::cuda {
+
+namespace {
+
+constexpr int kMaxLatentPerThread = 4;  // latent_dim <= 4 * blockDim (1024 with 256 threads)
+
+// One block per (row, head); online softmax over the context, each thread owning a few
+// latent dims of the output accumulator.
+__global__ void mla_kernel(const __grid_constant__ MlaDecodeArgs a) {
+  const int64_t b = blockIdx.x / a.heads, h = blockIdx.x % a.heads;
+  const int64_t entry = a.latent_dim + a.rope_dim;
+  const float* ql = a.q_lat + (b * a.heads + h) * a.latent_dim;
+  const float* qr = a.q_rot + (b * a.heads + h) * a.rope_dim;
+  float acc[kMaxLatentPerThread] = {0, 0, 0, 0};
+  float mx = -INFINITY, sum = 0.0f;
+  const int64_t n = a.ctx_len[b];
+  for (int64_t j = 0; j < n; ++j) {
+    const int32_t page = a.page_table[b * a.max_pages + j / a.page_size];
+    const float* e = a.cache + (static_cast<int64_t>(page) * a.page_size + j % a.page_size) * entry;
+    float part = 0.0f;
+    for (int64_t i = threadIdx.x; i < a.latent_dim; i += blockDim.x) part += ql[i] * e[i];
+    for (int64_t i = threadIdx.x; i < a.rope_dim; i += blockDim.x) part += qr[i] * e[a.latent_dim + i];
+    const float s = block_sum(part) * a.scale;
+    const float nmx = fmaxf(mx, s);
+    const float corr = expf(mx - nmx), p = expf(s - nmx);
+    sum = sum * corr + p;
+    int slot = 0;
+    for (int64_t i = threadIdx.x; i < a.latent_dim; i += blockDim.x, ++slot) acc[slot] = acc[slot] * corr + p * e[i];
+    mx = nmx;
+  }
+  float* out = a.o_lat + (b * a.heads + h) * a.latent_dim;
+  int slot = 0;
+  for (int64_t i = threadIdx.x; i < a.latent_dim; i += blockDim.x, ++slot) out[i] = n > 0 ? acc[slot] / sum : 0.0f;
+}
+
+}  // namespace
+
+Status mla_attend_latent(const MlaDecodeArgs& a, cudaStream_t stream) {
+  constexpr int kThreads = 256;
+  if (a.latent_dim > kThreads * kMaxLatentPerThread) return invalid_argument("mla_attend_latent: latent_dim too large");
+  if (a.rows * a.heads == 0) return Status::ok();
+  mla_kernel<<<static_cast<unsigned>(a.rows * a.heads), kThreads, 0, stream>>>(a);
+  return last_launch_status("mla_attend_latent");
+}
+
+}  // namespace pdserve::cuda
