@@ -5,7 +5,7 @@ set -euo pipefail
 DEB_PACKAGES=(cmake g++ make pkg-config git curl
   libcpp-httplib-dev nlohmann-json3-dev libspdlog-dev libfmt-dev libcli11-dev
   libgtest-dev libgmock-dev libpcre2-dev libssl-dev zlib1g-dev
-  libibverbs-dev rdma-core python3 python3-pip)
+  libibverbs-dev rdma-core python3 python3-pip shellcheck)
 PY_PACKAGES=(tiktoken openai)
 
 missing=()

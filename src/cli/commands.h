@@ -8,5 +8,8 @@ namespace pdserve::cli {
 void add_make_model_command(CLI::App& app);
 void add_generate_command(CLI::App& app);
 void add_tokenize_command(CLI::App& app);
+void add_router_command(CLI::App& app);
+void add_bench_command(CLI::App& app);
+void add_serve_command(CLI::App& app);
 
 }  // namespace pdserve::cli

@@ -10,6 +10,9 @@ int main(int argc, char** argv) {
   pdserve::cli::add_make_model_command(app);
   pdserve::cli::add_generate_command(app);
   pdserve::cli::add_tokenize_command(app);
+  pdserve::cli::add_router_command(app);
+  pdserve::cli::add_bench_command(app);
+  pdserve::cli::add_serve_command(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -1,5 +1,5 @@
 // Throughput of the TCP transport against raw loopback sockets in the same run, and the
-// bytes one Kimi-K3 request moves (docs/perf-transfer.md). Not a test: numbers only.
+// bytes one Kimi-K3 request moves (docs/perf.md). Not a test: numbers only.
 //
 //   bench_tcp [--total-mib N] [--streams S] [--window W] [--k3]
 //

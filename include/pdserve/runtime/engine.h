@@ -1,0 +1,143 @@
+// The serving engine: one thread runs the scheduler and the model (continuous batching);
+// callers talk to it only through submit() and the RequestHandle it returns.
+//
+//   caller thread                         engine thread
+//   submit(req) --inbox (bounded)-------> admit / plan / forward / sample / detokenize
+//   handle.next() <--per-request channel-- RequestEvent (token ids, final text, logprobs)
+//   ~RequestHandle / abort() --aborts---> release pages + slot before the next step
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include "pdserve/model/cache_pools.h"
+#include "pdserve/model/model.h"
+#include "pdserve/runtime/metrics.h"
+#include "pdserve/runtime/request.h"
+#include "pdserve/runtime/runtime_config.h"
+#include "pdserve/tokenizer/tokenizer.h"
+
+namespace pdserve::runtime {
+
+// The mailbox between the engine and one caller.
+class RequestChannel {
+ public:
+  void post(RequestEvent ev);
+  // The next event, or nullopt after `timeout`.
+  std::optional<RequestEvent> next(std::chrono::milliseconds timeout);
+  bool abort_requested() const { return abort_.load(); }
+  void request_abort() { abort_.store(true); }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<RequestEvent> q_;
+  std::atomic<bool> abort_{false};
+};
+
+class Engine;
+
+// RAII reader: destroying it (e.g. the HTTP client went away) aborts an unfinished request.
+class RequestHandle {
+ public:
+  RequestHandle() = default;
+  RequestHandle(Engine* engine, uint64_t id, std::shared_ptr<RequestChannel> ch)
+      : engine_(engine), id_(id), ch_(std::move(ch)) {}
+  RequestHandle(RequestHandle&& o) noexcept { *this = std::move(o); }
+  RequestHandle& operator=(RequestHandle&& o) noexcept;
+  RequestHandle(const RequestHandle&) = delete;
+  RequestHandle& operator=(const RequestHandle&) = delete;
+  ~RequestHandle() { abort(); }
+
+  uint64_t id() const { return id_; }
+  bool finished() const { return finished_; }
+  // Next event; nullopt on timeout. The event with finished = true is the last one.
+  std::optional<RequestEvent> next(std::chrono::milliseconds timeout = std::chrono::milliseconds(100));
+  // Blocks until the end and merges every event into one (non-streaming responses).
+  RequestEvent wait();
+  // Asks the engine to drop the request; no-op once finished.
+  void abort();
+
+ private:
+  Engine* engine_ = nullptr;
+  uint64_t id_ = 0;
+  std::shared_ptr<RequestChannel> ch_;
+  bool finished_ = false;
+};
+
+struct EngineStats {
+  int64_t running = 0, waiting = 0;
+  int64_t pages_total = 0, pages_used = 0;
+  int64_t slots_total = 0, slots_used = 0;
+  int64_t steps = 0;
+};
+
+class Engine {
+ public:
+  // Builds pools sized from `cfg` (resolved against the model and validated here).
+  static Result<std::unique_ptr<Engine>> create(RuntimeConfig cfg, std::shared_ptr<const Model> model,
+                                                std::shared_ptr<const tokenizer::Tokenizer> tok);
+  ~Engine();
+
+  void start();
+  void stop();  // finishes every request with kAbort, joins the thread
+
+  // kInvalidArgument: bad parameters or a request that can never fit (too long for
+  // max_model_len or for the whole page pool); kUnavailable: the waiting queue is full.
+  Result<RequestHandle> submit(GenerateRequest req);
+
+  const RuntimeConfig& config() const { return cfg_; }
+  const Model& model() const { return *model_; }
+  const tokenizer::Tokenizer& tokenizer() const { return *tok_; }
+  EngineStats stats() const;
+  MetricsSnapshot metrics() const { return metrics_.snapshot(); }
+
+ private:
+  friend class RequestHandle;
+  struct Live;  // engine-side request: sequence, sampler, detokenizer, stop matcher, channel
+  Engine() = default;
+  void notify_abort();
+  void loop();
+  void step();
+  void take_inbox();
+  void take_aborts();
+  void finish(Live& r, FinishReason reason, Status error = Status::ok(),
+              std::optional<RequestEvent> final_event = std::nullopt);
+  void on_logits(Live& r, const float* logits);  // sample, detokenize, stop checks, post
+
+  RuntimeConfig cfg_;
+  std::shared_ptr<const Model> model_;
+  std::shared_ptr<const tokenizer::Tokenizer> tok_;
+  std::unique_ptr<MlaKvPool> kv_;
+  std::unique_ptr<KdaStatePool> state_;
+  struct SchedulerBox;
+  std::unique_ptr<SchedulerBox> sched_;
+  EngineMetrics metrics_;
+
+  mutable std::mutex mu_;  // guards inbox_, counters below, and wakes the loop
+  std::condition_variable cv_;
+  std::vector<std::unique_ptr<Live>> inbox_;
+  bool stop_ = false;
+  bool has_aborts_ = false;
+  std::thread thread_;
+  uint64_t next_id_ = 1;
+  int64_t in_system_ = 0;  // submitted and not finished: bounded by max_running + max_queue
+  std::atomic<uint64_t> seed_counter_{0x9e3779b97f4a7c15ull};
+
+  // Engine thread only.
+  std::unordered_map<uint64_t, std::unique_ptr<Live>> live_;
+  std::atomic<int64_t> waiting_{0};  // inbox + scheduler queue (for the bound and stats)
+  std::atomic<int64_t> running_{0};
+  std::atomic<int64_t> steps_{0};
+};
+
+}  // namespace pdserve::runtime

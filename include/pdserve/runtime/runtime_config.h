@@ -1,0 +1,29 @@
+// The serving runtime's knobs in one validated struct (no 50-argument constructors).
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "pdserve/core/json_util.h"
+#include "pdserve/core/status.h"
+#include "pdserve/model/config.h"
+
+namespace pdserve::runtime {
+
+struct RuntimeConfig {
+  int64_t page_size = 64;        // MLA tokens per page
+  int64_t num_pages = 0;         // 0: enough for max_running requests of max_model_len each
+  int64_t max_running = 16;      // requests holding pages + a KDA slot at once (= KDA slots)
+  int64_t chunk_size = 8192;     // longest prefill chunk of one request in one step
+  int64_t step_token_budget = 0; // tokens per forward call (decode + prefill); 0: chunk_size
+  int64_t max_queue = 256;       // waiting requests; beyond that submit() says kUnavailable
+  int64_t max_model_len = 0;     // prompt + completion; 0: the model's max_position_embeddings
+
+  // Fills the 0 ("auto") fields from the model; call before validate().
+  void resolve(const ModelConfig& model);
+  // Names the first bad field.
+  Status validate() const;
+  Json to_json() const;
+};
+
+}  // namespace pdserve::runtime

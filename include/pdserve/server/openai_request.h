@@ -1,0 +1,36 @@
+// OpenAI request bodies -> runtime::GenerateRequest, with field-named errors (HTTP 400).
+#pragma once
+
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "pdserve/core/status.h"
+#include "pdserve/runtime/request.h"
+#include "pdserve/tokenizer/tokenizer.h"
+
+namespace pdserve::server {
+
+enum class ApiKind { kCompletion, kChat };
+
+struct ParsedRequest {
+  ApiKind kind = ApiKind::kCompletion;
+  runtime::GenerateRequest gen;
+  std::string model;           // as the client sent it ("" if absent)
+  bool stream = false;
+  bool include_usage = false;  // stream_options.include_usage
+  bool opened_think = false;   // chat: the prompt opened the think channel
+};
+
+struct RequestLimits {
+  int64_t max_model_len = 0;
+  int64_t default_completion_max_tokens = 16;  // OpenAI's default for /v1/completions
+};
+
+// Chat without max_tokens gets whatever context is left after the prompt.
+Result<ParsedRequest> parse_completion_request(const std::string& body, const tokenizer::Tokenizer& tok,
+                                               const RequestLimits& limits);
+Result<ParsedRequest> parse_chat_request(const std::string& body, const tokenizer::Tokenizer& tok,
+                                         const RequestLimits& limits);
+
+}  // namespace pdserve::server

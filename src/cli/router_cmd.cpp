@@ -1,0 +1,94 @@
+// pdserve router --pd --prefill URL[@BOOTSTRAP_PORT]... --decode URL... [--port 31000]
+// pdserve router --worker URL... [--policy round_robin]
+// Runs until SIGINT / SIGTERM. See docs/router.md.
+#include <signal.h>
+#include <spdlog/spdlog.h>
+
+#include <cstdlib>
+#include <iostream>
+#include <memory>
+
+#include "commands.h"
+#include "pdserve/router/router.h"
+
+namespace pdserve::cli {
+namespace {
+
+struct RouterArgs {
+  router::RouterConfig cfg;
+  bool pd = false;
+  std::string policy = "round_robin", prefill_policy = "least_outstanding", decode_policy = "least_outstanding";
+  std::string log_level = "info";
+};
+
+[[noreturn]] void fail(const std::string& msg) {
+  std::cerr << "pdserve router: " << msg << '\n';
+  throw CLI::RuntimeError(1);
+}
+
+Status run(RouterArgs& a) {
+  a.cfg.mode = a.pd ? router::RouterMode::kPd : router::RouterMode::kDp;
+  PDS_ASSIGN_OR_RETURN(a.cfg.dp_policy, router::parse_policy(a.policy));
+  PDS_ASSIGN_OR_RETURN(a.cfg.prefill_policy, router::parse_policy(a.prefill_policy));
+  PDS_ASSIGN_OR_RETURN(a.cfg.decode_policy, router::parse_policy(a.decode_policy));
+  if (a.cfg.api_key.empty())
+    if (const char* k = std::getenv("PDSERVE_ROUTER_API_KEY")) a.cfg.api_key = k;
+  spdlog::set_level(spdlog::level::from_str(a.log_level));
+
+  // Block the stop signals before any thread exists, so only sigwait below receives them.
+  sigset_t stop_signals;
+  sigemptyset(&stop_signals);
+  sigaddset(&stop_signals, SIGINT);
+  sigaddset(&stop_signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+  signal(SIGPIPE, SIG_IGN);  // a client hanging up mid-stream is an error value, not a crash
+
+  PDS_ASSIGN_OR_RETURN(auto r, router::Router::create(a.cfg));
+  PDS_RETURN_IF_ERROR(r->start());
+  int sig = 0;
+  sigwait(&stop_signals, &sig);
+  spdlog::info("router: signal {}, stopping", sig);
+  r->stop();
+  return Status::ok();
+}
+
+}  // namespace
+
+void add_router_command(CLI::App& app) {
+  auto a = std::make_shared<RouterArgs>();
+  auto& c = a->cfg;
+  CLI::App* cmd = app.add_subcommand("router", "Load balancer: DP over unified replicas, or PD prefill/decode pairs");
+  cmd->add_flag("--pd", a->pd, "Prefill/decode mode (needs --prefill and --decode)");
+  cmd->add_option("--worker", c.workers, "DP: a unified server URL (repeatable)");
+  cmd->add_option("--prefill", c.prefill, "PD: a prefill server URL[@BOOTSTRAP_PORT] (default bootstrap port 8998)");
+  cmd->add_option("--decode", c.decode, "PD: a decode server URL (repeatable)");
+  cmd->add_option("--host", c.host, "Listen address")->capture_default_str();
+  cmd->add_option("--port", c.port, "Listen port")->capture_default_str();
+  cmd->add_option("--policy", a->policy, "DP policy: round_robin|random|power_of_two|least_outstanding")
+      ->capture_default_str();
+  cmd->add_option("--prefill-policy", a->prefill_policy, "PD prefill policy")->capture_default_str();
+  cmd->add_option("--decode-policy", a->decode_policy, "PD decode policy")->capture_default_str();
+  cmd->add_option("--health-interval", c.health.interval_s, "Seconds between health checks")->capture_default_str();
+  cmd->add_option("--health-timeout", c.health.timeout_s, "Health check timeout, seconds")->capture_default_str();
+  cmd->add_option("--health-failure-threshold", c.health.failure_threshold,
+                  "Consecutive failed checks that evict a worker")->capture_default_str();
+  cmd->add_option("--health-success-threshold", c.health.success_threshold,
+                  "Consecutive good checks that bring it back")->capture_default_str();
+  cmd->add_option("--health-path", c.health.path, "Health check path")->capture_default_str();
+  cmd->add_option("--max-in-flight", c.max_in_flight, "Client requests served at once; past it 503")
+      ->capture_default_str();
+  cmd->add_option("--max-body-bytes", c.max_body_bytes, "Largest request body; past it 413")->capture_default_str();
+  cmd->add_option("--request-timeout", c.request_timeout_s, "Seconds a request may take end to end")
+      ->capture_default_str();
+  cmd->add_option("--connect-timeout", c.connect_timeout_s, "Seconds to connect to a worker")->capture_default_str();
+  cmd->add_option("--max-connect-retries", c.max_connect_retries, "Other workers tried when connecting fails")
+      ->capture_default_str();
+  cmd->add_option("--api-key", c.api_key, "Require 'Authorization: Bearer KEY' on /v1/* (or PDSERVE_ROUTER_API_KEY)");
+  cmd->add_option("--log-level", a->log_level, "trace|debug|info|warn|error")->capture_default_str();
+  cmd->callback([a] {
+    Status st = run(*a);
+    if (!st.is_ok()) fail(st.to_string());
+  });
+}
+
+}  // namespace pdserve::cli

@@ -1,0 +1,37 @@
+#include "pdserve/runtime/runtime_config.h"
+
+namespace pdserve::runtime {
+
+void RuntimeConfig::resolve(const ModelConfig& model) {
+  if (max_model_len == 0) max_model_len = model.max_position_embeddings;
+  if (step_token_budget == 0) step_token_budget = chunk_size;
+  // Auto pool: every running request can hold a full-length reservation, so admission
+  // only ever waits for a running place.
+  if (num_pages == 0 && page_size > 0) num_pages = max_running * ((max_model_len + page_size - 1) / page_size);
+}
+
+namespace {
+Status bad(const char* field, const std::string& what) {
+  return invalid_argument(std::string("config ") + field + ": " + what);
+}
+}  // namespace
+
+Status RuntimeConfig::validate() const {
+  if (page_size < 1 || page_size > 4096) return bad("page_size", "must be in [1, 4096]");
+  if (max_running < 1) return bad("max_running", "must be >= 1");
+  if (chunk_size < 1) return bad("chunk_size", "must be >= 1");
+  if (step_token_budget < 1) return bad("step_token_budget", "must be >= 1");
+  if (max_queue < 0) return bad("max_queue", "must be >= 0");
+  if (max_model_len < 2) return bad("max_model_len", "must be >= 2 (resolve() fills 0 from the model)");
+  if (num_pages < 1) return bad("num_pages", "must be >= 1");
+  return Status::ok();
+}
+
+Json RuntimeConfig::to_json() const {
+  return Json{{"page_size", page_size},       {"num_pages", num_pages},
+              {"max_running", max_running},   {"chunk_size", chunk_size},
+              {"step_token_budget", step_token_budget}, {"max_queue", max_queue},
+              {"max_model_len", max_model_len}};
+}
+
+}  // namespace pdserve::runtime

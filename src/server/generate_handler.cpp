@@ -1,0 +1,98 @@
+// The generation endpoints: parse -> submit -> (stream | wait) -> format.
+#include <memory>
+
+#include "handlers.h"
+#include "pdserve/server/openai_response.h"
+
+namespace pdserve::server {
+
+void send_error(httplib::Response& res, const ApiError& e) {
+  res.status = e.http_status;
+  res.set_content(e.to_json().dump(-1, ' ', false, Json::error_handler_t::replace), "application/json");
+}
+
+void send_json(httplib::Response& res, const Json& j, int status) {
+  res.status = status;
+  res.set_content(j.dump(-1, ' ', false, Json::error_handler_t::replace), "application/json");
+}
+
+namespace {
+
+// Lives as long as the streaming response; dropping it drops the handle, which aborts the
+// request if it has not finished (the client went away).
+struct StreamState {
+  ParsedRequest req;
+  runtime::RequestHandle handle;
+  std::unique_ptr<ResponseFormatter> fmt;
+};
+
+bool stream_events(StreamState& st, httplib::DataSink& sink) {
+  for (;;) {
+    auto ev = st.handle.next(std::chrono::milliseconds(100));
+    if (!ev) {
+      if (!sink.is_writable()) return false;  // gone while we wait for a token
+      continue;
+    }
+    if (ev->finish_reason == runtime::FinishReason::kError) {
+      const std::string err = "data: " + api_error_from_status(ev->error).to_json().dump() + "\n\ndata: [DONE]\n\n";
+      sink.write(err.data(), err.size());
+      sink.done();
+      return true;
+    }
+    for (const std::string& chunk : st.fmt->chunks(*ev))
+      if (!sink.write(chunk.data(), chunk.size())) return false;  // write failed: client disconnected
+    if (ev->finished) {
+      sink.done();
+      return true;
+    }
+  }
+}
+
+}  // namespace
+
+void handle_generate(const HandlerContext& ctx, ApiKind kind, const httplib::Request& req, httplib::Response& res) {
+  if (static_cast<int64_t>(req.body.size()) > ctx.cfg.max_body_bytes) return send_error(res, body_too_large(ctx.cfg.max_body_bytes));
+  RequestLimits limits{ctx.engine.config().max_model_len};
+  auto parsed = kind == ApiKind::kChat ? parse_chat_request(req.body, ctx.tok, limits)
+                                       : parse_completion_request(req.body, ctx.tok, limits);
+  if (!parsed.is_ok()) return send_error(res, api_error_from_status(parsed.status()));
+  const std::string model = ctx.cfg.served_model_name;
+  if (!parsed->model.empty() && parsed->model != model)
+    return send_error(res, {404, "model '" + parsed->model + "' does not exist; this server serves '" + model + "'",
+                            "not_found_error", "model", "model_not_found"});
+  auto handle = ctx.engine.submit(parsed->gen);
+  if (!handle.is_ok()) return send_error(res, api_error_from_status(handle.status()));
+
+  if (!parsed->stream) {
+    runtime::RequestEvent all = handle->wait();
+    if (all.finish_reason == runtime::FinishReason::kError) return send_error(res, api_error_from_status(all.error));
+    if (all.finish_reason == runtime::FinishReason::kAbort)
+      return send_error(res, api_error_from_status(Status(ErrorCode::kUnavailable, "request aborted: the server is shutting down")));
+    ResponseFormatter fmt(*parsed, model, ctx.tok);
+    return send_json(res, fmt.full(all));
+  }
+  auto st = std::make_shared<StreamState>();
+  st->req = std::move(parsed).value();
+  st->handle = std::move(handle).value();
+  st->fmt = std::make_unique<ResponseFormatter>(st->req, model, ctx.tok);
+  res.set_header("Cache-Control", "no-cache");
+  res.set_chunked_content_provider(
+      "text/event-stream", [st](size_t, httplib::DataSink& sink) { return stream_events(*st, sink); },
+      [st](bool) { st->handle.abort(); });
+}
+
+void handle_health_generate(const HandlerContext& ctx, httplib::Response& res) {
+  runtime::GenerateRequest g;
+  g.prompt = {ctx.tok.bos_id()};
+  g.sampling.temperature = 0.0;
+  g.sampling.max_tokens = 1;
+  g.sampling.ignore_eos = true;
+  auto handle = ctx.engine.submit(std::move(g));
+  if (!handle.is_ok()) return send_error(res, api_error_from_status(handle.status()));
+  runtime::RequestEvent all = handle->wait();
+  if (all.token_ids.size() != 1)
+    return send_error(res, api_error_from_status(Status(ErrorCode::kUnavailable, "health_generate: no token produced")));
+  send_json(res, Json{{"status", "ok"}, {"token_ids", all.token_ids}});
+}
+
+}  // namespace pdserve::server

@@ -1,0 +1,29 @@
+// Route handlers, kept apart from the server's wiring (http_server.cpp).
+#pragma once
+
+#include <httplib.h>
+
+#include "pdserve/runtime/engine.h"
+#include "pdserve/server/api_error.h"
+#include "pdserve/server/openai_request.h"
+#include "pdserve/server/serve_config.h"
+
+namespace pdserve::server {
+
+struct HandlerContext {
+  const ServeConfig& cfg;
+  runtime::Engine& engine;
+  const tokenizer::Tokenizer& tok;
+};
+
+void send_error(httplib::Response& res, const ApiError& e);
+void send_json(httplib::Response& res, const Json& j, int status = 200);
+
+// POST /v1/completions and /v1/chat/completions.
+void handle_generate(const HandlerContext& ctx, ApiKind kind, const httplib::Request& req, httplib::Response& res);
+// GET /health_generate: one real greedy token through the whole engine.
+void handle_health_generate(const HandlerContext& ctx, httplib::Response& res);
+// GET /metrics (Prometheus text exposition format).
+std::string render_metrics(const runtime::EngineStats& stats, const runtime::MetricsSnapshot& m);
+
+}  // namespace pdserve::server

@@ -1,0 +1,119 @@
+// Wiring: model + tokenizer + engine, routes, auth, body limit, error pages.
+#include "pdserve/server/http_server.h"
+
+#include <signal.h>
+
+#include <filesystem>
+
+#include <spdlog/spdlog.h>
+
+#include "handlers.h"
+
+namespace pdserve::server {
+
+Result<std::unique_ptr<HttpServer>> HttpServer::create(ServeConfig cfg) {
+  PDS_RETURN_IF_ERROR(cfg.validate());
+  if (cfg.served_model_name.empty())
+    cfg.served_model_name = std::filesystem::path(cfg.model_dir).lexically_normal().filename().string();
+  if (cfg.served_model_name.empty()) cfg.served_model_name = "pdserve";
+  PDS_ASSIGN_OR_RETURN(std::unique_ptr<Model> model, Model::load(cfg.model_dir));
+  PDS_ASSIGN_OR_RETURN(tokenizer::Tokenizer tok, tokenizer::Tokenizer::load(cfg.model_dir));
+  std::unique_ptr<HttpServer> s(new HttpServer());
+  s->tok_ = std::make_shared<const tokenizer::Tokenizer>(std::move(tok));
+  PDS_ASSIGN_OR_RETURN(s->engine_, runtime::Engine::create(cfg.runtime, std::shared_ptr<const Model>(std::move(model)), s->tok_));
+  cfg.runtime = s->engine_->config();  // resolved values, for /get_server_info
+  s->cfg_ = std::move(cfg);
+  s->engine_->start();
+  s->http_ = std::make_unique<net::HttpListener>();
+  s->install_routes();
+  return s;
+}
+
+HttpServer::~HttpServer() {
+  stop();
+  // Engine first: it posts a final event to every open handle, so streaming handlers end.
+  if (engine_) engine_->stop();
+  http_.reset();
+}
+
+Result<int> HttpServer::bind() {
+  ::signal(SIGPIPE, SIG_IGN);  // a client that vanished must not kill the server on write
+  const int port = cfg_.port == 0 ? http_->bind_to_any_port(cfg_.host) : (http_->bind_to_port(cfg_.host, cfg_.port) ? cfg_.port : -1);
+  if (port <= 0) return io_error("cannot bind " + cfg_.host + ":" + std::to_string(cfg_.port));
+  http_->raise_backlog();
+  cfg_.port = port;
+  return port;
+}
+
+void HttpServer::run() { http_->listen_after_bind(); }
+
+void HttpServer::stop() {
+  if (http_) http_->stop();
+}
+
+void HttpServer::install_routes() {
+  httplib::Server& h = *http_;
+  const size_t threads = static_cast<size_t>(cfg_.resolved_http_threads());
+  h.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
+  // Hard cap well above the API limit so that oversized bodies are read and answered with a
+  // proper 413 error object (httplib's own refusal has no body).
+  h.set_payload_max_length(static_cast<size_t>(cfg_.max_body_bytes) * 4 + (1 << 20));
+
+  h.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
+    if (cfg_.api_key.empty() || req.path.rfind("/v1/", 0) != 0) return httplib::Server::HandlerResponse::Unhandled;
+    if (req.get_header_value("Authorization") == "Bearer " + cfg_.api_key) return httplib::Server::HandlerResponse::Unhandled;
+    send_error(res, unauthorized_error());
+    return httplib::Server::HandlerResponse::Handled;
+  });
+  h.set_error_handler([this](const httplib::Request& req, httplib::Response& res) {
+    if (!res.body.empty()) return;
+    if (res.status == 404) send_error(res, not_found_route(req.path));
+    else if (res.status == 413) send_error(res, body_too_large(cfg_.max_body_bytes));
+    else send_error(res, {res.status, "bad request", "invalid_request_error", "", ""});
+  });
+  h.set_exception_handler([](const httplib::Request&, httplib::Response& res, std::exception_ptr ep) {
+    std::string what = "unknown error";
+    try {
+      if (ep) std::rethrow_exception(ep);
+    } catch (const std::exception& e) {
+      what = e.what();
+    } catch (...) {
+    }
+    send_error(res, api_error_from_status(internal_error(what)));
+  });
+
+  auto ctx = std::make_shared<HandlerContext>(HandlerContext{cfg_, *engine_, *tok_});
+  h.Post("/v1/completions", [ctx](const httplib::Request& req, httplib::Response& res) {
+    handle_generate(*ctx, ApiKind::kCompletion, req, res);
+  });
+  h.Post("/v1/chat/completions", [ctx](const httplib::Request& req, httplib::Response& res) {
+    handle_generate(*ctx, ApiKind::kChat, req, res);
+  });
+  h.Get("/v1/models", [this](const httplib::Request&, httplib::Response& res) {
+    Json m = {{"id", cfg_.served_model_name}, {"object", "model"}, {"created", 0}, {"owned_by", "pdserve"},
+              {"max_model_len", engine_->config().max_model_len}};
+    send_json(res, Json{{"object", "list"}, {"data", Json::array({m})}});
+  });
+  h.Get("/health", [](const httplib::Request&, httplib::Response& res) { send_json(res, Json{{"status", "ok"}}); });
+  h.Get("/health_generate", [ctx](const httplib::Request&, httplib::Response& res) { handle_health_generate(*ctx, res); });
+  h.Get("/get_server_info", [this](const httplib::Request&, httplib::Response& res) {
+    const runtime::EngineStats s = engine_->stats();
+    const ModelConfig& mc = engine_->model().config();
+    Json info = cfg_.to_json();
+    info["version"] = "0.1.0";
+    info["role"] = "unified";
+    info["parallelism"] = {{"tp", 1}, {"pp", 1}, {"dp", 1}, {"ep", 1}};
+    info["model"] = {{"model_type", mc.model_type}, {"vocab_size", mc.vocab_size}, {"num_layers", mc.num_layers},
+                     {"max_position_embeddings", mc.max_position_embeddings}};
+    info["pools"] = {{"page_size", engine_->config().page_size},
+                     {"kv_pages_total", s.pages_total}, {"kv_pages_used", s.pages_used},
+                     {"kda_slots_total", s.slots_total}, {"kda_slots_used", s.slots_used}};
+    info["requests"] = {{"running", s.running}, {"waiting", s.waiting}};
+    send_json(res, info);
+  });
+  h.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
+    res.set_content(render_metrics(engine_->stats(), engine_->metrics()), "text/plain; version=0.0.4");
+  });
+}
+
+}  // namespace pdserve::server

@@ -1,0 +1,54 @@
+// Prometheus text exposition (version 0.0.4) of the engine's counters, gauges and histograms.
+#include <sstream>
+
+#include "handlers.h"
+
+namespace pdserve::server {
+
+namespace {
+
+void scalar(std::ostringstream& o, const char* name, const char* type, const char* help, double v) {
+  o << "# HELP " << name << ' ' << help << "\n# TYPE " << name << ' ' << type << '\n' << name << ' ' << v << '\n';
+}
+
+void histogram(std::ostringstream& o, const char* name, const char* help, const runtime::HistogramSnapshot& h) {
+  o << "# HELP " << name << ' ' << help << "\n# TYPE " << name << " histogram\n";
+  uint64_t cum = 0;
+  for (size_t i = 0; i < h.bounds.size(); ++i) {
+    cum += h.counts[i];
+    o << name << "_bucket{le=\"" << h.bounds[i] << "\"} " << cum << '\n';
+  }
+  cum += h.counts.back();
+  o << name << "_bucket{le=\"+Inf\"} " << cum << '\n' << name << "_sum " << h.sum << '\n' << name << "_count " << h.count << '\n';
+}
+
+}  // namespace
+
+std::string render_metrics(const runtime::EngineStats& s, const runtime::MetricsSnapshot& m) {
+  std::ostringstream o;
+  o.precision(10);
+  scalar(o, "pdserve_prompt_tokens_total", "counter", "Prompt tokens of admitted requests.", static_cast<double>(m.prompt_tokens));
+  scalar(o, "pdserve_generation_tokens_total", "counter", "Generated tokens.", static_cast<double>(m.generation_tokens));
+  o << "# HELP pdserve_request_finished_total Finished requests by reason.\n# TYPE pdserve_request_finished_total counter\n";
+  o << "pdserve_request_finished_total{reason=\"stop\"} " << m.requests_stop << '\n';
+  o << "pdserve_request_finished_total{reason=\"length\"} " << m.requests_length << '\n';
+  o << "pdserve_request_finished_total{reason=\"abort\"} " << m.requests_abort << '\n';
+  o << "pdserve_request_finished_total{reason=\"error\"} " << m.requests_error << '\n';
+  scalar(o, "pdserve_request_rejected_total", "counter", "Requests refused at submit (too long, queue full).",
+         static_cast<double>(m.requests_rejected));
+  scalar(o, "pdserve_num_requests_running", "gauge", "Requests holding pages and a KDA slot.", static_cast<double>(s.running));
+  scalar(o, "pdserve_num_requests_waiting", "gauge", "Requests waiting for admission.", static_cast<double>(s.waiting));
+  scalar(o, "pdserve_kv_pages_used", "gauge", "MLA KV pages in use.", static_cast<double>(s.pages_used));
+  scalar(o, "pdserve_kv_pages_total", "gauge", "MLA KV pages in the pool.", static_cast<double>(s.pages_total));
+  scalar(o, "pdserve_kv_usage_ratio", "gauge", "Fraction of MLA KV pages in use.",
+         s.pages_total ? static_cast<double>(s.pages_used) / static_cast<double>(s.pages_total) : 0.0);
+  scalar(o, "pdserve_kda_slots_used", "gauge", "KDA state slots in use.", static_cast<double>(s.slots_used));
+  scalar(o, "pdserve_kda_slots_total", "gauge", "KDA state slots in the pool.", static_cast<double>(s.slots_total));
+  scalar(o, "pdserve_engine_steps_total", "counter", "Forward steps run.", static_cast<double>(s.steps));
+  histogram(o, "pdserve_time_to_first_token_seconds", "Time from arrival to the first token.", m.ttft);
+  histogram(o, "pdserve_inter_token_latency_seconds", "Time between consecutive tokens of a request.", m.itl);
+  histogram(o, "pdserve_e2e_request_latency_seconds", "Time from arrival to finish.", m.e2e);
+  return o.str();
+}
+
+}  // namespace pdserve::server

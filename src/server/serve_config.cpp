@@ -1,0 +1,38 @@
+#include "pdserve/server/serve_config.h"
+
+#include <algorithm>
+
+namespace pdserve::server {
+
+Status ServeConfig::validate() const {
+  if (model_dir.empty()) return invalid_argument("config model_dir: required (--model)");
+  if (host.empty()) return invalid_argument("config host: must not be empty");
+  if (port < 0 || port > 65535) return invalid_argument("config port: must be in [0, 65535]");
+  if (max_body_bytes < 1024) return invalid_argument("config max_body_bytes: must be >= 1024");
+  if (http_threads < 0) return invalid_argument("config http_threads: must be >= 0");
+  if (runtime.page_size < 1) return invalid_argument("config page_size: must be >= 1");
+  if (runtime.max_running < 1) return invalid_argument("config max_running: must be >= 1");
+  if (runtime.chunk_size < 1) return invalid_argument("config chunk_size: must be >= 1");
+  if (runtime.max_queue < 0) return invalid_argument("config max_queue: must be >= 0");
+  if (runtime.num_pages < 0) return invalid_argument("config num_pages: must be >= 0 (0: auto)");
+  if (runtime.max_model_len < 0) return invalid_argument("config max_model_len: must be >= 0 (0: the model's)");
+  return Status::ok();
+}
+
+int64_t ServeConfig::resolved_http_threads() const {
+  if (http_threads > 0) return http_threads;
+  return std::min<int64_t>(1024, runtime.max_running + runtime.max_queue + 8);
+}
+
+Json ServeConfig::to_json() const {
+  return Json{{"model_dir", model_dir},
+              {"served_model_name", served_model_name},
+              {"host", host},
+              {"port", port},
+              {"api_key", api_key.empty() ? "" : "<redacted>"},
+              {"max_body_bytes", max_body_bytes},
+              {"http_threads", resolved_http_threads()},
+              {"runtime", runtime.to_json()}};
+}
+
+}  // namespace pdserve::server

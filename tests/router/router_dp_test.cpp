@@ -1,0 +1,242 @@
+// DP mode against in-process fake workers: equality with direct calls, errors the router
+// owns, worker errors passed through, retries, health eviction and the in-flight bound.
+#include <condition_variable>
+#include <future>
+
+#include "router_test_util.h"
+
+namespace pdserve::router::testing {
+namespace {
+
+const std::string kBody = R"({"model":"tiny","prompt":"hello","max_tokens":4})";
+const std::string kStreamBody = R"({"model":"tiny","prompt":"hello","max_tokens":4,"stream":true})";
+
+TEST(RouterDp, ThroughTheRouterEqualsDirect) {
+  FakeWorker w("w0");
+  w.start();
+  auto cfg = fast_config();
+  cfg.workers = {w.url()};
+  auto r = start_router(cfg);
+  httplib::Headers rid = {{"X-Request-Id", "same-id"}};
+  auto direct = post(w.port(), "/v1/completions", kBody, rid);
+  auto routed = post(r->port(), "/v1/completions", kBody, rid);
+  ASSERT_TRUE(direct && routed);
+  EXPECT_EQ(routed->status, direct->status);
+  EXPECT_EQ(routed->body, direct->body);
+  EXPECT_EQ(routed->get_header_value("Content-Type"), direct->get_header_value("Content-Type"));
+  EXPECT_EQ(routed->get_header_value("X-Request-Id"), "same-id");
+
+  std::string sd, sr;
+  EXPECT_EQ(post_stream(w.port(), "/v1/chat/completions", kStreamBody, [&](const std::string& c) { sd += c; }), 200);
+  EXPECT_EQ(post_stream(r->port(), "/v1/chat/completions", kStreamBody, [&](const std::string& c) { sr += c; }), 200);
+  EXPECT_EQ(sr, sd);
+  EXPECT_NE(sr.find("data: [DONE]"), std::string::npos);
+
+  auto models = get(r->port(), "/v1/models");
+  ASSERT_TRUE(models);
+  EXPECT_EQ(models->status, 200);
+  EXPECT_EQ(models->body, get(w.port(), "/v1/models")->body);
+}
+
+TEST(RouterDp, RoundRobinSpreadsAndAssignsRequestIds) {
+  FakeWorker a("a"), b("b");
+  a.start();
+  b.start();
+  auto cfg = fast_config();
+  cfg.workers = {a.url(), b.url()};
+  auto r = start_router(cfg);
+  for (int i = 0; i < 10; ++i) {
+    auto res = post(r->port(), "/v1/completions", kBody);
+    ASSERT_TRUE(res);
+    ASSERT_EQ(res->status, 200);
+    std::string rid = res->get_header_value("X-Request-Id");
+    EXPECT_EQ(rid.rfind("rtr-", 0), 0u) << rid;  // assigned by the router...
+    EXPECT_EQ(Json::parse(res->body)["request_id"], rid);  // ...and seen by the worker
+  }
+  EXPECT_EQ(a.count(), 5u);
+  EXPECT_EQ(b.count(), 5u);
+}
+
+TEST(RouterDp, RouterJudgesBodySizeAndMalformedJson) {
+  FakeWorker w("w");
+  w.start();
+  auto cfg = fast_config();
+  cfg.workers = {w.url()};
+  cfg.max_body_bytes = 4096;
+  auto r = start_router(cfg);
+
+  auto big = post(r->port(), "/v1/completions", "{\"prompt\":\"" + std::string(10000, 'x') + "\"}");
+  ASSERT_TRUE(big);
+  EXPECT_EQ(big->status, 413);
+  auto e = Json::parse(big->body);
+  EXPECT_EQ(e["error"]["type"], "invalid_request_error");
+  EXPECT_NE(e["error"]["message"].get<std::string>().find("4096"), std::string::npos);
+
+  auto bad = post(r->port(), "/v1/completions", "{\"prompt\": ");
+  ASSERT_TRUE(bad);
+  EXPECT_EQ(bad->status, 400);
+  EXPECT_TRUE(Json::parse(bad->body)["error"].is_object());
+  auto not_obj = post(r->port(), "/v1/completions", "[1,2]");
+  ASSERT_TRUE(not_obj);
+  EXPECT_EQ(not_obj->status, 400);
+
+  auto nowhere = get(r->port(), "/v2/nothing");
+  ASSERT_TRUE(nowhere);
+  EXPECT_EQ(nowhere->status, 404);
+  EXPECT_TRUE(Json::parse(nowhere->body)["error"].is_object());
+  EXPECT_EQ(w.count(), 0u);  // none of these reached the worker
+}
+
+TEST(RouterDp, WorkerErrorsPassThroughUnchanged) {
+  FakeWorker w("w");
+  w.start();
+  const std::string err = R"({"error":{"message":"max_tokens: must be > 0","type":"invalid_request_error","param":"max_tokens","code":null}})";
+  w.on_generate([&](const httplib::Request&, httplib::Response& res) {
+    res.status = 422;
+    res.set_content(err, "application/json; charset=utf-8");
+  });
+  auto cfg = fast_config();
+  cfg.workers = {w.url()};
+  auto r = start_router(cfg);
+  auto res = post(r->port(), "/v1/completions", kBody);
+  ASSERT_TRUE(res);
+  EXPECT_EQ(res->status, 422);
+  EXPECT_EQ(res->body, err);
+  EXPECT_EQ(res->get_header_value("Content-Type"), "application/json; charset=utf-8");
+}
+
+TEST(RouterDp, ApiKeyIsChecked) {
+  FakeWorker w("w");
+  w.start();
+  auto cfg = fast_config();
+  cfg.workers = {w.url()};
+  cfg.api_key = "sekret";
+  auto r = start_router(cfg);
+  auto no = post(r->port(), "/v1/completions", kBody);
+  ASSERT_TRUE(no);
+  EXPECT_EQ(no->status, 401);
+  auto yes = post(r->port(), "/v1/completions", kBody, {{"Authorization", "Bearer sekret"}});
+  ASSERT_TRUE(yes);
+  EXPECT_EQ(yes->status, 200);
+  EXPECT_EQ(get(r->port(), "/health")->status, 200);  // health stays open for probes
+}
+
+TEST(RouterDp, ConnectFailureIsRetriedOnAnotherWorker) {
+  FakeWorker live("live");
+  live.start();
+  const std::string dead = "http://127.0.0.1:" + std::to_string(dead_port());
+  auto cfg = fast_config();
+  cfg.workers = {dead, live.url()};
+  cfg.health.interval_s = 3600;  // keep the dead worker in the rotation: only retries save us
+  auto r = start_router(cfg);
+  for (int i = 0; i < 8; ++i) {
+    auto res = post(r->port(), "/v1/completions", kBody);
+    ASSERT_TRUE(res);
+    EXPECT_EQ(res->status, 200) << res->body;
+  }
+  EXPECT_EQ(live.count(), 8u);
+  EXPECT_GE(r->server_info()["counters"]["connect_retries"].get<int>(), 4);
+  EXPECT_GE(worker_info(*r, dead)["connect_failures"].get<int>(), 4);
+}
+
+TEST(RouterDp, KilledWorkerIsEvictedAndReturnsWhenHealthy) {
+  FakeWorker a("a"), b("b");
+  a.start();
+  b.start();
+  auto cfg = fast_config();
+  cfg.workers = {a.url(), b.url()};
+  cfg.max_connect_retries = 0;  // so only eviction (not retries) keeps requests succeeding
+  auto r = start_router(cfg);
+  for (int i = 0; i < 4; ++i) ASSERT_EQ(post(r->port(), "/v1/completions", kBody)->status, 200);
+
+  const int b_port = b.port();
+  b.stop();
+  ASSERT_TRUE(eventually([&] { return worker_info(*r, b.url())["state"] == "unhealthy"; }));
+  const size_t a_before = a.count();
+  for (int i = 0; i < 10; ++i) {
+    auto res = post(r->port(), "/v1/completions", kBody);
+    ASSERT_TRUE(res);
+    EXPECT_EQ(res->status, 200);
+  }
+  EXPECT_EQ(a.count(), a_before + 10);
+  auto h = get(r->port(), "/health");
+  EXPECT_EQ(h->status, 200);
+
+  b.start(b_port);  // restart on the same port
+  ASSERT_TRUE(eventually([&] { return worker_info(*r, b.url())["state"] == "healthy"; }));
+  for (int i = 0; i < 4; ++i) ASSERT_EQ(post(r->port(), "/v1/completions", kBody)->status, 200);
+  EXPECT_GT(b.count(), 0u);
+}
+
+TEST(RouterDp, HealthSays503WithAReasonWhenNoWorkerIsUsable) {
+  FakeWorker w("w");
+  w.start();
+  auto cfg = fast_config();
+  cfg.workers = {w.url()};
+  auto r = start_router(cfg);
+  EXPECT_EQ(get(r->port(), "/health")->status, 200);
+  w.stop();
+  ASSERT_TRUE(eventually([&] { return get(r->port(), "/health")->status == 503; }));
+  auto h = get(r->port(), "/health");
+  EXPECT_NE(Json::parse(h->body)["reason"].get<std::string>().find("no healthy worker"), std::string::npos);
+  auto res = post(r->port(), "/v1/completions", kBody);
+  EXPECT_EQ(res->status, 503);
+  EXPECT_EQ(Json::parse(res->body)["error"]["code"], "no_healthy_worker");
+}
+
+TEST(RouterDp, InFlightBoundGivesAClear503) {
+  std::mutex mu;
+  std::condition_variable cv;
+  bool release = false;
+  FakeWorker w("slow");
+  w.on_generate([&](const httplib::Request& req, httplib::Response& res) {
+    std::unique_lock lk(mu);
+    cv.wait(lk, [&] { return release; });
+    res.set_content(FakeWorker::json_answer("slow", req.body, ""), "application/json");
+  });
+  w.start();
+  auto cfg = fast_config();
+  cfg.workers = {w.url()};
+  cfg.max_in_flight = 2;
+  auto r = start_router(cfg);
+  auto f1 = std::async(std::launch::async, [&] { return post(r->port(), "/v1/completions", kBody)->status; });
+  auto f2 = std::async(std::launch::async, [&] { return post(r->port(), "/v1/completions", kBody)->status; });
+  ASSERT_TRUE(eventually([&] { return w.in_flight.load() == 2; }));
+  auto third = post(r->port(), "/v1/completions", kBody);
+  ASSERT_TRUE(third);
+  EXPECT_EQ(third->status, 503);
+  auto e = Json::parse(third->body);
+  EXPECT_EQ(e["error"]["code"], "router_overloaded");
+  EXPECT_NE(e["error"]["message"].get<std::string>().find("max_in_flight"), std::string::npos);
+  {
+    std::lock_guard lk(mu);
+    release = true;
+  }
+  cv.notify_all();
+  EXPECT_EQ(f1.get(), 200);
+  EXPECT_EQ(f2.get(), 200);
+  EXPECT_TRUE(eventually([&] { return r->server_info()["in_flight"] == 0; }));
+  EXPECT_EQ(post(r->port(), "/v1/completions", kBody)->status, 200);  // slots came back
+}
+
+TEST(RouterDp, MetricsAndServerInfo) {
+  FakeWorker w("w");
+  w.start();
+  auto cfg = fast_config();
+  cfg.workers = {w.url()};
+  auto r = start_router(cfg);
+  ASSERT_EQ(post(r->port(), "/v1/completions", kBody)->status, 200);
+  auto m = get(r->port(), "/metrics");
+  ASSERT_TRUE(m);
+  const std::string label = "worker=\"" + w.url() + "\",role=\"unified\"";
+  EXPECT_NE(m->body.find("pdserve_router_worker_requests_total{" + label + "} 1"), std::string::npos) << m->body;
+  EXPECT_NE(m->body.find("pdserve_router_worker_request_duration_seconds_count{" + label + "} 1"), std::string::npos);
+  EXPECT_NE(m->body.find("pdserve_router_in_flight 0"), std::string::npos);
+  auto info = Json::parse(get(r->port(), "/get_server_info")->body);
+  EXPECT_EQ(info["mode"], "dp");
+  EXPECT_EQ(info["workers"][0]["state"], "healthy");
+  EXPECT_EQ(info["workers"][0]["requests"], 1);
+}
+
+}  // namespace
+}  // namespace pdserve::router::testing
