@@ -5,7 +5,9 @@
 
 #include <cstdlib>
 #include <map>
+#include <random>
 #include <string>
+#include <vector>
 
 #include "pdserve/model/make_model.h"
 
@@ -28,6 +30,14 @@ inline const std::string& tiny_model_dir(const std::string& preset, uint64_t see
   Status st = make_model(preset, dir, seed);
   if (!st.is_ok()) std::abort();
   return made[key] = dir;
+}
+
+// Deterministic prompt ids inside the tiny models' BPE range (1024 ranks).
+inline std::vector<int32_t> random_ids(size_t n, uint32_t seed) {
+  std::mt19937 g(seed);
+  std::vector<int32_t> v(n);
+  for (auto& x : v) x = static_cast<int32_t>(g() % 1024);
+  return v;
 }
 
 }  // namespace pdserve::testing

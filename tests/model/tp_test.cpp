@@ -12,12 +12,7 @@
 namespace pdserve {
 namespace {
 
-std::vector<int32_t> random_ids(size_t n, uint32_t seed) {
-  std::mt19937 g(seed);
-  std::vector<int32_t> v(n);
-  for (auto& x : v) x = static_cast<int32_t>(g() % 1024);
-  return v;
-}
+using testing::random_ids;
 
 struct TpRun {
   std::vector<float> prefill_logits;  // all positions
