@@ -5,7 +5,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
-#include <map>
 
 #include "pdserve/core/file_util.h"
 #include "pdserve/core/json_util.h"
@@ -85,28 +84,20 @@ class CheckpointBuilder {
   CheckpointBuilder(Rng& rng, std::string prefix) : rng_(rng), prefix_(std::move(prefix)) {}
 
   Rng& rng() { return rng_; }
-  void linear(const std::string& name, int64_t out, int64_t in) {
-    add_bf16(name, {out, in}, rng_.normal_vec(out * in, 1.0f / std::sqrt(static_cast<float>(in))));
-  }
+  void linear(const std::string& name, int64_t out, int64_t in) { linear_unprefixed(prefix_ + name, out, in); }
   // A tensor outside the text model's prefix (lm_head, vision weights).
   void linear_unprefixed(const std::string& full_name, int64_t out, int64_t in) {
-    SafetensorsWriter one;
-    one.add_bf16(full_name, {out, in}, rng_.normal_vec(out * in, 1.0f / std::sqrt(static_cast<float>(in))));
-    order_.push_back(full_name);
-    w_[full_name] = std::move(one);
+    add_raw(full_name, DType::kBF16, {out, in}, encode_bf16(rng_.normal_vec(out * in, 1.0f / std::sqrt(static_cast<float>(in)))));
   }
   void norm(const std::string& name, int64_t n) { add_bf16(name, {n}, rng_.normal_vec(n, 0.1f, 1.0f)); }
   void add_bf16(const std::string& name, std::vector<int64_t> shape, const std::vector<float>& v) {
-    order_.push_back(prefix_ + name);
-    w_[prefix_ + name].add_bf16(prefix_ + name, std::move(shape), v);
+    add_raw(prefix_ + name, DType::kBF16, std::move(shape), encode_bf16(v));
   }
   void add_f32(const std::string& name, std::vector<int64_t> shape, const std::vector<float>& v) {
-    order_.push_back(prefix_ + name);
-    w_[prefix_ + name].add_f32(prefix_ + name, std::move(shape), v);
+    add_raw(prefix_ + name, DType::kF32, std::move(shape), encode_f32(v));
   }
   void add_raw(const std::string& full_name, DType t, std::vector<int64_t> shape, std::vector<uint8_t> bytes) {
-    order_.push_back(full_name);
-    w_[full_name].add(full_name, t, std::move(shape), std::move(bytes));
+    tensors_.push_back({full_name, t, std::move(shape), std::move(bytes)});
   }
   void mxfp4(const std::string& name, int64_t out, int64_t in) {
     std::vector<float> w = rng_.normal_vec(out * in, 1.0f / std::sqrt(static_cast<float>(in)));
@@ -116,24 +107,19 @@ class CheckpointBuilder {
     add_raw(prefix_ + name + ".weight_scale", DType::kU8, {out, in / kMxfp4GroupSize}, std::move(scales));
   }
 
+  // Spreads the tensors over `shards` files in insertion order, by cumulative size.
   Status write(const std::string& dir, int shards) const {
     size_t total = 0;
-    for (const auto& [n, wr] : w_) total += wr.payload_bytes();
+    for (const Tensor& t : tensors_) total += t.bytes.size();
     const size_t per_shard = total / shards + 1;
     std::vector<SafetensorsWriter> files(shards);
     Json weight_map = Json::object();
     size_t acc = 0;
-    for (const std::string& name : order_) {
-      const SafetensorsWriter& one = w_.at(name);
-      int s = std::min<int>(shards - 1, static_cast<int>(acc / per_shard));
-      acc += one.payload_bytes();
-      // Re-serialise the single tensor into its shard.
-      std::string blob = one.serialize();
-      auto views = parse_safetensors(reinterpret_cast<const uint8_t*>(blob.data()), blob.size(), name);
-      if (!views.is_ok()) return views.status();
-      const TensorView& t = views.value()[0];
-      files[s].add(name, t.dtype, t.shape, std::vector<uint8_t>(t.data, t.data + t.nbytes));
-      weight_map[name] = shard_name(s, shards);
+    for (const Tensor& t : tensors_) {
+      const int s = std::min<int>(shards - 1, static_cast<int>(acc / per_shard));
+      acc += t.bytes.size();
+      files[s].add(t.name, t.dtype, t.shape, t.bytes);
+      weight_map[t.name] = shard_name(s, shards);
     }
     for (int s = 0; s < shards; ++s) PDS_RETURN_IF_ERROR(files[s].write(join_path(dir, shard_name(s, shards))));
     Json index = {{"metadata", {{"total_size", total}}}, {"weight_map", weight_map}};
@@ -141,6 +127,12 @@ class CheckpointBuilder {
   }
 
  private:
+  struct Tensor {
+    std::string name;
+    DType dtype;
+    std::vector<int64_t> shape;
+    std::vector<uint8_t> bytes;
+  };
   static std::string shard_name(int s, int n) {
     char buf[64];
     std::snprintf(buf, sizeof buf, "model-%05d-of-%05d.safetensors", s + 1, n);
@@ -148,8 +140,7 @@ class CheckpointBuilder {
   }
   Rng& rng_;
   std::string prefix_;
-  std::map<std::string, SafetensorsWriter> w_;
-  std::vector<std::string> order_;
+  std::vector<Tensor> tensors_;
 };
 
 Json text_config(const Preset& p, int64_t vocab, int64_t special_base) {

@@ -167,19 +167,27 @@ void SafetensorsWriter::add(const std::string& name, DType dtype, std::vector<in
   entries_.push_back({name, dtype, std::move(shape), std::move(bytes)});
 }
 
-void SafetensorsWriter::add_f32(const std::string& name, std::vector<int64_t> shape, const std::vector<float>& v) {
+std::vector<uint8_t> encode_f32(const std::vector<float>& v) {
   std::vector<uint8_t> b(v.size() * 4);
   std::memcpy(b.data(), v.data(), b.size());
-  add(name, DType::kF32, std::move(shape), std::move(b));
+  return b;
 }
 
-void SafetensorsWriter::add_bf16(const std::string& name, std::vector<int64_t> shape, const std::vector<float>& v) {
+std::vector<uint8_t> encode_bf16(const std::vector<float>& v) {
   std::vector<uint8_t> b(v.size() * 2);
   for (size_t i = 0; i < v.size(); ++i) {
     uint16_t h = f32_to_bf16(v[i]);
     std::memcpy(b.data() + 2 * i, &h, 2);
   }
-  add(name, DType::kBF16, std::move(shape), std::move(b));
+  return b;
+}
+
+void SafetensorsWriter::add_f32(const std::string& name, std::vector<int64_t> shape, const std::vector<float>& v) {
+  add(name, DType::kF32, std::move(shape), encode_f32(v));
+}
+
+void SafetensorsWriter::add_bf16(const std::string& name, std::vector<int64_t> shape, const std::vector<float>& v) {
+  add(name, DType::kBF16, std::move(shape), encode_bf16(v));
 }
 
 std::string SafetensorsWriter::serialize() const {

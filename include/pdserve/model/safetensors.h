@@ -82,6 +82,10 @@ class SafetensorsWriter {
   std::vector<Entry> entries_;
 };
 
+// Raw little-endian bytes of fp32 values, as F32 or rounded to BF16.
+std::vector<uint8_t> encode_f32(const std::vector<float>& values);
+std::vector<uint8_t> encode_bf16(const std::vector<float>& values);
+
 // Reads element i of a float tensor (F32, BF16 or F16) as float.
 float tensor_float_at(const TensorView& t, int64_t i);
 // Copies a float tensor (F32 / BF16 / F16) into fp32.
