@@ -2,6 +2,9 @@
 #pragma once
 
 #include <CLI/CLI.hpp>
+#include <memory>
+
+#include "pdserve/server/serve_config.h"
 
 namespace pdserve::cli {
 
@@ -11,5 +14,12 @@ void add_tokenize_command(CLI::App& app);
 void add_router_command(CLI::App& app);
 void add_bench_command(CLI::App& app);
 void add_serve_command(CLI::App& app);
+void add_prefill_command(CLI::App& app);
+void add_decode_command(CLI::App& app);
+
+// Shared by serve, prefill and decode (serve_cmd.cpp): the options every server takes, and
+// the run loop (bind, print "pdserve: listening on ...", serve until SIGINT / SIGTERM).
+void add_server_options(CLI::App* cmd, const std::shared_ptr<server::ServeConfig>& cfg);
+int run_server(server::ServeConfig cfg);
 
 }  // namespace pdserve::cli

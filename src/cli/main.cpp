@@ -13,6 +13,8 @@ int main(int argc, char** argv) {
   pdserve::cli::add_router_command(app);
   pdserve::cli::add_bench_command(app);
   pdserve::cli::add_serve_command(app);
+  pdserve::cli::add_prefill_command(app);
+  pdserve::cli::add_decode_command(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -13,11 +13,10 @@
 
 namespace pdserve::cli {
 
-namespace {
-
-int run_serve(server::ServeConfig cfg) {
+int run_server(server::ServeConfig cfg) {
+  const std::string who = server::server_role_name(cfg.role) == std::string("unified") ? "serve" : server::server_role_name(cfg.role);
   if (Status st = cfg.validate(); !st.is_ok()) {
-    std::cerr << "serve: " << st.message() << "\n";
+    std::cerr << who << ": " << st.message() << "\n";
     return 2;
   }
   // SIGINT / SIGTERM are handled by one thread (blocked everywhere else), which stops the server.
@@ -29,12 +28,12 @@ int run_serve(server::ServeConfig cfg) {
 
   auto srv = server::HttpServer::create(cfg);
   if (!srv.is_ok()) {
-    std::cerr << "serve: " << srv.status().message() << "\n";
+    std::cerr << who << ": " << srv.status().message() << "\n";
     return 1;
   }
   auto port = (*srv)->bind();
   if (!port.is_ok()) {
-    std::cerr << "serve: " << port.status().message() << "\n";
+    std::cerr << who << ": " << port.status().message() << "\n";
     return 1;
   }
   server::HttpServer* s = srv->get();
@@ -45,8 +44,11 @@ int run_serve(server::ServeConfig cfg) {
     s->stop();
   });
   const auto& rc = s->engine().config();
-  spdlog::info("model {} ({}): {} KV pages of {} tokens, {} KDA slots, max_model_len {}", cfg.model_dir,
-               s->config().served_model_name, rc.num_pages, rc.page_size, rc.max_running, rc.max_model_len);
+  spdlog::info("{} role, model {} ({}), tp {}: {} KV pages of {} tokens, {} KDA slots, max_model_len {}",
+               server::server_role_name(cfg.role), cfg.model_dir, s->config().served_model_name, cfg.tp, rc.num_pages,
+               rc.page_size, rc.max_running, rc.max_model_len);
+  if (s->prefill()) spdlog::info("bootstrap server on {}:{}", cfg.disagg.bootstrap_host, s->prefill()->bootstrap_port());
+  if (s->decode()) spdlog::info("transfer listener on {}", s->decode()->info()["transfer_address"].get<std::string>());
   std::cout << "pdserve: listening on http://" << cfg.host << ":" << *port << std::endl;
   s->run();
   // Wake the signal thread if we stopped for another reason.
@@ -56,12 +58,9 @@ int run_serve(server::ServeConfig cfg) {
   return 0;
 }
 
-}  // namespace
-
-void add_serve_command(CLI::App& app) {
-  auto* cmd = app.add_subcommand("serve", "Serve the OpenAI-compatible API (prefill and decode in one process)");
-  auto cfg = std::make_shared<server::ServeConfig>();
+void add_server_options(CLI::App* cmd, const std::shared_ptr<server::ServeConfig>& cfg) {
   cmd->add_option("--model", cfg->model_dir, "Model directory")->required();
+  cmd->add_option("--tp", cfg->tp, "Tensor-parallel ranks (threads on the CPU backend)")->capture_default_str();
   cmd->add_option("--served-model-name", cfg->served_model_name, "Model name in the API (default: directory name)");
   cmd->add_option("--host", cfg->host, "Address to listen on")->capture_default_str();
   cmd->add_option("--port", cfg->port, "Port (0: any free port)")->capture_default_str();
@@ -75,7 +74,13 @@ void add_serve_command(CLI::App& app) {
   cmd->add_option("--max-model-len", cfg->runtime.max_model_len, "Prompt + completion limit (0: the model's)")->capture_default_str();
   cmd->add_option("--max-body-bytes", cfg->max_body_bytes, "Largest request body")->capture_default_str();
   cmd->add_option("--http-threads", cfg->http_threads, "HTTP worker threads (0: auto)")->capture_default_str();
-  cmd->callback([cfg]() { std::exit(run_serve(*cfg)); });
+}
+
+void add_serve_command(CLI::App& app) {
+  auto* cmd = app.add_subcommand("serve", "Serve the OpenAI-compatible API (prefill and decode in one process)");
+  auto cfg = std::make_shared<server::ServeConfig>();
+  add_server_options(cmd, cfg);
+  cmd->callback([cfg]() { std::exit(run_server(*cfg)); });
 }
 
 }  // namespace pdserve::cli

@@ -6,16 +6,35 @@ namespace pdserve {
 
 Result<std::unique_ptr<TpModelGroup>> TpModelGroup::load(const std::string& dir, int tp_size, int64_t num_pages,
                                                          int64_t page_size, int64_t num_slots) {
+  PDS_ASSIGN_OR_RETURN(auto g, load_models(dir, tp_size));
+  g->make_pools(num_pages, page_size, num_slots);
+  return g;
+}
+
+Result<std::unique_ptr<TpModelGroup>> TpModelGroup::load_models(const std::string& dir, int tp_size) {
   if (tp_size < 1) return invalid_argument("tensor parallel size must be at least 1");
   std::unique_ptr<TpModelGroup> g(new TpModelGroup());
   g->comms_ = make_in_process_group(tp_size);
   for (int r = 0; r < tp_size; ++r) {
     PDS_ASSIGN_OR_RETURN(auto m, Model::load(dir, ShardSpec{r, tp_size}, g->comms_[r].get()));
-    g->kv_.push_back(MlaKvPool::for_model(m->config(), num_pages, page_size));
-    g->state_.push_back(KdaStatePool::for_model(m->config(), num_slots, tp_size));
     g->models_.push_back(std::move(m));
   }
   return g;
+}
+
+std::unique_ptr<TpModelGroup> TpModelGroup::from_model(std::shared_ptr<const Model> model) {
+  std::unique_ptr<TpModelGroup> g(new TpModelGroup());
+  g->models_.push_back(std::move(model));
+  return g;
+}
+
+void TpModelGroup::make_pools(int64_t num_pages, int64_t page_size, int64_t num_slots) {
+  kv_.clear();
+  state_.clear();
+  for (int r = 0; r < size(); ++r) {
+    kv_.push_back(MlaKvPool::for_model(config(), num_pages, page_size));
+    state_.push_back(KdaStatePool::for_model(config(), num_slots, size()));
+  }
 }
 
 Status TpModelGroup::forward(const ForwardBatch& batch, ForwardOutput* out, const ForwardOptions& opts) {

@@ -75,16 +75,20 @@ void RequestHandle::abort() {
 
 Result<std::unique_ptr<Engine>> Engine::create(RuntimeConfig cfg, std::shared_ptr<const Model> model,
                                                std::shared_ptr<const tokenizer::Tokenizer> tok) {
-  cfg.resolve(model->config());
+  return create(std::move(cfg), TpModelGroup::from_model(std::move(model)), std::move(tok));
+}
+
+Result<std::unique_ptr<Engine>> Engine::create(RuntimeConfig cfg, std::unique_ptr<TpModelGroup> group,
+                                               std::shared_ptr<const tokenizer::Tokenizer> tok) {
+  cfg.resolve(group->config());
   PDS_RETURN_IF_ERROR(cfg.validate());
   std::unique_ptr<Engine> e(new Engine());
   e->cfg_ = cfg;
-  e->model_ = std::move(model);
+  e->group_ = std::move(group);
   e->tok_ = std::move(tok);
-  e->kv_ = MlaKvPool::for_model(e->model_->config(), cfg.num_pages, cfg.page_size);
-  e->state_ = KdaStatePool::for_model(e->model_->config(), cfg.max_running);
+  e->group_->make_pools(cfg.num_pages, cfg.page_size, cfg.max_running);
   e->sched_ = std::make_unique<SchedulerBox>(SchedulerBox{
-      Scheduler({cfg.max_running, cfg.chunk_size, cfg.step_token_budget}, *e->kv_, *e->state_)});
+      Scheduler({cfg.max_running, cfg.chunk_size, cfg.step_token_budget}, e->group_->kv(0), e->group_->state(0))});
   return e;
 }
 
@@ -123,7 +127,7 @@ Result<RequestHandle> Engine::submit(GenerateRequest req) {
   const int64_t n = static_cast<int64_t>(req.prompt.size());
   if (n == 0) return invalid_argument("prompt: must not be empty");
   for (int32_t t : req.prompt)
-    if (t < 0 || t >= model_->config().vocab_size)
+    if (t < 0 || t >= model().config().vocab_size)
       return invalid_argument("prompt: token id " + std::to_string(t) + " is outside the vocabulary");
   if (n + req.sampling.max_tokens > cfg_.max_model_len) {
     metrics_.count_rejected();
@@ -131,7 +135,9 @@ Result<RequestHandle> Engine::submit(GenerateRequest req) {
                             std::to_string(req.sampling.max_tokens) + ") exceeds the context limit " +
                             std::to_string(cfg_.max_model_len));
   }
-  if (Status st = sched_->s.check_fits(n, req.sampling.max_tokens); !st.is_ok()) {
+  // Prefill role: one token is generated here, whatever the client asked decode for.
+  const int64_t reserve_tokens = req.disagg == DisaggMode::kPrefillOnly ? 1 : req.sampling.max_tokens;
+  if (Status st = sched_->s.check_fits(n, reserve_tokens); !st.is_ok()) {
     metrics_.count_rejected();
     return st;
   }
@@ -139,7 +145,8 @@ Result<RequestHandle> Engine::submit(GenerateRequest req) {
   Live& r = *live;
   r.seq.tokens = r.req.prompt;
   r.seq.prompt_len = n;
-  r.seq.max_tokens = r.req.sampling.max_tokens;
+  r.seq.max_tokens = reserve_tokens;
+  r.seq.remote_kv = r.req.disagg == DisaggMode::kDecodeOnly;
   r.stop_ids = r.req.sampling.stop_token_ids;
   if (!r.req.sampling.ignore_eos) r.stop_ids.insert(r.stop_ids.end(), r.req.eos_token_ids.begin(), r.req.eos_token_ids.end());
   std::sort(r.stop_ids.begin(), r.stop_ids.end());
@@ -167,10 +174,10 @@ EngineStats Engine::stats() const {
   EngineStats s;
   s.running = running_.load();
   s.waiting = waiting_.load();
-  s.pages_total = kv_->num_pages();
-  s.pages_used = kv_->used_pages();
-  s.slots_total = state_->num_slots();
-  s.slots_used = state_->used_slots();
+  s.pages_total = group_->kv(0).num_pages();
+  s.pages_used = group_->kv(0).used_pages();
+  s.slots_total = group_->state(0).num_slots();
+  s.slots_used = group_->state(0).used_slots();
   s.steps = steps_.load();
   return s;
 }
@@ -205,6 +212,7 @@ void Engine::take_aborts() {
 // request's pages and slot being back in the pools.
 void Engine::finish(Live& r, FinishReason reason, Status error, std::optional<RequestEvent> final_event) {
   if (r.seq.state == RequestState::kQueued) waiting_.fetch_sub(1);
+  if (r.req.disagg != DisaggMode::kNone && hooks_.on_release) hooks_.on_release(r.seq.id, r.req.room, r.seq);
   Status st = sched_->s.release(&r.seq);
   if (!st.is_ok()) spdlog::error("request {}: releasing its cache failed: {}", r.seq.id, st.message());
   running_.store(sched_->s.num_running());
@@ -226,16 +234,19 @@ void Engine::finish(Live& r, FinishReason reason, Status error, std::optional<Re
   live_.erase(r.seq.id);  // r is gone after this
 }
 
+// Sleeps when the last step ran nothing: requests waiting for KV, for a send to end or for
+// pages held by those can only move on an event (new request, abort, control message).
 void Engine::loop() {
   for (;;) {
     {
       std::unique_lock<std::mutex> lock(mu_);
-      cv_.wait(lock, [&] { return stop_ || has_aborts_ || !inbox_.empty() || !live_.empty(); });
+      cv_.wait(lock, [&] { return stop_ || has_aborts_ || !inbox_.empty() || !controls_.empty() || runnable_; });
       if (stop_) return;
     }
     take_inbox();
     take_aborts();
-    step();
+    take_controls();
+    runnable_ = step();
   }
 }
 

@@ -8,13 +8,15 @@
 
 namespace pdserve::runtime {
 
-void Engine::step() {
+bool Engine::step() {
   Scheduler& sched = sched_->s;
-  const int64_t admitted = sched.admit();
-  if (admitted > 0) waiting_.fetch_sub(admitted);
+  std::vector<Sequence*> admitted;
+  if (sched.admit(&admitted) > 0) waiting_.fetch_sub(static_cast<int64_t>(admitted.size()));
   running_.store(sched.num_running());
+  for (Sequence* s : admitted)
+    if (s->state == RequestState::kAwaitingKv && hooks_.on_kv_reserved) hooks_.on_kv_reserved(s->id, live_.at(s->id)->req.room, *s);
   const StepPlan plan = sched.plan();
-  if (plan.empty()) return;
+  if (plan.empty()) return false;
 
   ForwardBatch batch;
   batch.seqs.reserve(plan.items.size());
@@ -27,26 +29,41 @@ void Engine::step() {
     batch.seqs.push_back(std::move(in));
   }
   ForwardOutput out;
-  ModelCaches caches{kv_.get(), state_.get()};
-  Status st = model_->forward(batch, caches, &out);
+  Status st = group_->forward(batch, &out);
   steps_.fetch_add(1);
   if (!st.is_ok()) {
     // The batch's states are now unknown: fail those requests, keep serving the rest.
     spdlog::error("forward failed: {}", st.message());
     for (const StepItem& it : plan.items) finish(*live_.at(it.seq->id), FinishReason::kError, st);
-    return;
+    return true;
   }
   sched.commit(plan);
   for (size_t i = 0; i < plan.items.size(); ++i) {
-    if (!plan.items[i].samples) continue;
-    on_logits(*live_.at(plan.items[i].seq->id), out.row(i));
+    Live& r = *live_.at(plan.items[i].seq->id);
+    if (plan.items[i].samples) on_logits(r, out.row(i));
+    else if (r.req.disagg == DisaggMode::kPrefillOnly && hooks_.on_chunk_done) hooks_.on_chunk_done(r.seq.id, r.req.room, r.seq);
   }
+  return true;
 }
 
 void Engine::on_logits(Live& r, const float* logits) {
-  const int64_t vocab = model_->config().vocab_size;
+  const int64_t vocab = model().config().vocab_size;
   SampleResult s = r.sampler.sample(std::span<const float>(logits, static_cast<size_t>(vocab)));
+  if (r.req.disagg == DisaggMode::kPrefillOnly) {
+    // The token travels to decode in the aux row; this side only holds the cache until sent.
+    r.seq.tokens.push_back(s.token);
+    sched_->s.hold_for_send(&r.seq);
+    running_.store(sched_->s.num_running());
+    if (hooks_.on_prefill_done) hooks_.on_prefill_done(r.seq.id, r.req.room, r.seq, FirstToken{s.token, s.logprob});
+    return;
+  }
   r.seq.tokens.push_back(s.token);
+  emit_token(r, s.token, std::move(s.logprob));
+}
+
+// `token` is already the last of r.seq.tokens.
+void Engine::emit_token(Live& r, int32_t token, TokenLogprob logprob) {
+  SampleResult s{token, std::move(logprob)};
   metrics_.add_generation_tokens(1);
   const auto now = Clock::now();
   const double since = std::chrono::duration<double>(now - (r.seq.num_generated() == 1 ? r.arrival : r.last_token)).count();

@@ -7,8 +7,10 @@ namespace pdserve::runtime {
 const char* request_state_name(RequestState s) {
   switch (s) {
     case RequestState::kQueued: return "queued";
+    case RequestState::kAwaitingKv: return "awaiting_kv";
     case RequestState::kPrefill: return "prefill";
     case RequestState::kDecode: return "decode";
+    case RequestState::kSendingKv: return "sending_kv";
     case RequestState::kFinished: return "finished";
   }
   return "?";

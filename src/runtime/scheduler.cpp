@@ -41,15 +41,16 @@ Status Scheduler::allocate(Sequence& seq) {
 
 // First come, first served: the head of the queue blocks the rest, so a long request is
 // never starved by a stream of short ones.
-int64_t Scheduler::admit() {
+int64_t Scheduler::admit(std::vector<Sequence*>* admitted) {
   int64_t n = 0;
   while (!waiting_.empty() && can_admit(*waiting_.front())) {
     Sequence* seq = waiting_.front();
     if (!allocate(*seq).is_ok()) break;
     waiting_.pop_front();
-    seq->state = RequestState::kPrefill;
+    seq->state = seq->remote_kv ? RequestState::kAwaitingKv : RequestState::kPrefill;
     seq->cached_len = 0;
     running_.push_back(seq);
+    if (admitted) admitted->push_back(seq);
     ++n;
   }
   return n;
@@ -84,6 +85,18 @@ void Scheduler::commit(const StepPlan& plan) {
     if (it.seq->state == RequestState::kPrefill && it.samples) it.seq->state = RequestState::kDecode;
   }
 }
+
+Status Scheduler::kv_arrived(Sequence* seq) {
+  if (seq->state != RequestState::kAwaitingKv)
+    return internal_error(std::string("KV arrived for a request in state ") + request_state_name(seq->state));
+  if (static_cast<int64_t>(seq->tokens.size()) != seq->prompt_len + 1)
+    return internal_error("KV arrived without exactly one first token appended");
+  seq->cached_len = seq->prompt_len;
+  seq->state = RequestState::kDecode;
+  return Status::ok();
+}
+
+void Scheduler::hold_for_send(Sequence* seq) { seq->state = RequestState::kSendingKv; }
 
 Status Scheduler::release(Sequence* seq) {
   Status st;

@@ -48,6 +48,34 @@ bool stream_events(StreamState& st, httplib::DataSink& sink) {
   }
 }
 
+// Prefill role: wait for decode's target, fold the prompt in, send the KV; the reply (one
+// token, never streamed) only tells the router that prefill did its part.
+void handle_prefill(const HandlerContext& ctx, ParsedRequest& p, httplib::Response& res) {
+  const uint64_t room = p.bootstrap->room;
+  p.gen.disagg = runtime::DisaggMode::kPrefillOnly;
+  p.gen.room = room;
+  if (Status st = ctx.prefill->await_target(room, p.gen.prompt); !st.is_ok()) return send_error(res, api_error_from_status(st));
+  auto handle = ctx.engine.submit(p.gen);
+  if (!handle.is_ok()) {
+    ctx.prefill->drop(room, handle.status());
+    return send_error(res, api_error_from_status(handle.status()));
+  }
+  runtime::RequestEvent all = handle->wait();
+  if (all.finish_reason == runtime::FinishReason::kError) return send_error(res, api_error_from_status(all.error));
+  if (all.finish_reason == runtime::FinishReason::kAbort)
+    return send_error(res, api_error_from_status(Status(ErrorCode::kUnavailable, "request aborted: the server is shutting down")));
+  p.stream = false;
+  ResponseFormatter fmt(p, ctx.cfg.served_model_name, ctx.tok);
+  send_json(res, fmt.full(all));
+}
+
+Status require_bootstrap(const ParsedRequest& p, const char* role) {
+  if (p.bootstrap) return Status::ok();
+  return invalid_argument(std::string("bootstrap_room: required on a ") + role +
+                          " server (send requests through `pdserve router --pd`, or add bootstrap_host, "
+                          "bootstrap_port and bootstrap_room)");
+}
+
 }  // namespace
 
 void handle_generate(const HandlerContext& ctx, ApiKind kind, const httplib::Request& req, httplib::Response& res) {
@@ -60,8 +88,24 @@ void handle_generate(const HandlerContext& ctx, ApiKind kind, const httplib::Req
   if (!parsed->model.empty() && parsed->model != model)
     return send_error(res, {404, "model '" + parsed->model + "' does not exist; this server serves '" + model + "'",
                             "not_found_error", "model", "model_not_found"});
+  if (ctx.prefill || ctx.decode) {
+    if (Status st = require_bootstrap(*parsed, ctx.prefill ? "prefill" : "decode"); !st.is_ok())
+      return send_error(res, api_error_from_status(st));
+  }
+  if (ctx.prefill) return handle_prefill(ctx, *parsed, res);
+  if (ctx.decode) {
+    const BootstrapInfo& b = *parsed->bootstrap;
+    // The pair is checked (page size, dtype, model, ...) before anything is reserved or moved.
+    if (Status st = ctx.decode->prepare(b.host, b.port, b.room, parsed->gen.prompt); !st.is_ok())
+      return send_error(res, api_error_from_status(st));
+    parsed->gen.disagg = runtime::DisaggMode::kDecodeOnly;
+    parsed->gen.room = b.room;
+  }
   auto handle = ctx.engine.submit(parsed->gen);
-  if (!handle.is_ok()) return send_error(res, api_error_from_status(handle.status()));
+  if (!handle.is_ok()) {
+    if (ctx.decode) ctx.decode->drop(parsed->bootstrap->room);
+    return send_error(res, api_error_from_status(handle.status()));
+  }
 
   if (!parsed->stream) {
     runtime::RequestEvent all = handle->wait();

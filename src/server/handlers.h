@@ -3,6 +3,8 @@
 
 #include <httplib.h>
 
+#include "pdserve/disagg/decode_coordinator.h"
+#include "pdserve/disagg/prefill_coordinator.h"
 #include "pdserve/runtime/engine.h"
 #include "pdserve/server/api_error.h"
 #include "pdserve/server/openai_request.h"
@@ -14,6 +16,8 @@ struct HandlerContext {
   const ServeConfig& cfg;
   runtime::Engine& engine;
   const tokenizer::Tokenizer& tok;
+  disagg::PrefillCoordinator* prefill = nullptr;  // set in the prefill role
+  disagg::DecodeCoordinator* decode = nullptr;    // set in the decode role
 };
 
 void send_error(httplib::Response& res, const ApiError& e);
@@ -25,5 +29,7 @@ void handle_generate(const HandlerContext& ctx, ApiKind kind, const httplib::Req
 void handle_health_generate(const HandlerContext& ctx, httplib::Response& res);
 // GET /metrics (Prometheus text exposition format).
 std::string render_metrics(const runtime::EngineStats& stats, const runtime::MetricsSnapshot& m);
+// The transfer metrics of a prefill or decode server.
+std::string render_pd_metrics(const std::string& role, const disagg::PdMetricsSnapshot& m);
 
 }  // namespace pdserve::server

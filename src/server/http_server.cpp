@@ -8,20 +8,34 @@
 #include <spdlog/spdlog.h>
 
 #include "handlers.h"
+#include "pdserve/transfer/tcp_transport.h"
 
 namespace pdserve::server {
 
-Result<std::unique_ptr<HttpServer>> HttpServer::create(ServeConfig cfg) {
+Result<std::unique_ptr<HttpServer>> HttpServer::create(ServeConfig cfg, TransportFactory make_transport) {
   PDS_RETURN_IF_ERROR(cfg.validate());
   if (cfg.served_model_name.empty())
     cfg.served_model_name = std::filesystem::path(cfg.model_dir).lexically_normal().filename().string();
   if (cfg.served_model_name.empty()) cfg.served_model_name = "pdserve";
-  PDS_ASSIGN_OR_RETURN(std::unique_ptr<Model> model, Model::load(cfg.model_dir));
+  PDS_ASSIGN_OR_RETURN(std::unique_ptr<TpModelGroup> group, TpModelGroup::load_models(cfg.model_dir, cfg.tp));
   PDS_ASSIGN_OR_RETURN(tokenizer::Tokenizer tok, tokenizer::Tokenizer::load(cfg.model_dir));
   std::unique_ptr<HttpServer> s(new HttpServer());
   s->tok_ = std::make_shared<const tokenizer::Tokenizer>(std::move(tok));
-  PDS_ASSIGN_OR_RETURN(s->engine_, runtime::Engine::create(cfg.runtime, std::shared_ptr<const Model>(std::move(model)), s->tok_));
+  PDS_ASSIGN_OR_RETURN(s->engine_, runtime::Engine::create(cfg.runtime, std::move(group), s->tok_));
   cfg.runtime = s->engine_->config();  // resolved values, for /get_server_info
+  if (cfg.role != ServerRole::kUnified) {
+    transfer::TcpConfig tcp;
+    tcp.listen_host = cfg.disagg.transfer_host;
+    tcp.listen_port = static_cast<uint16_t>(cfg.role == ServerRole::kDecode ? cfg.disagg.transfer_port : 0);
+    tcp.streams_per_peer = cfg.disagg.transfer_streams;
+    PDS_ASSIGN_OR_RETURN(auto transport, make_transport ? make_transport(tcp) : transfer::make_tcp_transport(tcp));
+    if (cfg.role == ServerRole::kPrefill) {
+      PDS_ASSIGN_OR_RETURN(s->prefill_, disagg::PrefillCoordinator::create(cfg.disagg, *s->engine_, std::move(transport), cfg.model_dir));
+      cfg.disagg.bootstrap_port = s->prefill_->bootstrap_port();
+    } else {
+      PDS_ASSIGN_OR_RETURN(s->decode_, disagg::DecodeCoordinator::create(cfg.disagg, *s->engine_, std::move(transport), cfg.model_dir));
+    }
+  }
   s->cfg_ = std::move(cfg);
   s->engine_->start();
   s->http_ = std::make_unique<net::HttpListener>();
@@ -31,8 +45,11 @@ Result<std::unique_ptr<HttpServer>> HttpServer::create(ServeConfig cfg) {
 
 HttpServer::~HttpServer() {
   stop();
-  // Engine first: it posts a final event to every open handle, so streaming handlers end.
+  // Engine first: it posts a final event to every open handle, so streaming handlers end,
+  // and releases every room through the coordinators' hooks (they outlive it by a line).
   if (engine_) engine_->stop();
+  prefill_.reset();
+  decode_.reset();
   http_.reset();
 }
 
@@ -82,7 +99,7 @@ void HttpServer::install_routes() {
     send_error(res, api_error_from_status(internal_error(what)));
   });
 
-  auto ctx = std::make_shared<HandlerContext>(HandlerContext{cfg_, *engine_, *tok_});
+  auto ctx = std::make_shared<HandlerContext>(HandlerContext{cfg_, *engine_, *tok_, prefill_.get(), decode_.get()});
   h.Post("/v1/completions", [ctx](const httplib::Request& req, httplib::Response& res) {
     handle_generate(*ctx, ApiKind::kCompletion, req, res);
   });
@@ -101,8 +118,10 @@ void HttpServer::install_routes() {
     const ModelConfig& mc = engine_->model().config();
     Json info = cfg_.to_json();
     info["version"] = "0.1.0";
-    info["role"] = "unified";
-    info["parallelism"] = {{"tp", 1}, {"pp", 1}, {"dp", 1}, {"ep", 1}};
+    info["role"] = server_role_name(cfg_.role);
+    info["parallelism"] = {{"tp", cfg_.tp}, {"pp", 1}, {"dp", 1}, {"ep", cfg_.tp}};
+    if (prefill_) info["disaggregation"] = prefill_->info();
+    if (decode_) info["disaggregation"] = decode_->info();
     info["model"] = {{"model_type", mc.model_type}, {"vocab_size", mc.vocab_size}, {"num_layers", mc.num_layers},
                      {"max_position_embeddings", mc.max_position_embeddings}};
     info["pools"] = {{"page_size", engine_->config().page_size},
@@ -112,7 +131,10 @@ void HttpServer::install_routes() {
     send_json(res, info);
   });
   h.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
-    res.set_content(render_metrics(engine_->stats(), engine_->metrics()), "text/plain; version=0.0.4");
+    std::string text = render_metrics(engine_->stats(), engine_->metrics());
+    if (prefill_) text += render_pd_metrics("prefill", prefill_->metrics());
+    if (decode_) text += render_pd_metrics("decode", decode_->metrics());
+    res.set_content(text, "text/plain; version=0.0.4");
   });
 }
 

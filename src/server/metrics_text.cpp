@@ -52,3 +52,25 @@ std::string render_metrics(const runtime::EngineStats& s, const runtime::Metrics
 }
 
 }  // namespace pdserve::server
+
+namespace pdserve::server {
+
+std::string render_pd_metrics(const std::string& role, const disagg::PdMetricsSnapshot& m) {
+  std::ostringstream o;
+  o.precision(10);
+  const std::string p = "pdserve_" + role + "_";
+  auto scalar = [&o](const std::string& name, const char* type, const char* help, double v) {
+    o << "# HELP " << name << ' ' << help << "\n# TYPE " << name << ' ' << type << '\n' << name << ' ' << v << '\n';
+  };
+  scalar(p + "transfer_queue_rooms", "gauge", "Rooms whose KV transfer has started and not ended.",
+         static_cast<double>(m.rooms_in_flight));
+  scalar(p + "transfer_succeeded_total", "counter", "Rooms whose KV transfer succeeded.", static_cast<double>(m.rooms_succeeded));
+  scalar(p + "transfer_failed_total", "counter", "Rooms whose KV transfer failed.", static_cast<double>(m.rooms_failed));
+  scalar(p + "transfer_bytes_total", "counter", "Bytes of KV, state and aux rows moved.", static_cast<double>(m.bytes));
+  scalar(p + "transfer_seconds_total", "counter", "Sum over rooms of first write to last.", m.transfer_seconds);
+  scalar(p + "transfer_max_room_seconds", "gauge", "Longest transfer of one room.", m.max_room_seconds);
+  scalar(p + "transfer_gb_per_second", "gauge", "Bytes over transfer time, all rooms.", m.gb_per_s());
+  return o.str();
+}
+
+}  // namespace pdserve::server

@@ -51,8 +51,33 @@ Status get_bool(const OJ& b, const char* k, bool* out) {
   return Status::ok();
 }
 
+// bootstrap_host / bootstrap_port / bootstrap_room: together or not at all.
+Status parse_bootstrap(const OJ& b, ParsedRequest* r) {
+  const bool h = present(b, "bootstrap_host"), p = present(b, "bootstrap_port"), rm = present(b, "bootstrap_room");
+  if (!h && !p && !rm) return Status::ok();
+  if (!h) return bad("bootstrap_host", "required with bootstrap_port and bootstrap_room");
+  if (!p) return bad("bootstrap_port", "required with bootstrap_host and bootstrap_room");
+  if (!rm) return bad("bootstrap_room", "required with bootstrap_host and bootstrap_port");
+  BootstrapInfo info;
+  if (!b.at("bootstrap_host").is_string() || b.at("bootstrap_host").get<std::string>().empty())
+    return bad("bootstrap_host", "must be a non-empty string");
+  info.host = b.at("bootstrap_host").get<std::string>();
+  if (!b.at("bootstrap_port").is_number_integer()) return bad("bootstrap_port", "must be an integer");
+  const int64_t port = b.at("bootstrap_port").get<int64_t>();
+  if (port < 1 || port > 65535) return bad("bootstrap_port", "must be in [1, 65535]");
+  info.port = static_cast<int>(port);
+  const OJ& room = b.at("bootstrap_room");
+  if (room.is_number_unsigned()) info.room = room.get<uint64_t>();
+  else if (room.is_number_integer() && room.get<int64_t>() > 0) info.room = static_cast<uint64_t>(room.get<int64_t>());
+  else return bad("bootstrap_room", "must be a positive integer");
+  if (info.room == 0 || info.room >= (uint64_t{1} << 63)) return bad("bootstrap_room", "must be in [1, 2^63)");
+  r->bootstrap = std::move(info);
+  return Status::ok();
+}
+
 // Fields shared by both endpoints.
 Status parse_common(const OJ& b, ParsedRequest* r) {
+  PDS_RETURN_IF_ERROR(parse_bootstrap(b, r));
   runtime::SamplingParams& s = r->gen.sampling;
   if (present(b, "model")) {
     if (!b.at("model").is_string()) return bad("model", "must be a string");

@@ -4,8 +4,20 @@
 
 namespace pdserve::server {
 
+const char* server_role_name(ServerRole r) {
+  switch (r) {
+    case ServerRole::kUnified: return "unified";
+    case ServerRole::kPrefill: return "prefill";
+    case ServerRole::kDecode: return "decode";
+  }
+  return "?";
+}
+
 Status ServeConfig::validate() const {
   if (model_dir.empty()) return invalid_argument("config model_dir: required (--model)");
+  if (tp < 1 || tp > 64) return invalid_argument("config tp: must be in [1, 64]");
+  if (role != ServerRole::kUnified)
+    if (Status st = disagg.validate(); !st.is_ok()) return invalid_argument("config " + st.message());
   if (host.empty()) return invalid_argument("config host: must not be empty");
   if (port < 0 || port > 65535) return invalid_argument("config port: must be in [0, 65535]");
   if (max_body_bytes < 1024) return invalid_argument("config max_body_bytes: must be >= 1024");
@@ -25,14 +37,18 @@ int64_t ServeConfig::resolved_http_threads() const {
 }
 
 Json ServeConfig::to_json() const {
-  return Json{{"model_dir", model_dir},
-              {"served_model_name", served_model_name},
-              {"host", host},
-              {"port", port},
-              {"api_key", api_key.empty() ? "" : "<redacted>"},
-              {"max_body_bytes", max_body_bytes},
-              {"http_threads", resolved_http_threads()},
-              {"runtime", runtime.to_json()}};
+  Json j{{"role", server_role_name(role)},
+         {"model_dir", model_dir},
+         {"tp", tp},
+         {"served_model_name", served_model_name},
+         {"host", host},
+         {"port", port},
+         {"api_key", api_key.empty() ? "" : "<redacted>"},
+         {"max_body_bytes", max_body_bytes},
+         {"http_threads", resolved_http_threads()},
+         {"runtime", runtime.to_json()}};
+  if (role != ServerRole::kUnified) j["disagg"] = disagg.to_json();
+  return j;
 }
 
 }  // namespace pdserve::server

@@ -81,6 +81,10 @@ void FakeWorker::start(int port) {
   auto svr = std::make_unique<Server>();
   Server* raw = svr.get();
   svr_ = std::move(svr);
+  // stop() joins the threads serving kept-alive connections; the router's 50 ms health
+  // checks keep one busy, so cap requests and idle time per connection to let stop() end.
+  raw->set_keep_alive_max_count(4);
+  raw->set_keep_alive_timeout(1);
   // Kept-alive router connections each hold a server thread; give plenty.
   svr_->new_task_queue = [] { return new httplib::ThreadPool(160); };
   auto gen = [this](const httplib::Request& req, httplib::Response& res) { handle(req, res); };

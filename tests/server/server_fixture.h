@@ -32,16 +32,24 @@ inline ServeConfig tiny_config() {
 
 class LiveServer {
  public:
-  explicit LiveServer(ServeConfig cfg = tiny_config()) {
-    auto s = HttpServer::create(std::move(cfg));
+  explicit LiveServer(ServeConfig cfg = tiny_config(), HttpServer::TransportFactory make_transport = {}) {
+    auto s = HttpServer::create(std::move(cfg), std::move(make_transport));
     if (!s.is_ok()) throw std::runtime_error(s.status().message());
     server_ = std::move(s).value();
     port_ = server_->bind().value();
     thread_ = std::thread([this] { server_->run(); });
   }
   ~LiveServer() {
+    if (!server_) return;
     server_->stop();
     thread_.join();
+  }
+  // Stops and destroys the server now (a killed process, as far as its peers can tell).
+  void kill() {
+    if (!server_) return;
+    server_->stop();
+    thread_.join();
+    server_.reset();
   }
   int port() const { return port_; }
   HttpServer& server() { return *server_; }

@@ -1,7 +1,8 @@
 // A tensor-parallel group on the CPU backend: one Model shard, KV pool and KDA state pool
 // per rank, ranks run as threads of this process and meet in an in-process communicator.
 // Page and slot ids are the same on every rank (allocation is mirrored), so one batch
-// description drives all ranks.
+// description drives all ranks. A group of one rank is the plain single-model case, so the
+// engine always runs through a group.
 #pragma once
 
 #include <memory>
@@ -15,6 +16,12 @@ class TpModelGroup {
  public:
   static Result<std::unique_ptr<TpModelGroup>> load(const std::string& dir, int tp_size, int64_t num_pages,
                                                     int64_t page_size, int64_t num_slots);
+  // The rank shards only; call make_pools() before forward().
+  static Result<std::unique_ptr<TpModelGroup>> load_models(const std::string& dir, int tp_size);
+  // A one-rank group around an already loaded (unsharded) model.
+  static std::unique_ptr<TpModelGroup> from_model(std::shared_ptr<const Model> model);
+  // Builds every rank's MLA page pool and KDA state pool (replacing earlier ones).
+  void make_pools(int64_t num_pages, int64_t page_size, int64_t num_slots);
   int size() const { return static_cast<int>(models_.size()); }
   const ModelConfig& config() const { return models_[0]->config(); }
 
@@ -28,10 +35,11 @@ class TpModelGroup {
 
   MlaKvPool& kv(int rank) { return *kv_[rank]; }
   KdaStatePool& state(int rank) { return *state_[rank]; }
+  const Model& model(int rank) const { return *models_[rank]; }
 
  private:
   std::vector<std::unique_ptr<Communicator>> comms_;
-  std::vector<std::unique_ptr<Model>> models_;
+  std::vector<std::shared_ptr<const Model>> models_;
   std::vector<std::unique_ptr<MlaKvPool>> kv_;
   std::vector<std::unique_ptr<KdaStatePool>> state_;
 };

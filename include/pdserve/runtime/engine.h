@@ -12,6 +12,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -21,6 +22,7 @@
 
 #include "pdserve/model/cache_pools.h"
 #include "pdserve/model/model.h"
+#include "pdserve/model/tp_group.h"
 #include "pdserve/runtime/metrics.h"
 #include "pdserve/runtime/request.h"
 #include "pdserve/runtime/runtime_config.h"
@@ -74,6 +76,30 @@ class RequestHandle {
   bool finished_ = false;
 };
 
+struct Sequence;
+
+// The first generated token, sampled by prefill and handed to decode in the aux row.
+struct FirstToken {
+  int32_t token = 0;
+  TokenLogprob logprob;  // filled when the request asked for logprobs
+};
+
+// What the prefill/decode coordinator (src/disagg) learns from the engine. All are called
+// on the engine thread: keep them short, and answer only through the thread-safe calls
+// kv_ready / kv_sent / fail (never block on the engine from inside a hook).
+struct DisaggHooks {
+  // Decode role: the request now holds pages and a slot; ask prefill to fill them.
+  std::function<void(uint64_t id, uint64_t room, const Sequence& seq)> on_kv_reserved;
+  // Prefill role: a prompt chunk is folded in; seq.cached_len tokens are final in its pages.
+  std::function<void(uint64_t id, uint64_t room, const Sequence& seq)> on_chunk_done;
+  // Prefill role: the whole prompt is in and the first token sampled. The request keeps its
+  // pages and slot (unscheduled) until kv_sent(id, ...).
+  std::function<void(uint64_t id, uint64_t room, const Sequence& seq, const FirstToken& first)> on_prefill_done;
+  // Either role, for every disaggregated request, just before its pages and slot go back to
+  // the pools: the hook must make sure no transfer touches them afterwards.
+  std::function<void(uint64_t id, uint64_t room, const Sequence& seq)> on_release;
+};
+
 struct EngineStats {
   int64_t running = 0, waiting = 0;
   int64_t pages_total = 0, pages_used = 0;
@@ -86,6 +112,9 @@ class Engine {
   // Builds pools sized from `cfg` (resolved against the model and validated here).
   static Result<std::unique_ptr<Engine>> create(RuntimeConfig cfg, std::shared_ptr<const Model> model,
                                                 std::shared_ptr<const tokenizer::Tokenizer> tok);
+  // Tensor parallel: `group` holds the rank shards (pools are built here).
+  static Result<std::unique_ptr<Engine>> create(RuntimeConfig cfg, std::unique_ptr<TpModelGroup> group,
+                                                std::shared_ptr<const tokenizer::Tokenizer> tok);
   ~Engine();
 
   void start();
@@ -95,8 +124,18 @@ class Engine {
   // max_model_len or for the whole page pool); kUnavailable: the waiting queue is full.
   Result<RequestHandle> submit(GenerateRequest req);
 
+  // Before start(): the prefill/decode coordinator's hooks.
+  void set_disagg_hooks(DisaggHooks hooks) { hooks_ = std::move(hooks); }
+  // Thread-safe; a request that already finished is ignored.
+  void kv_ready(uint64_t id, FirstToken first);  // decode: prefill's KV and first token landed
+  void kv_sent(uint64_t id, Status status);      // prefill: the send ended (ok or why not)
+  void fail(uint64_t id, Status why);            // either role: end the request with an error
+
   const RuntimeConfig& config() const { return cfg_; }
-  const Model& model() const { return *model_; }
+  const Model& model() const { return group_->model(0); }
+  // The rank pools (the coordinator registers them with the transport). Page and slot ids
+  // are the same on every rank; the scheduler keeps the accounting on rank 0's pools.
+  TpModelGroup& group() { return *group_; }
   const tokenizer::Tokenizer& tokenizer() const { return *tok_; }
   EngineStats stats() const;
   MetricsSnapshot metrics() const { return metrics_.snapshot(); }
@@ -107,18 +146,27 @@ class Engine {
   Engine() = default;
   void notify_abort();
   void loop();
-  void step();
+  bool step();  // false: nothing could run (wait for the next event)
   void take_inbox();
   void take_aborts();
+  void take_controls();
   void finish(Live& r, FinishReason reason, Status error = Status::ok(),
               std::optional<RequestEvent> final_event = std::nullopt);
-  void on_logits(Live& r, const float* logits);  // sample, detokenize, stop checks, post
+  void on_logits(Live& r, const float* logits);           // sample, then emit_token
+  void emit_token(Live& r, int32_t token, TokenLogprob lp);  // appended token: detokenize, stop checks, post
+
+  struct Control {
+    enum Kind { kKvReady, kKvSent, kFail } kind;
+    uint64_t id;
+    FirstToken first;
+    Status status;
+  };
+  void post_control(Control c);
 
   RuntimeConfig cfg_;
-  std::shared_ptr<const Model> model_;
+  std::unique_ptr<TpModelGroup> group_;
   std::shared_ptr<const tokenizer::Tokenizer> tok_;
-  std::unique_ptr<MlaKvPool> kv_;
-  std::unique_ptr<KdaStatePool> state_;
+  DisaggHooks hooks_;
   struct SchedulerBox;
   std::unique_ptr<SchedulerBox> sched_;
   EngineMetrics metrics_;
@@ -128,6 +176,7 @@ class Engine {
   std::vector<std::unique_ptr<Live>> inbox_;
   bool stop_ = false;
   bool has_aborts_ = false;
+  std::vector<Control> controls_;
   std::thread thread_;
   uint64_t next_id_ = 1;
   int64_t in_system_ = 0;  // submitted and not finished: bounded by max_running + max_queue
@@ -135,6 +184,7 @@ class Engine {
 
   // Engine thread only.
   std::unordered_map<uint64_t, std::unique_ptr<Live>> live_;
+  bool runnable_ = false;  // the last step ran a forward: more may be ready
   std::atomic<int64_t> waiting_{0};  // inbox + scheduler queue (for the bound and stats)
   std::atomic<int64_t> running_{0};
   std::atomic<int64_t> steps_{0};

@@ -12,11 +12,15 @@
 namespace pdserve::runtime {
 
 // Chronological: a request only ever moves forward, so checks are comparisons
-// (state >= kPrefill means it holds pages and a slot until kFinished).
+// (state > kQueued means it holds pages and a slot until kFinished). A disaggregated
+// request skips states: decode's goes kQueued -> kAwaitingKv -> kDecode, prefill's
+// kQueued -> kPrefill -> kSendingKv.
 enum class RequestState : uint8_t {
   kQueued = 0,   // waiting for admission; holds nothing
+  kAwaitingKv,   // decode role: pages + slot reserved, prefill is writing the prompt's KV
   kPrefill,      // admitted: pages + KDA slot reserved, prompt being folded in chunk by chunk
   kDecode,       // one new token per step
+  kSendingKv,    // prefill role: first token sampled, pages + slot held until the send ends
   kFinished,     // resources returned
 };
 const char* request_state_name(RequestState s);
@@ -45,8 +49,17 @@ struct SamplingParams {
   Status validate() const;
 };
 
+// Which half of a prefill/decode pair runs this request (docs/disaggregation.md).
+enum class DisaggMode : uint8_t {
+  kNone = 0,     // unified: prefill and decode here
+  kPrefillOnly,  // prefill role: fold the prompt in, sample one token, hand the KV over
+  kDecodeOnly,   // decode role: receive the prompt's KV and first token, then decode
+};
+
 struct GenerateRequest {
   std::vector<int32_t> prompt;
+  DisaggMode disagg = DisaggMode::kNone;
+  uint64_t room = 0;  // the bootstrap room, passed to the disaggregation hooks
   SamplingParams sampling;
   std::vector<int32_t> eos_token_ids;  // stop tokens that ignore_eos switches off
   bool skip_special_tokens = true;     // chat keeps them: the K3 parser reads the framing

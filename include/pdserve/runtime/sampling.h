@@ -24,6 +24,9 @@ class Sampler {
 
   // Picks the next token from one row of logits and records it for the penalties.
   SampleResult sample(std::span<const float> logits);
+  // Records a token chosen elsewhere (decode role: prefill sampled the first token), so
+  // the penalties see the same history as in a unified run.
+  void observe(int32_t token);
 
   // Greedy pick: the highest logit, lowest id on ties (what the model-layer argmax does).
   static int32_t argmax(std::span<const float> logits);

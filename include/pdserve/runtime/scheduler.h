@@ -1,6 +1,7 @@
 // Continuous batching as a few small steps over the page and slot pools:
 //   admit()  waiting -> running while a slot, the request's whole page reservation and a
-//            running place are free (two-phase: check everything, then allocate);
+//            running place are free (two-phase: check everything, then allocate); a
+//            decode-role request then waits (kAwaitingKv) for prefill to fill its pages;
 //   plan()   this step's work under a token budget: one token per decoding sequence first,
 //            then prefill chunks (at most chunk_size each) in admission order;
 //   commit() after the forward: advance each sequence's cached length;
@@ -28,6 +29,7 @@ struct Sequence {
   int64_t prompt_len = 0;
   int64_t max_tokens = 0;
   int64_t cached_len = 0;       // tokens already folded into pages + state
+  bool remote_kv = false;       // decode role: the prompt's KV arrives from prefill
   std::vector<int32_t> pages;   // reserved for prompt_len + max_tokens tokens
   int32_t slot = -1;
 
@@ -66,9 +68,15 @@ class Scheduler {
   Status check_fits(int64_t prompt_len, int64_t max_tokens) const;
 
   void enqueue(Sequence* seq);
-  int64_t admit();
+  // Returns how many were admitted; `admitted` (optional) receives them.
+  int64_t admit(std::vector<Sequence*>* admitted = nullptr);
   StepPlan plan() const;
   void commit(const StepPlan& plan);
+  // Decode role: prefill wrote the prompt's KV and state into seq's pages and slot, and the
+  // first token was appended to seq.tokens; the sequence joins the decode batch.
+  Status kv_arrived(Sequence* seq);
+  // Prefill role: the first token is out; hold pages + slot (not scheduled) until release().
+  void hold_for_send(Sequence* seq);
   // Frees pages and slot (if held), drops the sequence from the queues, marks it kFinished.
   Status release(Sequence* seq);
 

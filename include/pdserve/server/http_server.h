@@ -5,11 +5,15 @@
 
 #include "pdserve/net/http_listener.h"
 
+#include <functional>
 #include <memory>
 #include <string>
 
 #include "pdserve/core/status.h"
+#include "pdserve/disagg/decode_coordinator.h"
+#include "pdserve/disagg/prefill_coordinator.h"
 #include "pdserve/runtime/engine.h"
+#include "pdserve/transfer/tcp_transport.h"
 #include "pdserve/server/serve_config.h"
 
 namespace httplib {
@@ -20,8 +24,10 @@ namespace pdserve::server {
 
 class HttpServer {
  public:
+  // Builds the prefill / decode role's transport (tests wrap it in a fault injector).
+  using TransportFactory = std::function<Result<std::unique_ptr<transfer::Transport>>(const transfer::TcpConfig&)>;
   // Loads the model and tokenizer, builds and starts the engine. Not listening yet.
-  static Result<std::unique_ptr<HttpServer>> create(ServeConfig cfg);
+  static Result<std::unique_ptr<HttpServer>> create(ServeConfig cfg, TransportFactory make_transport = {});
   ~HttpServer();
 
   // Binds host:port (port 0: any free port) and returns the port.
@@ -32,6 +38,8 @@ class HttpServer {
 
   const ServeConfig& config() const { return cfg_; }
   runtime::Engine& engine() { return *engine_; }
+  disagg::PrefillCoordinator* prefill() { return prefill_.get(); }  // prefill role only
+  disagg::DecodeCoordinator* decode() { return decode_.get(); }     // decode role only
 
  private:
   HttpServer() = default;
@@ -40,6 +48,8 @@ class HttpServer {
   ServeConfig cfg_;
   std::shared_ptr<const tokenizer::Tokenizer> tok_;
   std::unique_ptr<runtime::Engine> engine_;
+  std::unique_ptr<disagg::PrefillCoordinator> prefill_;
+  std::unique_ptr<disagg::DecodeCoordinator> decode_;
   std::unique_ptr<net::HttpListener> http_;
 };
 

@@ -1,6 +1,7 @@
 // OpenAI request bodies -> runtime::GenerateRequest, with field-named errors (HTTP 400).
 #pragma once
 
+#include <optional>
 #include <string>
 
 #include <nlohmann/json.hpp>
@@ -13,6 +14,13 @@ namespace pdserve::server {
 
 enum class ApiKind { kCompletion, kChat };
 
+// Where prefill's bootstrap server is and which room this request is (the router adds these).
+struct BootstrapInfo {
+  std::string host;
+  int port = 0;
+  uint64_t room = 0;  // nonzero, below 2^63
+};
+
 struct ParsedRequest {
   ApiKind kind = ApiKind::kCompletion;
   runtime::GenerateRequest gen;
@@ -20,6 +28,7 @@ struct ParsedRequest {
   bool stream = false;
   bool include_usage = false;  // stream_options.include_usage
   bool opened_think = false;   // chat: the prompt opened the think channel
+  std::optional<BootstrapInfo> bootstrap;  // all three bootstrap_* fields, or none
 };
 
 struct RequestLimits {

@@ -1,4 +1,5 @@
-// Everything `pdserve serve` is configured with, in one validated struct.
+// Everything `pdserve serve`, `pdserve prefill` and `pdserve decode` are configured with,
+// in one validated struct (the roles differ only in `role` and the disagg block).
 #pragma once
 
 #include <cstdint>
@@ -6,12 +7,18 @@
 
 #include "pdserve/core/json_util.h"
 #include "pdserve/core/status.h"
+#include "pdserve/disagg/disagg_config.h"
 #include "pdserve/runtime/runtime_config.h"
 
 namespace pdserve::server {
 
+enum class ServerRole { kUnified, kPrefill, kDecode };
+const char* server_role_name(ServerRole r);  // "unified", "prefill", "decode"
+
 struct ServeConfig {
+  ServerRole role = ServerRole::kUnified;
   std::string model_dir;                      // required
+  int tp = 1;                                 // tensor-parallel ranks (threads on the CPU backend)
   std::string served_model_name;              // "": the model directory's base name
   std::string host = "127.0.0.1";
   int port = 8000;                            // 0: any free port (printed at startup)
@@ -19,6 +26,7 @@ struct ServeConfig {
   int64_t max_body_bytes = 8 * 1024 * 1024;   // larger request bodies get 413
   int64_t http_threads = 0;                   // 0: max_running + max_queue + 8 (capped at 1024)
   runtime::RuntimeConfig runtime;
+  disagg::DisaggConfig disagg;                // prefill and decode roles only
 
   Status validate() const;  // names the bad field; runtime fields are checked by the engine
   int64_t resolved_http_threads() const;

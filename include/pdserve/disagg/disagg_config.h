@@ -1,0 +1,30 @@
+// The prefill and decode roles' own settings (the runtime's are in RuntimeConfig).
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "pdserve/core/json_util.h"
+#include "pdserve/core/status.h"
+
+namespace pdserve::disagg {
+
+struct DisaggConfig {
+  // Prefill: the bootstrap server (decode looks the layout up and hands over targets here).
+  std::string bootstrap_host = "127.0.0.1";
+  int bootstrap_port = 8998;
+  // Decode: where its transfer listener is reached by prefill (0: any free port).
+  std::string transfer_host = "127.0.0.1";
+  int transfer_port = 0;
+  int transfer_streams = 4;          // TCP connections per peer
+  double bootstrap_timeout_s = 300;  // prefill: longest wait for decode's target
+  double waiting_timeout_s = 300;    // decode: longest wait for a room's KV
+  double heartbeat_interval_s = 5;   // decode -> each prefill bootstrap server
+  int heartbeat_misses = 2;          // then every room waiting on that prefill fails
+  double release_wait_s = 5;         // prefill: an aborted room's sends get this long to end
+
+  Status validate() const;  // names the bad field
+  Json to_json() const;
+};
+
+}  // namespace pdserve::disagg

@@ -1,0 +1,56 @@
+// What each side of a prefill/decode pair tells the other about its cache layout, and the
+// check that refuses a pair whose bytes would not mean the same thing on both sides.
+// Prefill serves its layout on the bootstrap server's /route; decode sends its own with
+// every room's target. Both sides check, so neither trusts the other blindly.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "pdserve/core/json_util.h"
+#include "pdserve/core/status.h"
+#include "pdserve/disagg/state_slicing.h"
+#include "pdserve/model/cache_pools.h"
+#include "pdserve/model/config.h"
+
+namespace pdserve::disagg {
+
+inline constexpr int kProtocolVersion = 1;
+
+struct KvLayout {
+  int protocol_version = kProtocolVersion;
+  std::string role;               // "prefill" or "decode"
+  std::string instance_id;        // random per process start: a restarted peer is a new one
+  std::string model_fingerprint;  // hash of the model's config.json
+  int tp = 1;
+  int64_t page_size = 0;
+  std::string kv_dtype = "float32";
+  int64_t mla_layers = 0;
+  int64_t entry_dim = 0;         // floats per token per MLA layer (latent | rope key)
+  int64_t num_pages = 0;         // the pool's page count (the layer stride)
+  KdaStateShape kda;             // whole-model shape (all heads)
+  std::string state_dtype = "float32";
+  std::string state_layout = "conv[q,k,v][H*D][K-1],recurrent[H][V][K]";
+  int64_t num_slots = 0;
+
+  Json to_json() const;
+  static Result<KvLayout> from_json(const Json& j);
+  int64_t page_floats() const { return page_size * entry_dim; }
+  int64_t slot_floats_per_rank() const { return slot_floats(kda, tp); }
+};
+
+// This process's layout from its config and pools (rank 0's pools; all ranks match).
+KvLayout describe_layout(const std::string& role, const ModelConfig& cfg, const std::string& model_fingerprint,
+                         int tp, const MlaKvPool& kv, const KdaStatePool& state);
+// FNV-1a 64 of the model directory's config.json, as 16 hex digits.
+Result<std::string> model_fingerprint(const std::string& model_dir);
+std::string new_instance_id();
+
+// kInvalidArgument naming the field and both values ("page_size: prefill 64, decode 32"),
+// or a TP pair the head counts do not divide.
+Status check_pair(const KvLayout& prefill, const KvLayout& decode);
+
+// FNV-1a 64 over token ids: decode and prefill compare it to catch a mis-paired request.
+uint64_t hash_tokens(const std::vector<int32_t>& tokens);
+
+}  // namespace pdserve::disagg

@@ -1,0 +1,353 @@
+// Decode's room lifecycle: prepare (layout checked) -> reserved (grants, target sent) ->
+// landed (aux row checked, revoke, kv_ready) or failed (timeout, heartbeat, transfer error,
+// prefill's "fail:" notice) -> released (revoke, and /abort to prefill unless it landed).
+#include "pdserve/disagg/decode_coordinator.h"
+
+#include <httplib.h>
+
+#include <spdlog/spdlog.h>
+
+#include "pdserve/disagg/transfer_plan.h"
+
+namespace pdserve::disagg {
+
+using Clock = std::chrono::steady_clock;
+
+struct DecodeCoordinator::Prefill {
+  std::string host;
+  int port = 0;
+  KvLayout layout;
+  bool has_layout = false;
+  int misses = 0;
+  std::string key() const { return host + ":" + std::to_string(port); }
+};
+
+struct DecodeCoordinator::Room {
+  uint64_t room = 0;
+  std::shared_ptr<Prefill> prefill;
+  int64_t prompt_len = 0;
+  uint64_t prompt_hash = 0;
+  uint64_t request_id = 0;
+  bool reserved = false;
+  uint32_t generation = 0;
+  int32_t slot = -1;
+  int64_t prompt_pages = 0;
+  Clock::time_point reserved_at;
+  bool finished = false;   // kv_ready or fail was posted to the engine
+  bool landed = false;     // the KV arrived and checked out
+};
+
+namespace {
+Clock::duration secs(double s) { return std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(s)); }
+
+// One short-lived client per call: httplib clients are not shared across threads.
+Result<Json> http_call(const std::string& host, int port, const std::string& method, const std::string& path,
+                       const Json* body, double timeout_s) {
+  httplib::Client cli(host, port);
+  const auto t = std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::duration<double>(timeout_s));
+  cli.set_connection_timeout(t);
+  cli.set_read_timeout(t);
+  cli.set_write_timeout(t);
+  auto res = method == "GET" ? cli.Get(path) : cli.Post(path, body ? body->dump() : "{}", "application/json");
+  const std::string where = "prefill bootstrap server " + host + ":" + std::to_string(port) + path;
+  if (!res) return Status(ErrorCode::kUnavailable, where + ": " + httplib::to_string(res.error()));
+  auto j = parse_json(res->body, where);
+  if (res->status != 200) {
+    std::string msg = j.is_ok() && j->is_object() && j->contains("error") ? j->at("error").dump() : res->body;
+    return Status(res->status == 400 ? ErrorCode::kInvalidArgument : ErrorCode::kUnavailable,
+                  where + " answered " + std::to_string(res->status) + ": " + msg);
+  }
+  return j;
+}
+}  // namespace
+
+Result<std::unique_ptr<DecodeCoordinator>> DecodeCoordinator::create(const DisaggConfig& cfg, runtime::Engine& engine,
+                                                                     std::unique_ptr<transfer::Transport> transport,
+                                                                     const std::string& model_dir) {
+  PDS_RETURN_IF_ERROR(cfg.validate());
+  std::unique_ptr<DecodeCoordinator> c(new DecodeCoordinator());
+  c->cfg_ = cfg;
+  c->engine_ = &engine;
+  c->transport_ = std::move(transport);
+  TpModelGroup& g = engine.group();
+  PDS_ASSIGN_OR_RETURN(std::string fp, model_fingerprint(model_dir));
+  c->layout_ = describe_layout("decode", g.config(), fp, g.size(), g.kv(0), g.state(0));
+  c->aux_.resize(static_cast<size_t>(g.state(0).num_slots()));
+  PDS_RETURN_IF_ERROR(c->transport_->register_region({kAuxRegion, c->aux_.data(), c->aux_.size() * sizeof(AuxRow), "aux", false}));
+  for (int r = 0; r < g.size(); ++r) {
+    MlaKvPool& kv = g.kv(r);
+    KdaStatePool& st = g.state(r);
+    if (kv.num_layers() > 0)
+      PDS_RETURN_IF_ERROR(c->transport_->register_region(
+          {kv_region(r), kv.layer_base(0), static_cast<uint64_t>(kv.num_layers() * kv.layer_stride()) * sizeof(float),
+           "mla_pages_rank" + std::to_string(r), false}));
+    if (st.slot_floats() > 0)
+      PDS_RETURN_IF_ERROR(c->transport_->register_region(
+          {state_region(r), st.slot_base(0), static_cast<uint64_t>(st.num_slots() * st.slot_floats()) * sizeof(float),
+           "kda_state_rank" + std::to_string(r), false}));
+  }
+  DecodeCoordinator* self = c.get();
+  transfer::ReceiverCallbacks cb;
+  cb.on_notify = [self](transfer::RoomId room, const std::string& payload) {
+    self->post([self, room, payload] { self->on_notify(room, payload); });
+  };
+  cb.on_room_failed = [self](transfer::RoomId room, const Status& why) {
+    self->post([self, room, why] { self->on_room_failed(room, why); });
+  };
+  c->transport_->set_callbacks(std::move(cb));
+  runtime::DisaggHooks hooks;
+  hooks.on_kv_reserved = [self](uint64_t id, uint64_t room, const runtime::Sequence& s) { self->on_kv_reserved(id, room, s); };
+  hooks.on_release = [self](uint64_t id, uint64_t room, const runtime::Sequence& s) { self->on_release(id, room, s); };
+  engine.set_disagg_hooks(std::move(hooks));
+  c->worker_ = std::thread([self] { self->work(); });
+  c->heartbeat_ = std::thread([self] { self->heartbeat(); });
+  return c;
+}
+
+DecodeCoordinator::~DecodeCoordinator() { stop(); }
+
+void DecodeCoordinator::stop() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (stopping_) return;
+    stopping_ = true;
+  }
+  cv_.notify_all();
+  if (worker_.joinable()) worker_.join();
+  if (heartbeat_.joinable()) heartbeat_.join();
+}
+
+Status DecodeCoordinator::prepare(const std::string& host, int port, uint64_t room, const std::vector<int32_t>& prompt) {
+  const std::string key = host + ":" + std::to_string(port);
+  std::shared_ptr<Prefill> p;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto& slot = prefills_[key];
+    if (!slot) {
+      slot = std::make_shared<Prefill>();
+      slot->host = host;
+      slot->port = port;
+    }
+    p = slot;
+  }
+  bool known;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    known = p->has_layout;
+  }
+  if (!known) {
+    // Looked up once per prefill server (and again after it restarts or stops answering).
+    auto j = http_call(host, port, "GET", "/route", nullptr, 5.0);
+    if (!j.is_ok()) return Status(ErrorCode::kUnavailable, j.status().message());
+    PDS_ASSIGN_OR_RETURN(KvLayout l, KvLayout::from_json(*j));
+    PDS_RETURN_IF_ERROR(check_pair(l, layout_));
+    std::lock_guard<std::mutex> lock(mu_);
+    p->layout = std::move(l);
+    p->has_layout = true;
+    p->misses = 0;
+    spdlog::info("prefill {}: layout checked (tp {}, page_size {}, instance {})", key, p->layout.tp, p->layout.page_size,
+                 p->layout.instance_id);
+  } else {
+    std::lock_guard<std::mutex> lock(mu_);
+    PDS_RETURN_IF_ERROR(check_pair(p->layout, layout_));
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  if (stopping_) return Status(ErrorCode::kUnavailable, "decode server is shutting down");
+  if (rooms_.count(room)) return invalid_argument("bootstrap_room: room " + std::to_string(room) + " is already in use on this decode server");
+  auto r = std::make_unique<Room>();
+  r->room = room;
+  r->prefill = p;
+  r->prompt_len = static_cast<int64_t>(prompt.size());
+  r->prompt_hash = hash_tokens(prompt);
+  rooms_[room] = std::move(r);
+  return Status::ok();
+}
+
+void DecodeCoordinator::drop(uint64_t room) {
+  std::lock_guard<std::mutex> lock(mu_);
+  rooms_.erase(room);
+}
+
+void DecodeCoordinator::post(std::function<void()> job) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    jobs_.push_back(std::move(job));
+  }
+  cv_.notify_all();
+}
+
+// mu_ held.
+void DecodeCoordinator::fail_room_locked(Room& r, const Status& why) {
+  if (r.finished || r.request_id == 0) return;
+  r.finished = true;
+  spdlog::warn("room {}: failed: {}", r.room, why.message());
+  engine_->fail(r.request_id, why);
+}
+
+void DecodeCoordinator::on_kv_reserved(uint64_t id, uint64_t room, const runtime::Sequence& seq) {
+  std::unique_lock<std::mutex> lock(mu_);
+  auto it = rooms_.find(room);
+  if (it == rooms_.end()) {
+    engine_->fail(id, internal_error("decode: room " + std::to_string(room) + " was not prepared"));
+    return;
+  }
+  Room& r = *it->second;
+  r.request_id = id;
+  r.generation = next_generation_.fetch_add(1);
+  r.slot = seq.slot;
+  r.prompt_pages = (r.prompt_len + layout_.page_size - 1) / layout_.page_size;
+  std::vector<int32_t> pages(seq.pages.begin(), seq.pages.begin() + r.prompt_pages);
+  aux_[static_cast<size_t>(seq.slot)] = AuxRow{};  // a row left from an earlier room can never pass the check
+  for (const transfer::Grant& g : room_grants(layout_, room, r.generation, pages, seq.slot, seq.slot)) {
+    if (Status st = transport_->grant(g); !st.is_ok()) {
+      fail_room_locked(r, internal_error("decode: granting room " + std::to_string(room) + " failed: " + st.message()));
+      return;
+    }
+  }
+  r.reserved = true;
+  r.reserved_at = Clock::now();
+  metrics_.room_started();
+  RoomTarget t;
+  t.room = room;
+  t.generation = r.generation;
+  t.decode = layout_;
+  const transfer::PeerAddress addr = transport_->local_address();
+  t.transfer_host = addr.host;
+  t.transfer_port = addr.port;
+  t.pages = std::move(pages);
+  t.slot = seq.slot;
+  t.aux_row = seq.slot;
+  t.prompt_len = r.prompt_len;
+  t.prompt_hash = r.prompt_hash;
+  std::shared_ptr<Prefill> p = r.prefill;
+  lock.unlock();
+  post([this, p, room, body = t.to_json()] {
+    auto res = http_call(p->host, p->port, "POST", "/target", &body, 5.0);
+    if (res.is_ok()) return;
+    std::lock_guard<std::mutex> l(mu_);
+    auto it2 = rooms_.find(room);
+    if (it2 != rooms_.end())
+      fail_room_locked(*it2->second, Status(ErrorCode::kUnavailable, "handing room to prefill failed: " + res.status().message()));
+  });
+}
+
+void DecodeCoordinator::on_release(uint64_t, uint64_t room, const runtime::Sequence&) {
+  // Before the pages and slot go back: no write of this room may land after this returns.
+  (void)transport_->revoke(room);
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = rooms_.find(room);
+  if (it == rooms_.end()) return;
+  Room& r = *it->second;
+  if (r.reserved && !r.landed) {
+    metrics_.room_ended(false, 0, 0, std::chrono::duration<double>(Clock::now() - r.reserved_at).count());
+    std::shared_ptr<Prefill> p = r.prefill;
+    Json body{{"room", room}, {"reason", "decode released the request before its KV landed"}};
+    jobs_.push_back([p, body] { (void)http_call(p->host, p->port, "POST", "/abort", &body, 2.0); });
+    cv_.notify_all();
+  }
+  rooms_.erase(it);
+}
+
+void DecodeCoordinator::on_notify(uint64_t room, const std::string& payload) {
+  std::unique_lock<std::mutex> lock(mu_);
+  auto it = rooms_.find(room);
+  if (it == rooms_.end() || it->second->finished || !it->second->reserved) return;
+  Room& r = *it->second;
+  if (payload.rfind("fail:", 0) == 0)
+    return fail_room_locked(r, Status(ErrorCode::kUnavailable, "prefill failed room " + std::to_string(room) + ": " + payload.substr(5)));
+  if (payload != "ok") return fail_room_locked(r, Status(ErrorCode::kUnavailable, "prefill sent an unknown notice for room " + std::to_string(room)));
+  const AuxRow row = aux_[static_cast<size_t>(r.slot)];
+  auto first = check_aux_row(row, room, r.generation, r.prompt_len);
+  if (!first.is_ok())
+    return fail_room_locked(r, Status(ErrorCode::kUnavailable, "KV transfer for room " + std::to_string(room) + " is not trustworthy: " + first.status().message()));
+  r.finished = true;
+  r.landed = true;
+  const uint64_t id = r.request_id;
+  const uint64_t bytes = room_bytes(r.prefill->layout, layout_, r.prompt_pages);
+  const double secs_spent = std::chrono::duration<double>(Clock::now() - r.reserved_at).count();
+  lock.unlock();
+  (void)transport_->revoke(room);  // the pages are decode's alone from here on
+  metrics_.room_ended(true, bytes, 1, secs_spent);
+  engine_->kv_ready(id, std::move(first).value());
+}
+
+void DecodeCoordinator::on_room_failed(uint64_t room, const Status& why) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = rooms_.find(room);
+  if (it == rooms_.end()) return;
+  fail_room_locked(*it->second, Status(ErrorCode::kUnavailable, "KV transfer for room " + std::to_string(room) + " failed: " + why.message()));
+}
+
+// Jobs in order, and the waiting timeout.
+void DecodeCoordinator::work() {
+  std::unique_lock<std::mutex> lock(mu_);
+  while (!stopping_) {
+    cv_.wait_for(lock, std::chrono::milliseconds(100), [&] { return stopping_ || !jobs_.empty(); });
+    while (!jobs_.empty() && !stopping_) {
+      auto job = std::move(jobs_.front());
+      jobs_.pop_front();
+      lock.unlock();
+      job();
+      lock.lock();
+    }
+    const auto now = Clock::now();
+    for (auto& [room, r] : rooms_)
+      if (r->reserved && !r->finished && now - r->reserved_at > secs(cfg_.waiting_timeout_s))
+        fail_room_locked(*r, Status(ErrorCode::kDeadlineExceeded,
+                                    "decode waited " + std::to_string(cfg_.waiting_timeout_s) + " s for room " +
+                                        std::to_string(room) + "'s KV from prefill " + r->prefill->key()));
+  }
+}
+
+// Every prefill server this decode talks to must answer /health with the same instance id;
+// after heartbeat_misses misses (or a restart) every room waiting on it fails.
+void DecodeCoordinator::heartbeat() {
+  std::unique_lock<std::mutex> lock(mu_);
+  while (!stopping_) {
+    cv_.wait_for(lock, secs(cfg_.heartbeat_interval_s), [&] { return stopping_; });
+    if (stopping_) break;
+    std::vector<std::shared_ptr<Prefill>> ps;
+    for (auto& [k, p] : prefills_)
+      if (p->has_layout) ps.push_back(p);
+    lock.unlock();
+    std::vector<std::pair<std::shared_ptr<Prefill>, std::string>> lost;
+    for (auto& p : ps) {
+      auto j = http_call(p->host, p->port, "GET", "/health", nullptr, cfg_.heartbeat_interval_s);
+      std::string why;
+      if (!j.is_ok()) why = "stopped answering heartbeats (" + j.status().message() + ")";
+      else if (j->value("instance_id", std::string()) != p->layout.instance_id) why = "restarted (new instance id)";
+      lost.emplace_back(p, why);
+    }
+    lock.lock();
+    for (auto& [p, why] : lost) {
+      if (why.empty()) {
+        p->misses = 0;
+        continue;
+      }
+      if (++p->misses < cfg_.heartbeat_misses && why.find("restarted") == std::string::npos) continue;
+      spdlog::warn("prefill {} {}: failing its rooms", p->key(), why);
+      p->has_layout = false;  // look it up again on the next request
+      p->misses = 0;
+      for (auto& [room, r] : rooms_)
+        if (r->prefill == p && r->reserved && !r->finished)
+          fail_room_locked(*r, Status(ErrorCode::kUnavailable, "prefill " + p->key() + " " + why));
+    }
+  }
+}
+
+Json DecodeCoordinator::info() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  Json prefills = Json::array();
+  for (const auto& [k, p] : prefills_)
+    prefills.push_back(Json{{"bootstrap", k}, {"checked", p->has_layout}, {"tp", p->layout.tp}, {"instance_id", p->layout.instance_id}});
+  return Json{{"role", "decode"},
+              {"layout", layout_.to_json()},
+              {"transport", transport_->capabilities().name},
+              {"transfer_address", transport_->local_address().to_string()},
+              {"prefills", prefills},
+              {"rooms", rooms_.size()},
+              {"transfer", metrics_.snapshot().to_json()},
+              {"config", cfg_.to_json()}};
+}
+
+}  // namespace pdserve::disagg

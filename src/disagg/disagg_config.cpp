@@ -1,0 +1,33 @@
+#include "pdserve/disagg/disagg_config.h"
+
+namespace pdserve::disagg {
+
+Status DisaggConfig::validate() const {
+  auto bad = [](const char* field, const std::string& what) { return invalid_argument(std::string(field) + ": " + what); };
+  if (bootstrap_port < 0 || bootstrap_port > 65535) return bad("bootstrap_port", "must be in [0, 65535] (0: any free port)");
+  if (transfer_port < 0 || transfer_port > 65535) return bad("transfer_port", "must be in [0, 65535] (0: any free port)");
+  if (bootstrap_host.empty()) return bad("bootstrap_host", "must not be empty");
+  if (transfer_host.empty()) return bad("transfer_host", "must not be empty");
+  if (transfer_streams < 1 || transfer_streams > 64) return bad("transfer_streams", "must be in [1, 64]");
+  if (!(bootstrap_timeout_s > 0)) return bad("bootstrap_timeout_s", "must be positive");
+  if (!(waiting_timeout_s > 0)) return bad("waiting_timeout_s", "must be positive");
+  if (!(heartbeat_interval_s > 0)) return bad("heartbeat_interval_s", "must be positive");
+  if (heartbeat_misses < 1) return bad("heartbeat_misses", "must be at least 1");
+  if (!(release_wait_s > 0)) return bad("release_wait_s", "must be positive");
+  return Status::ok();
+}
+
+Json DisaggConfig::to_json() const {
+  return Json{{"bootstrap_host", bootstrap_host},
+              {"bootstrap_port", bootstrap_port},
+              {"transfer_host", transfer_host},
+              {"transfer_port", transfer_port},
+              {"transfer_streams", transfer_streams},
+              {"bootstrap_timeout_s", bootstrap_timeout_s},
+              {"waiting_timeout_s", waiting_timeout_s},
+              {"heartbeat_interval_s", heartbeat_interval_s},
+              {"heartbeat_misses", heartbeat_misses},
+              {"release_wait_s", release_wait_s}};
+}
+
+}  // namespace pdserve::disagg

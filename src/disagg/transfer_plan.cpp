@@ -1,0 +1,87 @@
+#include "pdserve/disagg/transfer_plan.h"
+
+namespace pdserve::disagg {
+
+using transfer::Grant;
+using transfer::WriteOp;
+
+namespace {
+constexpr uint64_t kF = sizeof(float);
+
+// [begin, end) index ranges where both page lists step by exactly one.
+template <typename F>
+void for_each_page_run(const std::vector<int32_t>& a, const std::vector<int32_t>& b, int64_t first, int64_t last, F f) {
+  int64_t i = first;
+  while (i < last) {
+    int64_t j = i + 1;
+    while (j < last && a[j] == a[j - 1] + 1 && b[j] == b[j - 1] + 1) ++j;
+    f(i, j);
+    i = j;
+  }
+}
+}  // namespace
+
+std::vector<WriteOp> page_writes(const KvLayout& src, const KvLayout& dst, const std::vector<int32_t>& src_pages,
+                                 const std::vector<int32_t>& dst_pages, int64_t first, int64_t last) {
+  std::vector<WriteOp> out;
+  const uint64_t page_bytes = static_cast<uint64_t>(src.page_floats()) * kF;
+  const std::vector<int> source = latent_source_ranks(src.tp, dst.tp);
+  for (int d = 0; d < dst.tp; ++d)
+    for (int64_t l = 0; l < src.mla_layers; ++l)
+      for_each_page_run(src_pages, dst_pages, first, last, [&](int64_t i, int64_t j) {
+        WriteOp w;
+        w.local_region = kv_region(source[static_cast<size_t>(d)]);
+        w.local_offset = (static_cast<uint64_t>(l * src.num_pages) + static_cast<uint64_t>(src_pages[i])) * page_bytes;
+        w.remote_region = kv_region(d);
+        w.remote_offset = (static_cast<uint64_t>(l * dst.num_pages) + static_cast<uint64_t>(dst_pages[i])) * page_bytes;
+        w.length = static_cast<uint64_t>(j - i) * page_bytes;
+        out.push_back(w);
+      });
+  return out;
+}
+
+Result<std::vector<WriteOp>> state_writes(const KvLayout& src, const KvLayout& dst, int32_t src_slot, int32_t dst_slot) {
+  PDS_ASSIGN_OR_RETURN(std::vector<StateRun> runs, plan_state_copy(src.kda, src.tp, dst.tp));
+  const uint64_t src_base = static_cast<uint64_t>(src_slot) * static_cast<uint64_t>(src.slot_floats_per_rank());
+  const uint64_t dst_base = static_cast<uint64_t>(dst_slot) * static_cast<uint64_t>(dst.slot_floats_per_rank());
+  std::vector<WriteOp> out;
+  out.reserve(runs.size());
+  for (const StateRun& r : runs)
+    out.push_back({state_region(r.src_rank), (src_base + static_cast<uint64_t>(r.src_offset)) * kF,
+                   state_region(r.dst_rank), (dst_base + static_cast<uint64_t>(r.dst_offset)) * kF,
+                   static_cast<uint64_t>(r.length) * kF});
+  return out;
+}
+
+WriteOp aux_write(int32_t src_row, int32_t dst_row) {
+  return {kAuxRegion, static_cast<uint64_t>(src_row) * sizeof(AuxRow), kAuxRegion,
+          static_cast<uint64_t>(dst_row) * sizeof(AuxRow), sizeof(AuxRow)};
+}
+
+std::vector<Grant> room_grants(const KvLayout& dst, transfer::RoomId room, transfer::Generation gen,
+                               const std::vector<int32_t>& prompt_pages, int32_t slot, int32_t aux_row) {
+  std::vector<Grant> out;
+  const uint64_t page_bytes = static_cast<uint64_t>(dst.page_floats()) * kF;
+  const int64_t n = static_cast<int64_t>(prompt_pages.size());
+  for (int d = 0; d < dst.tp; ++d) {
+    for (int64_t l = 0; l < dst.mla_layers; ++l)
+      for_each_page_run(prompt_pages, prompt_pages, 0, n, [&](int64_t i, int64_t j) {
+        out.push_back({room, kv_region(d),
+                       (static_cast<uint64_t>(l * dst.num_pages) + static_cast<uint64_t>(prompt_pages[i])) * page_bytes,
+                       static_cast<uint64_t>(j - i) * page_bytes, gen});
+      });
+    const uint64_t slot_bytes = static_cast<uint64_t>(dst.slot_floats_per_rank()) * kF;
+    if (slot_bytes > 0) out.push_back({room, state_region(d), static_cast<uint64_t>(slot) * slot_bytes, slot_bytes, gen});
+  }
+  out.push_back({room, kAuxRegion, static_cast<uint64_t>(aux_row) * sizeof(AuxRow), sizeof(AuxRow), gen});
+  return out;
+}
+
+uint64_t room_bytes(const KvLayout& src, const KvLayout& dst, int64_t prompt_pages) {
+  const uint64_t pages = static_cast<uint64_t>(prompt_pages) * static_cast<uint64_t>(src.mla_layers) *
+                         static_cast<uint64_t>(src.page_floats()) * kF * static_cast<uint64_t>(dst.tp);
+  const uint64_t state = static_cast<uint64_t>(slot_floats(src.kda, 1)) * kF;
+  return pages + state + sizeof(AuxRow);
+}
+
+}  // namespace pdserve::disagg

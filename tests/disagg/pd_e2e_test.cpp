@@ -1,0 +1,161 @@
+// Prefill + decode servers in one test process, talking over the real TCP transport (and
+// the fault wrapper): greedy output equals the unified server's, token for token, across
+// TP mismatches both ways; every failure ends with an error to the client and every page
+// and slot back in both pools.
+#include <gtest/gtest.h>
+
+#include <future>
+
+#include "model/test_models.h"
+#include "pd_fixture.h"
+
+namespace pdserve::server::testing {
+namespace {
+
+using pdserve::testing::random_ids;
+
+// Prompts that are one token, shorter than a page, exactly one and two pages, and several
+// chunks with a partial last page (page_size 16, chunk_size 32).
+const std::vector<size_t> kPromptLengths = {1, 5, 16, 32, 47, 100};
+
+Json completion_body(const std::vector<int32_t>& prompt, int max_tokens, bool stream = false) {
+  return Json{{"prompt", prompt}, {"max_tokens", max_tokens}, {"temperature", 0}, {"ignore_eos", true},
+              {"logprobs", 2}, {"stream", stream}};
+}
+
+// Strips what differs between any two responses (ids, timestamps).
+Json comparable(const std::string& body) {
+  Json j = Json::parse(body);
+  j.erase("id");
+  j.erase("created");
+  return j;
+}
+
+// Tokens, text, usage and finish reason must be identical; logprobs equal within `tol`
+// (tensor parallelism sums partial products in another order: ~1e-6 apart).
+void expect_same_completion(const std::string& got_body, const std::string& want_body, double tol) {
+  Json got = comparable(got_body), want = comparable(want_body);
+  EXPECT_EQ(got["usage"], want["usage"]);
+  ASSERT_EQ(got["choices"].size(), 1u);
+  const Json& g = got["choices"][0];
+  const Json& w = want["choices"][0];
+  EXPECT_EQ(g["text"], w["text"]);
+  EXPECT_EQ(g["finish_reason"], w["finish_reason"]);
+  EXPECT_EQ(g["logprobs"]["tokens"], w["logprobs"]["tokens"]);
+  const Json& gl = g["logprobs"]["token_logprobs"];
+  const Json& wl = w["logprobs"]["token_logprobs"];
+  ASSERT_EQ(gl.size(), wl.size());
+  for (size_t i = 0; i < gl.size(); ++i) EXPECT_NEAR(gl[i].get<double>(), wl[i].get<double>(), tol) << "token " << i;
+}
+
+class PdGreedy : public ::testing::TestWithParam<std::pair<int, int>> {};
+
+TEST_P(PdGreedy, MatchesUnifiedServerTokenForToken) {
+  const auto [ptp, dtp] = GetParam();
+  LiveServer unified(pd_config(ServerRole::kUnified, 1));
+  PdPair pd(ptp, dtp);
+  uint64_t room = 1000;
+  for (size_t n : kPromptLengths) {
+    SCOPED_TRACE("prompt length " + std::to_string(n));
+    const Json body = completion_body(random_ids(n, static_cast<uint32_t>(n)), 12);
+    auto [ustatus, ubody] = unified.post("/v1/completions", body.dump());
+    ASSERT_EQ(ustatus, 200) << ubody;
+    PdResult r = pd.request("/v1/completions", body, ++room);
+    ASSERT_EQ(r.decode_status, 200) << r.decode_body;
+    ASSERT_EQ(r.prefill_status, 200) << r.prefill_body;
+    // Same TP on both sides as the unified server: bit for bit; otherwise within float noise.
+    expect_same_completion(r.decode_body, ubody, ptp == 1 && dtp == 1 ? 0.0 : 1e-4);
+    EXPECT_EQ(Json::parse(r.decode_body)["usage"]["completion_tokens"], 12);
+    pd.expect_pools_free();
+  }
+  // The bytes decode counted are what the layout formula predicts, for every room.
+  const Json t = pd.decode->info()["disaggregation"]["transfer"];
+  EXPECT_EQ(t["rooms_succeeded"].get<int64_t>(), static_cast<int64_t>(kPromptLengths.size()));
+  EXPECT_EQ(t["rooms_failed"].get<int64_t>(), 0);
+  EXPECT_EQ(pd.prefill->info()["disaggregation"]["transfer"]["bytes"], t["bytes"]);
+}
+
+INSTANTIATE_TEST_SUITE_P(TpPairs, PdGreedy, ::testing::Values(std::pair{1, 1}, std::pair{2, 4}, std::pair{4, 2}),
+                         [](const auto& info) { return "P" + std::to_string(info.param.first) + "_D" + std::to_string(info.param.second); });
+
+TEST(PdServe, StreamingChatThroughThePairMatchesUnified) {
+  LiveServer unified(pd_config(ServerRole::kUnified, 1));
+  PdPair pd(2, 2);
+  const Json body{{"messages", {{{"role", "user"}, {"content", "tell me about pages and slots"}}}},
+                  {"max_tokens", 9}, {"temperature", 0}, {"stream", true}};
+  auto [ustatus, ubody] = unified.post("/v1/chat/completions", body.dump());
+  ASSERT_EQ(ustatus, 200);
+  PdResult r = pd.request("/v1/chat/completions", body, 77);
+  ASSERT_EQ(r.decode_status, 200) << r.decode_body;
+  auto text_of = [](const std::string& sse) {
+    std::string all;
+    for (const std::string& ev : sse_events(sse)) {
+      if (ev == "[DONE]") continue;
+      Json j = Json::parse(ev);
+      for (const auto& c : j["choices"])
+        for (const char* k : {"content", "reasoning_content"})
+          if (c["delta"].contains(k)) all += c["delta"][k].get<std::string>();
+    }
+    return all;
+  };
+  EXPECT_EQ(text_of(r.decode_body), text_of(ubody));
+  EXPECT_FALSE(text_of(ubody).empty());
+  pd.expect_pools_free();
+}
+
+TEST(PdServe, UnifiedTp2MatchesTp1) {
+  LiveServer tp1(pd_config(ServerRole::kUnified, 1));
+  LiveServer tp2(pd_config(ServerRole::kUnified, 2));
+  for (size_t n : {3, 40}) {
+    const Json body = completion_body(random_ids(n, 99), 10);
+    auto a = tp1.post("/v1/completions", body.dump());
+    auto b = tp2.post("/v1/completions", body.dump());
+    ASSERT_EQ(a.first, 200);
+    ASSERT_EQ(b.first, 200);
+    expect_same_completion(b.second, a.second, 1e-4);
+  }
+}
+
+TEST(PdServe, PageSizeMismatchIsRefusedBeforeAnyTransfer) {
+  LiveServer prefill(pd_config(ServerRole::kPrefill, 1));
+  ServeConfig dc = pd_config(ServerRole::kDecode, 1);
+  dc.runtime.page_size = 32;
+  LiveServer decode(dc);
+  Json body = completion_body(random_ids(20, 5), 4);
+  body["bootstrap_host"] = "127.0.0.1";
+  body["bootstrap_port"] = prefill.server().prefill()->bootstrap_port();
+  body["bootstrap_room"] = 5;
+  auto [status, text] = decode.post("/v1/completions", body.dump());
+  EXPECT_EQ(status, 400);
+  EXPECT_NE(text.find("page_size: prefill 16, decode 32"), std::string::npos) << text;
+  EXPECT_EQ(decode.info()["disaggregation"]["transfer"]["bytes"], 0);
+  EXPECT_EQ(prefill.info()["disaggregation"]["transfer"]["bytes"], 0);
+  EXPECT_EQ(decode.info()["disaggregation"]["rooms"], 0);
+  EXPECT_EQ(decode.server().engine().stats().pages_used, 0);
+}
+
+TEST(PdServe, RequestsWithoutBootstrapFieldsAreRefusedByBothRoles) {
+  PdPair pd(1, 1);
+  const std::string body = completion_body({1, 2, 3}, 2).dump();
+  for (LiveServer* s : {pd.prefill.get(), pd.decode.get()}) {
+    auto [status, text] = s->post("/v1/completions", body);
+    EXPECT_EQ(status, 400);
+    EXPECT_NE(text.find("bootstrap_room: required"), std::string::npos) << text;
+  }
+  // Half a bootstrap is an error that names the missing field.
+  Json half = completion_body({1, 2, 3}, 2);
+  half["bootstrap_room"] = 9;
+  auto [status, text] = pd.decode->post("/v1/completions", half.dump());
+  EXPECT_EQ(status, 400);
+  EXPECT_NE(text.find("bootstrap_host"), std::string::npos) << text;
+}
+
+TEST(PdServe, HealthGenerateRunsOnBothRoles) {
+  PdPair pd(1, 1);
+  EXPECT_EQ(pd.prefill->get("/health_generate").first, 200);
+  EXPECT_EQ(pd.decode->get("/health_generate").first, 200);
+  pd.expect_pools_free();
+}
+
+}  // namespace
+}  // namespace pdserve::server::testing
