@@ -10,6 +10,7 @@
 
 #include "commands.h"
 #include "pdserve/server/http_server.h"
+#include "topology_args.h"
 
 namespace pdserve::cli {
 
@@ -61,7 +62,9 @@ int run_serve(server::ServeConfig cfg) {
 void add_serve_command(CLI::App& app) {
   auto* cmd = app.add_subcommand("serve", "Serve the OpenAI-compatible API (prefill and decode in one process)");
   auto cfg = std::make_shared<server::ServeConfig>();
-  cmd->add_option("--model", cfg->model_dir, "Model directory")->required();
+  auto config = std::make_shared<std::string>();
+  cmd->add_option("--model", cfg->model_dir, "Model directory (or MODEL_PATH of --config)");
+  add_config_option(cmd, config.get());
   cmd->add_option("--served-model-name", cfg->served_model_name, "Model name in the API (default: directory name)");
   cmd->add_option("--host", cfg->host, "Address to listen on")->capture_default_str();
   cmd->add_option("--port", cfg->port, "Port (0: any free port)")->capture_default_str();
@@ -75,7 +78,21 @@ void add_serve_command(CLI::App& app) {
   cmd->add_option("--max-model-len", cfg->runtime.max_model_len, "Prompt + completion limit (0: the model's)")->capture_default_str();
   cmd->add_option("--max-body-bytes", cfg->max_body_bytes, "Largest request body")->capture_default_str();
   cmd->add_option("--http-threads", cfg->http_threads, "HTTP worker threads (0: auto)")->capture_default_str();
-  cmd->callback([cfg]() { std::exit(run_serve(*cfg)); });
+  cmd->callback([cfg, config, cmd]() {
+    // serve is not a topology role: it takes the shared keys (model, host, page and chunk size).
+    if (!config->empty())
+      if (Status st = apply_topology_to_runtime(*cmd, *config, std::nullopt, {&cfg->model_dir, &cfg->host, nullptr, nullptr,
+                                                                              nullptr, &cfg->runtime});
+          !st.is_ok()) {
+        std::cerr << "serve: " << st.message() << "\n";
+        std::exit(2);
+      }
+    if (cfg->model_dir.empty()) {
+      std::cerr << "serve: --model DIR (or --config FILE with MODEL_PATH) is required\n";
+      std::exit(2);
+    }
+    std::exit(run_serve(*cfg));
+  });
 }
 
 }  // namespace pdserve::cli
