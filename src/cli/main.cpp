@@ -15,6 +15,9 @@ int main(int argc, char** argv) {
   pdserve::cli::add_serve_command(app);
   pdserve::cli::add_prefill_command(app);
   pdserve::cli::add_decode_command(app);
+  pdserve::cli::add_print_launch_command(app);
+  pdserve::cli::add_preflight_command(app);
+  pdserve::cli::add_up_command(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -2,6 +2,7 @@
 // every `serve` option plus the disaggregation settings, and answer the same HTTP API; a
 // request reaches them (through `pdserve router --pd`) with bootstrap_host/port/room.
 #include "commands.h"
+#include "topology_args.h"
 
 namespace pdserve::cli {
 
@@ -20,24 +21,26 @@ void add_prefill_command(CLI::App& app) {
   auto* cmd = app.add_subcommand("prefill", "Prefill role: fold prompts in and send the KV to decode servers");
   auto cfg = std::make_shared<server::ServeConfig>();
   cfg->role = server::ServerRole::kPrefill;
-  add_server_options(cmd, cfg);
+  auto config = std::make_shared<std::string>();
+  add_server_options(cmd, cfg, config.get());
   add_disagg_options(cmd, cfg);
   cmd->add_option("--bootstrap-host", cfg->disagg.bootstrap_host, "Address of the bootstrap server")->capture_default_str();
   cmd->add_option("--bootstrap-port", cfg->disagg.bootstrap_port, "Bootstrap server port (0: any free port)")->capture_default_str();
   cmd->add_option("--bootstrap-timeout", cfg->disagg.bootstrap_timeout_s, "Seconds to wait for decode's target")->capture_default_str();
-  cmd->callback([cfg]() { std::exit(run_server(*cfg)); });
+  cmd->callback([cfg, config, cmd]() { std::exit(run_server_with_config(*cmd, *cfg, *config)); });
 }
 
 void add_decode_command(CLI::App& app) {
   auto* cmd = app.add_subcommand("decode", "Decode role: receive the KV from prefill servers and generate");
   auto cfg = std::make_shared<server::ServeConfig>();
   cfg->role = server::ServerRole::kDecode;
-  add_server_options(cmd, cfg);
+  auto config = std::make_shared<std::string>();
+  add_server_options(cmd, cfg, config.get());
   add_disagg_options(cmd, cfg);
   cmd->add_option("--transfer-host", cfg->disagg.transfer_host, "Address prefill servers reach the transfer listener at")->capture_default_str();
   cmd->add_option("--transfer-port", cfg->disagg.transfer_port, "Transfer listener port (0: any free port)")->capture_default_str();
   cmd->add_option("--waiting-timeout", cfg->disagg.waiting_timeout_s, "Seconds to wait for a request's KV")->capture_default_str();
-  cmd->callback([cfg]() { std::exit(run_server(*cfg)); });
+  cmd->callback([cfg, config, cmd]() { std::exit(run_server_with_config(*cmd, *cfg, *config)); });
 }
 
 }  // namespace pdserve::cli

@@ -9,7 +9,9 @@
 #include <memory>
 
 #include "commands.h"
+#include "pdserve/deploy/topology.h"
 #include "pdserve/router/router.h"
+#include "topology_args.h"
 
 namespace pdserve::cli {
 namespace {
@@ -19,7 +21,19 @@ struct RouterArgs {
   bool pd = false;
   std::string policy = "round_robin", prefill_policy = "least_outstanding", decode_policy = "least_outstanding";
   std::string log_level = "info";
+  std::string config;  // topology file: PD mode with its prefill and decode URLs
 };
+
+// Flags win over the file, as for every role.
+Status apply_topology(const CLI::App& cmd, RouterArgs& a) {
+  PDS_ASSIGN_OR_RETURN(deploy::Topology t, deploy::load_topology(a.config));
+  if (!flag_given(cmd, "--worker")) a.pd = true;
+  if (!flag_given(cmd, "--prefill")) a.cfg.prefill = deploy::prefill_urls(t);
+  if (!flag_given(cmd, "--decode")) a.cfg.decode = deploy::decode_urls(t);
+  if (!flag_given(cmd, "--host")) a.cfg.host = t.bind_host;
+  if (!flag_given(cmd, "--port")) a.cfg.port = t.router_port;
+  return Status::ok();
+}
 
 [[noreturn]] void fail(const std::string& msg) {
   std::cerr << "pdserve router: " << msg << '\n';
@@ -85,8 +99,10 @@ void add_router_command(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--api-key", c.api_key, "Require 'Authorization: Bearer KEY' on /v1/* (or PDSERVE_ROUTER_API_KEY)");
   cmd->add_option("--log-level", a->log_level, "trace|debug|info|warn|error")->capture_default_str();
-  cmd->callback([a] {
-    Status st = run(*a);
+  add_config_option(cmd, &a->config);
+  cmd->callback([a, cmd] {
+    Status st = a->config.empty() ? Status::ok() : apply_topology(*cmd, *a);
+    if (st.is_ok()) st = run(*a);
     if (!st.is_ok()) fail(st.to_string());
   });
 }

@@ -10,6 +10,7 @@
 
 #include "commands.h"
 #include "pdserve/server/http_server.h"
+#include "topology_args.h"
 
 namespace pdserve::cli {
 
@@ -58,8 +59,9 @@ int run_server(server::ServeConfig cfg) {
   return 0;
 }
 
-void add_server_options(CLI::App* cmd, const std::shared_ptr<server::ServeConfig>& cfg) {
-  cmd->add_option("--model", cfg->model_dir, "Model directory")->required();
+void add_server_options(CLI::App* cmd, const std::shared_ptr<server::ServeConfig>& cfg, std::string* config_path) {
+  cmd->add_option("--model", cfg->model_dir, "Model directory (or MODEL_PATH of --config)");
+  add_config_option(cmd, config_path);
   cmd->add_option("--tp", cfg->tp, "Tensor-parallel ranks (threads on the CPU backend)")->capture_default_str();
   cmd->add_option("--served-model-name", cfg->served_model_name, "Model name in the API (default: directory name)");
   cmd->add_option("--host", cfg->host, "Address to listen on")->capture_default_str();
@@ -76,11 +78,36 @@ void add_server_options(CLI::App* cmd, const std::shared_ptr<server::ServeConfig
   cmd->add_option("--http-threads", cfg->http_threads, "HTTP worker threads (0: auto)")->capture_default_str();
 }
 
+int run_server_with_config(const CLI::App& cmd, server::ServeConfig cfg, const std::string& config_path) {
+  const char* who = cfg.role == server::ServerRole::kUnified ? "serve" : server::server_role_name(cfg.role);
+  if (!config_path.empty()) {
+    // serve is not a topology role: it takes only the shared keys (model, host, page and chunk size).
+    std::optional<deploy::Role> role;
+    RoleFields f{&cfg.model_dir, &cfg.host, nullptr, nullptr, nullptr, &cfg.runtime};
+    if (cfg.role != server::ServerRole::kUnified) {
+      role = cfg.role == server::ServerRole::kPrefill ? deploy::Role::kPrefill : deploy::Role::kDecode;
+      f.port = &cfg.port;
+      f.tp = &cfg.tp;
+      if (cfg.role == server::ServerRole::kPrefill) f.bootstrap_port = &cfg.disagg.bootstrap_port;
+    }
+    if (Status st = apply_topology_to_runtime(cmd, config_path, role, f); !st.is_ok()) {
+      std::cerr << who << ": " << st.message() << "\n";
+      return 2;
+    }
+  }
+  if (cfg.model_dir.empty()) {
+    std::cerr << who << ": --model DIR (or --config FILE with MODEL_PATH) is required\n";
+    return 2;
+  }
+  return run_server(std::move(cfg));
+}
+
 void add_serve_command(CLI::App& app) {
   auto* cmd = app.add_subcommand("serve", "Serve the OpenAI-compatible API (prefill and decode in one process)");
   auto cfg = std::make_shared<server::ServeConfig>();
-  add_server_options(cmd, cfg);
-  cmd->callback([cfg]() { std::exit(run_server(*cfg)); });
+  auto config = std::make_shared<std::string>();
+  add_server_options(cmd, cfg, config.get());
+  cmd->callback([cfg, config, cmd]() { std::exit(run_server_with_config(*cmd, *cfg, *config)); });
 }
 
 }  // namespace pdserve::cli

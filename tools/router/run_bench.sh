@@ -43,7 +43,7 @@ for stream in "" "--stream"; do
     for target in direct:$BACKEND router:$ROUTER nginx:$NGINX; do
       name=${target%%:*} port=${target##*:}
       printf '%-7s ' "$name"
-      $BENCH load --port "$port" --concurrency $c --requests $n --warmup 500 $stream
+      $BENCH load --port "$port" --concurrency $c --requests "$n" --warmup 500 $stream
     done
   done
 done

@@ -1,0 +1,144 @@
+// The topology reader and validator: every error names the file, the key and the bad value;
+// the shipped configs parse; launch commands carry exactly what the topology says.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+
+#include "pdserve/deploy/topology.h"
+
+namespace pdserve::deploy {
+namespace {
+
+const std::string kOneHost = R"(# one host
+MODEL_PATH=/models/tiny
+GPUS_PER_NODE=0
+BIND_HOST=127.0.0.1
+PREFILL_NODES=127.0.0.1
+DECODE_NODES="127.0.0.1"
+PAGE_SIZE=64
+)";
+
+std::string error_of(const std::string& text) {
+  auto t = parse_topology(text, "t.env");
+  EXPECT_FALSE(t.is_ok()) << "accepted:\n" << text;
+  return t.is_ok() ? "" : t.status().message();
+}
+
+bool has(const std::vector<std::string>& v, const std::vector<std::string>& seq) {
+  return std::search(v.begin(), v.end(), seq.begin(), seq.end()) != v.end();
+}
+
+TEST(Topology, ParsesShellSubset) {
+  auto t = parse_topology(kOneHost + "export CHUNK_SIZE=4096  # trailing comment\nRDMA_NICS='mlx5_0 mlx5_1',mlx5_2\n",
+                          "t.env");
+  ASSERT_TRUE(t.is_ok()) << t.status().to_string();
+  EXPECT_EQ(t->model_path, "/models/tiny");
+  EXPECT_EQ(t->chunk_size, 4096);
+  EXPECT_EQ(t->rdma_nics, (std::vector<std::string>{"mlx5_0", "mlx5_1", "mlx5_2"}));
+  EXPECT_EQ(t->prefill.page_size, 64);
+  EXPECT_EQ(t->router_host(), "127.0.0.1");
+  EXPECT_EQ(t->router_port, 31000);
+}
+
+TEST(Topology, ErrorsNameFileKeyAndValue) {
+  EXPECT_EQ(error_of(kOneHost + "PREFILL_TP=four\n"), "t.env: PREFILL_TP='four' is not an integer");
+  EXPECT_EQ(error_of(kOneHost + "ROUTER_PORT=70000\n"), "t.env: ROUTER_PORT=70000 must be in [1, 65535]");
+  EXPECT_EQ(error_of(kOneHost + "PREFIL_TP=4\n"), "t.env:8: unknown key PREFIL_TP (did you mean PREFILL_TP?)");
+  EXPECT_EQ(error_of(kOneHost + "PAGE_SIZE=32\n"), "t.env:8: PAGE_SIZE is set twice (first on line 7)");
+  EXPECT_EQ(error_of("MODEL_PATH = /m\n"), "t.env:1: expected KEY=VALUE with no spaces around '=', got 'MODEL_PATH = /m'");
+  EXPECT_NE(error_of(kOneHost + "CHUNK_SIZE=$CHUNK\n").find("'$' means something to the shell"), std::string::npos);
+  EXPECT_NE(error_of(kOneHost + "IMAGE=\"pdserve:$TAG\"\n").find("would be expanded by the shell"), std::string::npos);
+  EXPECT_NE(error_of(kOneHost + "DECODE_EXTRA_ARGS=--a --b\n").find("unexpected text after the value"), std::string::npos);
+  EXPECT_NE(error_of(kOneHost + "IMAGE='unterminated\n").find("unterminated ' quote"), std::string::npos);
+  EXPECT_EQ(error_of("PREFILL_NODES=a\nDECODE_NODES=b\n"), "t.env: MODEL_PATH is missing or empty");
+}
+
+TEST(Topology, CrossKeyRules) {
+  EXPECT_EQ(error_of(kOneHost + "DECODE_PAGE_SIZE=32\n"),
+            "t.env: page size mismatch: PREFILL_PAGE_SIZE=64 but DECODE_PAGE_SIZE=32 (decode refuses every transfer "
+            "from a prefill with another page size)");
+  EXPECT_EQ(error_of(kOneHost + "DECODE_PP=2\n"),
+            "t.env: DECODE_PP=2 is not supported: decode runs every token through all layers, so it must be 1");
+  EXPECT_EQ(error_of(kOneHost + "PREFILL_TP=4\nDECODE_TP=6\n"),
+            "t.env: PREFILL_TP=4 and DECODE_TP=6: one must divide the other for the state to be sliced between them");
+  EXPECT_EQ(error_of(kOneHost + "PREFILL_TP=4\nPREFILL_EP=3\n"),
+            "t.env: PREFILL_EP=3 must divide PREFILL_TP=4 (experts are split inside a TP group)");
+  EXPECT_EQ(error_of(kOneHost + "DECODE_PORT=30000\n"), "t.env: PREFILL_PORT and DECODE_PORT are both 30000 on node 127.0.0.1");
+  EXPECT_EQ(error_of(kOneHost + "ROUTER_PORT=8998\n"), "t.env: BOOTSTRAP_PORT and ROUTER_PORT are both 8998 on node 127.0.0.1");
+  EXPECT_EQ(error_of("MODEL_PATH=/m\nPREFILL_NODES='a a'\nDECODE_NODES=b\n"), "t.env: PREFILL_NODES lists a twice");
+  // Eight GPUs per node: PP3 x TP4 = 12 GPUs do not fill whole nodes.
+  EXPECT_EQ(error_of("MODEL_PATH=/m\nPREFILL_NODES='a b'\nDECODE_NODES=c\nPREFILL_PP=3\nPREFILL_TP=4\n"),
+            "t.env: PREFILL_PP x PREFILL_TP = 12 GPUs do not fill whole nodes of GPUS_PER_NODE=8");
+  EXPECT_EQ(error_of("MODEL_PATH=/m\nPREFILL_NODES='a b c'\nDECODE_NODES=d\nPREFILL_PP=8\nPREFILL_TP=4\n"),
+            "t.env: PREFILL_NODES has 3 nodes, but one PP8 x TP4 instance spans 4 nodes of 8 GPUs");
+  EXPECT_EQ(error_of("MODEL_PATH=/m\nPREFILL_NODES=a\nDECODE_NODES=a\nPREFILL_TP=8\nDECODE_TP=4\n"),
+            "t.env: node a runs prefill and decode, which need 12 GPUs, more than GPUS_PER_NODE=8");
+  // All problems at once for preflight.
+  auto t = parse_topology_fields(kOneHost + "DECODE_PAGE_SIZE=32\nDECODE_PORT=30000\n", "t.env");
+  ASSERT_TRUE(t.is_ok());
+  EXPECT_EQ(topology_problems(*t).size(), 2u);
+}
+
+TEST(Topology, SeedEightNodeLaunch) {
+  auto t = load_topology(std::string(PDSERVE_SOURCE_DIR) + "/configs/seed-8node.env");
+  ASSERT_TRUE(t.is_ok()) << t.status().to_string();
+  EXPECT_EQ(t->nodes_per_instance(t->prefill), 4);
+  EXPECT_EQ(t->nodes_per_instance(t->decode), 4);
+  auto p = launch_specs(*t, Role::kPrefill);
+  ASSERT_TRUE(p.is_ok());
+  ASSERT_EQ(p->size(), 4u);
+  const LaunchSpec& p2 = (*p)[2];
+  EXPECT_TRUE(has(p2.args, {"--pp", "8"}));
+  EXPECT_TRUE(has(p2.args, {"--tp", "4"}));
+  EXPECT_TRUE(has(p2.args, {"--ep", "4"}));
+  EXPECT_TRUE(has(p2.args, {"--chunk-size", "8192"}));
+  EXPECT_TRUE(has(p2.args, {"--page-size", "64"}));
+  EXPECT_TRUE(has(p2.args, {"--nnodes", "4", "--node-rank", "2", "--dist-init-addr", (*p)[0].node + ":29500"}));
+  EXPECT_TRUE(has(p2.args, {"--rdma-nics", "mlx5_0,mlx5_1,mlx5_2,mlx5_3"}));
+  EXPECT_EQ(p2.env, (std::vector<std::string>{"CUDA_VISIBLE_DEVICES=0,1,2,3,4,5,6,7"}));
+  EXPECT_EQ(p2.url, "");  // only an instance's first node serves HTTP
+  EXPECT_EQ((*p)[0].url, "http://" + (*p)[0].node + ":30000");
+  auto d = launch_specs(*t, Role::kDecode);
+  ASSERT_TRUE(d.is_ok());
+  EXPECT_TRUE(has(d->front().args, {"decode", "--model"}));
+  EXPECT_TRUE(has(d->front().args, {"--tp", "32"}));
+  EXPECT_TRUE(has(d->front().args, {"--ep", "32"}));
+  EXPECT_FALSE(has(d->front().args, {"--pp", "1"}));
+  auto r = launch_specs(*t, Role::kRouter);
+  ASSERT_TRUE(r.is_ok());
+  EXPECT_EQ(r->front().node, d->front().node);  // MiniLB on the first decode node, as in the seed
+  EXPECT_TRUE(has(r->front().args, {"--prefill", "http://" + (*p)[0].node + ":30000@8998"}));
+  EXPECT_TRUE(has(r->front().args, {"--decode", "http://" + d->front().node + ":30001"}));
+  EXPECT_TRUE(has(r->front().args, {"--port", "31000"}));
+}
+
+TEST(Topology, OneHostConfigLaunch) {
+  auto t = load_topology(std::string(PDSERVE_SOURCE_DIR) + "/configs/one-host.env");
+  ASSERT_TRUE(t.is_ok()) << t.status().to_string();
+  auto p = launch_specs(*t, Role::kPrefill);
+  ASSERT_TRUE(p.is_ok());
+  ASSERT_EQ(p->size(), 1u);
+  EXPECT_TRUE(p->front().env.empty());  // CPU: no GPU pinning
+  // Only flags every role has: no --pp/--ep/--nnodes/--rdma-nics on one CPU host.
+  for (const char* f : {"--pp", "--ep", "--nnodes", "--rdma-nics"})
+    EXPECT_EQ(std::find(p->front().args.begin(), p->front().args.end(), f), p->front().args.end()) << f;
+  EXPECT_TRUE(has(p->front().args, {"--bootstrap-port", "8998"}));
+}
+
+TEST(Topology, SharedNodeSplitsGpus) {
+  auto t = parse_topology("MODEL_PATH=/m\nPREFILL_NODES=a\nDECODE_NODES=a\nPREFILL_TP=2\nDECODE_TP=4\n", "t.env");
+  ASSERT_TRUE(t.is_ok()) << t.status().to_string();
+  EXPECT_EQ(launch_specs(*t, Role::kPrefill)->front().env.front(), "CUDA_VISIBLE_DEVICES=0,1");
+  EXPECT_EQ(launch_specs(*t, Role::kDecode)->front().env.front(), "CUDA_VISIBLE_DEVICES=2,3,4,5");
+}
+
+TEST(Topology, ShellQuote) {
+  EXPECT_EQ(shell_quote("/a/b-c_d.e:1@2"), "/a/b-c_d.e:1@2");
+  EXPECT_EQ(shell_quote("a b"), "'a b'");
+  EXPECT_EQ(shell_quote("it's"), "'it'\\''s'");
+  EXPECT_EQ(shell_quote(""), "''");
+  EXPECT_EQ(shell_join({"x", "a b"}), "x 'a b'");
+}
+
+}  // namespace
+}  // namespace pdserve::deploy
