@@ -5,6 +5,8 @@
 
 #include <httplib.h>
 
+#include <cstdlib>
+
 #include <spdlog/spdlog.h>
 
 #include "pdserve/disagg/transfer_plan.h"
@@ -32,6 +34,7 @@ struct DecodeCoordinator::Room {
   uint32_t generation = 0;
   int32_t slot = -1;
   int64_t prompt_pages = 0;
+  std::vector<int32_t> pages;  // the prompt's pages (granted to the room)
   Clock::time_point reserved_at;
   bool finished = false;   // kv_ready or fail was posted to the engine
   bool landed = false;     // the KV arrived and checked out
@@ -71,9 +74,10 @@ Result<std::unique_ptr<DecodeCoordinator>> DecodeCoordinator::create(const Disag
   c->transport_ = std::move(transport);
   TpModelGroup& g = engine.group();
   PDS_ASSIGN_OR_RETURN(std::string fp, model_fingerprint(model_dir));
-  c->layout_ = describe_layout("decode", g.config(), fp, g.size(), g.kv(0), g.state(0));
+  c->layout_ = describe_layout("decode", g.config(), fp, g.size(), g.kv(0), g.state(0), cfg.checksum);
   c->aux_.resize(static_cast<size_t>(g.state(0).num_slots()));
   PDS_RETURN_IF_ERROR(c->transport_->register_region({kAuxRegion, c->aux_.data(), c->aux_.size() * sizeof(AuxRow), "aux", false}));
+  c->bases_[kAuxRegion] = reinterpret_cast<const uint8_t*>(c->aux_.data());
   for (int r = 0; r < g.size(); ++r) {
     MlaKvPool& kv = g.kv(r);
     KdaStatePool& st = g.state(r);
@@ -85,6 +89,8 @@ Result<std::unique_ptr<DecodeCoordinator>> DecodeCoordinator::create(const Disag
       PDS_RETURN_IF_ERROR(c->transport_->register_region(
           {state_region(r), st.slot_base(0), static_cast<uint64_t>(st.num_slots() * st.slot_floats()) * sizeof(float),
            "kda_state_rank" + std::to_string(r), false}));
+    c->bases_[kv_region(r)] = reinterpret_cast<const uint8_t*>(kv.layer_base(0));
+    c->bases_[state_region(r)] = reinterpret_cast<const uint8_t*>(st.slot_base(0));
   }
   DecodeCoordinator* self = c.get();
   transfer::ReceiverCallbacks cb;
@@ -205,6 +211,7 @@ void DecodeCoordinator::on_kv_reserved(uint64_t id, uint64_t room, const runtime
     }
   }
   r.reserved = true;
+  r.pages = pages;
   r.reserved_at = Clock::now();
   metrics_.room_started();
   RoomTarget t;
@@ -255,11 +262,31 @@ void DecodeCoordinator::on_notify(uint64_t room, const std::string& payload) {
   Room& r = *it->second;
   if (payload.rfind("fail:", 0) == 0)
     return fail_room_locked(r, Status(ErrorCode::kUnavailable, "prefill failed room " + std::to_string(room) + ": " + payload.substr(5)));
-  if (payload != "ok") return fail_room_locked(r, Status(ErrorCode::kUnavailable, "prefill sent an unknown notice for room " + std::to_string(room)));
+  if (payload.rfind("ok", 0) != 0)
+    return fail_room_locked(r, Status(ErrorCode::kUnavailable, "prefill sent an unknown notice for room " + std::to_string(room)));
   const AuxRow row = aux_[static_cast<size_t>(r.slot)];
+  auto untrusted = [&](const std::string& why) {
+    fail_room_locked(r, Status(ErrorCode::kUnavailable, "KV transfer for room " + std::to_string(room) + " is not trustworthy: " + why));
+  };
   auto first = check_aux_row(row, room, r.generation, r.prompt_len);
-  if (!first.is_ok())
-    return fail_room_locked(r, Status(ErrorCode::kUnavailable, "KV transfer for room " + std::to_string(room) + " is not trustworthy: " + first.status().message()));
+  if (!first.is_ok()) return untrusted(first.status().message());
+  if (layout_.checksum) {
+    // Everything landed before the notice: hash what is in our pools, unit by unit.
+    if (payload.size() < 4) return untrusted("prefill sent no checksum");
+    const uint64_t want = std::strtoull(payload.c_str() + 3, nullptr, 10);
+    const KvLayout& src = r.prefill->layout;
+    uint64_t got = 0;
+    for (const auto& u : page_units(src, layout_, r.pages, r.pages, 0, r.prompt_pages))
+      got += unit_hash(u, bases_.at(u.remote_region) + u.remote_offset);
+    auto state = state_writes(src, layout_, 0, r.slot);
+    if (!state.is_ok()) return untrusted(state.status().message());
+    for (const auto& u : *state) got += unit_hash(u, bases_.at(u.remote_region) + u.remote_offset);
+    const transfer::WriteOp aux = aux_write(0, r.slot);
+    got += unit_hash(aux, bases_.at(aux.remote_region) + aux.remote_offset);
+    if (got != want)
+      return untrusted("checksum mismatch (prefill " + std::to_string(want) + ", decode " + std::to_string(got) +
+                       "): a page, state run or aux row changed in flight");
+  }
   r.finished = true;
   r.landed = true;
   const uint64_t id = r.request_id;

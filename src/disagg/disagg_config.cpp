@@ -27,7 +27,8 @@ Json DisaggConfig::to_json() const {
               {"waiting_timeout_s", waiting_timeout_s},
               {"heartbeat_interval_s", heartbeat_interval_s},
               {"heartbeat_misses", heartbeat_misses},
-              {"release_wait_s", release_wait_s}};
+              {"release_wait_s", release_wait_s},
+              {"checksum", checksum}};
 }
 
 }  // namespace pdserve::disagg

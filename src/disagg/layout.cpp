@@ -41,7 +41,8 @@ Json KvLayout::to_json() const {
               {"kda_conv_tail", kda.conv_tail},
               {"state_dtype", state_dtype},
               {"state_layout", state_layout},
-              {"num_slots", num_slots}};
+              {"num_slots", num_slots},
+              {"checksum", checksum}};
 }
 
 Result<KvLayout> KvLayout::from_json(const Json& j) {
@@ -68,6 +69,7 @@ Result<KvLayout> KvLayout::from_json(const Json& j) {
   PDS_ASSIGN_OR_RETURN(l.state_dtype, f.get_string("state_dtype"));
   PDS_ASSIGN_OR_RETURN(l.state_layout, f.get_string("state_layout"));
   PDS_ASSIGN_OR_RETURN(l.num_slots, f.get_int("num_slots"));
+  PDS_ASSIGN_OR_RETURN(l.checksum, f.get_bool("checksum", true));
   // Sizes feed offset arithmetic: keep them in ranges where products cannot overflow.
   auto in = [&](const char* k, int64_t v, int64_t lo, int64_t hi) -> Status {
     if (v < lo || v > hi) return f.error(k, "must be in [" + std::to_string(lo) + ", " + std::to_string(hi) + "]");
@@ -87,7 +89,7 @@ Result<KvLayout> KvLayout::from_json(const Json& j) {
 }
 
 KvLayout describe_layout(const std::string& role, const ModelConfig& cfg, const std::string& fingerprint, int tp,
-                         const MlaKvPool& kv, const KdaStatePool& state) {
+                         const MlaKvPool& kv, const KdaStatePool& state, bool checksum) {
   KvLayout l;
   l.role = role;
   l.instance_id = new_instance_id();
@@ -99,6 +101,7 @@ KvLayout describe_layout(const std::string& role, const ModelConfig& cfg, const 
   l.num_pages = kv.num_pages();
   l.kda = KdaStateShape{cfg.num_kda_layers(), cfg.kda_num_heads, cfg.kda_head_dim, cfg.conv_kernel - 1};
   l.num_slots = state.num_slots();
+  l.checksum = checksum;
   return l;
 }
 
@@ -137,6 +140,8 @@ Status check_pair(const KvLayout& p, const KvLayout& d) {
   if (p.kda.heads != d.kda.heads) return differ("kda_heads", num(p.kda.heads), num(d.kda.heads));
   if (p.kda.head_dim != d.kda.head_dim) return differ("kda_head_dim", num(p.kda.head_dim), num(d.kda.head_dim));
   if (p.kda.conv_tail != d.kda.conv_tail) return differ("kda_conv_tail", num(p.kda.conv_tail), num(d.kda.conv_tail));
+  if (p.checksum != d.checksum)
+    return differ("checksum", p.checksum ? "on" : "off", d.checksum ? "on" : "off");
   if (p.kda.heads % p.tp != 0 || p.kda.heads % d.tp != 0)
     return invalid_argument("prefill/decode mismatch: tp: prefill " + num(p.tp) + ", decode " + num(d.tp) +
                             "; both must divide the " + num(p.kda.heads) + " KDA heads");

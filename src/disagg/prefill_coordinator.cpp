@@ -28,6 +28,7 @@ struct PrefillCoordinator::Room {
   bool done = false;         // kv_sent was posted
   bool metrics_open = false;
   uint64_t bytes = 0;
+  uint64_t checksum = 0;     // wrapping sum of unit hashes sent so far
   Clock::time_point first_send;
 };
 
@@ -50,9 +51,10 @@ Result<std::unique_ptr<PrefillCoordinator>> PrefillCoordinator::create(const Dis
   c->transport_ = std::move(transport);
   TpModelGroup& g = engine.group();
   PDS_ASSIGN_OR_RETURN(std::string fp, model_fingerprint(model_dir));
-  c->layout_ = describe_layout("prefill", g.config(), fp, g.size(), g.kv(0), g.state(0));
+  c->layout_ = describe_layout("prefill", g.config(), fp, g.size(), g.kv(0), g.state(0), cfg.checksum);
   c->aux_.resize(static_cast<size_t>(g.state(0).num_slots()));
   PDS_RETURN_IF_ERROR(c->transport_->register_region({kAuxRegion, c->aux_.data(), c->aux_.size() * sizeof(AuxRow), "aux", false}));
+  c->bases_[kAuxRegion] = reinterpret_cast<const uint8_t*>(c->aux_.data());
   // Each rank registers its pools; /route answers once all have.
   for (int r = 0; r < g.size(); ++r) {
     MlaKvPool& kv = g.kv(r);
@@ -65,6 +67,8 @@ Result<std::unique_ptr<PrefillCoordinator>> PrefillCoordinator::create(const Dis
       PDS_RETURN_IF_ERROR(c->transport_->register_region(
           {state_region(r), st.slot_base(0), static_cast<uint64_t>(st.num_slots() * st.slot_floats()) * sizeof(float),
            "kda_state_rank" + std::to_string(r), false}));
+    c->bases_[kv_region(r)] = reinterpret_cast<const uint8_t*>(kv.layer_base(0));
+    c->bases_[state_region(r)] = reinterpret_cast<const uint8_t*>(st.slot_base(0));
     c->registered_ranks_.fetch_add(1);
   }
   runtime::DisaggHooks hooks;
@@ -257,6 +261,7 @@ void PrefillCoordinator::on_chunk_done(uint64_t id, uint64_t room, const runtime
   }
   const int64_t full = seq.cached_len / layout_.page_size;
   if (full <= r.pages_sent) return;
+  if (cfg_.checksum) r.checksum += hash_units(page_units(layout_, r.target->decode, seq.pages, r.target->pages, r.pages_sent, full));
   Status st = send(r, id, page_writes(layout_, r.target->decode, seq.pages, r.target->pages, r.pages_sent, full), std::nullopt);
   if (!st.is_ok()) return fail_room(room, Status(ErrorCode::kUnavailable, "KV transfer to decode failed: " + st.message()));
   r.pages_sent = full;
@@ -284,7 +289,14 @@ void PrefillCoordinator::on_prefill_done(uint64_t id, uint64_t room, const runti
   writes.insert(writes.end(), state->begin(), state->end());
   aux_[static_cast<size_t>(seq.slot)] = make_aux_row(room, r.target->generation, seq.prompt_len, first);
   writes.push_back(aux_write(seq.slot, r.target->aux_row));
-  Status st = send(r, id, std::move(writes), std::string("ok"));
+  std::string notice = "ok";
+  if (cfg_.checksum) {
+    r.checksum += hash_units(page_units(layout_, r.target->decode, seq.pages, r.target->pages, r.pages_sent, n));
+    r.checksum += hash_units(*state);
+    r.checksum += hash_units({aux_write(seq.slot, r.target->aux_row)});
+    notice += " " + std::to_string(r.checksum);
+  }
+  Status st = send(r, id, std::move(writes), notice);
   if (!st.is_ok()) return fail_room(room, Status(ErrorCode::kUnavailable, "KV transfer to decode failed: " + st.message()));
   r.pages_sent = n;
   r.final_submitted = true;
@@ -318,6 +330,12 @@ void PrefillCoordinator::on_release(uint64_t id, uint64_t room, const runtime::S
     (void)transport_->submit(r.peer, {room, r.target->generation, {}, std::string("fail:prefill dropped the request")});
   if (r.metrics_open) metrics_.room_ended(ok, r.bytes, r.batches.size(), r.has_peer ? seconds_since(r.first_send) : 0.0);
   rooms_.erase(it);
+}
+
+uint64_t PrefillCoordinator::hash_units(const std::vector<transfer::WriteOp>& units) const {
+  uint64_t sum = 0;
+  for (const auto& u : units) sum += unit_hash(u, bases_.at(u.local_region) + u.local_offset);
+  return sum;
 }
 
 // Posts kv_sent once every batch of a finished room ended; expires unclaimed rooms.

@@ -1,5 +1,7 @@
 #include "pdserve/disagg/transfer_plan.h"
 
+#include <cstring>
+
 namespace pdserve::disagg {
 
 using transfer::Grant;
@@ -75,6 +77,55 @@ std::vector<Grant> room_grants(const KvLayout& dst, transfer::RoomId room, trans
   }
   out.push_back({room, kAuxRegion, static_cast<uint64_t>(aux_row) * sizeof(AuxRow), sizeof(AuxRow), gen});
   return out;
+}
+
+std::vector<WriteOp> page_units(const KvLayout& src, const KvLayout& dst, const std::vector<int32_t>& src_pages,
+                                const std::vector<int32_t>& dst_pages, int64_t first, int64_t last) {
+  std::vector<WriteOp> out;
+  const uint64_t page_bytes = static_cast<uint64_t>(src.page_floats()) * kF;
+  const std::vector<int> source = latent_source_ranks(src.tp, dst.tp);
+  for (int d = 0; d < dst.tp; ++d)
+    for (int64_t l = 0; l < src.mla_layers; ++l)
+      for (int64_t i = first; i < last; ++i)
+        out.push_back({kv_region(source[static_cast<size_t>(d)]),
+                       (static_cast<uint64_t>(l * src.num_pages) + static_cast<uint64_t>(src_pages[i])) * page_bytes,
+                       kv_region(d),
+                       (static_cast<uint64_t>(l * dst.num_pages) + static_cast<uint64_t>(dst_pages[i])) * page_bytes,
+                       page_bytes});
+  return out;
+}
+
+namespace {
+inline uint64_t mix64(uint64_t x) {
+  x ^= x >> 33;
+  x *= 0xff51afd7ed558ccdull;
+  x ^= x >> 33;
+  x *= 0xc4ceb9fe1a85ec53ull;
+  x ^= x >> 33;
+  return x;
+}
+}  // namespace
+
+// Four independent lanes over 8-byte words keep the multiplies pipelined (several GB/s on one
+// core); the tail is folded in byte by byte.
+uint64_t checksum64(const void* data, size_t n, uint64_t seed) {
+  const auto* p = static_cast<const uint8_t*>(data);
+  uint64_t h[4] = {seed ^ 0x9e3779b97f4a7c15ull, seed + 0x632be59bd9b4e019ull, seed ^ 0x85ebca77c2b2ae63ull, ~seed};
+  size_t i = 0;
+  for (; i + 32 <= n; i += 32)
+    for (int k = 0; k < 4; ++k) {
+      uint64_t w;
+      std::memcpy(&w, p + i + 8 * k, 8);
+      h[k] = (h[k] ^ w) * 0x9fb21c651e98df25ull;
+      h[k] ^= h[k] >> 29;
+    }
+  uint64_t tail = n;
+  for (; i < n; ++i) tail = (tail ^ p[i]) * 0x100000001b3ull;
+  return mix64(h[0] ^ mix64(h[1] ^ mix64(h[2] ^ mix64(h[3] ^ tail))));
+}
+
+uint64_t unit_hash(const WriteOp& u, const void* bytes) {
+  return mix64(checksum64(bytes, u.length) ^ mix64((static_cast<uint64_t>(u.remote_region) << 48) ^ u.remote_offset));
 }
 
 uint64_t room_bytes(const KvLayout& src, const KvLayout& dst, int64_t prompt_pages) {

@@ -150,6 +150,22 @@ TEST(PdServe, RequestsWithoutBootstrapFieldsAreRefusedByBothRoles) {
   EXPECT_NE(text.find("bootstrap_host"), std::string::npos) << text;
 }
 
+TEST(PdServe, ABusyPortIsABindErrorNotASharedPort) {
+  PdPair pd(1, 1);
+  ServeConfig again = pd_config(ServerRole::kUnified, 1);
+  again.port = pd.decode->port();
+  auto s = HttpServer::create(again);
+  ASSERT_TRUE(s.is_ok()) << s.status().message();
+  auto port = (*s)->bind();
+  EXPECT_FALSE(port.is_ok());
+  // Nor can a second prefill take the first one's bootstrap port.
+  ServeConfig p2 = pd_config(ServerRole::kPrefill, 1);
+  p2.disagg.bootstrap_port = pd.bootstrap_port();
+  auto s2 = HttpServer::create(p2);
+  ASSERT_FALSE(s2.is_ok());
+  EXPECT_NE(s2.status().message().find("bootstrap server: cannot bind"), std::string::npos) << s2.status().message();
+}
+
 TEST(PdServe, HealthGenerateRunsOnBothRoles) {
   PdPair pd(1, 1);
   EXPECT_EQ(pd.prefill->get("/health_generate").first, 200);

@@ -81,6 +81,37 @@ TEST(TransferPlan, GrantsCoverEveryWriteAndNothingMore) {
   }
 }
 
+TEST(Checksum, UnitSumsAgreeAcrossMergingAndCatchOneFlippedBit) {
+  const KvLayout src = layout(2), dst = layout(4);
+  const std::vector<int32_t> sp = {1, 2, 3, 7}, dp = {4, 5, 6, 9};
+  // Fake pools: page bytes are a function of (layer, page), identical on both sides.
+  auto fill = [](std::vector<uint8_t>& pool, const KvLayout& l, const std::vector<int32_t>& pages) {
+    const uint64_t pb = static_cast<uint64_t>(l.page_floats()) * 4;
+    pool.assign(static_cast<size_t>(l.mla_layers * l.num_pages) * pb, 0);
+    for (int64_t layer = 0; layer < l.mla_layers; ++layer)
+      for (size_t i = 0; i < pages.size(); ++i)
+        for (uint64_t b = 0; b < pb; ++b)
+          pool[(static_cast<uint64_t>(layer * l.num_pages) + static_cast<uint64_t>(pages[i])) * pb + b] =
+              static_cast<uint8_t>(layer * 31 + static_cast<int64_t>(i) * 7 + static_cast<int64_t>(b));
+  };
+  std::vector<uint8_t> sbuf, dbuf;
+  fill(sbuf, src, sp);
+  fill(dbuf, dst, dp);
+  uint64_t sent = 0, got = 0;
+  // Prefill hashes in two chunks; decode hashes all at once.
+  for (auto [a, b] : {std::pair<int64_t, int64_t>{0, 1}, {1, 4}})
+    for (const auto& u : page_units(src, dst, sp, dp, a, b)) sent += unit_hash(u, sbuf.data() + u.local_offset);
+  for (const auto& u : page_units(src, dst, dp, dp, 0, 4)) got += unit_hash(u, dbuf.data() + u.remote_offset);
+  EXPECT_EQ(sent, got);
+  dbuf[(static_cast<uint64_t>(dst.num_pages) + 6) * 48 + 5] ^= 0x10;  // layer 1, page 6, one bit
+  uint64_t bad = 0;
+  for (const auto& u : page_units(src, dst, dp, dp, 0, 4)) bad += unit_hash(u, dbuf.data() + u.remote_offset);
+  EXPECT_NE(sent, bad);
+  // The same bytes at another destination are another unit.
+  transfer::WriteOp a{0, 0, kv_region(0), 0, 48}, b{0, 0, kv_region(1), 0, 48};
+  EXPECT_NE(unit_hash(a, sbuf.data()), unit_hash(b, sbuf.data()));
+}
+
 TEST(Layout, MismatchNamesTheFieldAndBothValues) {
   KvLayout p = layout(1), d = layout(1);
   EXPECT_TRUE(check_pair(p, d).is_ok());

@@ -65,6 +65,7 @@ class DecodeCoordinator {
   std::unique_ptr<transfer::Transport> transport_;
   KvLayout layout_;
   std::vector<AuxRow> aux_;
+  std::map<transfer::RegionId, const uint8_t*> bases_;  // registered regions, for checksums
   std::atomic<uint32_t> next_generation_{1};
 
   mutable std::mutex mu_;

@@ -22,6 +22,9 @@ struct DisaggConfig {
   double heartbeat_interval_s = 5;   // decode -> each prefill bootstrap server
   int heartbeat_misses = 2;          // then every room waiting on that prefill fails
   double release_wait_s = 5;         // prefill: an aborted room's sends get this long to end
+  // Hash every transferred unit on both sides and refuse a room whose sums differ. Both sides
+  // must agree (it is part of the pair check); turning it off trades safety for CPU time.
+  bool checksum = true;
 
   Status validate() const;  // names the bad field
   Json to_json() const;

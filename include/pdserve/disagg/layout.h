@@ -32,6 +32,7 @@ struct KvLayout {
   std::string state_dtype = "float32";
   std::string state_layout = "conv[q,k,v][H*D][K-1],recurrent[H][V][K]";
   int64_t num_slots = 0;
+  bool checksum = true;          // every room's units are hashed and compared
 
   Json to_json() const;
   static Result<KvLayout> from_json(const Json& j);
@@ -41,7 +42,7 @@ struct KvLayout {
 
 // This process's layout from its config and pools (rank 0's pools; all ranks match).
 KvLayout describe_layout(const std::string& role, const ModelConfig& cfg, const std::string& model_fingerprint,
-                         int tp, const MlaKvPool& kv, const KdaStatePool& state);
+                         int tp, const MlaKvPool& kv, const KdaStatePool& state, bool checksum);
 // FNV-1a 64 of the model directory's config.json, as 16 hex digits.
 Result<std::string> model_fingerprint(const std::string& model_dir);
 std::string new_instance_id();

@@ -68,6 +68,8 @@ class PrefillCoordinator {
   std::unique_ptr<transfer::Transport> transport_;
   KvLayout layout_;
   std::vector<AuxRow> aux_;  // one row per slot (registered as kAuxRegion)
+  std::map<transfer::RegionId, const uint8_t*> bases_;  // registered regions, for checksums
+  uint64_t hash_units(const std::vector<transfer::WriteOp>& units) const;
   int bootstrap_port_ = 0;
   std::unique_ptr<net::HttpListener> http_;
   std::thread http_thread_;

@@ -33,6 +33,18 @@ transfer::WriteOp aux_write(int32_t src_row, int32_t dst_row);
 std::vector<transfer::Grant> room_grants(const KvLayout& dst, transfer::RoomId room, transfer::Generation gen,
                                          const std::vector<int32_t>& prompt_pages, int32_t slot, int32_t aux_row);
 
+// Integrity: both sides hash the same units, prefill from its source bytes and decode from
+// what landed, and decode refuses the room unless the sums agree. A unit is one page of one
+// layer for one decode rank, one KDA state run, or the aux row, so the sum does not depend on
+// how writes were merged or split. Order-independent (a wrapping sum of per-unit hashes, each
+// keyed by its destination), so the two sides need not see units in the same order.
+std::vector<transfer::WriteOp> page_units(const KvLayout& src, const KvLayout& dst, const std::vector<int32_t>& src_pages,
+                                          const std::vector<int32_t>& dst_pages, int64_t first, int64_t last);
+// `bytes` is the unit's data on the side doing the hashing.
+uint64_t unit_hash(const transfer::WriteOp& unit, const void* bytes);
+// 64-bit hash of a byte range (fast, not cryptographic: it catches corruption, not an attacker).
+uint64_t checksum64(const void* data, size_t n, uint64_t seed = 0);
+
 // Bytes one room moves (the formula docs/disaggregation.md states): pages x layers x page
 // bytes x decode ranks + the whole-model KDA state + one aux row.
 uint64_t room_bytes(const KvLayout& src, const KvLayout& dst, int64_t prompt_pages);
