@@ -13,6 +13,8 @@ void add_disagg_options(CLI::App* cmd, const std::shared_ptr<server::ServeConfig
   cmd->add_option("--transfer-streams", d.transfer_streams, "TCP connections per transfer peer")->capture_default_str();
   cmd->add_option("--heartbeat-interval", d.heartbeat_interval_s, "Seconds between decode's heartbeats to prefill")->capture_default_str();
   cmd->add_option("--heartbeat-misses", d.heartbeat_misses, "Missed heartbeats before a prefill's rooms fail")->capture_default_str();
+  cmd->add_option("--transfer-backend", d.transfer_backend, "tcp, rdma (never falls back) or auto (says what it chose)")
+      ->capture_default_str();
   cmd->add_flag("!--no-transfer-checksum", d.checksum,
                 "Do not hash transferred pages and state (both sides must agree; see docs/disaggregation.md)");
 }
@@ -42,6 +44,8 @@ void add_decode_command(CLI::App& app) {
   cmd->add_option("--transfer-host", cfg->disagg.transfer_host, "Address prefill servers reach the transfer listener at")->capture_default_str();
   cmd->add_option("--transfer-port", cfg->disagg.transfer_port, "Transfer listener port (0: any free port)")->capture_default_str();
   cmd->add_option("--waiting-timeout", cfg->disagg.waiting_timeout_s, "Seconds to wait for a request's KV")->capture_default_str();
+  cmd->add_option("--prefill-peer", cfg->disagg.prefill_peers,
+                  "HOST:BOOTSTRAP_PORT of a prefill server to handshake and self-test before /health is ok (repeatable)");
   cmd->callback([cfg, config, cmd]() { std::exit(run_server_with_config(*cmd, *cfg, *config)); });
 }
 

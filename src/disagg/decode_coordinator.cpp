@@ -9,6 +9,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include "pdserve/disagg/selftest.h"
 #include "pdserve/disagg/transfer_plan.h"
 
 namespace pdserve::disagg {
@@ -21,6 +22,9 @@ struct DecodeCoordinator::Prefill {
   KvLayout layout;
   bool has_layout = false;
   int misses = 0;
+  bool configured = false;      // named in prefill_peers: must pass the self-test
+  bool selftest_passed = false;
+  std::string selftest_error = "not run yet";
   std::string key() const { return host + ":" + std::to_string(port); }
 };
 
@@ -105,7 +109,19 @@ Result<std::unique_ptr<DecodeCoordinator>> DecodeCoordinator::create(const Disag
   hooks.on_kv_reserved = [self](uint64_t id, uint64_t room, const runtime::Sequence& s) { self->on_kv_reserved(id, room, s); };
   hooks.on_release = [self](uint64_t id, uint64_t room, const runtime::Sequence& s) { self->on_release(id, room, s); };
   engine.set_disagg_hooks(std::move(hooks));
+  // The self-test scratch: a page and a state slot's worth of bytes.
+  c->scratch_.resize(static_cast<size_t>(std::max<int64_t>(4096, (c->layout_.page_floats() + c->layout_.slot_floats_per_rank()) * 4)));
+  PDS_RETURN_IF_ERROR(c->transport_->register_region({kSelfTestRegion, c->scratch_.data(), c->scratch_.size(), "selftest", false}));
+  for (const std::string& peer : cfg.prefill_peers) {
+    auto p = std::make_shared<Prefill>();
+    const size_t colon = peer.rfind(':');
+    p->host = peer.substr(0, colon);
+    p->port = std::stoi(peer.substr(colon + 1));
+    p->configured = true;
+    c->prefills_[p->key()] = p;
+  }
   c->worker_ = std::thread([self] { self->work(); });
+  if (!cfg.prefill_peers.empty()) c->selftest_ = std::thread([self] { self->selftests(); });
   c->heartbeat_ = std::thread([self] { self->heartbeat(); });
   return c;
 }
@@ -121,6 +137,7 @@ void DecodeCoordinator::stop() {
   cv_.notify_all();
   if (worker_.joinable()) worker_.join();
   if (heartbeat_.joinable()) heartbeat_.join();
+  if (selftest_.joinable()) selftest_.join();
 }
 
 Status DecodeCoordinator::prepare(const std::string& host, int port, uint64_t room, const std::vector<int32_t>& prompt) {
@@ -142,17 +159,7 @@ Status DecodeCoordinator::prepare(const std::string& host, int port, uint64_t ro
     known = p->has_layout;
   }
   if (!known) {
-    // Looked up once per prefill server (and again after it restarts or stops answering).
-    auto j = http_call(host, port, "GET", "/route", nullptr, 5.0);
-    if (!j.is_ok()) return Status(ErrorCode::kUnavailable, j.status().message());
-    PDS_ASSIGN_OR_RETURN(KvLayout l, KvLayout::from_json(*j));
-    PDS_RETURN_IF_ERROR(check_pair(l, layout_));
-    std::lock_guard<std::mutex> lock(mu_);
-    p->layout = std::move(l);
-    p->has_layout = true;
-    p->misses = 0;
-    spdlog::info("prefill {}: layout checked (tp {}, page_size {}, instance {})", key, p->layout.tp, p->layout.page_size,
-                 p->layout.instance_id);
+    PDS_RETURN_IF_ERROR(lookup_layout(p));
   } else {
     std::lock_guard<std::mutex> lock(mu_);
     PDS_RETURN_IF_ERROR(check_pair(p->layout, layout_));
@@ -167,6 +174,80 @@ Status DecodeCoordinator::prepare(const std::string& host, int port, uint64_t ro
   r->prompt_hash = hash_tokens(prompt);
   rooms_[room] = std::move(r);
   return Status::ok();
+}
+
+// Looked up once per prefill server (and again after it restarts or stops answering).
+Status DecodeCoordinator::lookup_layout(const std::shared_ptr<Prefill>& p) {
+  auto j = http_call(p->host, p->port, "GET", "/route", nullptr, 5.0);
+  if (!j.is_ok()) return Status(ErrorCode::kUnavailable, j.status().message());
+  PDS_ASSIGN_OR_RETURN(KvLayout l, KvLayout::from_json(*j));
+  PDS_RETURN_IF_ERROR(check_pair(l, layout_));
+  std::lock_guard<std::mutex> lock(mu_);
+  p->layout = std::move(l);
+  p->has_layout = true;
+  p->misses = 0;
+  spdlog::info("prefill {}: layout checked (tp {}, page_size {}, instance {})", p->key(), p->layout.tp, p->layout.page_size,
+               p->layout.instance_id);
+  return Status::ok();
+}
+
+Status DecodeCoordinator::run_selftest(Prefill& p) {
+  static std::atomic<uint64_t> counter{1};
+  const uint64_t room = (uint64_t{1} << 62) | counter.fetch_add(1);  // apart from the router's random rooms
+  SelfTestRequest t;
+  t.room = room;
+  t.generation = next_generation_.fetch_add(1);
+  const transfer::PeerAddress addr = transport_->local_address();
+  t.transfer_host = addr.host;
+  t.transfer_port = addr.port;
+  t.length = scratch_.size();
+  t.nonce = std::chrono::steady_clock::now().time_since_epoch().count() ^ (room * 0x9e3779b97f4a7c15ull);
+  std::fill(scratch_.begin(), scratch_.end(), 0);
+  PDS_RETURN_IF_ERROR(transport_->grant({room, kSelfTestRegion, 0, t.length, t.generation}));
+  const Json body = t.to_json();
+  auto res = http_call(p.host, p.port, "POST", "/selftest", &body, 15.0);
+  (void)transport_->revoke(room);  // every write has landed or been refused
+  if (!res.is_ok()) return res.status();
+  return check_pattern(scratch_.data(), t.length, t.nonce);
+}
+
+// Until every configured peer passed: handshake, then a real transfer checked byte for byte.
+void DecodeCoordinator::selftests() {
+  for (;;) {
+    std::vector<std::shared_ptr<Prefill>> todo;
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      for (auto& [k, p] : prefills_)
+        if (p->configured && !p->selftest_passed) todo.push_back(p);
+      if (todo.empty() || stopping_) return;
+    }
+    for (auto& p : todo) {
+      Status st = lookup_layout(p);
+      if (st.is_ok()) st = run_selftest(*p);
+      std::lock_guard<std::mutex> lock(mu_);
+      if (st.is_ok()) {
+        p->selftest_passed = true;
+        p->selftest_error.clear();
+        spdlog::info("prefill {}: self-test passed ({} bytes through the transport, checked byte for byte)", p->key(),
+                     scratch_.size());
+      } else if (st.message() != p->selftest_error) {
+        p->selftest_error = st.message();
+        spdlog::warn("prefill {}: self-test failed (retrying every {} s): {}", p->key(), cfg_.selftest_retry_s, st.message());
+      }
+    }
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait_for(lock, secs(cfg_.selftest_retry_s), [&] { return stopping_; });
+  }
+}
+
+bool DecodeCoordinator::healthy(std::string* why) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (const auto& [k, p] : prefills_)
+    if (p->configured && !p->selftest_passed) {
+      if (why) *why = "self-test with prefill " + k + " has not passed: " + p->selftest_error;
+      return false;
+    }
+  return true;
 }
 
 void DecodeCoordinator::drop(uint64_t room) {
@@ -366,7 +447,9 @@ Json DecodeCoordinator::info() const {
   std::lock_guard<std::mutex> lock(mu_);
   Json prefills = Json::array();
   for (const auto& [k, p] : prefills_)
-    prefills.push_back(Json{{"bootstrap", k}, {"checked", p->has_layout}, {"tp", p->layout.tp}, {"instance_id", p->layout.instance_id}});
+    prefills.push_back(Json{{"bootstrap", k}, {"checked", p->has_layout}, {"tp", p->layout.tp},
+                            {"instance_id", p->layout.instance_id}, {"configured", p->configured},
+                            {"selftest", p->configured ? (p->selftest_passed ? "passed" : p->selftest_error) : "not configured"}});
   return Json{{"role", "decode"},
               {"layout", layout_.to_json()},
               {"transport", transport_->capabilities().name},

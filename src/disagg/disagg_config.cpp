@@ -14,6 +14,15 @@ Status DisaggConfig::validate() const {
   if (!(heartbeat_interval_s > 0)) return bad("heartbeat_interval_s", "must be positive");
   if (heartbeat_misses < 1) return bad("heartbeat_misses", "must be at least 1");
   if (!(release_wait_s > 0)) return bad("release_wait_s", "must be positive");
+  if (transfer_backend != "tcp" && transfer_backend != "rdma" && transfer_backend != "auto")
+    return bad("transfer_backend", "must be tcp, rdma or auto (got '" + transfer_backend + "')");
+  for (const std::string& p : prefill_peers) {
+    const size_t colon = p.rfind(':');
+    if (colon == std::string::npos || colon == 0 || colon + 1 == p.size() ||
+        p.find_first_not_of("0123456789", colon + 1) != std::string::npos)
+      return bad("prefill_peers", "'" + p + "' is not HOST:PORT");
+  }
+  if (!(selftest_retry_s > 0)) return bad("selftest_retry_s", "must be positive");
   return Status::ok();
 }
 
@@ -28,7 +37,9 @@ Json DisaggConfig::to_json() const {
               {"heartbeat_interval_s", heartbeat_interval_s},
               {"heartbeat_misses", heartbeat_misses},
               {"release_wait_s", release_wait_s},
-              {"checksum", checksum}};
+              {"checksum", checksum},
+              {"transfer_backend", transfer_backend},
+              {"prefill_peers", prefill_peers}};
 }
 
 }  // namespace pdserve::disagg

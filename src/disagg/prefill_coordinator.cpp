@@ -5,6 +5,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include "pdserve/disagg/selftest.h"
 #include "pdserve/disagg/transfer_plan.h"
 #include "pdserve/net/http_listener.h"
 
@@ -135,6 +136,14 @@ void PrefillCoordinator::install_routes() {
     if (slot->target) return reply(res, 409, Json{{"error", "room " + std::to_string(t->room) + " already has a target"}});
     slot->target = std::move(t).value();
     cv_.notify_all();
+    reply(res, 200, Json{{"ok", true}});
+  });
+  h.Post("/selftest", [this](const httplib::Request& req, httplib::Response& res) {
+    auto j = parse_json(req.body, "selftest");
+    if (!j.is_ok()) return reply(res, 400, Json{{"error", j.status().message()}});
+    Status st = run_selftest(*j);
+    if (st.code() == ErrorCode::kInvalidArgument) return reply(res, 400, Json{{"error", st.message()}});
+    if (!st.is_ok()) return reply(res, 502, Json{{"error", st.message()}});
     reply(res, 200, Json{{"ok", true}});
   });
   h.Post("/abort", [this](const httplib::Request& req, httplib::Response& res) {
@@ -330,6 +339,33 @@ void PrefillCoordinator::on_release(uint64_t id, uint64_t room, const runtime::S
     (void)transport_->submit(r.peer, {room, r.target->generation, {}, std::string("fail:prefill dropped the request")});
   if (r.metrics_open) metrics_.room_ended(ok, r.bytes, r.batches.size(), r.has_peer ? seconds_since(r.first_send) : 0.0);
   rooms_.erase(it);
+}
+
+Status PrefillCoordinator::run_selftest(const Json& body) {
+  PDS_ASSIGN_OR_RETURN(SelfTestRequest t, SelfTestRequest::from_json(body));
+  std::lock_guard<std::mutex> lock(selftest_mu_);
+  std::vector<uint8_t> buf(t.length);
+  fill_pattern(buf.data(), t.length, t.nonce);
+  const transfer::RegionId local = kSelfTestRegion;
+  PDS_RETURN_IF_ERROR(transport_->register_region({local, buf.data(), t.length, "selftest", false}));
+  const std::string where = "self-test write to decode " + t.transfer_host + ":" + std::to_string(t.transfer_port);
+  Status st;
+  auto peer = transport_->open_peer({t.transfer_host, static_cast<uint16_t>(t.transfer_port)});
+  if (!peer.is_ok()) {
+    st = Status(ErrorCode::kUnavailable, where + ": " + peer.status().message());
+  } else {
+    auto batch = transport_->submit(*peer, {t.room, t.generation, {{local, 0, kSelfTestRegion, 0, t.length}}, std::nullopt});
+    if (!batch.is_ok()) {
+      st = Status(ErrorCode::kUnavailable, where + ": " + batch.status().message());
+    } else {
+      st = (*batch)->wait(Clock::now() + std::chrono::seconds(10));
+      // Still in flight: abandon it, so no byte of `buf` is read after it is freed.
+      if (st.code() == ErrorCode::kDeadlineExceeded) (void)transport_->close_peer(*peer);
+      if (!st.is_ok()) st = Status(ErrorCode::kUnavailable, where + ": " + st.message());
+    }
+  }
+  (void)transport_->unregister_region(local);
+  return st;
 }
 
 uint64_t PrefillCoordinator::hash_units(const std::vector<transfer::WriteOp>& units) const {

@@ -12,6 +12,20 @@
 
 namespace pdserve::server {
 
+// The transport policy: rdma never falls back; auto says what it chose and why.
+Result<std::string> choose_transport(const std::string& backend) {
+  std::vector<std::string> devices;
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator("/sys/class/infiniband", ec)) devices.push_back(e.path().filename());
+  std::string seen = devices.empty() ? "no RDMA devices in /sys/class/infiniband" : std::to_string(devices.size()) + " RDMA device(s):";
+  for (const auto& d : devices) seen += " " + d;
+  if (backend == "rdma")
+    return Status(ErrorCode::kUnsupported, "--transfer-backend rdma: this build has no RDMA transport yet (" + seen +
+                                               "); pdserve never falls back to TCP on its own: pass --transfer-backend tcp to choose it");
+  if (backend == "tcp") return std::string("tcp (asked for; ") + seen + ")";
+  return std::string("tcp (auto: this build has no RDMA transport; ") + seen + ")";
+}
+
 Result<std::unique_ptr<HttpServer>> HttpServer::create(ServeConfig cfg, TransportFactory make_transport) {
   PDS_RETURN_IF_ERROR(cfg.validate());
   if (cfg.served_model_name.empty())
@@ -24,6 +38,8 @@ Result<std::unique_ptr<HttpServer>> HttpServer::create(ServeConfig cfg, Transpor
   PDS_ASSIGN_OR_RETURN(s->engine_, runtime::Engine::create(cfg.runtime, std::move(group), s->tok_));
   cfg.runtime = s->engine_->config();  // resolved values, for /get_server_info
   if (cfg.role != ServerRole::kUnified) {
+    PDS_ASSIGN_OR_RETURN(s->transport_choice_, choose_transport(cfg.disagg.transfer_backend));
+    spdlog::info("transfer backend: {}", s->transport_choice_);
     transfer::TcpConfig tcp;
     tcp.listen_host = cfg.disagg.transfer_host;
     tcp.listen_port = static_cast<uint16_t>(cfg.role == ServerRole::kDecode ? cfg.disagg.transfer_port : 0);
@@ -111,7 +127,11 @@ void HttpServer::install_routes() {
               {"max_model_len", engine_->config().max_model_len}};
     send_json(res, Json{{"object", "list"}, {"data", Json::array({m})}});
   });
-  h.Get("/health", [](const httplib::Request&, httplib::Response& res) { send_json(res, Json{{"status", "ok"}}); });
+  h.Get("/health", [this](const httplib::Request&, httplib::Response& res) {
+    std::string why;
+    if (decode_ && !decode_->healthy(&why)) return send_json(res, Json{{"status", "unhealthy"}, {"reason", why}}, 503);
+    send_json(res, Json{{"status", "ok"}});
+  });
   h.Get("/health_generate", [ctx](const httplib::Request&, httplib::Response& res) { handle_health_generate(*ctx, res); });
   h.Get("/get_server_info", [this](const httplib::Request&, httplib::Response& res) {
     const runtime::EngineStats s = engine_->stats();
@@ -122,6 +142,7 @@ void HttpServer::install_routes() {
     info["parallelism"] = {{"tp", cfg_.tp}, {"pp", 1}, {"dp", 1}, {"ep", cfg_.tp}};
     if (prefill_) info["disaggregation"] = prefill_->info();
     if (decode_) info["disaggregation"] = decode_->info();
+    if (prefill_ || decode_) info["disaggregation"]["transport_choice"] = transport_choice_;
     info["model"] = {{"model_type", mc.model_type}, {"vocab_size", mc.vocab_size}, {"num_layers", mc.num_layers},
                      {"max_position_embeddings", mc.max_position_embeddings}};
     info["pools"] = {{"page_size", engine_->config().page_size},

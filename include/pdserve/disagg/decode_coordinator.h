@@ -44,6 +44,8 @@ class DecodeCoordinator {
   void drop(uint64_t room);
 
   const KvLayout& layout() const { return layout_; }
+  // False (with the reason) until every configured prefill peer passed the self-test.
+  bool healthy(std::string* why) const;
   PdMetricsSnapshot metrics() const { return metrics_.snapshot(); }
   Json info() const;
 
@@ -58,6 +60,9 @@ class DecodeCoordinator {
   void post(std::function<void()> job);  // runs on the worker thread
   void work();
   void heartbeat();
+  void selftests();                                   // thread: until every peer passed
+  Status run_selftest(Prefill& p);                    // mu_ not held
+  Status lookup_layout(const std::shared_ptr<Prefill>& p);  // GET /route + check, mu_ not held
   void fail_room_locked(Room& r, const Status& why);  // mu_ held
 
   DisaggConfig cfg_;
@@ -74,7 +79,8 @@ class DecodeCoordinator {
   std::map<uint64_t, std::unique_ptr<Room>> rooms_;
   std::deque<std::function<void()>> jobs_;
   bool stopping_ = false;
-  std::thread worker_, heartbeat_;
+  std::thread worker_, heartbeat_, selftest_;
+  std::vector<uint8_t> scratch_;  // kSelfTestRegion
   PdMetrics metrics_;
 };
 

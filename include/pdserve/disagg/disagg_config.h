@@ -3,6 +3,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "pdserve/core/json_util.h"
 #include "pdserve/core/status.h"
@@ -25,6 +26,12 @@ struct DisaggConfig {
   // Hash every transferred unit on both sides and refuse a room whose sums differ. Both sides
   // must agree (it is part of the pair check); turning it off trades safety for CPU time.
   bool checksum = true;
+  // "tcp", "rdma" or "auto". rdma never falls back; auto says at startup what it chose and why.
+  std::string transfer_backend = "auto";
+  // Decode: prefill bootstrap servers ("host:port") to handshake with and self-test a real
+  // transfer against before /health says ok (so no user request pays for endpoint setup).
+  std::vector<std::string> prefill_peers;
+  double selftest_retry_s = 1.0;
 
   Status validate() const;  // names the bad field
   Json to_json() const;

@@ -62,6 +62,8 @@ class PrefillCoordinator {
   Status send(Room& r, uint64_t id, std::vector<transfer::WriteOp> writes, std::optional<std::string> notify);
   void fail_room(uint64_t room, const Status& why);  // mu_ held
   void watch();
+  // POST /selftest: write decode's test pattern through the transport (selftest.h).
+  Status run_selftest(const Json& body);
 
   DisaggConfig cfg_;
   runtime::Engine* engine_ = nullptr;
@@ -80,6 +82,7 @@ class PrefillCoordinator {
   std::map<uint64_t, std::unique_ptr<Room>> rooms_;
   bool stopping_ = false;
   std::thread watcher_;
+  std::mutex selftest_mu_;  // one self-test at a time (they share a region id)
   PdMetrics metrics_;
 };
 

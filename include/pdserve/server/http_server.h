@@ -50,6 +50,7 @@ class HttpServer {
   std::unique_ptr<runtime::Engine> engine_;
   std::unique_ptr<disagg::PrefillCoordinator> prefill_;
   std::unique_ptr<disagg::DecodeCoordinator> decode_;
+  std::string transport_choice_;  // what the transport policy chose, and why
   std::unique_ptr<net::HttpListener> http_;
 };
 

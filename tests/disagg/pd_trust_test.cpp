@@ -1,0 +1,106 @@
+// Issue 16's startup guarantees: decode is unhealthy until a real transfer with every
+// configured prefill peer checked out byte for byte; the transport policy never falls back
+// silently.
+#include <gtest/gtest.h>
+
+#include "pd_fixture.h"
+
+namespace pdserve::server::testing {
+namespace {
+
+using namespace std::chrono_literals;
+
+bool eventually(const std::function<bool()>& f, std::chrono::milliseconds limit = 10s) {
+  const auto end = std::chrono::steady_clock::now() + limit;
+  while (std::chrono::steady_clock::now() < end) {
+    if (f()) return true;
+    std::this_thread::sleep_for(20ms);
+  }
+  return f();
+}
+
+// A transport that advertises a port nothing listens on (a decode behind NAT, or with
+// --transfer-host set to the wrong interface); everything else is the real TCP transport.
+class WrongAddress : public transfer::Transport {
+ public:
+  explicit WrongAddress(std::unique_ptr<transfer::Transport> t) : t_(std::move(t)) {}
+  transfer::TransportCaps capabilities() const override { return t_->capabilities(); }
+  transfer::PeerAddress local_address() const override { return {"127.0.0.1", 1}; }
+  Status register_region(const transfer::MemoryRegion& r) override { return t_->register_region(r); }
+  Status unregister_region(transfer::RegionId id) override { return t_->unregister_region(id); }
+  Status grant(const transfer::Grant& g) override { return t_->grant(g); }
+  Status revoke(transfer::RoomId room) override { return t_->revoke(room); }
+  void set_callbacks(transfer::ReceiverCallbacks cb) override { t_->set_callbacks(std::move(cb)); }
+  Result<transfer::PeerId> open_peer(const transfer::PeerAddress& a) override { return t_->open_peer(a); }
+  Status close_peer(transfer::PeerId p) override { return t_->close_peer(p); }
+  Result<std::shared_ptr<transfer::TransferBatch>> submit(transfer::PeerId p, const transfer::BatchRequest& b) override {
+    return t_->submit(p, b);
+  }
+  transfer::MetricsSnapshot metrics() const override { return t_->metrics(); }
+  void shutdown() override { t_->shutdown(); }
+
+ private:
+  std::unique_ptr<transfer::Transport> t_;
+};
+
+TEST(PdSelfTest, DecodeTurnsHealthyOnlyAfterARealTransferWithEachPeer) {
+  LiveServer prefill(pd_config(ServerRole::kPrefill, 2));
+  ServeConfig dc = pd_config(ServerRole::kDecode, 1);
+  dc.disagg.prefill_peers = {"127.0.0.1:" + std::to_string(prefill.server().prefill()->bootstrap_port())};
+  dc.disagg.selftest_retry_s = 0.1;
+  LiveServer decode(dc);
+  ASSERT_TRUE(eventually([&] { return decode.get("/health").first == 200; })) << decode.get("/health").second;
+  const Json peers = decode.info()["disaggregation"]["prefills"];
+  ASSERT_EQ(peers.size(), 1u);
+  EXPECT_EQ(peers[0]["selftest"], "passed");
+  EXPECT_EQ(peers[0]["tp"], 2);
+}
+
+TEST(PdSelfTest, AnUnreachableTransferAddressKeepsDecodeUnhealthyWithTheReason) {
+  LiveServer prefill(pd_config(ServerRole::kPrefill, 1));
+  ServeConfig dc = pd_config(ServerRole::kDecode, 1);
+  dc.disagg.prefill_peers = {"127.0.0.1:" + std::to_string(prefill.server().prefill()->bootstrap_port())};
+  dc.disagg.selftest_retry_s = 0.1;
+  // Decode listens on 127.0.0.1 but advertises an address prefill cannot reach: the classic
+  // misconfiguration, which must show up at startup, not on the first user request.
+  auto factory = [](const transfer::TcpConfig& c) -> Result<std::unique_ptr<transfer::Transport>> {
+    PDS_ASSIGN_OR_RETURN(auto inner, transfer::make_tcp_transport(c));
+    return std::unique_ptr<transfer::Transport>(std::make_unique<WrongAddress>(std::move(inner)));
+  };
+  LiveServer decode(dc, factory);
+  std::this_thread::sleep_for(500ms);
+  auto [status, body] = decode.get("/health");
+  EXPECT_EQ(status, 503);
+  EXPECT_NE(body.find("self-test with prefill"), std::string::npos) << body;
+  EXPECT_NE(decode.info()["disaggregation"]["prefills"][0]["selftest"].get<std::string>(), "passed");
+}
+
+TEST(PdSelfTest, APeerThatIsNotAPdserveBootstrapNeverPasses) {
+  ServeConfig dc = pd_config(ServerRole::kDecode, 1);
+  LiveServer unified(pd_config(ServerRole::kUnified, 1));  // answers HTTP, but has no /route
+  dc.disagg.prefill_peers = {"127.0.0.1:" + std::to_string(unified.port())};
+  dc.disagg.selftest_retry_s = 0.1;
+  LiveServer decode(dc);
+  std::this_thread::sleep_for(400ms);
+  auto [status, body] = decode.get("/health");
+  EXPECT_EQ(status, 503);
+  EXPECT_NE(body.find("/route"), std::string::npos) << body;
+}
+
+TEST(TransportPolicy, RdmaNeverFallsBackAndAutoSaysWhatItChose) {
+  ServeConfig rdma = pd_config(ServerRole::kDecode, 1);
+  rdma.disagg.transfer_backend = "rdma";
+  auto s = HttpServer::create(rdma);
+  ASSERT_FALSE(s.is_ok());
+  EXPECT_NE(s.status().message().find("never falls back"), std::string::npos) << s.status().message();
+  ServeConfig bad = pd_config(ServerRole::kDecode, 1);
+  bad.disagg.transfer_backend = "carrier-pigeon";
+  EXPECT_NE(HttpServer::create(bad).status().message().find("transfer_backend"), std::string::npos);
+  LiveServer decode(pd_config(ServerRole::kDecode, 1));
+  const std::string choice = decode.info()["disaggregation"]["transport_choice"];
+  EXPECT_NE(choice.find("tcp (auto"), std::string::npos) << choice;
+  EXPECT_NE(choice.find("RDMA"), std::string::npos) << choice;
+}
+
+}  // namespace
+}  // namespace pdserve::server::testing
