@@ -24,7 +24,7 @@
 //   MXFP4 weights stacked over the local experts, each matrix as in ops/mxfp4.h:
 //     w1 (gate), w3 (up): packed [experts, inter, dim/2] u8, scales [experts, inter, dim/32] u8
 //     w2 (down):          packed [experts, dim, inter/2] u8, scales [experts, dim, inter/32] u8
-// dim and inter must be multiples of 32; local_experts <= 1024.
+// dim and inter must be multiples of 32; local_experts <= 1024; k <= 64.
 #pragma once
 
 #include <cuda_runtime.h>

@@ -1,10 +1,11 @@
 // moe_expert_mlp (contract: moe.h): grouped MXFP4 GEMV, correct-first.
-// One warp per (expert, output row). Each lane takes whole groups of 32 inputs: one
-// 16-byte load of packed nibbles and one scale byte, decoded in registers; the warp reads
-// a row's bytes contiguously. The rows of the expert are taken kTok at a time, so a weight
-// row is read from memory once per kTok rows (L2 serves the re-reads). The partial sum of
-// a group is scaled by its power-of-two scale, which is exact, so the result is the
-// CPU's dot of dequantised values up to summation order.
+// One warp per (expert, output row). Each lane takes whole groups of 32 inputs (one
+// 16-byte load of packed nibbles and one scale byte, decoded in registers), lanes side by
+// side, so a warp reads a row contiguously; kIters groups per lane are loaded before the
+// first is used. The expert's rows are taken kTok at a time, so a weight row comes from
+// memory once per kTok rows (L2 serves the re-reads). A group's partial sum is scaled by
+// its power-of-two scale, which is exact: the result is the CPU's dot product of the
+// dequantised values up to summation order.
 #include "common/cuda_check.h"
 #include "common/reduce.cuh"
 #include "moe/moe.h"
@@ -13,9 +14,10 @@ namespace pdserve::cuda {
 
 namespace {
 
-constexpr int kThreads = 256;
+constexpr int kThreads = 128;
 constexpr int kRowsPerBlock = kThreads / 32;
-constexpr int kTok = 8;
+constexpr int kTok = 4;
+constexpr int kIters = 2;
 
 // E2M1 code -> float, exactly: exponent bits e (bias 1), mantissa bit m, sign bit 3.
 __device__ __forceinline__ float e2m1(uint32_t c) {
@@ -37,22 +39,10 @@ __device__ __forceinline__ void decode_word(uint32_t word, float* w) {
   for (int j = 0; j < 8; ++j) w[j] = e2m1((word >> (4 * j)) & 0xfu);
 }
 
-__device__ __forceinline__ void decode_group(uint4 q, float* w) {
-  decode_word(q.x, w);
-  decode_word(q.y, w + 8);
-  decode_word(q.z, w + 16);
-  decode_word(q.w, w + 24);
-}
+__device__ __forceinline__ uint32_t word(const uint4& q, int i) { return i == 0 ? q.x : i == 1 ? q.y : i == 2 ? q.z : q.w; }
 
-__device__ __forceinline__ float group_dot(const float* w, const float* x) {
-  const float4* x4 = reinterpret_cast<const float4*>(x);
-  float s = 0.0f;
-#pragma unroll
-  for (int i = 0; i < 8; ++i) {
-    const float4 v = x4[i];
-    s += w[4 * i] * v.x + w[4 * i + 1] * v.y + w[4 * i + 2] * v.z + w[4 * i + 3] * v.w;
-  }
-  return s;
+__device__ __forceinline__ float dot8(const float* w, float4 u, float4 v) {
+  return w[0] * u.x + w[1] * u.y + w[2] * u.z + w[3] * u.w + w[4] * v.x + w[5] * v.y + w[6] * v.z + w[7] * v.w;
 }
 
 struct Act {
@@ -66,7 +56,9 @@ struct Act {
 };
 
 // y[row, r] = act(x[row] . A[e, r], x[row] . B[e, r]) (gated) or x[row] . A[e, r], for the
-// rows of expert e = blockIdx.y. x: [*, cols]; y: [*, a.rows].
+// rows of expert e = blockIdx.y. x: [*, cols]; y: [*, a.rows]. A lane's groups are
+// lane, lane + 32, ...: up to kIters of them are loaded before any is used, so a warp has
+// its whole row (cols <= 4096) in flight at once; longer rows take several passes.
 template <bool kGated>
 __global__ void __launch_bounds__(kThreads) grouped_gemv(Mxfp4Experts a, Mxfp4Experts b, const int32_t* __restrict__ offsets,
                                                          const float* __restrict__ x, float* __restrict__ y, Act act) {
@@ -81,32 +73,62 @@ __global__ void __launch_bounds__(kThreads) grouped_gemv(Mxfp4Experts a, Mxfp4Ex
   const uint8_t* pb = kGated ? b.packed + (e * b.rows + r) * (cols / 2) : nullptr;
   const uint8_t* sb = kGated ? b.scales + (e * b.rows + r) * groups : nullptr;
   for (int32_t t0 = begin; t0 < end; t0 += kTok) {
+    const int nt = min(kTok, end - t0);
     float acc_a[kTok], acc_b[kTok];
 #pragma unroll
     for (int t = 0; t < kTok; ++t) acc_a[t] = acc_b[t] = 0.0f;
-    for (int64_t g = lane; g < groups; g += 32) {
-      float wa[32], wb[32];
-      decode_group(*reinterpret_cast<const uint4*>(pa + g * 16), wa);
-      const float scale_a = e8m0(sa[g]);
-      float scale_b = 0.0f;
-      if (kGated) {
-        decode_group(*reinterpret_cast<const uint4*>(pb + g * 16), wb);
-        scale_b = e8m0(sb[g]);
+    for (int64_t g0 = lane; g0 < groups; g0 += 32 * kIters) {
+      uint4 qa[kIters], qb[kIters];
+      float ska[kIters], skb[kIters];
+#pragma unroll
+      for (int i = 0; i < kIters; ++i) {
+        const int64_t g = g0 + 32 * i;
+        if (g < groups) {
+          qa[i] = __ldg(reinterpret_cast<const uint4*>(pa + g * 16));
+          ska[i] = e8m0(__ldg(sa + g));
+          if (kGated) {
+            qb[i] = __ldg(reinterpret_cast<const uint4*>(pb + g * 16));
+            skb[i] = e8m0(__ldg(sb + g));
+          }
+        }
       }
 #pragma unroll
-      for (int t = 0; t < kTok; ++t) {
-        if (t0 + t < end) {
-          const float* xr = x + int64_t(t0 + t) * cols + g * 32;
-          acc_a[t] = fmaf(group_dot(wa, xr), scale_a, acc_a[t]);
-          if (kGated) acc_b[t] = fmaf(group_dot(wb, xr), scale_b, acc_b[t]);
+      for (int i = 0; i < kIters; ++i) {
+        const int64_t g = g0 + 32 * i;
+        if (g >= groups) break;
+        // Word by word (8 inputs), so only 8 decoded weights of each matrix are live.
+        float part_a[kTok], part_b[kTok];
+#pragma unroll
+        for (int t = 0; t < kTok; ++t) part_a[t] = part_b[t] = 0.0f;
+#pragma unroll
+        for (int wi = 0; wi < 4; ++wi) {
+          float wa[8], wb[8];
+          decode_word(word(qa[i], wi), wa);
+          if (kGated) decode_word(word(qb[i], wi), wb);
+#pragma unroll
+          for (int t = 0; t < kTok; ++t) {
+            if (t < nt) {
+              const float4* x4 = reinterpret_cast<const float4*>(x + int64_t(t0 + t) * cols + g * 32 + wi * 8);
+              const float4 u = x4[0], v = x4[1];
+              part_a[t] += dot8(wa, u, v);
+              if (kGated) part_b[t] += dot8(wb, u, v);
+            }
+          }
+        }
+#pragma unroll
+        for (int t = 0; t < kTok; ++t) {
+          acc_a[t] = fmaf(part_a[t], ska[i], acc_a[t]);
+          if (kGated) acc_b[t] = fmaf(part_b[t], skb[i], acc_b[t]);
         }
       }
     }
 #pragma unroll
     for (int t = 0; t < kTok; ++t) {
-      const float sa_t = warp_sum(acc_a[t]);
-      const float sb_t = kGated ? warp_sum(acc_b[t]) : 0.0f;
-      if (lane == 0 && t0 + t < end) y[int64_t(t0 + t) * a.rows + r] = kGated ? act(sa_t, sb_t) : sa_t;
+      if (t < nt) {  // nt is the same for the whole warp
+        const float sa_t = warp_sum(acc_a[t]);
+        const float sb_t = kGated ? warp_sum(acc_b[t]) : 0.0f;
+        if (lane == 0) y[int64_t(t0 + t) * a.rows + r] = kGated ? act(sa_t, sb_t) : sa_t;
+      }
     }
   }
 }
