@@ -2,15 +2,11 @@
 // Bound: normalised error max|gpu - cpu| / max|cpu| <= 1e-5 for element-wise and reduction
 // kernels (fp32 on both sides; only reduction order differs), 1e-4 for the KDA recurrence
 // and MLA attention (long dot products). Skips itself, saying so, without an sm_90 GPU.
-#include <gtest/gtest.h>
-
 #include <cmath>
 #include <random>
 
 #include "activation/activation.h"
 #include "attn_res/attn_res.h"
-#include "common/cuda_check.h"
-#include "common/device_info.h"
 #include "embedding/embedding.h"
 #include "kda/kda.h"
 #include "mla/mla.h"
@@ -23,46 +19,13 @@
 #include "pdserve/ops/moe_routing.h"
 #include "routing/routing.h"
 #include "sampling/sampling.h"
+#include "test_util.h"
 
 namespace pdserve::cuda {
 namespace {
 
-std::vector<float> randn(size_t n, uint32_t seed, float std = 1.0f) {
-  std::mt19937 g(seed);
-  std::normal_distribution<float> d(0.0f, std);
-  std::vector<float> v(n);
-  for (float& x : v) x = d(g);
-  return v;
-}
-
-double nerr(const std::vector<float>& a, const std::vector<float>& b) {
-  double num = 0, den = 1e-30;
-  for (size_t i = 0; i < a.size(); ++i) {
-    num = std::fmax(num, std::fabs(double(a[i]) - b[i]));
-    den = std::fmax(den, std::fabs(double(b[i])));
-  }
-  return num / den;
-}
-
-template <typename T>
-DeviceBuffer<T> dev(const std::vector<T>& v) {
-  DeviceBuffer<T> b;
-  EXPECT_TRUE(b.upload(v).is_ok());
-  return b;
-}
-
-template <typename T>
-std::vector<T> host(const DeviceBuffer<T>& b) {
-  EXPECT_TRUE(cuda_status(cudaDeviceSynchronize(), "sync").is_ok());
-  return b.download().value();
-}
-
-class Kernels : public ::testing::Test {
- protected:
-  void SetUp() override {
-    if (!have_hopper()) GTEST_SKIP() << "no sm_90 GPU here: the CUDA kernels are compiled but not run";
-  }
-};
+using namespace ktest;
+using Kernels = GpuTest;
 
 TEST_F(Kernels, RmsNormPlainWeightlessAndGated) {
   const int64_t rows = 7, dim = 7168;

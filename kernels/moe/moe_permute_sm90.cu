@@ -1,0 +1,139 @@
+// moe_permute and moe_combine (contract: moe.h). Deterministic: no atomics decide any
+// order; each local expert's block compacts its pairs in ascending pair index.
+#include <algorithm>
+
+#include "common/cuda_check.h"
+#include "moe/moe.h"
+
+namespace pdserve::cuda {
+
+namespace {
+
+constexpr int kThreads = 256;
+constexpr int kWarps = kThreads / 32;
+constexpr int64_t kMaxLocalExperts = 1024;
+constexpr int64_t kMaxK = 64;
+
+// One block per local expert e, two passes over the ids. Pass 1 counts the pairs of local
+// experts below e (= offsets[e]) and of e; pass 2 is an ordered compaction of e's pairs.
+// Block 0 also marks the pairs of other ranks' experts (pair_row = -1).
+__global__ void __launch_bounds__(kThreads) plan_kernel(const int32_t* __restrict__ ids, int64_t n, int64_t expert_begin,
+                                                        int64_t experts, int32_t* offsets, int32_t* sorted_pairs,
+                                                        int32_t* pair_row) {
+  __shared__ int warp_below[kWarps], warp_mine[kWarps];
+  const int64_t e = blockIdx.x;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  int below = 0, mine = 0;
+  for (int64_t p = threadIdx.x; p < n; p += kThreads) {
+    const int64_t le = int64_t(ids[p]) - expert_begin;
+    below += le >= 0 && le < e;
+    mine += le == e;
+  }
+  for (int o = 16; o > 0; o >>= 1) {
+    below += __shfl_xor_sync(0xffffffffu, below, o);
+    mine += __shfl_xor_sync(0xffffffffu, mine, o);
+  }
+  if (lane == 0) warp_below[warp] = below, warp_mine[warp] = mine;
+  __syncthreads();
+  int32_t base = 0, total_mine = 0;
+  for (int w = 0; w < kWarps; ++w) base += warp_below[w], total_mine += warp_mine[w];
+  if (threadIdx.x == 0) {
+    offsets[e] = base;
+    if (e == experts - 1) offsets[experts] = base + total_mine;
+  }
+  __syncthreads();  // warp_mine is reused below
+  int* warp_counts = warp_mine;
+  const int32_t eg = static_cast<int32_t>(expert_begin + e);
+  for (int64_t chunk = 0; chunk < n; chunk += kThreads) {
+    const int64_t p = chunk + threadIdx.x;
+    const int32_t id = p < n ? ids[p] : eg - 1;
+    const bool is_mine = p < n && id == eg;
+    if (e == 0 && p < n && (int64_t(id) < expert_begin || int64_t(id) >= expert_begin + experts)) pair_row[p] = -1;
+    const unsigned ballot = __ballot_sync(0xffffffffu, is_mine);
+    if (lane == 0) warp_counts[warp] = __popc(ballot);
+    __syncthreads();
+    int before = 0, total = 0;
+    for (int w = 0; w < kWarps; ++w) {
+      before += w < warp ? warp_counts[w] : 0;
+      total += warp_counts[w];
+    }
+    if (is_mine) {
+      const int32_t row = base + before + __popc(ballot & ((1u << lane) - 1u));
+      sorted_pairs[row] = static_cast<int32_t>(p);
+      pair_row[p] = row;
+    }
+    base += total;
+    __syncthreads();
+  }
+}
+
+// One block per sorted row (rows past the total exit): x_sorted[row] = x[pair / k].
+__global__ void gather_kernel(const float* __restrict__ x, int64_t dim, int64_t k, const int32_t* offsets, int64_t experts,
+                              const int32_t* sorted_pairs, float* x_sorted) {
+  const int64_t row = blockIdx.x;
+  if (row >= offsets[experts]) return;
+  const int64_t t = sorted_pairs[row] / k;
+  const float4* src = reinterpret_cast<const float4*>(x + t * dim);
+  float4* dst = reinterpret_cast<float4*>(x_sorted + row * dim);
+  for (int64_t i = threadIdx.x; i < dim / 4; i += blockDim.x) dst[i] = src[i];
+}
+
+// Block (t, slice): 4 consecutive features per thread; the token's k rows and weights are
+// read once into shared memory. Per feature the k terms are added in order, each a
+// rounded multiply then a rounded add.
+__global__ void __launch_bounds__(kThreads) combine_kernel(const float* __restrict__ out_sorted, const int32_t* __restrict__ pair_row,
+                                                           const float* __restrict__ weights, int64_t k, int64_t dim,
+                                                           float* __restrict__ y) {
+  __shared__ int32_t rows[kMaxK];
+  __shared__ float w[kMaxK];
+  const int64_t t = blockIdx.x;
+  if (threadIdx.x < k) {
+    rows[threadIdx.x] = pair_row[t * k + threadIdx.x];
+    w[threadIdx.x] = weights[t * k + threadIdx.x];
+  }
+  __syncthreads();
+  const int64_t d4n = dim / 4;
+  const float4* out4 = reinterpret_cast<const float4*>(out_sorted);
+  for (int64_t d4 = int64_t(blockIdx.y) * kThreads + threadIdx.x; d4 < d4n; d4 += int64_t(gridDim.y) * kThreads) {
+    float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+#pragma unroll 4
+    for (int64_t j = 0; j < k; ++j) {
+      const int32_t row = rows[j];
+      const float4 v = row >= 0 ? out4[int64_t(row) * d4n + d4] : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+      const float wj = w[j];
+      acc.x = __fadd_rn(acc.x, __fmul_rn(wj, v.x));
+      acc.y = __fadd_rn(acc.y, __fmul_rn(wj, v.y));
+      acc.z = __fadd_rn(acc.z, __fmul_rn(wj, v.z));
+      acc.w = __fadd_rn(acc.w, __fmul_rn(wj, v.w));
+    }
+    reinterpret_cast<float4*>(y)[t * d4n + d4] = acc;
+  }
+}
+
+}  // namespace
+
+Status moe_permute(const int32_t* ids, int64_t tokens, int64_t k, int64_t expert_begin, int64_t local_experts, const float* x,
+                   int64_t dim, const MoePlan& plan, float* x_sorted, cudaStream_t stream) {
+  if (local_experts <= 0 || local_experts > kMaxLocalExperts) return invalid_argument("moe_permute: local_experts must be 1..1024");
+  if (k <= 0 || dim % 4) return invalid_argument("moe_permute: k must be positive and dim a multiple of 4");
+  const int64_t n = tokens * k;
+  if (n > INT32_MAX) return invalid_argument("moe_permute: too many pairs");
+  plan_kernel<<<static_cast<unsigned>(local_experts), kThreads, 0, stream>>>(ids, n, expert_begin, local_experts, plan.offsets,
+                                                                             plan.sorted_pairs, plan.pair_row);
+  if (n > 0)
+    gather_kernel<<<static_cast<unsigned>(n), 128, 0, stream>>>(x, dim, k, plan.offsets, local_experts, plan.sorted_pairs, x_sorted);
+  return last_launch_status("moe_permute");
+}
+
+Status moe_combine(const float* out_sorted, const int32_t* pair_row, const float* weights, int64_t tokens, int64_t k, int64_t dim,
+                   float* y, cudaStream_t stream) {
+  if (k <= 0 || k > kMaxK || dim % 4) return invalid_argument("moe_combine: k must be 1..64 and dim a multiple of 4");
+  if (tokens == 0) return Status::ok();
+  if (tokens > INT32_MAX) return invalid_argument("moe_combine: too many tokens");
+  const int64_t slices = std::min<int64_t>((dim / 4 + kThreads - 1) / kThreads, 65535);
+  const dim3 grid(static_cast<unsigned>(tokens), static_cast<unsigned>(std::max<int64_t>(slices, 1)));
+  combine_kernel<<<grid, kThreads, 0, stream>>>(out_sorted, pair_row, weights, k, dim, y);
+  return last_launch_status("moe_combine");
+}
+
+}  // namespace pdserve::cuda
