@@ -146,6 +146,18 @@ void RouterImpl::proxy_pd(ProxyRequest& pr, httplib::Response& res) {
       retries_total_++;
       continue;
     }
+    // Decode refused with 503 before any byte reached the client (its pair check could not
+    // reach prefill, the KV transfer failed, it is overloaded): a fresh pair may succeed.
+    if (dc->has_headers_locked() && dc->status_locked() == 503 && attempt < cfg_.max_connect_retries) {
+      // Not excluded: with one pair the retry is the same pair with a fresh room.
+      spdlog::warn("request {}: decode worker {} answered 503 before the first token; retrying with a fresh room",
+                   pr.request_id, d->url());
+      lk.unlock();
+      pc->cancel();
+      dc->cancel();
+      retries_total_++;
+      continue;
+    }
     if (!dc->has_headers_locked() && pc->failed_locked()) {
       fail_for_prefill(*pc, res, pr);
       lk.unlock();

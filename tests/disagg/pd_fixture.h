@@ -88,8 +88,12 @@ struct PdPair {
     return false;
   }
   void expect_pools_free() const {
-    if (prefill) EXPECT_TRUE(pools_free(*prefill)) << "prefill still holds pages or slots";
-    if (decode) EXPECT_TRUE(pools_free(*decode)) << "decode still holds pages or slots";
+    if (prefill) {
+      EXPECT_TRUE(pools_free(*prefill)) << "prefill still holds pages or slots";
+    }
+    if (decode) {
+      EXPECT_TRUE(pools_free(*decode)) << "decode still holds pages or slots";
+    }
   }
 };
 

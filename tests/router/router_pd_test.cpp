@@ -206,6 +206,38 @@ TEST(RouterPd, PrefillClientErrorPassesThrough) {
   end_decode.release();
 }
 
+TEST(RouterPd, A503FromDecodeBeforeAnyByteIsRetriedWithAFreshRoom) {
+  FakeWorker p("prefill"), d("decode");
+  std::atomic<int> calls{0};
+  d.on_generate([&](const httplib::Request& req, httplib::Response& res) {
+    if (calls.fetch_add(1) == 0) {  // the first room's KV transfer failed
+      res.status = 503;
+      res.set_content(R"({"error":{"message":"KV transfer failed","type":"overloaded_error","param":null,"code":"x"}})",
+                      "application/json");
+      return;
+    }
+    res.set_content(FakeWorker::json_answer("decode", req.body, ""), "application/json");
+  });
+  p.start();
+  d.start();
+  auto r = start_router(pd_config(p, d));
+  auto res = post(r->port(), "/v1/completions", kBody);
+  ASSERT_TRUE(res);
+  EXPECT_EQ(res->status, 200) << res->body;
+  ASSERT_EQ(d.seen().size(), 2u);
+  EXPECT_NE(Json::parse(d.seen()[0].body)["bootstrap_room"], Json::parse(d.seen()[1].body)["bootstrap_room"]);
+  // A decode that keeps answering 503 is retried a bounded number of times, then passed on.
+  d.on_generate([&](const httplib::Request&, httplib::Response& res2) {
+    res2.status = 503;
+    res2.set_content(R"({"error":{"message":"still failing","type":"overloaded_error","param":null,"code":"x"}})",
+                     "application/json");
+  });
+  auto again = post(r->port(), "/v1/completions", kBody);
+  ASSERT_TRUE(again);
+  EXPECT_EQ(again->status, 503);
+  EXPECT_NE(again->body.find("still failing"), std::string::npos);
+}
+
 TEST(RouterPd, ConnectFailuresAreRetriedWithAFreshPair) {
   FakeWorker p("prefill"), d("decode");
   p.start();
