@@ -24,6 +24,7 @@ struct DecodeCoordinator::Prefill {
   int misses = 0;
   bool configured = false;      // named in prefill_peers: must pass the self-test
   bool selftest_passed = false;
+  uint64_t rooms_ok = 0, rooms_failed = 0, bytes = 0;  // per peer, rooms that reached it
   std::string selftest_error = "not run yet";
   std::string key() const { return host + ":" + std::to_string(port); }
 };
@@ -327,6 +328,7 @@ void DecodeCoordinator::on_release(uint64_t, uint64_t room, const runtime::Seque
   if (it == rooms_.end()) return;
   Room& r = *it->second;
   if (r.reserved && !r.landed) {
+    r.prefill->rooms_failed += 1;
     metrics_.room_ended(false, 0, 0, std::chrono::duration<double>(Clock::now() - r.reserved_at).count());
     std::shared_ptr<Prefill> p = r.prefill;
     Json body{{"room", room}, {"reason", "decode released the request before its KV landed"}};
@@ -376,6 +378,13 @@ void DecodeCoordinator::on_notify(uint64_t room, const std::string& payload) {
   lock.unlock();
   (void)transport_->revoke(room);  // the pages are decode's alone from here on
   metrics_.room_ended(true, bytes, 1, secs_spent);
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    r.prefill->rooms_ok += 1;
+    r.prefill->bytes += bytes;
+  }
+  spdlog::debug("room {} from prefill {}: {} bytes in {:.3f} ms ({:.3f} GB/s, reservation to landing)", room,
+                r.prefill->key(), bytes, secs_spent * 1e3, secs_spent > 0 ? bytes / secs_spent / 1e9 : 0.0);
   engine_->kv_ready(id, std::move(first).value());
 }
 
@@ -449,7 +458,8 @@ Json DecodeCoordinator::info() const {
   for (const auto& [k, p] : prefills_)
     prefills.push_back(Json{{"bootstrap", k}, {"checked", p->has_layout}, {"tp", p->layout.tp},
                             {"instance_id", p->layout.instance_id}, {"configured", p->configured},
-                            {"selftest", p->configured ? (p->selftest_passed ? "passed" : p->selftest_error) : "not configured"}});
+                            {"selftest", p->configured ? (p->selftest_passed ? "passed" : p->selftest_error) : "not configured"},
+                            {"rooms_ok", p->rooms_ok}, {"rooms_failed", p->rooms_failed}, {"bytes", p->bytes}});
   return Json{{"role", "decode"},
               {"layout", layout_.to_json()},
               {"transport", transport_->capabilities().name},
@@ -457,6 +467,9 @@ Json DecodeCoordinator::info() const {
               {"prefills", prefills},
               {"rooms", rooms_.size()},
               {"transfer", metrics_.snapshot().to_json()},
+              {"transport_counters", {{"bytes_received", transport_->metrics().bytes_received},
+                                      {"writes_refused", transport_->metrics().writes_refused},
+                                      {"notifications", transport_->metrics().notifications}}},
               {"config", cfg_.to_json()}};
 }
 

@@ -418,6 +418,9 @@ Json PrefillCoordinator::info() const {
               {"transport", transport_->capabilities().name},
               {"rooms", rooms_.size()},
               {"transfer", metrics_.snapshot().to_json()},
+              {"transport_counters", {{"bytes_sent", transport_->metrics().bytes_sent},
+                                      {"batches_ok", transport_->metrics().batches_ok},
+                                      {"batches_failed", transport_->metrics().batches_failed}}},
               {"config", cfg_.to_json()}};
 }
 

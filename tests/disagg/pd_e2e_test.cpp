@@ -73,6 +73,12 @@ TEST_P(PdGreedy, MatchesUnifiedServerTokenForToken) {
   EXPECT_EQ(t["rooms_succeeded"].get<int64_t>(), static_cast<int64_t>(kPromptLengths.size()));
   EXPECT_EQ(t["rooms_failed"].get<int64_t>(), 0);
   EXPECT_EQ(pd.prefill->info()["disaggregation"]["transfer"]["bytes"], t["bytes"]);
+  // ... and what the transports themselves counted on the wire, on both sides.
+  EXPECT_EQ(pd.decode->info()["disaggregation"]["transport_counters"]["bytes_received"], t["bytes"]);
+  EXPECT_EQ(pd.prefill->info()["disaggregation"]["transport_counters"]["bytes_sent"], t["bytes"]);
+  const Json peer = pd.decode->info()["disaggregation"]["prefills"][0];
+  EXPECT_EQ(peer["bytes"], t["bytes"]);
+  EXPECT_EQ(peer["rooms_ok"].get<int64_t>(), static_cast<int64_t>(kPromptLengths.size()));
 }
 
 INSTANTIATE_TEST_SUITE_P(TpPairs, PdGreedy, ::testing::Values(std::pair{1, 1}, std::pair{2, 4}, std::pair{4, 2}),
