@@ -1,6 +1,9 @@
 #include "pdserve/disagg/layout.h"
 
+#include <algorithm>
 #include <cstdio>
+#include <filesystem>
+#include <fstream>
 #include <random>
 
 #include "pdserve/core/file_util.h"
@@ -105,9 +108,40 @@ KvLayout describe_layout(const std::string& role, const ModelConfig& cfg, const 
   return l;
 }
 
+// config.json's bytes, the shard index's bytes, and every *.safetensors file's name, size and
+// three 64 KiB samples (start, middle, end): two sides with different weights (another
+// checkpoint, a re-quantised or partial copy) fail the pair check without reading hundreds
+// of GB at startup.
 Result<std::string> model_fingerprint(const std::string& model_dir) {
   PDS_ASSIGN_OR_RETURN(std::string text, read_file(join_path(model_dir, "config.json")));
-  return hex16(fnv1a(text.data(), text.size()));
+  uint64_t h = fnv1a(text.data(), text.size());
+  std::vector<std::pair<std::string, uint64_t>> shards;
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator(model_dir, ec)) {
+    const std::string name = e.path().filename().string();
+    if (name == "model.safetensors.index.json") {
+      auto idx = read_file(e.path().string());
+      if (idx.is_ok()) h = fnv1a(idx->data(), idx->size(), h);
+    }
+    if (name.size() > 12 && name.compare(name.size() - 12, 12, ".safetensors") == 0)
+      shards.emplace_back(name, static_cast<uint64_t>(e.file_size(ec)));
+  }
+  if (ec) return io_error("model fingerprint: cannot list " + model_dir + ": " + ec.message());
+  std::sort(shards.begin(), shards.end());
+  std::vector<char> buf(64 << 10);
+  for (const auto& [name, size] : shards) {
+    h = fnv1a(name.data(), name.size(), h);
+    h = fnv1a(&size, sizeof size, h);
+    std::ifstream f(join_path(model_dir, name), std::ios::binary);
+    if (!f) return io_error("model fingerprint: cannot read " + join_path(model_dir, name));
+    for (uint64_t at : {uint64_t{0}, size / 2, size > buf.size() ? size - buf.size() : 0}) {
+      f.clear();
+      f.seekg(static_cast<std::streamoff>(at));
+      f.read(buf.data(), static_cast<std::streamsize>(buf.size()));
+      h = fnv1a(buf.data(), static_cast<size_t>(f.gcount()), h);
+    }
+  }
+  return hex16(h);
 }
 
 std::string new_instance_id() {
@@ -129,7 +163,7 @@ Status check_pair(const KvLayout& p, const KvLayout& d) {
   if (p.protocol_version != d.protocol_version)
     return differ("protocol_version", num(p.protocol_version), num(d.protocol_version));
   if (p.model_fingerprint != d.model_fingerprint)
-    return differ("model (config.json fingerprint)", p.model_fingerprint, d.model_fingerprint);
+    return differ("model (fingerprint of config.json and weights)", p.model_fingerprint, d.model_fingerprint);
   if (p.page_size != d.page_size) return differ("page_size", num(p.page_size), num(d.page_size));
   if (p.kv_dtype != d.kv_dtype) return differ("kv_dtype", p.kv_dtype, d.kv_dtype);
   if (p.mla_layers != d.mla_layers) return differ("mla_layers", num(p.mla_layers), num(d.mla_layers));

@@ -173,7 +173,10 @@ Result<std::shared_ptr<TransferBatch>> FaultInjectingTransport::submit(PeerId pe
       lost = true;
     }
     if (!cut_budget && plan_.corrupt_byte && !out.writes.empty()) {
-      PDS_ASSIGN_OR_RETURN(out.writes[0], corrupted_copy(out.writes[0], *plan_.corrupt_byte));
+      const int64_t n = static_cast<int64_t>(out.writes.size());
+      const int64_t i = plan_.corrupt_write < 0 ? n + plan_.corrupt_write : plan_.corrupt_write;
+      if (i < 0 || i >= n) return invalid_argument("fault wrapper: corrupt_write out of range for this batch");
+      PDS_ASSIGN_OR_RETURN(out.writes[static_cast<size_t>(i)], corrupted_copy(out.writes[static_cast<size_t>(i)], *plan_.corrupt_byte));
       plan_.corrupt_byte.reset();
     }
     delay = plan_.delay;

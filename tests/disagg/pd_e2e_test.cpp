@@ -140,6 +140,21 @@ TEST(PdServe, PageSizeMismatchIsRefusedBeforeAnyTransfer) {
   EXPECT_EQ(decode.server().engine().stats().pages_used, 0);
 }
 
+TEST(PdServe, DifferentWeightsBehindTheSameConfigAreRefused) {
+  // Same preset, another seed: identical config.json and shard sizes, different weights.
+  LiveServer prefill(pd_config(ServerRole::kPrefill, 1));
+  ServeConfig dc = pd_config(ServerRole::kDecode, 1);
+  dc.model_dir = pdserve::testing::tiny_model_dir("tiny-k3-wide", 999);
+  LiveServer decode(dc);
+  Json body = completion_body(random_ids(10, 5), 4);
+  body["bootstrap_host"] = "127.0.0.1";
+  body["bootstrap_port"] = prefill.server().prefill()->bootstrap_port();
+  body["bootstrap_room"] = 6;
+  auto [status, text] = decode.post("/v1/completions", body.dump());
+  EXPECT_EQ(status, 400);
+  EXPECT_NE(text.find("model (fingerprint of config.json and weights)"), std::string::npos) << text;
+}
+
 TEST(PdServe, RequestsWithoutBootstrapFieldsAreRefusedByBothRoles) {
   PdPair pd(1, 1);
   const std::string body = completion_body({1, 2, 3}, 2).dump();

@@ -83,6 +83,24 @@ TEST(PdFailure, ACorruptedPageIsCaughtByTheChecksum) {
   pd.expect_pools_free();
 }
 
+// One chunk (20 tokens < chunk 32): the only batch is the last one, ending with the state runs
+// and then the aux row; flip a byte in each.
+TEST(PdFailure, ACorruptedStateRunOrAuxRowIsCaught) {
+  for (int64_t which : {-2, -1}) {
+    SCOPED_TRACE(which == -1 ? "aux row" : "last KDA state run");
+    FaultHook hook;
+    PdPair pd(2, 1, quick(ServerRole::kPrefill), quick(ServerRole::kDecode), hook.factory());
+    transfer::FaultPlan plan;
+    plan.corrupt_byte = which == -1 ? 9 : 12;  // aux: inside the room id
+    plan.corrupt_write = which;
+    hook.fault->set_plan(plan);
+    PdResult r = pd.request("/v1/completions", body_of(20), 30 + static_cast<uint64_t>(-which));
+    EXPECT_EQ(r.decode_status, 503) << r.decode_body;
+    EXPECT_NE(r.decode_body.find("not trustworthy"), std::string::npos) << r.decode_body;
+    pd.expect_pools_free();
+  }
+}
+
 TEST(PdFailure, ChecksumSettingMustMatchOnBothSides) {
   ServeConfig pc = quick(ServerRole::kPrefill);
   pc.disagg.checksum = false;

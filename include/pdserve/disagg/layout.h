@@ -21,7 +21,7 @@ struct KvLayout {
   int protocol_version = kProtocolVersion;
   std::string role;               // "prefill" or "decode"
   std::string instance_id;        // random per process start: a restarted peer is a new one
-  std::string model_fingerprint;  // hash of the model's config.json
+  std::string model_fingerprint;  // hash of config.json, the shard index and the shards' names and sizes
   int tp = 1;
   int64_t page_size = 0;
   std::string kv_dtype = "float32";
@@ -43,7 +43,7 @@ struct KvLayout {
 // This process's layout from its config and pools (rank 0's pools; all ranks match).
 KvLayout describe_layout(const std::string& role, const ModelConfig& cfg, const std::string& model_fingerprint,
                          int tp, const MlaKvPool& kv, const KdaStatePool& state, bool checksum);
-// FNV-1a 64 of the model directory's config.json, as 16 hex digits.
+// FNV-1a 64 over config.json, the shard index and each shard's name and size (16 hex digits).
 Result<std::string> model_fingerprint(const std::string& model_dir);
 std::string new_instance_id();
 

@@ -25,6 +25,8 @@ struct FaultPlan {
   // The next write arrives with byte `corrupt_byte` (inside that write) flipped; the
   // transport reports success, as a bit flip on a NIC would. The source is not touched.
   std::optional<uint64_t> corrupt_byte;
+  // Which write of that batch: 0 the first, -1 the last (e.g. an aux row), -2 the one before.
+  int64_t corrupt_write = 0;
   // After this many payload bytes (counted over all batches) the session to the peer is
   // cut: that batch and every later one fail with kUnavailable.
   std::optional<uint64_t> disconnect_after_bytes;
