@@ -39,6 +39,7 @@ Result<std::unique_ptr<HttpServer>> HttpServer::create(ServeConfig cfg, Transpor
   s->cfg_ = std::move(cfg);
   s->engine_->start();
   s->http_ = std::make_unique<net::HttpListener>();
+  s->drain_ = std::make_shared<DrainState>();
   s->install_routes();
   return s;
 }
@@ -68,6 +69,14 @@ void HttpServer::stop() {
   if (http_) http_->stop();
 }
 
+void HttpServer::begin_drain() { drain_->draining.store(true); }
+bool HttpServer::draining() const { return drain_->draining.load(); }
+int64_t HttpServer::in_flight() const { return drain_->in_flight.load(); }
+void HttpServer::abort_all() {
+  if (engine_) engine_->stop();
+  if (prefill_) prefill_->stop();  // wakes requests still waiting for decode's target
+}
+
 void HttpServer::install_routes() {
   httplib::Server& h = *http_;
   const size_t threads = static_cast<size_t>(cfg_.resolved_http_threads());
@@ -77,6 +86,10 @@ void HttpServer::install_routes() {
   h.set_payload_max_length(static_cast<size_t>(cfg_.max_body_bytes) * 4 + (1 << 20));
 
   h.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
+    if (drain_->draining.load() && (req.path.rfind("/v1/", 0) == 0 || req.path == "/health_generate")) {
+      send_error(res, draining_error());
+      return httplib::Server::HandlerResponse::Handled;
+    }
     if (cfg_.api_key.empty() || req.path.rfind("/v1/", 0) != 0) return httplib::Server::HandlerResponse::Unhandled;
     if (req.get_header_value("Authorization") == "Bearer " + cfg_.api_key) return httplib::Server::HandlerResponse::Unhandled;
     send_error(res, unauthorized_error());
@@ -99,7 +112,7 @@ void HttpServer::install_routes() {
     send_error(res, api_error_from_status(internal_error(what)));
   });
 
-  auto ctx = std::make_shared<HandlerContext>(HandlerContext{cfg_, *engine_, *tok_, prefill_.get(), decode_.get()});
+  auto ctx = std::make_shared<HandlerContext>(HandlerContext{cfg_, *engine_, *tok_, prefill_.get(), decode_.get(), drain_.get()});
   h.Post("/v1/completions", [ctx](const httplib::Request& req, httplib::Response& res) {
     handle_generate(*ctx, ApiKind::kCompletion, req, res);
   });
@@ -111,7 +124,10 @@ void HttpServer::install_routes() {
               {"max_model_len", engine_->config().max_model_len}};
     send_json(res, Json{{"object", "list"}, {"data", Json::array({m})}});
   });
-  h.Get("/health", [](const httplib::Request&, httplib::Response& res) { send_json(res, Json{{"status", "ok"}}); });
+  h.Get("/health", [this](const httplib::Request&, httplib::Response& res) {
+    if (drain_->draining.load()) return send_json(res, Json{{"status", "draining"}, {"reason", "draining"}}, 503);
+    send_json(res, Json{{"status", "ok"}});
+  });
   h.Get("/health_generate", [ctx](const httplib::Request&, httplib::Response& res) { handle_health_generate(*ctx, res); });
   h.Get("/get_server_info", [this](const httplib::Request&, httplib::Response& res) {
     const runtime::EngineStats s = engine_->stats();
