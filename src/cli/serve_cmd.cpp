@@ -124,6 +124,7 @@ int run_server_with_config(const CLI::App& cmd, server::ServeConfig cfg, const s
       role = cfg.role == server::ServerRole::kPrefill ? deploy::Role::kPrefill : deploy::Role::kDecode;
       f.port = &cfg.port;
       f.tp = &cfg.tp;
+      f.cluster_secret_file = &cfg.disagg.cluster_secret_file;
       if (cfg.role == server::ServerRole::kPrefill) f.bootstrap_port = &cfg.disagg.bootstrap_port;
     }
     if (Status st = apply_topology_to_runtime(cmd, config_path, role, f); !st.is_ok()) {

@@ -28,7 +28,9 @@ Json DisaggConfig::to_json() const {
               {"heartbeat_interval_s", heartbeat_interval_s},
               {"heartbeat_misses", heartbeat_misses},
               {"release_wait_s", release_wait_s},
-              {"checksum", checksum}};
+              {"checksum", checksum},
+              {"cluster_secret_file", cluster_secret_file},
+              {"authenticated", !cluster_secret.empty()}};
 }
 
 }  // namespace pdserve::disagg

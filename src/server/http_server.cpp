@@ -8,6 +8,7 @@
 #include <spdlog/spdlog.h>
 
 #include "handlers.h"
+#include "pdserve/core/secret_file.h"
 #include "pdserve/transfer/tcp_transport.h"
 
 namespace pdserve::server {
@@ -24,7 +25,11 @@ Result<std::unique_ptr<HttpServer>> HttpServer::create(ServeConfig cfg, Transpor
   PDS_ASSIGN_OR_RETURN(s->engine_, runtime::Engine::create(cfg.runtime, std::move(group), s->tok_));
   cfg.runtime = s->engine_->config();  // resolved values, for /get_server_info
   if (cfg.role != ServerRole::kUnified) {
+    if (!cfg.disagg.cluster_secret_file.empty()) {
+      PDS_ASSIGN_OR_RETURN(cfg.disagg.cluster_secret, read_secret_file(cfg.disagg.cluster_secret_file));
+    }
     transfer::TcpConfig tcp;
+    tcp.secret = cfg.disagg.cluster_secret;
     tcp.listen_host = cfg.disagg.transfer_host;
     tcp.listen_port = static_cast<uint16_t>(cfg.role == ServerRole::kDecode ? cfg.disagg.transfer_port : 0);
     tcp.streams_per_peer = cfg.disagg.transfer_streams;

@@ -25,6 +25,11 @@ struct DisaggConfig {
   // Hash every transferred unit on both sides and refuse a room whose sums differ. Both sides
   // must agree (it is part of the pair check); turning it off trades safety for CPU time.
   bool checksum = true;
+  // The shared secret that authenticates the bootstrap requests and the transfer connections
+  // (docs/disaggregation.md). Only the file is configured; HttpServer::create reads it into
+  // cluster_secret, which is never printed. Empty file name and secret: no authentication.
+  std::string cluster_secret_file;
+  std::string cluster_secret;
 
   Status validate() const;  // names the bad field
   Json to_json() const;
