@@ -6,11 +6,11 @@
 # PREBUILT_DIR holds the same binaries built elsewhere (they need only libcudart.so.13);
 # they are used when this machine cannot configure the project (missing -dev packages).
 set -uo pipefail
-cd "$(dirname "$0")/../.."
+cd "$(dirname "$0")/../.." || exit 1
 OUT=${OUT:-/tmp/kernels-run}
 mkdir -p "$OUT"
 PRE=${1:-}
-BINS="kernels_test moe_kernels_test transfer_kernels_test"
+BINS=(kernels_test moe_kernels_test transfer_kernels_test)
 export LD_LIBRARY_PATH=/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
 {
   date -u
@@ -21,7 +21,7 @@ export LD_LIBRARY_PATH=/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
 BIN=""
 start=$(date +%s)
 if timeout 120 cmake -S . -B build-h200 -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DPDSERVE_CUDA=ON >"$OUT/build.log" 2>&1 &&
-   timeout 300 cmake --build build-h200 -j16 --target $BINS kernels_bench >>"$OUT/build.log" 2>&1; then
+   timeout 300 cmake --build build-h200 -j16 --target "${BINS[@]}" kernels_bench >>"$OUT/build.log" 2>&1; then
   BIN=build-h200/kernels
   echo "built on this machine in $(( $(date +%s) - start )) s" | tee -a "$OUT/env.log"
 elif [ -n "$PRE" ]; then
@@ -31,12 +31,12 @@ else
   echo "build failed and no prebuilt binaries"; tail -30 "$OUT/build.log"; exit 1
 fi
 fail=0
-for b in $BINS; do
+for b in "${BINS[@]}"; do
   echo "=== $b" >>"$OUT/tests.log"
   timeout 150 "$BIN/$b" >>"$OUT/tests.log" 2>&1 || { echo "FAILED: $b rc=$?"; fail=1; }
 done
 grep -E "^\[  (PASSED|FAILED|SKIPPED) |FAILED TEST|normalised error|^=== " "$OUT/tests.log"
-for b in $BINS; do
+for b in "${BINS[@]}"; do
   echo "=== memcheck $b" >>"$OUT/memcheck.log"
   timeout 240 compute-sanitizer --tool memcheck --leak-check full --error-exitcode 9 "$BIN/$b" >>"$OUT/memcheck.log" 2>&1
   echo "memcheck $b rc=$?" | tee -a "$OUT/memcheck.log"

@@ -8,7 +8,7 @@
 #include "pdserve/bench/dataset.h"
 #include "pdserve/bench/environment.h"
 #include "pdserve/bench/runner.h"
-#include "pdserve/bench/sha256.h"
+#include "pdserve/core/sha256.h"
 #include "pdserve/bench/svg_plot.h"
 #include "pdserve/core/file_util.h"
 

@@ -15,6 +15,9 @@ void add_disagg_options(CLI::App* cmd, const std::shared_ptr<server::ServeConfig
   cmd->add_option("--heartbeat-misses", d.heartbeat_misses, "Missed heartbeats before a prefill's rooms fail")->capture_default_str();
   cmd->add_option("--transfer-backend", d.transfer_backend, "tcp, rdma (never falls back) or auto (says what it chose)")
       ->capture_default_str();
+  cmd->add_option("--cluster-secret-file", d.cluster_secret_file,
+                  "File holding the shared secret that authenticates bootstrap requests and transfer connections "
+                  "(mode 600; the same on every prefill and decode; unset: no authentication)");
   cmd->add_flag("!--no-transfer-checksum", d.checksum,
                 "Do not hash transferred pages and state (both sides must agree; see docs/disaggregation.md)");
 }

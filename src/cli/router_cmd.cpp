@@ -4,6 +4,8 @@
 #include <signal.h>
 #include <spdlog/spdlog.h>
 
+#include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <iostream>
 #include <memory>
@@ -47,6 +49,8 @@ Status run(RouterArgs& a) {
   PDS_ASSIGN_OR_RETURN(a.cfg.decode_policy, router::parse_policy(a.decode_policy));
   if (a.cfg.api_key.empty())
     if (const char* k = std::getenv("PDSERVE_ROUTER_API_KEY")) a.cfg.api_key = k;
+  if (a.cfg.worker_api_key.empty())
+    if (const char* k = std::getenv("PDSERVE_WORKER_API_KEY")) a.cfg.worker_api_key = k;
   spdlog::set_level(spdlog::level::from_str(a.log_level));
 
   // Block the stop signals before any thread exists, so only sigwait below receives them.
@@ -61,7 +65,22 @@ Status run(RouterArgs& a) {
   PDS_RETURN_IF_ERROR(r->start());
   int sig = 0;
   sigwait(&stop_signals, &sig);
-  spdlog::info("router: signal {}, stopping", sig);
+  // Drain: no new requests; in-flight ones get drain_timeout_s. A second signal exits at once.
+  spdlog::info("router: signal {}, draining {} request(s) (up to {} s; a second signal exits at once)", sig,
+               r->in_flight(), a.cfg.drain_timeout_s);
+  r->begin_drain();
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(a.cfg.drain_timeout_s);
+  while (r->in_flight() > 0 && std::chrono::steady_clock::now() < deadline) {
+    timespec tick{0, 50'000'000};
+    const int again = sigtimedwait(&stop_signals, nullptr, &tick);
+    if (again > 0) {
+      spdlog::warn("router: signal {} while draining: exiting now", again);
+      std::fflush(nullptr);
+      std::_Exit(128 + again);
+    }
+  }
+  if (r->in_flight() > 0) spdlog::warn("router: drain timeout: cancelling {} request(s)", r->in_flight());
+  else spdlog::info("router: drained; stopping");
   r->stop();
   return Status::ok();
 }
@@ -98,6 +117,10 @@ void add_router_command(CLI::App& app) {
   cmd->add_option("--max-connect-retries", c.max_connect_retries, "Other workers tried when connecting fails")
       ->capture_default_str();
   cmd->add_option("--api-key", c.api_key, "Require 'Authorization: Bearer KEY' on /v1/* (or PDSERVE_ROUTER_API_KEY)");
+  cmd->add_option("--worker-api-key", c.worker_api_key,
+                  "Send 'Authorization: Bearer KEY' to the workers (or PDSERVE_WORKER_API_KEY); the client's is never forwarded");
+  cmd->add_option("--drain-timeout", c.drain_timeout_s, "On SIGTERM/SIGINT: seconds in-flight requests get to finish")
+      ->capture_default_str();
   cmd->add_option("--log-level", a->log_level, "trace|debug|info|warn|error")->capture_default_str();
   add_config_option(cmd, &a->config);
   cmd->callback([a, cmd] {

@@ -3,6 +3,11 @@
 // (with --port 0 that line is how a caller learns the port).
 #include <signal.h>
 
+#include <atomic>
+#include <chrono>
+#include <csignal>
+#include <cstdio>
+#include <cstdlib>
 #include <iostream>
 #include <thread>
 
@@ -38,10 +43,32 @@ int run_server(server::ServeConfig cfg) {
     return 1;
   }
   server::HttpServer* s = srv->get();
-  std::thread waiter([s, sigs] {
+  // The first signal drains: no new requests, in-flight ones get drain_timeout_s to finish.
+  // A second signal exits at once. `done` tells the thread the server stopped on its own.
+  std::atomic<bool> done{false};
+  std::thread waiter([s, sigs, &done, drain_s = cfg.drain_timeout_s] {
     int sig = 0;
     sigwait(&sigs, &sig);
-    spdlog::info("signal {}: shutting down", sig);
+    if (done.load()) return;
+    spdlog::info("signal {}: draining, {} request(s) in flight (up to {} s; a second signal exits at once)", sig,
+                 s->in_flight(), drain_s);
+    s->begin_drain();
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(drain_s);
+    while (s->in_flight() > 0 && std::chrono::steady_clock::now() < deadline) {
+      timespec tick{0, 50'000'000};
+      const int again = sigtimedwait(&sigs, nullptr, &tick);
+      if (again > 0 && !done.load()) {
+        spdlog::warn("signal {} while draining: exiting now", again);
+        std::fflush(nullptr);
+        std::_Exit(128 + again);
+      }
+    }
+    if (s->in_flight() > 0) {
+      spdlog::warn("drain timeout ({} s): aborting {} request(s) still in flight", drain_s, s->in_flight());
+      s->abort_all();
+    } else {
+      spdlog::info("drained: no request in flight; stopping");
+    }
     s->stop();
   });
   const auto& rc = s->engine().config();
@@ -53,6 +80,7 @@ int run_server(server::ServeConfig cfg) {
   std::cout << "pdserve: listening on http://" << cfg.host << ":" << *port << std::endl;
   s->run();
   // Wake the signal thread if we stopped for another reason.
+  done.store(true);
   pthread_kill(waiter.native_handle(), SIGTERM);
   waiter.join();
   srv->reset();
@@ -76,6 +104,14 @@ void add_server_options(CLI::App* cmd, const std::shared_ptr<server::ServeConfig
   cmd->add_option("--max-model-len", cfg->runtime.max_model_len, "Prompt + completion limit (0: the model's)")->capture_default_str();
   cmd->add_option("--max-body-bytes", cfg->max_body_bytes, "Largest request body")->capture_default_str();
   cmd->add_option("--http-threads", cfg->http_threads, "HTTP worker threads (0: auto)")->capture_default_str();
+  cmd->add_option("--max-prompt-tokens", cfg->max_prompt_tokens, "Longest prompt in tokens; past it 400 (0: max-model-len)")
+      ->capture_default_str();
+  cmd->add_option("--max-completion-tokens", cfg->max_completion_tokens,
+                  "Largest max_tokens a request may ask for; past it 400 (0: max-model-len)")->capture_default_str();
+  cmd->add_option("--request-timeout", cfg->runtime.request_timeout_s,
+                  "Seconds a request may run before it is ended with 504 and its pages freed (0: never)")->capture_default_str();
+  cmd->add_option("--drain-timeout", cfg->drain_timeout_s,
+                  "On SIGTERM/SIGINT: seconds in-flight requests get to finish before they are aborted")->capture_default_str();
 }
 
 int run_server_with_config(const CLI::App& cmd, server::ServeConfig cfg, const std::string& config_path) {
@@ -88,6 +124,7 @@ int run_server_with_config(const CLI::App& cmd, server::ServeConfig cfg, const s
       role = cfg.role == server::ServerRole::kPrefill ? deploy::Role::kPrefill : deploy::Role::kDecode;
       f.port = &cfg.port;
       f.tp = &cfg.tp;
+      f.cluster_secret_file = &cfg.disagg.cluster_secret_file;
       if (cfg.role == server::ServerRole::kPrefill) f.bootstrap_port = &cfg.disagg.bootstrap_port;
     }
     if (Status st = apply_topology_to_runtime(cmd, config_path, role, f); !st.is_ok()) {

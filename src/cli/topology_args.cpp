@@ -31,6 +31,7 @@ Status apply_topology_to_runtime(const CLI::App& cmd, const std::string& path, s
     set("--port", f.port, side->port);
     set("--tp", f.tp, side->tp);
     if (*role == deploy::Role::kPrefill) set("--bootstrap-port", f.bootstrap_port, t.bootstrap_port);
+    if (!t.cluster_secret_file.empty()) set("--cluster-secret-file", f.cluster_secret_file, t.cluster_secret_file);
   }
   return Status::ok();
 }

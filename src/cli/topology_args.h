@@ -20,6 +20,7 @@ struct RoleFields {
   int* bootstrap_port = nullptr;     // BOOTSTRAP_PORT    (--bootstrap-port), prefill only
   int* tp = nullptr;                 // <SIDE>_TP         (--tp)
   runtime::RuntimeConfig* runtime = nullptr;  // <SIDE>_PAGE_SIZE, CHUNK_SIZE, <SIDE>_MAX_RUNNING
+  std::string* cluster_secret_file = nullptr;  // CLUSTER_SECRET_FILE (--cluster-secret-file), roles only
 };
 
 // Adds `--config FILE` to a subcommand.

@@ -197,6 +197,7 @@ Result<std::vector<LaunchSpec>> launch_specs(const Topology& t, Role role) {
       a.insert(a.end(), {"--nnodes", std::to_string(npi), "--node-rank", std::to_string(i % npi), "--dist-init-addr",
                          leader + ":" + std::to_string(t.dist_port + (prefill ? 0 : 1))});
     if (!t.rdma_nics.empty()) a.insert(a.end(), {"--rdma-nics", join(t.rdma_nics, ",")});
+    if (!t.cluster_secret_file.empty()) a.insert(a.end(), {"--cluster-secret-file", t.cluster_secret_file});
     a.insert(a.end(), s.extra_args.begin(), s.extra_args.end());
     if (t.gpus_per_node > 0) {
       // A node shared by both sides gives prefill the first GPUs and decode the next ones.

@@ -10,6 +10,7 @@
 #include <spdlog/spdlog.h>
 
 #include "pdserve/disagg/selftest.h"
+#include "pdserve/disagg/bootstrap_auth.h"
 #include "pdserve/disagg/transfer_plan.h"
 
 namespace pdserve::disagg {
@@ -49,14 +50,18 @@ namespace {
 Clock::duration secs(double s) { return std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(s)); }
 
 // One short-lived client per call: httplib clients are not shared across threads.
+// `secret`: the cluster secret; non-empty signs the request (bootstrap_auth.h).
 Result<Json> http_call(const std::string& host, int port, const std::string& method, const std::string& path,
-                       const Json* body, double timeout_s) {
+                       const Json* body, double timeout_s, const std::string& secret) {
   httplib::Client cli(host, port);
+  const std::string payload = method == "GET" ? "" : (body ? body->dump() : "{}");
+  httplib::Headers headers;
+  for (auto& [k, v] : BootstrapAuth(secret).sign(method, path, payload)) headers.emplace(k, v);
   const auto t = std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::duration<double>(timeout_s));
   cli.set_connection_timeout(t);
   cli.set_read_timeout(t);
   cli.set_write_timeout(t);
-  auto res = method == "GET" ? cli.Get(path) : cli.Post(path, body ? body->dump() : "{}", "application/json");
+  auto res = method == "GET" ? cli.Get(path, headers) : cli.Post(path, headers, payload, "application/json");
   const std::string where = "prefill bootstrap server " + host + ":" + std::to_string(port) + path;
   if (!res) return Status(ErrorCode::kUnavailable, where + ": " + httplib::to_string(res.error()));
   auto j = parse_json(res->body, where);
@@ -179,7 +184,7 @@ Status DecodeCoordinator::prepare(const std::string& host, int port, uint64_t ro
 
 // Looked up once per prefill server (and again after it restarts or stops answering).
 Status DecodeCoordinator::lookup_layout(const std::shared_ptr<Prefill>& p) {
-  auto j = http_call(p->host, p->port, "GET", "/route", nullptr, 5.0);
+  auto j = http_call(p->host, p->port, "GET", "/route", nullptr, 5.0, cfg_.cluster_secret);
   if (!j.is_ok()) return Status(ErrorCode::kUnavailable, j.status().message());
   PDS_ASSIGN_OR_RETURN(KvLayout l, KvLayout::from_json(*j));
   PDS_RETURN_IF_ERROR(check_pair(l, layout_));
@@ -206,7 +211,7 @@ Status DecodeCoordinator::run_selftest(Prefill& p) {
   std::fill(scratch_.begin(), scratch_.end(), 0);
   PDS_RETURN_IF_ERROR(transport_->grant({room, kSelfTestRegion, 0, t.length, t.generation}));
   const Json body = t.to_json();
-  auto res = http_call(p.host, p.port, "POST", "/selftest", &body, 15.0);
+  auto res = http_call(p.host, p.port, "POST", "/selftest", &body, 15.0, cfg_.cluster_secret);
   (void)transport_->revoke(room);  // every write has landed or been refused
   if (!res.is_ok()) return res.status();
   return check_pattern(scratch_.data(), t.length, t.nonce);
@@ -311,7 +316,7 @@ void DecodeCoordinator::on_kv_reserved(uint64_t id, uint64_t room, const runtime
   std::shared_ptr<Prefill> p = r.prefill;
   lock.unlock();
   post([this, p, room, body = t.to_json()] {
-    auto res = http_call(p->host, p->port, "POST", "/target", &body, 5.0);
+    auto res = http_call(p->host, p->port, "POST", "/target", &body, 5.0, cfg_.cluster_secret);
     if (res.is_ok()) return;
     std::lock_guard<std::mutex> l(mu_);
     auto it2 = rooms_.find(room);
@@ -332,7 +337,7 @@ void DecodeCoordinator::on_release(uint64_t, uint64_t room, const runtime::Seque
     metrics_.room_ended(false, 0, 0, std::chrono::duration<double>(Clock::now() - r.reserved_at).count());
     std::shared_ptr<Prefill> p = r.prefill;
     Json body{{"room", room}, {"reason", "decode released the request before its KV landed"}};
-    jobs_.push_back([p, body] { (void)http_call(p->host, p->port, "POST", "/abort", &body, 2.0); });
+    jobs_.push_back([p, body, secret = cfg_.cluster_secret] { (void)http_call(p->host, p->port, "POST", "/abort", &body, 2.0, secret); });
     cv_.notify_all();
   }
   rooms_.erase(it);
@@ -429,7 +434,7 @@ void DecodeCoordinator::heartbeat() {
     lock.unlock();
     std::vector<std::pair<std::shared_ptr<Prefill>, std::string>> lost;
     for (auto& p : ps) {
-      auto j = http_call(p->host, p->port, "GET", "/health", nullptr, cfg_.heartbeat_interval_s);
+      auto j = http_call(p->host, p->port, "GET", "/health", nullptr, cfg_.heartbeat_interval_s, cfg_.cluster_secret);
       std::string why;
       if (!j.is_ok()) why = "stopped answering heartbeats (" + j.status().message() + ")";
       else if (j->value("instance_id", std::string()) != p->layout.instance_id) why = "restarted (new instance id)";

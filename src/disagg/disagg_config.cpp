@@ -39,7 +39,10 @@ Json DisaggConfig::to_json() const {
               {"release_wait_s", release_wait_s},
               {"checksum", checksum},
               {"transfer_backend", transfer_backend},
-              {"prefill_peers", prefill_peers}};
+              {"prefill_peers", prefill_peers},
+
+              {"cluster_secret_file", cluster_secret_file},
+              {"authenticated", !cluster_secret.empty()}};
 }
 
 }  // namespace pdserve::disagg

@@ -6,6 +6,7 @@
 #include <spdlog/spdlog.h>
 
 #include "pdserve/disagg/selftest.h"
+#include "pdserve/disagg/bootstrap_auth.h"
 #include "pdserve/disagg/transfer_plan.h"
 #include "pdserve/net/http_listener.h"
 
@@ -110,9 +111,21 @@ void PrefillCoordinator::stop() {
 
 void PrefillCoordinator::install_routes() {
   httplib::Server& h = *http_;
+  // With a cluster secret every route but /health needs decode's signature (the body is only
+  // read by the time a route runs, so each calls this first).
+  auto auth = std::make_shared<BootstrapAuth>(cfg_.cluster_secret);
+  auto refused = [auth](const httplib::Request& req, httplib::Response& res) {
+    Status st = auth->verify(req.method, req.path, req.body, req.get_header_value(kAuthTimestampHeader),
+                             req.get_header_value(kAuthNonceHeader), req.get_header_value(kAuthSignatureHeader));
+    if (st.is_ok()) return false;
+    spdlog::warn("bootstrap: refused {} {} from {}: {}", req.method, req.path, req.remote_addr, st.message());
+    reply(res, 401, Json{{"error", st.message()}});
+    return true;
+  };
   h.new_task_queue = [] { return new httplib::ThreadPool(8); };
   h.set_payload_max_length(16 << 20);
-  h.Get("/route", [this](const httplib::Request&, httplib::Response& res) {
+  h.Get("/route", [this, refused](const httplib::Request& req, httplib::Response& res) {
+    if (refused(req, res)) return;
     const int have = registered_ranks_.load();
     if (have < layout_.tp)
       return reply(res, 503, Json{{"error", "prefill ranks registered: " + std::to_string(have) + " of " + std::to_string(layout_.tp)}});
@@ -121,7 +134,8 @@ void PrefillCoordinator::install_routes() {
   h.Get("/health", [this](const httplib::Request&, httplib::Response& res) {
     reply(res, 200, Json{{"status", "ok"}, {"instance_id", layout_.instance_id}});
   });
-  h.Post("/target", [this](const httplib::Request& req, httplib::Response& res) {
+  h.Post("/target", [this, refused](const httplib::Request& req, httplib::Response& res) {
+    if (refused(req, res)) return;
     auto j = parse_json(req.body, "target");
     if (!j.is_ok()) return reply(res, 400, Json{{"error", j.status().message()}});
     auto t = RoomTarget::from_json(*j);
@@ -138,7 +152,8 @@ void PrefillCoordinator::install_routes() {
     cv_.notify_all();
     reply(res, 200, Json{{"ok", true}});
   });
-  h.Post("/selftest", [this](const httplib::Request& req, httplib::Response& res) {
+  h.Post("/selftest", [this, refused](const httplib::Request& req, httplib::Response& res) {
+    if (refused(req, res)) return;
     auto j = parse_json(req.body, "selftest");
     if (!j.is_ok()) return reply(res, 400, Json{{"error", j.status().message()}});
     Status st = run_selftest(*j);
@@ -146,7 +161,8 @@ void PrefillCoordinator::install_routes() {
     if (!st.is_ok()) return reply(res, 502, Json{{"error", st.message()}});
     reply(res, 200, Json{{"ok", true}});
   });
-  h.Post("/abort", [this](const httplib::Request& req, httplib::Response& res) {
+  h.Post("/abort", [this, refused](const httplib::Request& req, httplib::Response& res) {
+    if (refused(req, res)) return;
     auto j = parse_json(req.body, "abort");
     if (!j.is_ok() || !j->is_object() || !j->contains("room") || !j->at("room").is_number_unsigned())
       return reply(res, 400, Json{{"error", "abort: body must be {\"room\": N, \"reason\": \"...\"}"}});

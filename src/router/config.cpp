@@ -140,9 +140,12 @@ Status validate(const RouterConfig& c) {
   PDS_RETURN_IF_ERROR(check_positive(c.connect_timeout_s, "connect_timeout_s"));
   PDS_RETURN_IF_ERROR(check_at_least(c.max_connect_retries, 0, "max_connect_retries"));
   PDS_RETURN_IF_ERROR(check_at_least(c.max_idle_connections, 0, "max_idle_connections"));
-  for (char ch : c.api_key)
-    if (std::isspace(static_cast<unsigned char>(ch)) || !std::isprint(static_cast<unsigned char>(ch)))
-      return invalid_argument("router: api_key must be printable ASCII without spaces");
+  if (!(c.drain_timeout_s >= 0)) return invalid_argument("router: drain_timeout_s must be >= 0");
+  for (const auto* key : {&c.api_key, &c.worker_api_key})
+    for (char ch : *key)
+      if (std::isspace(static_cast<unsigned char>(ch)) || !std::isprint(static_cast<unsigned char>(ch)))
+        return invalid_argument(std::string("router: ") + (key == &c.api_key ? "api_key" : "worker_api_key") +
+                                " must be printable ASCII without spaces");
   return Status::ok();
 }
 

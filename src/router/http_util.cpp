@@ -42,7 +42,7 @@ httplib::Headers forward_request_headers(const httplib::Headers& in) {
     // Accept-Encoding is dropped so workers answer uncompressed; the router relays bytes as-is.
     if (one_of(k, {"REMOTE_ADDR", "REMOTE_PORT", "LOCAL_ADDR", "LOCAL_PORT", "Host", "Content-Length", "Content-Type",
                "Transfer-Encoding", "Connection", "Keep-Alive", "Accept-Encoding", "Expect", "Upgrade", "TE",
-               "Proxy-Connection", "X-Request-Id"}))
+               "Proxy-Connection", "X-Request-Id", "Authorization"}))
       continue;
     out.emplace(k, v);
   }

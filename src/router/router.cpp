@@ -120,8 +120,9 @@ ProxyRequest RouterImpl::make_request(const httplib::Request& req, httplib::Resp
   pr.path = req.path;
   std::string rid = req.get_header_value("X-Request-Id");
   pr.request_id = acceptable_request_id(rid) ? rid : new_request_id();
-  pr.headers = forward_request_headers(req.headers);
+  pr.headers = forward_request_headers(req.headers);  // without the client's Authorization
   pr.headers.emplace("X-Request-Id", pr.request_id);
+  if (!cfg_.worker_api_key.empty()) pr.headers.emplace("Authorization", "Bearer " + cfg_.worker_api_key);
   pr.deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(cfg_.request_timeout_s));
   res.set_header("X-Request-Id", pr.request_id);
   return pr;
@@ -162,7 +163,17 @@ void RouterImpl::handle_generate(const httplib::Request& req, httplib::Response&
     return;
   }
   // Admission last: a request refused for its own fault never takes a slot.
-  if (in_flight_.fetch_add(1) >= cfg_.max_in_flight) {
+  const int64_t before = in_flight_.fetch_add(1);
+  // Checked after counting ourselves in, so a drain that saw zero in flight never misses us.
+  if (draining_.load()) {
+    in_flight_--;
+    rejected_total_++;
+    set_error(res, 503, "router is draining: it is shutting down and takes no new requests", "overloaded_error",
+              "router_draining");
+    res.set_header("Connection", "close");
+    return;
+  }
+  if (before >= cfg_.max_in_flight) {
     in_flight_--;
     rejected_total_++;
     set_error(res, 503,
@@ -191,6 +202,11 @@ void RouterImpl::handle_get_forward(const httplib::Request& req, httplib::Respon
 }
 
 void RouterImpl::handle_health(httplib::Response& res) const {
+  if (draining_.load()) {
+    res.status = 503;
+    res.set_content(Json{{"status", "draining"}, {"reason", "draining"}}.dump(), "application/json");
+    return;
+  }
   auto count = [](const Pool& p) {
     return std::count_if(p.begin(), p.end(), [](const auto& w) { return w->healthy(); });
   };
@@ -254,6 +270,8 @@ Result<std::unique_ptr<Router>> Router::create(RouterConfig cfg) {
 }
 
 Status Router::start() { return impl_->start(); }
+void Router::begin_drain() { impl_->begin_drain(); }
+int64_t Router::in_flight() const { return impl_->in_flight(); }
 int Router::port() const { return impl_->port(); }
 void Router::stop() { impl_->stop(); }
 const RouterConfig& Router::config() const { return impl_->config(); }

@@ -59,6 +59,8 @@ class RouterImpl {
   Status start();
   void stop();
   int port() const { return port_; }
+  void begin_drain() { draining_.store(true); }
+  int64_t in_flight() const { return in_flight_.load(); }
   const RouterConfig& config() const { return cfg_; }
   Json server_info() const;
   std::string metrics_text() const;
@@ -101,6 +103,7 @@ class RouterImpl {
   int port_ = 0;
   bool started_ = false;
   std::atomic<bool> stopping_{false};
+  std::atomic<bool> draining_{false};
 
   std::atomic<int64_t> in_flight_{0};
   std::atomic<int64_t> requests_total_{0}, rejected_total_{0}, retries_total_{0}, bad_requests_total_{0},

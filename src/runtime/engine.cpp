@@ -234,18 +234,38 @@ void Engine::finish(Live& r, FinishReason reason, Status error, std::optional<Re
   live_.erase(r.seq.id);  // r is gone after this
 }
 
+void Engine::expire_deadlines() {
+  if (cfg_.request_timeout_s <= 0) return;
+  const auto limit = std::chrono::duration<double>(cfg_.request_timeout_s);
+  const auto now = Clock::now();
+  std::vector<Live*> late;
+  for (auto& [id, r] : live_)
+    if (now - r->arrival > limit) late.push_back(r.get());
+  for (Live* r : late) {
+    spdlog::warn("request {}: still running after request_timeout_s = {} s; finishing it", r->seq.id, cfg_.request_timeout_s);
+    finish(*r, FinishReason::kError,
+           Status(ErrorCode::kDeadlineExceeded,
+                  fmt::format("request timed out: still running after {} s (request_timeout_s)", cfg_.request_timeout_s)));
+  }
+}
+
 // Sleeps when the last step ran nothing: requests waiting for KV, for a send to end or for
 // pages held by those can only move on an event (new request, abort, control message).
 void Engine::loop() {
   for (;;) {
     {
       std::unique_lock<std::mutex> lock(mu_);
-      cv_.wait(lock, [&] { return stop_ || has_aborts_ || !inbox_.empty() || !controls_.empty() || runnable_; });
+      auto ready = [&] { return stop_ || has_aborts_ || !inbox_.empty() || !controls_.empty() || runnable_; };
+      // With a deadline, idle waits wake up now and then so that requests parked on a peer
+      // (awaiting KV, sending KV) still expire.
+      if (cfg_.request_timeout_s > 0 && !live_.empty()) cv_.wait_for(lock, std::chrono::milliseconds(200), ready);
+      else cv_.wait(lock, ready);
       if (stop_) return;
     }
     take_inbox();
     take_aborts();
     take_controls();
+    expire_deadlines();
     runnable_ = step();
   }
 }

@@ -24,6 +24,7 @@ Status RuntimeConfig::validate() const {
   if (max_queue < 0) return bad("max_queue", "must be >= 0");
   if (max_model_len < 2) return bad("max_model_len", "must be >= 2 (resolve() fills 0 from the model)");
   if (num_pages < 1) return bad("num_pages", "must be >= 1");
+  if (!(request_timeout_s >= 0)) return bad("request_timeout_s", "must be >= 0 (0: no deadline)");
   return Status::ok();
 }
 
@@ -31,7 +32,7 @@ Json RuntimeConfig::to_json() const {
   return Json{{"page_size", page_size},       {"num_pages", num_pages},
               {"max_running", max_running},   {"chunk_size", chunk_size},
               {"step_token_budget", step_token_budget}, {"max_queue", max_queue},
-              {"max_model_len", max_model_len}};
+              {"max_model_len", max_model_len}, {"request_timeout_s", request_timeout_s}};
 }
 
 }  // namespace pdserve::runtime

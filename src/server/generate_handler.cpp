@@ -21,6 +21,7 @@ namespace {
 // Lives as long as the streaming response; dropping it drops the handle, which aborts the
 // request if it has not finished (the client went away).
 struct StreamState {
+  std::shared_ptr<void> in_flight;  // counted until the stream ends (drain waits for it)
   ParsedRequest req;
   runtime::RequestHandle handle;
   std::unique_ptr<ResponseFormatter> fmt;
@@ -78,9 +79,20 @@ Status require_bootstrap(const ParsedRequest& p, const char* role) {
 
 }  // namespace
 
+ApiError draining_error() {
+  return {503, "server is draining: it is shutting down and takes no new requests; retry on another server",
+          "overloaded_error", "", "server_draining"};
+}
+
 void handle_generate(const HandlerContext& ctx, ApiKind kind, const httplib::Request& req, httplib::Response& res) {
+  std::shared_ptr<void> in_flight = ctx.drain ? ctx.drain->enter() : nullptr;
+  // Checked after counting ourselves in, so a drain that saw zero in flight never misses us.
+  if (ctx.drain && ctx.drain->draining.load()) return send_error(res, draining_error());
   if (static_cast<int64_t>(req.body.size()) > ctx.cfg.max_body_bytes) return send_error(res, body_too_large(ctx.cfg.max_body_bytes));
-  RequestLimits limits{ctx.engine.config().max_model_len};
+  RequestLimits limits;
+  limits.max_model_len = ctx.engine.config().max_model_len;
+  limits.max_prompt_tokens = ctx.cfg.max_prompt_tokens;
+  limits.max_completion_tokens = ctx.cfg.max_completion_tokens;
   auto parsed = kind == ApiKind::kChat ? parse_chat_request(req.body, ctx.tok, limits)
                                        : parse_completion_request(req.body, ctx.tok, limits);
   if (!parsed.is_ok()) return send_error(res, api_error_from_status(parsed.status()));
@@ -116,6 +128,7 @@ void handle_generate(const HandlerContext& ctx, ApiKind kind, const httplib::Req
     return send_json(res, fmt.full(all));
   }
   auto st = std::make_shared<StreamState>();
+  st->in_flight = std::move(in_flight);
   st->req = std::move(parsed).value();
   st->handle = std::move(handle).value();
   st->fmt = std::make_unique<ResponseFormatter>(st->req, model, ctx.tok);

@@ -3,6 +3,9 @@
 
 #include <httplib.h>
 
+#include <atomic>
+#include <memory>
+
 #include "pdserve/disagg/decode_coordinator.h"
 #include "pdserve/disagg/prefill_coordinator.h"
 #include "pdserve/runtime/engine.h"
@@ -12,12 +15,25 @@
 
 namespace pdserve::server {
 
+// Shared by the routes and HttpServer: whether we drain, and how many generation requests
+// are still being answered (a token lives until the last byte of a response is written).
+struct DrainState {
+  std::atomic<bool> draining{false};
+  std::atomic<int64_t> in_flight{0};
+  std::shared_ptr<void> enter() {
+    in_flight.fetch_add(1);
+    return std::shared_ptr<void>(nullptr, [this](void*) { in_flight.fetch_sub(1); });
+  }
+};
+ApiError draining_error();
+
 struct HandlerContext {
   const ServeConfig& cfg;
   runtime::Engine& engine;
   const tokenizer::Tokenizer& tok;
   disagg::PrefillCoordinator* prefill = nullptr;  // set in the prefill role
   disagg::DecodeCoordinator* decode = nullptr;    // set in the decode role
+  DrainState* drain = nullptr;
 };
 
 void send_error(httplib::Response& res, const ApiError& e);

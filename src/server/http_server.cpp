@@ -8,6 +8,7 @@
 #include <spdlog/spdlog.h>
 
 #include "handlers.h"
+#include "pdserve/core/secret_file.h"
 #include "pdserve/transfer/tcp_transport.h"
 
 namespace pdserve::server {
@@ -40,7 +41,11 @@ Result<std::unique_ptr<HttpServer>> HttpServer::create(ServeConfig cfg, Transpor
   if (cfg.role != ServerRole::kUnified) {
     PDS_ASSIGN_OR_RETURN(s->transport_choice_, choose_transport(cfg.disagg.transfer_backend));
     spdlog::info("transfer backend: {}", s->transport_choice_);
+    if (!cfg.disagg.cluster_secret_file.empty()) {
+      PDS_ASSIGN_OR_RETURN(cfg.disagg.cluster_secret, read_secret_file(cfg.disagg.cluster_secret_file));
+    }
     transfer::TcpConfig tcp;
+    tcp.secret = cfg.disagg.cluster_secret;
     tcp.listen_host = cfg.disagg.transfer_host;
     tcp.listen_port = static_cast<uint16_t>(cfg.role == ServerRole::kDecode ? cfg.disagg.transfer_port : 0);
     tcp.streams_per_peer = cfg.disagg.transfer_streams;
@@ -55,6 +60,7 @@ Result<std::unique_ptr<HttpServer>> HttpServer::create(ServeConfig cfg, Transpor
   s->cfg_ = std::move(cfg);
   s->engine_->start();
   s->http_ = std::make_unique<net::HttpListener>();
+  s->drain_ = std::make_shared<DrainState>();
   s->install_routes();
   return s;
 }
@@ -84,6 +90,14 @@ void HttpServer::stop() {
   if (http_) http_->stop();
 }
 
+void HttpServer::begin_drain() { drain_->draining.store(true); }
+bool HttpServer::draining() const { return drain_->draining.load(); }
+int64_t HttpServer::in_flight() const { return drain_->in_flight.load(); }
+void HttpServer::abort_all() {
+  if (engine_) engine_->stop();
+  if (prefill_) prefill_->stop();  // wakes requests still waiting for decode's target
+}
+
 void HttpServer::install_routes() {
   httplib::Server& h = *http_;
   const size_t threads = static_cast<size_t>(cfg_.resolved_http_threads());
@@ -93,6 +107,10 @@ void HttpServer::install_routes() {
   h.set_payload_max_length(static_cast<size_t>(cfg_.max_body_bytes) * 4 + (1 << 20));
 
   h.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
+    if (drain_->draining.load() && (req.path.rfind("/v1/", 0) == 0 || req.path == "/health_generate")) {
+      send_error(res, draining_error());
+      return httplib::Server::HandlerResponse::Handled;
+    }
     if (cfg_.api_key.empty() || req.path.rfind("/v1/", 0) != 0) return httplib::Server::HandlerResponse::Unhandled;
     if (req.get_header_value("Authorization") == "Bearer " + cfg_.api_key) return httplib::Server::HandlerResponse::Unhandled;
     send_error(res, unauthorized_error());
@@ -115,7 +133,7 @@ void HttpServer::install_routes() {
     send_error(res, api_error_from_status(internal_error(what)));
   });
 
-  auto ctx = std::make_shared<HandlerContext>(HandlerContext{cfg_, *engine_, *tok_, prefill_.get(), decode_.get()});
+  auto ctx = std::make_shared<HandlerContext>(HandlerContext{cfg_, *engine_, *tok_, prefill_.get(), decode_.get(), drain_.get()});
   h.Post("/v1/completions", [ctx](const httplib::Request& req, httplib::Response& res) {
     handle_generate(*ctx, ApiKind::kCompletion, req, res);
   });
@@ -128,6 +146,7 @@ void HttpServer::install_routes() {
     send_json(res, Json{{"object", "list"}, {"data", Json::array({m})}});
   });
   h.Get("/health", [this](const httplib::Request&, httplib::Response& res) {
+    if (drain_->draining.load()) return send_json(res, Json{{"status", "draining"}, {"reason", "draining"}}, 503);
     std::string why;
     if (decode_ && !decode_->healthy(&why)) return send_json(res, Json{{"status", "unhealthy"}, {"reason", why}}, 503);
     send_json(res, Json{{"status", "ok"}});

@@ -1,6 +1,8 @@
 // Field-by-field checks so that every error names what the client got wrong.
 #include "pdserve/server/openai_request.h"
 
+#include <algorithm>
+
 #include "pdserve/tokenizer/chat_k3.h"
 #include "pdserve/tokenizer/special_tokens.h"
 
@@ -138,12 +140,25 @@ Status parse_common(const OJ& b, ParsedRequest* r) {
   return Status::ok();
 }
 
-// max_tokens: explicit values are checked by the engine (<= 0 and too long are errors there).
-Status parse_max_tokens(const OJ& b, const char* key, int64_t fallback, ParsedRequest* r) {
-  int64_t v = fallback;
+// max_tokens: explicit values are checked by the engine (<= 0 and too long are errors there);
+// here only the server's own cap. An absent value falls back to at most the cap.
+Status parse_max_tokens(const OJ& b, const char* key, int64_t fallback, const RequestLimits& limits, ParsedRequest* r) {
+  const int64_t cap = limits.max_completion_tokens;
+  int64_t v = cap > 0 ? std::min(fallback, cap) : fallback;
   PDS_RETURN_IF_ERROR(get_int(b, key, &v));
   r->gen.sampling.max_tokens = v;
-  return v < 1 ? bad(key, "must be >= 1") : Status::ok();
+  if (v < 1) return bad(key, "must be >= 1");
+  if (cap > 0 && v > cap)
+    return bad(key, std::to_string(v) + " is more than this server's limit of " + std::to_string(cap) +
+                        " completion tokens (max_completion_tokens)");
+  return Status::ok();
+}
+
+Status check_prompt_tokens(const char* field, size_t n, const RequestLimits& limits) {
+  if (limits.max_prompt_tokens > 0 && static_cast<int64_t>(n) > limits.max_prompt_tokens)
+    return bad(field, std::to_string(n) + " prompt tokens is more than this server's limit of " +
+                          std::to_string(limits.max_prompt_tokens) + " (max_prompt_tokens)");
+  return Status::ok();
 }
 
 Result<std::vector<int32_t>> parse_prompt(const OJ& b, const tokenizer::Tokenizer& tok) {
@@ -180,7 +195,8 @@ Result<ParsedRequest> parse_completion_request(const std::string& body, const to
   r.kind = ApiKind::kCompletion;
   PDS_RETURN_IF_ERROR(parse_common(b, &r));
   PDS_ASSIGN_OR_RETURN(r.gen.prompt, parse_prompt(b, tok));
-  PDS_RETURN_IF_ERROR(parse_max_tokens(b, "max_tokens", limits.default_completion_max_tokens, &r));
+  PDS_RETURN_IF_ERROR(check_prompt_tokens("prompt", r.gen.prompt.size(), limits));
+  PDS_RETURN_IF_ERROR(parse_max_tokens(b, "max_tokens", limits.default_completion_max_tokens, limits, &r));
   if (present(b, "echo") && b.at("echo") != OJ(false)) return bad("echo", "is not supported");
   if (present(b, "logprobs")) {
     int64_t k = 0;
@@ -223,9 +239,10 @@ Result<ParsedRequest> parse_chat_request(const std::string& body, const tokenize
   }
   PDS_ASSIGN_OR_RETURN(r.gen.prompt, tokenizer::encode_k3_chat(tok, messages, tools, opts));
   r.opened_think = opts.thinking;
+  PDS_RETURN_IF_ERROR(check_prompt_tokens("messages", r.gen.prompt.size(), limits));
   const int64_t left = std::max<int64_t>(1, limits.max_model_len - static_cast<int64_t>(r.gen.prompt.size()));
   const char* key = present(b, "max_completion_tokens") ? "max_completion_tokens" : "max_tokens";
-  PDS_RETURN_IF_ERROR(parse_max_tokens(b, key, left, &r));
+  PDS_RETURN_IF_ERROR(parse_max_tokens(b, key, left, limits, &r));
   if (present(b, "logprobs")) PDS_RETURN_IF_ERROR(get_bool(b, "logprobs", &r.gen.sampling.logprobs));
   PDS_RETURN_IF_ERROR(get_int(b, "top_logprobs", &r.gen.sampling.top_logprobs));
   if (r.gen.sampling.top_logprobs > 0 && !r.gen.sampling.logprobs) return bad("top_logprobs", "needs logprobs = true");

@@ -22,6 +22,10 @@ Status ServeConfig::validate() const {
   if (port < 0 || port > 65535) return invalid_argument("config port: must be in [0, 65535]");
   if (max_body_bytes < 1024) return invalid_argument("config max_body_bytes: must be >= 1024");
   if (http_threads < 0) return invalid_argument("config http_threads: must be >= 0");
+  if (max_prompt_tokens < 0) return invalid_argument("config max_prompt_tokens: must be >= 0 (0: max_model_len)");
+  if (max_completion_tokens < 0) return invalid_argument("config max_completion_tokens: must be >= 0 (0: max_model_len)");
+  if (!(drain_timeout_s >= 0)) return invalid_argument("config drain_timeout_s: must be >= 0");
+  if (!(runtime.request_timeout_s >= 0)) return invalid_argument("config request_timeout_s: must be >= 0 (0: no deadline)");
   if (runtime.page_size < 1) return invalid_argument("config page_size: must be >= 1");
   if (runtime.max_running < 1) return invalid_argument("config max_running: must be >= 1");
   if (runtime.chunk_size < 1) return invalid_argument("config chunk_size: must be >= 1");
@@ -46,6 +50,9 @@ Json ServeConfig::to_json() const {
          {"api_key", api_key.empty() ? "" : "<redacted>"},
          {"max_body_bytes", max_body_bytes},
          {"http_threads", resolved_http_threads()},
+         {"max_prompt_tokens", max_prompt_tokens},
+         {"max_completion_tokens", max_completion_tokens},
+         {"drain_timeout_s", drain_timeout_s},
          {"runtime", runtime.to_json()}};
   if (role != ServerRole::kUnified) j["disagg"] = disagg.to_json();
   return j;

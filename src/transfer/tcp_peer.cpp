@@ -7,6 +7,8 @@
 #include <algorithm>
 #include <unordered_set>
 
+#include "handshake.h"
+
 namespace pdserve::transfer {
 
 using wire::FrameHeader;
@@ -48,20 +50,11 @@ Result<std::unique_ptr<TcpPeer>> TcpPeer::connect(const PeerAddress& addr, const
     const int fd = s->fd.get();
     PDS_RETURN_IF_ERROR(net::tune(fd, cfg.io_timeout));
     PDS_RETURN_IF_ERROR(net::set_recv_timeout(fd, cfg.connect_timeout));
-    FrameHeader hello;
-    hello.type = FrameType::kHello;
-    hello.offset = static_cast<uint64_t>(i);
-    hello.aux = instance_id;
-    uint8_t buf[wire::kHeaderBytes];
-    wire::encode_header(hello, buf);
-    iovec iov{buf, sizeof(buf)};
-    PDS_RETURN_IF_ERROR(net::send_all(fd, &iov, 1).with_context("hello to " + addr.to_string()));
-    Status st = net::recv_exact(fd, buf, sizeof(buf), net::RecvMode::kMidMessage, [] { return false; });
-    if (!st.is_ok()) return unavailable("no transfer endpoint answered at " + addr.to_string() + ": " + st.message());
-    PDS_ASSIGN_OR_RETURN(FrameHeader ack, wire::decode_header(buf, cfg.limits));
-    if (ack.type != FrameType::kHelloAck || ack.seq != 0 || ack.offset == 0)
-      return data_loss("bad hello answer from " + addr.to_string());
-    peer->max_write_bytes_ = std::min(peer->max_write_bytes_, ack.offset);
+    PDS_ASSIGN_OR_RETURN(handshake::Outcome hs,
+                         handshake::as_sender(fd, cfg, instance_id, static_cast<uint64_t>(i), addr.to_string()));
+    s->seq = hs.next_out_seq;
+    s->first_ack_seq = hs.next_in_seq;
+    peer->max_write_bytes_ = std::min(peer->max_write_bytes_, hs.max_write_bytes);
     PDS_RETURN_IF_ERROR(net::set_recv_timeout(fd, cfg.io_timeout));
     peer->streams_.push_back(std::move(s));
   }
@@ -192,7 +185,7 @@ void TcpPeer::send_loop(Stream* s) {
 
 void TcpPeer::ack_loop(int index) {
   const int fd = streams_[index]->fd.get();
-  uint64_t expect_seq = 1;
+  uint64_t expect_seq = streams_[index]->first_ack_seq;
   while (true) {
     uint8_t buf[wire::kHeaderBytes];
     Status st = net::recv_exact(fd, buf, sizeof(buf), net::RecvMode::kBetweenFrames, [&] { return stopping_.load(); });

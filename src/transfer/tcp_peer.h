@@ -74,7 +74,8 @@ class TcpPeer {
     net::Fd fd;
     std::deque<SendItem> queue;
     uint64_t queued_bytes = 0;
-    uint64_t seq = 1;  // 0 was the hello
+    uint64_t seq = 1;            // next outgoing; 0 was the hello (and 1 the proof, when authenticated)
+    uint64_t first_ack_seq = 1;  // the receiver's first ack
     std::thread sender, acker;
   };
 

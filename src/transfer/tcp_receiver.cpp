@@ -1,11 +1,15 @@
 #include "tcp_receiver.h"
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <poll.h>
 #include <sys/socket.h>
 
 #include <spdlog/spdlog.h>
 
 #include <vector>
+
+#include "handshake.h"
 
 namespace pdserve::transfer {
 
@@ -84,23 +88,21 @@ void TcpReceiver::accept_loop() {
   }
 }
 
-Status TcpReceiver::handshake(int fd) {
-  PDS_RETURN_IF_ERROR(net::set_recv_timeout(fd, cfg_.connect_timeout));
-  FrameHeader h;
-  PDS_RETURN_IF_ERROR(recv_header(fd, &h, cfg_.limits, stopping_));
-  if (h.type != FrameType::kHello || h.seq != 0) return data_loss("first message is not a hello");
-  PDS_RETURN_IF_ERROR(net::set_recv_timeout(fd, cfg_.io_timeout));
-  FrameHeader ack;
-  ack.type = FrameType::kHelloAck;
-  ack.offset = cfg_.limits.max_write_bytes;  // the sender splits writes to fit
-  ack.aux = instance_id_;
-  return send_frame(fd, ack, nullptr, 0);
-}
-
 void TcpReceiver::serve(Conn* conn) {
   const int fd = conn->fd.get();
-  Status st = handshake(fd);
-  uint64_t in_seq = 1, out_seq = 1;
+  auto hs = handshake::as_receiver(fd, cfg_, instance_id_, stopping_);
+  Status st = hs.status();
+  if (!st.is_ok() && st.code() == ErrorCode::kInvalidArgument) {
+    metrics_->frame_rejected();
+    sockaddr_storage sa{};
+    socklen_t len = sizeof sa;
+    char host[64] = "?";
+    if (::getpeername(fd, reinterpret_cast<sockaddr*>(&sa), &len) == 0 && sa.ss_family == AF_INET)
+      ::inet_ntop(AF_INET, &reinterpret_cast<sockaddr_in*>(&sa)->sin_addr, host, sizeof host);
+    spdlog::warn("transfer: peer {} refused: {}", host, st.message());
+    st = Status(ErrorCode::kUnavailable, st.message());  // logged: the exit below stays quiet
+  }
+  uint64_t in_seq = hs.is_ok() ? hs->next_in_seq : 1, out_seq = hs.is_ok() ? hs->next_out_seq : 1;
   BatchState b;
   while (st.is_ok()) {
     FrameHeader h;

@@ -44,7 +44,6 @@ class TcpReceiver {
 
   void accept_loop();
   void serve(Conn* conn);
-  Status handshake(int fd);
   Status on_write(int fd, const wire::FrameHeader& h, BatchState* b);
   Status on_notify(int fd, const wire::FrameHeader& h, uint64_t* out_seq);
   Status send_ack(int fd, const wire::FrameHeader& req, const Status& st, uint64_t landed, bool notify, uint64_t* out_seq);

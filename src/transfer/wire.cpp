@@ -48,7 +48,7 @@ Result<FrameHeader> decode_header(const uint8_t in[kHeaderBytes], const Limits& 
   if (get<uint32_t>(in + 76) != fnv1a32(in, 76)) return bad("header checksum");
   FrameHeader h;
   const uint16_t type = get<uint16_t>(in + 6);
-  if (type < 1 || type > 6) return bad("type " + std::to_string(type));
+  if (type < 1 || type > 7) return bad("type " + std::to_string(type));
   h.type = static_cast<FrameType>(type);
   h.flags = get<uint32_t>(in + 8);
   if (h.flags & ~kKnownFlags) return bad("unknown flags " + std::to_string(h.flags));
@@ -62,6 +62,8 @@ Result<FrameHeader> decode_header(const uint8_t in[kHeaderBytes], const Limits& 
   h.length = get<uint64_t>(in + 56);
   h.aux = get<uint64_t>(in + 64);
   if ((h.flags & kFlagNotifyAck) && h.type != FrameType::kAck) return bad("notify-ack flag on a non-ack");
+  if ((h.flags & kFlagAuth) && h.type != FrameType::kHello && h.type != FrameType::kHelloAck)
+    return bad("auth flag on a message other than hello");
   switch (h.type) {
     case FrameType::kWrite:
       if (h.length == 0 || h.length > limits.max_write_bytes) return bad("write length " + std::to_string(h.length));
@@ -74,6 +76,15 @@ Result<FrameHeader> decode_header(const uint8_t in[kHeaderBytes], const Limits& 
       if (h.length > limits.max_error_bytes) return bad("ack message length " + std::to_string(h.length));
       if (h.aux > static_cast<uint64_t>(ErrorCode::kDeadlineExceeded)) return bad("ack status " + std::to_string(h.aux));
       if (h.aux == 0 && h.length != 0) return bad("ok ack with a message");
+      break;
+    case FrameType::kHello:
+    case FrameType::kHelloAck:
+      if (h.length > kMaxHandshakeBytes) return bad("hello length " + std::to_string(h.length));
+      break;
+    case FrameType::kAuth:
+      if (h.aux > static_cast<uint64_t>(ErrorCode::kDeadlineExceeded)) return bad("auth status " + std::to_string(h.aux));
+      if (h.length > (h.aux == 0 ? kMaxHandshakeBytes : limits.max_error_bytes))
+        return bad("auth length " + std::to_string(h.length));
       break;
     default:
       if (h.length != 0) return bad("payload on a control message");

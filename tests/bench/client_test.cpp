@@ -9,7 +9,7 @@
 
 #include "fake_server.h"
 #include "pdserve/bench/bench.h"
-#include "pdserve/bench/sha256.h"
+#include "pdserve/core/sha256.h"
 #include "pdserve/core/file_util.h"
 
 namespace pdserve::bench {

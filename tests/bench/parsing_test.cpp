@@ -8,7 +8,7 @@
 #include "pdserve/bench/config.h"
 #include "pdserve/bench/dataset.h"
 #include "pdserve/bench/runner.h"
-#include "pdserve/bench/sha256.h"
+#include "pdserve/core/sha256.h"
 #include "pdserve/bench/sse.h"
 
 namespace pdserve::bench {

@@ -15,6 +15,7 @@
 
 #include "model/test_models.h"
 #include "pdserve/transfer/fault_transport.h"
+#include "server/child_server.h"
 #include "server/server_fixture.h"
 
 namespace pdserve::server::testing {
@@ -95,63 +96,6 @@ struct PdPair {
       EXPECT_TRUE(pools_free(*decode)) << "decode still holds pages or slots";
     }
   }
-};
-
-// `pdserve <args>` as a child process, for tests that kill a server for real (SIGKILL).
-class ChildServer {
- public:
-  explicit ChildServer(std::vector<std::string> args) {
-    int out[2];
-    if (::pipe(out) != 0) return;
-    pid_ = ::fork();
-    if (pid_ == 0) {
-      ::dup2(out[1], 1);
-      ::close(out[0]);
-      std::vector<char*> argv;
-      std::string bin = PDSERVE_BINARY;
-      argv.push_back(bin.data());
-      for (auto& a : args) argv.push_back(a.data());
-      argv.push_back(nullptr);
-      ::execv(bin.c_str(), argv.data());
-      ::_exit(127);
-    }
-    ::close(out[1]);
-    // Read stdout until the listening line (the log lines before it name the other ports).
-    std::string got;
-    char buf[512];
-    while (got.find("pdserve: listening on http://") == std::string::npos) {
-      ssize_t n = ::read(out[0], buf, sizeof buf);
-      if (n <= 0) break;
-      got.append(buf, static_cast<size_t>(n));
-    }
-    out_fd_ = out[0];
-    log_ = got;
-    port_ = port_after(got, "pdserve: listening on http://127.0.0.1:");
-    bootstrap_port_ = port_after(got, "bootstrap server on 127.0.0.1:");
-  }
-  ~ChildServer() { kill(); }
-  void kill() {
-    if (pid_ > 0) {
-      ::kill(pid_, SIGKILL);
-      ::waitpid(pid_, nullptr, 0);
-      pid_ = -1;
-    }
-    if (out_fd_ >= 0) ::close(out_fd_);
-    out_fd_ = -1;
-  }
-  int port() const { return port_; }
-  int bootstrap_port() const { return bootstrap_port_; }
-  const std::string& log() const { return log_; }
-
- private:
-  static int port_after(const std::string& s, const std::string& key) {
-    size_t at = s.find(key);
-    return at == std::string::npos ? 0 : std::atoi(s.c_str() + at + key.size());
-  }
-  pid_t pid_ = -1;
-  int out_fd_ = -1;
-  int port_ = 0, bootstrap_port_ = 0;
-  std::string log_;
 };
 
 }  // namespace pdserve::server::testing

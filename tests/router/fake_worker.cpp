@@ -47,7 +47,7 @@ void FakeWorker::handle(const httplib::Request& req, httplib::Response& res) {
   Handler h;
   {
     std::lock_guard lk(mu_);
-    seen_.push_back({req.path, req.body, req.get_header_value("X-Request-Id")});
+    seen_.push_back({req.path, req.body, req.get_header_value("X-Request-Id"), req.get_header_value("Authorization")});
     h = handler_;
   }
   if (h) {

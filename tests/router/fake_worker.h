@@ -17,6 +17,7 @@ namespace pdserve::router::testing {
 
 struct Seen {
   std::string path, body, request_id;
+  std::string authorization;  // the Authorization header the worker got ("" if none)
 };
 
 class FakeWorker {

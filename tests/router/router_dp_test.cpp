@@ -121,6 +121,60 @@ TEST(RouterDp, ApiKeyIsChecked) {
   EXPECT_EQ(get(r->port(), "/health")->status, 200);  // health stays open for probes
 }
 
+// The client's key is the router's credential: workers see the router's own worker key only.
+TEST(RouterDp, WorkerKeyReplacesTheClientsAuthorization) {
+  FakeWorker w("w");
+  w.start();
+  auto cfg = fast_config();
+  cfg.workers = {w.url()};
+  cfg.api_key = "client-key";
+  auto r = start_router(cfg);
+  ASSERT_EQ(post(r->port(), "/v1/completions", kBody, {{"Authorization", "Bearer client-key"}})->status, 200);
+  ASSERT_EQ(w.seen().size(), 1u);
+  EXPECT_EQ(w.seen()[0].authorization, "");  // not forwarded
+
+  FakeWorker w2("w2");
+  w2.start();
+  cfg.workers = {w2.url()};
+  cfg.worker_api_key = "worker-key";
+  auto r2 = start_router(cfg);
+  ASSERT_EQ(post(r2->port(), "/v1/completions", kBody, {{"Authorization", "Bearer client-key"}})->status, 200);
+  ASSERT_EQ(w2.seen().size(), 1u);
+  EXPECT_EQ(w2.seen()[0].authorization, "Bearer worker-key");
+  EXPECT_EQ(r2->server_info()["worker_api_key"], "<redacted>");
+}
+
+// Drain: a stream in flight finishes; new requests and /health get 503 "draining".
+TEST(RouterDp, DrainFinishesInFlightAndRefusesNew) {
+  FakeWorker w("w");
+  std::promise<void> release;
+  auto released = release.get_future().share();
+  w.on_generate([released](const httplib::Request&, httplib::Response& res) {
+    released.wait();
+    res.set_content(R"({"ok":true})", "application/json");
+  });
+  w.start();
+  auto cfg = fast_config();
+  cfg.workers = {w.url()};
+  auto r = start_router(cfg);
+  auto slow = std::async(std::launch::async, [&] { return post(r->port(), "/v1/completions", kBody); });
+  ASSERT_TRUE(eventually([&] { return r->in_flight() == 1; }));
+  r->begin_drain();
+  auto refused = post(r->port(), "/v1/completions", kBody);
+  ASSERT_TRUE(refused);
+  EXPECT_EQ(refused->status, 503);
+  EXPECT_EQ(Json::parse(refused->body)["error"]["code"], "router_draining");
+  auto health = get(r->port(), "/health");
+  EXPECT_EQ(health->status, 503);
+  EXPECT_EQ(Json::parse(health->body)["reason"], "draining");
+  EXPECT_EQ(r->in_flight(), 1);  // the refused one never counted
+  release.set_value();
+  auto done = slow.get();
+  ASSERT_TRUE(done);
+  EXPECT_EQ(done->status, 200);
+  EXPECT_TRUE(eventually([&] { return r->in_flight() == 0; }));
+}
+
 TEST(RouterDp, ConnectFailureIsRetriedOnAnotherWorker) {
   FakeWorker live("live");
   live.start();

@@ -114,6 +114,16 @@ class RawStream {
     }
     return true;
   }
+  // Reads until the server ends the stream ("[DONE]") or closes the connection.
+  const std::string& read_to_end() {
+    char buf[4096];
+    while (fd_ >= 0 && got_.find("data: [DONE]") == std::string::npos) {
+      ssize_t n = ::recv(fd_, buf, sizeof buf, 0);
+      if (n <= 0) break;
+      got_.append(buf, static_cast<size_t>(n));
+    }
+    return got_;
+  }
   void close() {
     if (fd_ >= 0) ::close(fd_);
     fd_ = -1;

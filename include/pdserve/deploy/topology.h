@@ -37,6 +37,7 @@ struct Topology {
   int dist_port = 29500;  // multi-node instances: rendezvous on the instance's first node
   int64_t chunk_size = 8192;
   std::vector<std::string> rdma_nics;  // empty: TCP transport
+  std::string cluster_secret_file;     // "": no authentication between prefill and decode
   std::string router_node;             // "": the first decode node
   int router_port = 31000;
   std::vector<std::string> router_extra_args;

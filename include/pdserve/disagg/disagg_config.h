@@ -32,6 +32,11 @@ struct DisaggConfig {
   // transfer against before /health says ok (so no user request pays for endpoint setup).
   std::vector<std::string> prefill_peers;
   double selftest_retry_s = 1.0;
+  // The shared secret that authenticates the bootstrap requests and the transfer connections
+  // (docs/disaggregation.md). Only the file is configured; HttpServer::create reads it into
+  // cluster_secret, which is never printed. Empty file name and secret: no authentication.
+  std::string cluster_secret_file;
+  std::string cluster_secret;
 
   Status validate() const;  // names the bad field
   Json to_json() const;

@@ -57,6 +57,10 @@ struct RouterConfig {
   double connect_timeout_s = 3.0;
   int max_connect_retries = 2;           // other workers tried when connecting fails
   std::string api_key;                   // empty: no auth; else "Authorization: Bearer KEY" on /v1/*
+  // Sent to workers as "Authorization: Bearer KEY" (their --api-key). The client's own
+  // Authorization header is never forwarded: it is the router's credential, not theirs.
+  std::string worker_api_key;
+  double drain_timeout_s = 30.0;         // SIGTERM: in-flight requests get this long to finish
   int max_idle_connections = 64;         // kept-alive connections per worker
 };
 

@@ -4,6 +4,7 @@
 // See docs/router.md for the request flow and the failure rules.
 #pragma once
 
+#include <cstdint>
 #include <memory>
 #include <string>
 
@@ -27,6 +28,10 @@ class Router {
   int port() const;
   // Stops accepting, cancels in-flight upstream calls, joins every thread. Idempotent.
   void stop();
+  // Graceful shutdown: new requests and /health get 503 "draining"; in_flight() counts client
+  // requests whose response is not fully written yet. stop() afterwards cancels what is left.
+  void begin_drain();
+  int64_t in_flight() const;
 
   const RouterConfig& config() const;
   Json server_info() const;        // what GET /get_server_info returns

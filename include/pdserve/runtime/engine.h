@@ -150,6 +150,7 @@ class Engine {
   void take_inbox();
   void take_aborts();
   void take_controls();
+  void expire_deadlines();  // finishes requests older than request_timeout_s
   void finish(Live& r, FinishReason reason, Status error = Status::ok(),
               std::optional<RequestEvent> final_event = std::nullopt);
   void on_logits(Live& r, const float* logits);           // sample, then emit_token

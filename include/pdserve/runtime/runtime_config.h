@@ -18,6 +18,9 @@ struct RuntimeConfig {
   int64_t step_token_budget = 0; // tokens per forward call (decode + prefill); 0: chunk_size
   int64_t max_queue = 256;       // waiting requests; beyond that submit() says kUnavailable
   int64_t max_model_len = 0;     // prompt + completion; 0: the model's max_position_embeddings
+  // A request still running this long after submit is finished with kDeadlineExceeded and
+  // its pages and slot freed (a stuck client or peer must not hold them forever). 0: off.
+  double request_timeout_s = 3600;
 
   // Fills the 0 ("auto") fields from the model; call before validate().
   void resolve(const ModelConfig& model);

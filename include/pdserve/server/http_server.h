@@ -22,6 +22,8 @@ class Server;
 
 namespace pdserve::server {
 
+struct DrainState;
+
 class HttpServer {
  public:
   // Builds the prefill / decode role's transport (tests wrap it in a fault injector).
@@ -35,6 +37,15 @@ class HttpServer {
   // Serves until stop(); blocking.
   void run();
   void stop();
+
+  // Graceful shutdown (SIGTERM): from begin_drain() on, new /v1/* requests and /health get
+  // 503 "draining" while requests already in flight carry on. in_flight() counts generation
+  // requests whose response has not been fully written. abort_all() ends what is left
+  // (the engine finishes each with kAbort) so that stop() does not wait for it.
+  void begin_drain();
+  bool draining() const;
+  int64_t in_flight() const;
+  void abort_all();
 
   const ServeConfig& config() const { return cfg_; }
   runtime::Engine& engine() { return *engine_; }
@@ -52,6 +63,7 @@ class HttpServer {
   std::unique_ptr<disagg::DecodeCoordinator> decode_;
   std::string transport_choice_;  // what the transport policy chose, and why
   std::unique_ptr<net::HttpListener> http_;
+  std::shared_ptr<DrainState> drain_;
 };
 
 }  // namespace pdserve::server

@@ -34,6 +34,8 @@ struct ParsedRequest {
 struct RequestLimits {
   int64_t max_model_len = 0;
   int64_t default_completion_max_tokens = 16;  // OpenAI's default for /v1/completions
+  int64_t max_prompt_tokens = 0;      // > 0: longer prompts are a 400 naming prompt / messages
+  int64_t max_completion_tokens = 0;  // > 0: a larger max_tokens is a 400; absent ones are capped
 };
 
 // Chat without max_tokens gets whatever context is left after the prompt.

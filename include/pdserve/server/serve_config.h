@@ -25,6 +25,9 @@ struct ServeConfig {
   std::string api_key;                        // "": no auth; else /v1/* need "Bearer KEY"
   int64_t max_body_bytes = 8 * 1024 * 1024;   // larger request bodies get 413
   int64_t http_threads = 0;                   // 0: max_running + max_queue + 8 (capped at 1024)
+  int64_t max_prompt_tokens = 0;              // 0: only max_model_len limits the prompt
+  int64_t max_completion_tokens = 0;          // 0: only max_model_len limits max_tokens
+  double drain_timeout_s = 30;                // SIGTERM: in-flight requests get this long to finish
   runtime::RuntimeConfig runtime;
   disagg::DisaggConfig disagg;                // prefill and decode roles only
 

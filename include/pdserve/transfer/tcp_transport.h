@@ -21,6 +21,11 @@ struct TcpConfig {
   // A message stalled this long mid-way (either direction) drops the connection.
   std::chrono::milliseconds io_timeout{30000};
   wire::Limits limits;
+  // The cluster secret. Non-empty: every connection is authenticated both ways in its hello
+  // (HMAC-SHA256 challenge-response, docs/transfer.md) and a peer without it is refused
+  // before any write is read. Empty (the default): no authentication; production configs
+  // should set it (--cluster-secret-file).
+  std::string secret;
 
   Status validate() const;
 };

@@ -17,7 +17,7 @@
 // 40      8     seq           (per connection and direction, from 0, +1 per message)
 // 48      8     offset        (kWrite: remote offset; kBatchEnd / kAck: bytes of the batch on this stream; kHello: stream index)
 // 56      8     length        (payload bytes that follow)
-// 64      8     aux           (kHello/kHelloAck: instance id; kBatchEnd: write count; kAck: ErrorCode)
+// 64      8     aux           (kHello/kHelloAck: instance id; kBatchEnd: write count; kAck/kAuth: ErrorCode)
 // 72      4     payload check (reserved for issue 16: 0 unless kFlagPayloadCheck)
 // 76      4     header check  (FNV-1a 32 of bytes 0..75)
 #pragma once
@@ -40,11 +40,14 @@ enum class FrameType : uint16_t {
   kBatchEnd = 4,  // this stream carried all its writes of the batch; ack please
   kNotify = 5,    // payload = the room's notification
   kAck = 6,       // receiver -> sender; payload = error message when aux != 0
+  kAuth = 7,      // handshake with a cluster secret: sender's MAC; receiver's verdict (aux, message)
 };
 
 constexpr uint32_t kFlagNotifyAck = 1;     // kAck answers a kNotify, not a kBatchEnd
 constexpr uint32_t kFlagPayloadCheck = 2;  // reserved: payload check present (issue 16)
-constexpr uint32_t kKnownFlags = kFlagNotifyAck;
+constexpr uint32_t kFlagAuth = 4;          // hello / hello-ack: authenticated handshake, nonce (+ MAC) attached
+constexpr uint32_t kKnownFlags = kFlagNotifyAck | kFlagAuth;
+constexpr uint64_t kMaxHandshakeBytes = 64;  // hello / hello-ack / kAuth payload (nonce, MAC)
 
 struct Limits {
   uint64_t max_write_bytes = 1ull << 30;   // one write frame; larger writes are split

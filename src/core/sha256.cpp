@@ -1,10 +1,10 @@
-// FIPS 180-4 SHA-256.
-#include "pdserve/bench/sha256.h"
+// FIPS 180-4 SHA-256, RFC 2104 HMAC.
+#include "pdserve/core/sha256.h"
 
 #include <algorithm>
 #include <cstring>
 
-namespace pdserve::bench {
+namespace pdserve {
 namespace {
 
 constexpr uint32_t kK[64] = {
@@ -58,7 +58,7 @@ void Sha256::update(const void* data, size_t n) {
   }
 }
 
-std::string Sha256::hex_digest() {
+Sha256Digest Sha256::digest() {
   const uint64_t bits = total_ * 8;
   const uint8_t one = 0x80, zero = 0;
   update(&one, 1);
@@ -66,17 +66,70 @@ std::string Sha256::hex_digest() {
   uint8_t len[8];
   for (int i = 0; i < 8; ++i) len[i] = static_cast<uint8_t>(bits >> (56 - 8 * i));
   update(len, 8);
-  static const char* kHex = "0123456789abcdef";
-  std::string out;
-  for (uint32_t v : h_)
-    for (int s = 28; s >= 0; s -= 4) out += kHex[(v >> s) & 0xf];
+  Sha256Digest out;
+  for (int i = 0; i < 8; ++i)
+    for (int b = 0; b < 4; ++b) out[4 * i + b] = static_cast<uint8_t>(h_[i] >> (24 - 8 * b));
   return out;
 }
 
-std::string sha256_hex(const std::string& data) {
+std::string Sha256::hex_digest() {
+  const Sha256Digest d = digest();
+  return to_hex(d.data(), d.size());
+}
+
+std::string to_hex(const uint8_t* data, size_t n) {
+  static const char* kHex = "0123456789abcdef";
+  std::string out;
+  out.reserve(2 * n);
+  for (size_t i = 0; i < n; ++i) {
+    out += kHex[data[i] >> 4];
+    out += kHex[data[i] & 0xf];
+  }
+  return out;
+}
+
+std::string sha256_hex(std::string_view data) {
   Sha256 h;
   h.update(data);
   return h.hex_digest();
 }
 
-}  // namespace pdserve::bench
+Sha256Digest hmac_sha256(std::string_view key, std::string_view message) {
+  // Keys longer than the block are hashed first; shorter ones are zero-padded.
+  uint8_t k[64] = {};
+  if (key.size() > 64) {
+    Sha256 kh;
+    kh.update(key);
+    const Sha256Digest d = kh.digest();
+    std::memcpy(k, d.data(), d.size());
+  } else {
+    std::memcpy(k, key.data(), key.size());
+  }
+  uint8_t ipad[64], opad[64];
+  for (int i = 0; i < 64; ++i) {
+    ipad[i] = k[i] ^ 0x36;
+    opad[i] = k[i] ^ 0x5c;
+  }
+  Sha256 inner;
+  inner.update(ipad, sizeof ipad);
+  inner.update(message);
+  const Sha256Digest ih = inner.digest();
+  Sha256 outer;
+  outer.update(opad, sizeof opad);
+  outer.update(ih.data(), ih.size());
+  return outer.digest();
+}
+
+std::string hmac_sha256_hex(std::string_view key, std::string_view message) {
+  const Sha256Digest d = hmac_sha256(key, message);
+  return to_hex(d.data(), d.size());
+}
+
+bool constant_time_equal(std::string_view a, std::string_view b) {
+  if (a.size() != b.size()) return false;
+  unsigned char diff = 0;
+  for (size_t i = 0; i < a.size(); ++i) diff |= static_cast<unsigned char>(a[i] ^ b[i]);
+  return diff == 0;
+}
+
+}  // namespace pdserve
