@@ -23,8 +23,7 @@ Result<std::unique_ptr<CudaModel>> CudaModel::create(std::shared_ptr<const Model
   m->model_ = std::move(model);
   m->cfg_ = m->model_->config();
   const ModelConfig& c = m->cfg_;
-  if (c.num_kda_layers() > 0 && (c.kda_head_dim % 32 || c.kda_head_dim > 256))
-    return unsupported("cuda backend: kda head_dim must be a multiple of 32 up to 256");
+  if (c.num_kda_layers() > 0 && c.kda_head_dim > 256) return unsupported("cuda backend: kda head_dim must be at most 256");
   PDS_RETURN_IF_ERROR(cuda_status(cudaSetDevice(0), "cudaSetDevice"));
   PDS_RETURN_IF_ERROR(cuda_status(cudaStreamCreateWithFlags(&m->stream_, cudaStreamNonBlocking), "cudaStreamCreate"));
   PDS_ASSIGN_OR_RETURN(m->w_, DeviceWeights::upload(c, m->model_->weights()));

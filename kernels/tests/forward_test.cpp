@@ -1,11 +1,11 @@
 // The whole tiny-k3 / tiny-kimi-linear forward on the GPU (kernels/backend) against the CPU
 // Model on the same batches, against the golden fixtures, and greedy generation.
 //
-// Bound: normalised error max|gpu - cpu| / max|cpu| <= 1e-3 on logits and pools. Both sides
+// Bound: normalised error max|gpu - cpu| / max|cpu| <= 1e-4 on logits and pools. Both sides
 // are fp32; the GPU runs the KDA token recurrence where the CPU runs the chunked UT form for
-// prefill chunks, and every dot product sums in another order. The CPU's own chunkings
-// already differ by up to 3e-4 on tiny-k3 (tests/model/forward_test.cpp); 1e-3 is the golden
-// test's bound for tiny-k3 too. Measured values are printed and recorded in docs/perf.md.
+// prefill chunks, and every dot product sums in another order. Measured on the H200: at most
+// 1.0e-5 (tiny-k3), 9.2e-6 (tiny-k3-wide), 2.4e-6 (tiny-kimi-linear); docs/perf.md. The
+// golden fixtures keep golden_test.cpp's bounds (the references differ from both of us).
 // Skips itself, saying so, without an sm_90 GPU.
 #include <algorithm>
 #include <cmath>
@@ -22,7 +22,7 @@ namespace pdserve::cuda {
 namespace {
 
 using namespace ktest;
-constexpr double kBound = 1e-3;
+constexpr double kBound = 1e-4;
 
 struct Pair {
   std::shared_ptr<const Model> model;
