@@ -104,7 +104,8 @@ Status l2_normalize(float* x, int64_t rows, int64_t dim, float eps, float scale,
 
 Status kda_recurrent(const float* q, const float* k, const float* v, const float* g, const float* beta, int64_t T, int64_t H,
                      int64_t D, float* state, float* o, cudaStream_t stream) {
-  if (D > kMaxHeadDim || D % 32) return invalid_argument("kda_recurrent: head_dim must be a multiple of 32 up to 256");
+  // One thread per state row; block barriers only (no warp reductions), so any D up to 256.
+  if (D < 1 || D > kMaxHeadDim) return invalid_argument("kda_recurrent: head_dim must be 1..256");
   if (H == 0 || T == 0) return Status::ok();
   recurrent_kernel<<<static_cast<unsigned>(H), static_cast<unsigned>(D), 0, stream>>>(q, k, v, g, beta, T, H, D, state, o);
   return last_launch_status("kda_recurrent");

@@ -28,4 +28,19 @@ struct MlaDecodeArgs {
 
 Status mla_attend_latent(const MlaDecodeArgs& a, cudaStream_t stream);
 
+// The rest of the absorbed MLA layer around mla_attend_latent (mla_glue_sm90.cu), as in
+// detail::mla_layer (src/model/attention_layers.cpp). kv_b: [heads * (nope + v_dim)][latent_dim].
+//   mla_absorb_q:  q [rows][heads][nope + rope] -> q_lat[b,h] = sum_d q[b,h,d] * kv_b[h*(nope+v)+d]
+//                  (d ascending) and q_rot[b,h] = q[b,h,nope:]
+//   mla_v_up:      out[b,h,d] = kv_b[h*(nope+v)+nope+d] . o_lat[b,h]   ([rows][heads][v_dim])
+//   mla_write_latents: cache entry dst_entry[b] (= page * page_size + offset in one layer's
+//                  pages) = [latent[b] | key[b]]. A prefill chunk writes all of its entries
+//                  before attention; each query row then reads its own prefix (ctx_len).
+Status mla_absorb_q(const float* q, const float* kv_b, int64_t rows, int64_t heads, int64_t nope, int64_t rope, int64_t v_dim,
+                    int64_t latent_dim, float* q_lat, float* q_rot, cudaStream_t stream);
+Status mla_v_up(const float* o_lat, const float* kv_b, int64_t rows, int64_t heads, int64_t nope, int64_t v_dim, int64_t latent_dim,
+                float* out, cudaStream_t stream);
+Status mla_write_latents(const float* latent, const float* key, int64_t rows, int64_t latent_dim, int64_t rope_dim,
+                         const int32_t* dst_entry, float* cache, cudaStream_t stream);
+
 }  // namespace pdserve::cuda

@@ -66,6 +66,22 @@ Status moe_permute(const int32_t* ids, int64_t tokens, int64_t k, int64_t expert
 Status moe_expert_mlp(const MoeExpertWeights& w, const int32_t* offsets, int64_t local_experts, int64_t capacity,
                       const float* x_sorted, float* act, float* out_sorted, cudaStream_t stream);
 
+// Step 2 for experts stored dense in fp32 (bf16 checkpoints such as Kimi-Linear), same
+// contract otherwise: w1, w3 [experts, inter, dim], w2 [experts, dim, inter], stacked over
+// the local experts. One warp per (expert, output row); no alignment requirements.
+struct MoeDenseWeights {
+  const float* w1 = nullptr;
+  const float* w3 = nullptr;
+  const float* w2 = nullptr;
+  int64_t dim = 0, inter = 0;
+  MoeActivation activation = MoeActivation::kSiLU;
+  float situ_beta = 1.0f;
+  float situ_linear_beta = 0.0f;
+};
+
+Status moe_expert_mlp_dense(const MoeDenseWeights& w, const int32_t* offsets, int64_t local_experts, int64_t capacity,
+                            const float* x_sorted, float* act, float* out_sorted, cudaStream_t stream);
+
 Status moe_combine(const float* out_sorted, const int32_t* pair_row, const float* weights, int64_t tokens, int64_t k, int64_t dim,
                    float* y, cudaStream_t stream);
 

@@ -41,6 +41,7 @@ Status TpModelGroup::forward(const ForwardBatch& batch, ForwardOutput* out, cons
   // Validate once up front: a rank that refused a batch would leave the others waiting in a
   // collective forever.
   for (int r = 0; r < size(); ++r) PDS_RETURN_IF_ERROR(models_[r]->validate(batch, ModelCaches{kv_[r].get(), state_[r].get()}));
+  if (device_) return device_->forward(batch, out);
   std::vector<Status> st(size());
   std::vector<ForwardOutput> outs(size());
   std::vector<std::thread> threads;
@@ -53,6 +54,13 @@ Status TpModelGroup::forward(const ForwardBatch& batch, ForwardOutput* out, cons
   st[0] = models_[0]->forward(batch, c0, out, opts);
   for (auto& t : threads) t.join();
   for (const Status& s : st) PDS_RETURN_IF_ERROR(s);
+  return Status::ok();
+}
+
+Status TpModelGroup::set_device_forward(std::unique_ptr<DeviceForward> device) {
+  if (size() > 1)
+    return unsupported("device forward: tensor parallelism (tp " + std::to_string(size()) + ") is not supported on the device yet; use --tp 1");
+  device_ = std::move(device);
   return Status::ok();
 }
 

@@ -32,12 +32,23 @@ Result<std::unique_ptr<HttpServer>> HttpServer::create(ServeConfig cfg, Transpor
   if (cfg.served_model_name.empty())
     cfg.served_model_name = std::filesystem::path(cfg.model_dir).lexically_normal().filename().string();
   if (cfg.served_model_name.empty()) cfg.served_model_name = "pdserve";
+  if (cfg.device == "cuda" && cfg.role != ServerRole::kUnified)
+    return unsupported(std::string("--device cuda: the ") + server_role_name(cfg.role) +
+                       " role is not supported on the GPU yet (the KV transfer moves host pools only); use pdserve serve");
+  if (cfg.device == "cuda" && cfg.tp != 1) return unsupported("--device cuda: tensor parallelism is not supported on the GPU yet; use --tp 1");
   PDS_ASSIGN_OR_RETURN(std::unique_ptr<TpModelGroup> group, TpModelGroup::load_models(cfg.model_dir, cfg.tp));
   PDS_ASSIGN_OR_RETURN(tokenizer::Tokenizer tok, tokenizer::Tokenizer::load(cfg.model_dir));
   std::unique_ptr<HttpServer> s(new HttpServer());
   s->tok_ = std::make_shared<const tokenizer::Tokenizer>(std::move(tok));
   PDS_ASSIGN_OR_RETURN(s->engine_, runtime::Engine::create(cfg.runtime, std::move(group), s->tok_));
   cfg.runtime = s->engine_->config();  // resolved values, for /get_server_info
+  if (cfg.device == "cuda") {
+    // Device pools of the geometry the engine gave the host pools (which keep the accounting).
+    TpModelGroup& g = s->engine_->group();
+    PDS_ASSIGN_OR_RETURN(auto dev, make_cuda_forward(g.model_ptr(0), g.kv(0).num_pages(), g.kv(0).page_size(), g.state(0).num_slots()));
+    spdlog::info("device: {}", dev->describe());
+    PDS_RETURN_IF_ERROR(g.set_device_forward(std::move(dev)));
+  }
   if (cfg.role != ServerRole::kUnified) {
     PDS_ASSIGN_OR_RETURN(s->transport_choice_, choose_transport(cfg.disagg.transfer_backend));
     spdlog::info("transfer backend: {}", s->transport_choice_);

@@ -16,6 +16,7 @@ const char* server_role_name(ServerRole r) {
 Status ServeConfig::validate() const {
   if (model_dir.empty()) return invalid_argument("config model_dir: required (--model)");
   if (tp < 1 || tp > 64) return invalid_argument("config tp: must be in [1, 64]");
+  if (device != "cpu" && device != "cuda") return invalid_argument("config device: must be \"cpu\" or \"cuda\", got \"" + device + "\"");
   if (role != ServerRole::kUnified)
     if (Status st = disagg.validate(); !st.is_ok()) return invalid_argument("config " + st.message());
   if (host.empty()) return invalid_argument("config host: must not be empty");
@@ -44,6 +45,7 @@ Json ServeConfig::to_json() const {
   Json j{{"role", server_role_name(role)},
          {"model_dir", model_dir},
          {"tp", tp},
+         {"device", device},
          {"served_model_name", served_model_name},
          {"host", host},
          {"port", port},

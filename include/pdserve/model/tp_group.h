@@ -8,6 +8,7 @@
 #include <memory>
 #include <vector>
 
+#include "pdserve/model/device_forward.h"
 #include "pdserve/model/model.h"
 
 namespace pdserve {
@@ -26,6 +27,8 @@ class TpModelGroup {
   const ModelConfig& config() const { return models_[0]->config(); }
 
   // Runs `batch` on every rank at once; `out` gets the (gathered, identical) logits of rank 0.
+  // With a device forward set, the batch is validated against the host pools (which keep
+  // the accounting) and then runs on the device; `opts` is not used there.
   Status forward(const ForwardBatch& batch, ForwardOutput* out, const ForwardOptions& opts = {});
 
   Result<std::vector<int32_t>> allocate_pages(int64_t n);
@@ -36,12 +39,19 @@ class TpModelGroup {
   MlaKvPool& kv(int rank) { return *kv_[rank]; }
   KdaStatePool& state(int rank) { return *state_[rank]; }
   const Model& model(int rank) const { return *models_[rank]; }
+  std::shared_ptr<const Model> model_ptr(int rank) const { return models_[rank]; }
+
+  // Hands the forward to a device backend (its pools must have this group's geometry).
+  // One rank only for now: a group of several ranks refuses it.
+  Status set_device_forward(std::unique_ptr<DeviceForward> device);
+  const DeviceForward* device_forward() const { return device_.get(); }
 
  private:
   std::vector<std::unique_ptr<Communicator>> comms_;
   std::vector<std::shared_ptr<const Model>> models_;
   std::vector<std::unique_ptr<MlaKvPool>> kv_;
   std::vector<std::unique_ptr<KdaStatePool>> state_;
+  std::unique_ptr<DeviceForward> device_;
 };
 
 }  // namespace pdserve

@@ -1,0 +1,188 @@
+// The CUDA backend's layers: MLA, KDA, dense MLP and MoE, each the device twin of its CPU
+// function in src/model/{attention_layers,ffn_layers}.cpp (same order of operations).
+#include <cmath>
+
+#include "activation/activation.h"
+#include "backend/cuda_step.h"
+#include "common/cuda_check.h"
+#include "gemm/gemm.h"
+#include "glue/glue.h"
+#include "kda/kda.h"
+#include "mla/mla.h"
+#include "moe/moe.h"
+#include "norm/norm.h"
+#include "routing/routing.h"
+
+namespace pdserve::cuda {
+
+namespace {
+
+Status linear(const float* x, int64_t rows, const DeviceMat& w, float* y, cudaStream_t s) {
+  return matmul_nt(x, rows, w.p, w.rows, w.cols, y, s);
+}
+
+}  // namespace
+
+Status CudaModel::mla_layer(const DeviceLayer& l, const Step& st, const float* x, float* out) {
+  const ModelConfig& c = cfg_;
+  const int64_t T = st.rows, nope = c.qk_nope_head_dim, rope = c.qk_rope_head_dim, lat = c.kv_lora_rank, vd = c.v_head_dim;
+  const int64_t qd = c.q_head_dim(), nh = l.kv_b.rows / (nope + vd), hd = c.hidden_size;
+  const float eps = static_cast<float>(c.mla_lora_norm_eps);
+  PDS_ASSIGN_OR_RETURN(float* q, scratch<float>(kMlaQ, T * nh * qd));
+  if (c.q_lora_rank > 0) {
+    PDS_ASSIGN_OR_RETURN(float* qa, scratch<float>(kMlaQa, T * c.q_lora_rank));
+    PDS_RETURN_IF_ERROR(linear(x, T, l.q_a, qa, stream_));
+    PDS_RETURN_IF_ERROR(rms_norm(qa, T, c.q_lora_rank, l.q_a_norm, eps, qa, stream_));
+    PDS_RETURN_IF_ERROR(linear(qa, T, l.q_b, q, stream_));
+  } else {
+    PDS_RETURN_IF_ERROR(linear(x, T, l.q, q, stream_));
+  }
+  // kv_a's rows are [latent | key part]: two products so the latent norm sees contiguous rows.
+  PDS_ASSIGN_OR_RETURN(float* kl, scratch<float>(kMlaLat, T * lat));
+  PDS_ASSIGN_OR_RETURN(float* kr, scratch<float>(kMlaRot, T * rope));
+  PDS_RETURN_IF_ERROR(matmul_nt(x, T, l.kv_a.p, lat, hd, kl, stream_));
+  PDS_RETURN_IF_ERROR(matmul_nt(x, T, l.kv_a.p + lat * hd, rope, hd, kr, stream_));
+  PDS_RETURN_IF_ERROR(rms_norm(kl, T, lat, l.kv_a_norm, eps, kl, stream_));
+  float* cache = kv_ + l.pool_layer * kv_layer_stride_;
+  // Every new token's entry goes in first: row i then attends over [0, cached_len + i].
+  PDS_RETURN_IF_ERROR(mla_write_latents(kl, kr, T, lat, rope, st.entry, cache, stream_));
+
+  PDS_ASSIGN_OR_RETURN(float* q_lat, scratch<float>(kMlaQLat, T * nh * lat));
+  PDS_ASSIGN_OR_RETURN(float* q_rot, scratch<float>(kMlaQRot, T * nh * rope));
+  PDS_RETURN_IF_ERROR(mla_absorb_q(q, l.kv_b.p, T, nh, nope, rope, vd, lat, q_lat, q_rot, stream_));
+  PDS_ASSIGN_OR_RETURN(float* o_lat, scratch<float>(kMlaOLat, T * nh * lat));
+  MlaDecodeArgs a;
+  a.q_lat = q_lat;
+  a.q_rot = q_rot;
+  a.cache = cache;
+  a.page_table = st.page_table;
+  a.ctx_len = st.ctx_len;
+  a.rows = T;
+  a.heads = nh;
+  a.latent_dim = lat;
+  a.rope_dim = rope;
+  a.page_size = page_size_;
+  a.max_pages = st.max_pages;
+  a.scale = 1.0f / std::sqrt(static_cast<float>(qd));
+  a.o_lat = o_lat;
+  PDS_RETURN_IF_ERROR(mla_attend_latent(a, stream_));
+  PDS_ASSIGN_OR_RETURN(float* attn, scratch<float>(kMlaAttn, T * nh * vd));
+  PDS_RETURN_IF_ERROR(mla_v_up(o_lat, l.kv_b.p, T, nh, nope, vd, lat, attn, stream_));
+  if (c.mla_output_gate) {
+    PDS_ASSIGN_OR_RETURN(float* g, scratch<float>(kMlaGate, T * nh * vd));
+    PDS_RETURN_IF_ERROR(linear(x, T, l.gate, g, stream_));
+    PDS_RETURN_IF_ERROR(mul_sigmoid(attn, g, T * nh * vd, stream_));
+  }
+  return linear(attn, T, l.o, out, stream_);
+}
+
+Status CudaModel::kda_layer(const DeviceLayer& l, const Step& st, const float* x, float* out) {
+  const ModelConfig& c = cfg_;
+  const int64_t T = st.rows, H = l.b.rows, D = c.kda_head_dim, P = H * D, K = c.conv_kernel;
+  PDS_ASSIGN_OR_RETURN(float* qr, scratch<float>(kKdaQ, T * P));
+  PDS_ASSIGN_OR_RETURN(float* kr, scratch<float>(kKdaK, T * P));
+  PDS_ASSIGN_OR_RETURN(float* vr, scratch<float>(kKdaV, T * P));
+  PDS_ASSIGN_OR_RETURN(float* q, scratch<float>(kKdaQc, T * P));
+  PDS_ASSIGN_OR_RETURN(float* k, scratch<float>(kKdaKc, T * P));
+  PDS_ASSIGN_OR_RETURN(float* v, scratch<float>(kKdaVc, T * P));
+  PDS_RETURN_IF_ERROR(linear(x, T, l.kq, qr, stream_));
+  PDS_RETURN_IF_ERROR(linear(x, T, l.kk, kr, stream_));
+  PDS_RETURN_IF_ERROR(linear(x, T, l.kv, vr, stream_));
+  PDS_ASSIGN_OR_RETURN(float* fa, scratch<float>(kKdaFa, T * l.f_a.rows));
+  PDS_ASSIGN_OR_RETURN(float* f, scratch<float>(kKdaF, T * P));
+  PDS_ASSIGN_OR_RETURN(float* g, scratch<float>(kKdaG, T * P));
+  PDS_ASSIGN_OR_RETURN(float* beta, scratch<float>(kKdaBeta, T * H));
+  PDS_ASSIGN_OR_RETURN(float* go, scratch<float>(kKdaGo, T * P));
+  PDS_RETURN_IF_ERROR(linear(x, T, l.f_a, fa, stream_));
+  PDS_RETURN_IF_ERROR(linear(fa, T, l.f_b, f, stream_));
+  PDS_RETURN_IF_ERROR(kda_gate(f, T, H, D, l.a_log, l.dt_bias, c.has_gate_lower_bound, static_cast<float>(c.gate_lower_bound), g, stream_));
+  PDS_RETURN_IF_ERROR(linear(x, T, l.b, beta, stream_));
+  PDS_RETURN_IF_ERROR(sigmoid_inplace(beta, T * H, stream_));
+  if (c.kda_full_rank_output_gate) {
+    PDS_RETURN_IF_ERROR(linear(x, T, l.g, go, stream_));
+  } else {
+    PDS_ASSIGN_OR_RETURN(float* ga, scratch<float>(kKdaGa, T * l.g_a.rows));
+    PDS_RETURN_IF_ERROR(linear(x, T, l.g_a, ga, stream_));
+    PDS_RETURN_IF_ERROR(linear(ga, T, l.g_b, go, stream_));
+  }
+  PDS_ASSIGN_OR_RETURN(float* o, scratch<float>(kKdaO, T * P));
+  const int64_t conv_block = P * (K - 1);
+  const float qscale = 1.0f / std::sqrt(static_cast<float>(D));
+  for (size_t s = 0; s < st.batch->seqs.size(); ++s) {
+    const SequenceInput& seq = st.batch->seqs[s];
+    const int64_t n = static_cast<int64_t>(seq.tokens.size()), r0 = st.row_begin[s];
+    float* conv = state_ + seq.state_slot * slot_floats_ + l.pool_layer * kda_layer_floats_;
+    float* rec = conv + kda_conv_floats_;
+    PDS_RETURN_IF_ERROR(causal_conv1d_silu(qr + r0 * P, n, P, l.conv_q, K, conv, q + r0 * P, stream_));
+    PDS_RETURN_IF_ERROR(causal_conv1d_silu(kr + r0 * P, n, P, l.conv_k, K, conv + conv_block, k + r0 * P, stream_));
+    PDS_RETURN_IF_ERROR(causal_conv1d_silu(vr + r0 * P, n, P, l.conv_v, K, conv + 2 * conv_block, v + r0 * P, stream_));
+    PDS_RETURN_IF_ERROR(l2_normalize(q + r0 * P, n * H, D, 1e-6f, qscale, stream_));
+    PDS_RETURN_IF_ERROR(l2_normalize(k + r0 * P, n * H, D, 1e-6f, 1.0f, stream_));
+    // Prefill chunks too run the token recurrence (one launch loops over the chunk); the
+    // chunked UT form is issue 13's fast kernel.
+    PDS_RETURN_IF_ERROR(kda_recurrent(q + r0 * P, k + r0 * P, v + r0 * P, g + r0 * P, beta + r0 * H, n, H, D, rec, o + r0 * P, stream_));
+  }
+  PDS_RETURN_IF_ERROR(gated_rms_norm(o, go, T * H, D, l.o_norm, static_cast<float>(c.rms_norm_eps), o, stream_));
+  return linear(o, T, l.ko, out, stream_);
+}
+
+Status CudaModel::mlp(const DeviceMlp& w, const float* x, int64_t rows, float* out) {
+  const int64_t inter = w.gate.rows;
+  PDS_ASSIGN_OR_RETURN(float* gate, scratch<float>(kMlpGate, rows * inter));
+  PDS_ASSIGN_OR_RETURN(float* up, scratch<float>(kMlpUp, rows * inter));
+  PDS_RETURN_IF_ERROR(linear(x, rows, w.gate, gate, stream_));
+  PDS_RETURN_IF_ERROR(linear(x, rows, w.up, up, stream_));
+  if (cfg_.activation == MlpActivation::kSiTU)
+    PDS_RETURN_IF_ERROR(situ_mul(gate, up, rows * inter, static_cast<float>(cfg_.situ_beta), static_cast<float>(cfg_.situ_linear_beta),
+                                 gate, stream_));
+  else
+    PDS_RETURN_IF_ERROR(silu_mul(gate, up, rows * inter, gate, stream_));
+  return linear(gate, rows, w.down, out, stream_);
+}
+
+Status CudaModel::moe(const DeviceLayer& l, const float* x, int64_t rows, float* out) {
+  const ModelConfig& c = cfg_;
+  const int64_t hd = c.hidden_size, lat = c.routed_expert_hidden_size, E = c.num_experts, K = c.num_experts_per_token;
+  const int64_t cap = rows * K, inter = c.moe_intermediate_size;
+  PDS_ASSIGN_OR_RETURN(float* logits, scratch<float>(kMoeLogits, rows * E));
+  PDS_ASSIGN_OR_RETURN(int32_t* ids, scratch<int32_t>(kMoeIds, cap));
+  PDS_ASSIGN_OR_RETURN(float* wts, scratch<float>(kMoeWeights, cap));
+  PDS_RETURN_IF_ERROR(linear(x, rows, l.router, logits, stream_));
+  PDS_RETURN_IF_ERROR(route_sigmoid_topk(logits, l.router_bias, rows, E, K, c.moe_renormalize, static_cast<float>(c.routed_scaling_factor),
+                                         ids, wts, stream_));
+  const float* xin = x;
+  if (c.latent_moe) {
+    PDS_ASSIGN_OR_RETURN(float* xl, scratch<float>(kMoeXl, rows * lat));
+    PDS_RETURN_IF_ERROR(linear(x, rows, l.latent_down, xl, stream_));
+    xin = xl;
+  }
+  MoePlan plan;
+  PDS_ASSIGN_OR_RETURN(plan.offsets, scratch<int32_t>(kMoeOffsets, l.local_experts + 1));
+  PDS_ASSIGN_OR_RETURN(plan.sorted_pairs, scratch<int32_t>(kMoeSorted, cap));
+  PDS_ASSIGN_OR_RETURN(plan.pair_row, scratch<int32_t>(kMoePairRow, cap));
+  PDS_ASSIGN_OR_RETURN(float* x_sorted, scratch<float>(kMoeXSorted, cap * lat));
+  PDS_ASSIGN_OR_RETURN(float* act, scratch<float>(kMoeAct, cap * inter));
+  PDS_ASSIGN_OR_RETURN(float* out_sorted, scratch<float>(kMoeOut, cap * lat));
+  PDS_RETURN_IF_ERROR(moe_permute(ids, rows, K, l.expert_begin, l.local_experts, xin, lat, plan, x_sorted, stream_));
+  if (l.quantized)
+    PDS_RETURN_IF_ERROR(moe_expert_mlp(l.mxfp4, plan.offsets, l.local_experts, cap, x_sorted, act, out_sorted, stream_));
+  else
+    PDS_RETURN_IF_ERROR(moe_expert_mlp_dense(l.dense, plan.offsets, l.local_experts, cap, x_sorted, act, out_sorted, stream_));
+  float* y = out;
+  if (c.latent_moe) {
+    PDS_ASSIGN_OR_RETURN(y, scratch<float>(kMoeY, rows * lat));
+  }
+  PDS_RETURN_IF_ERROR(moe_combine(out_sorted, plan.pair_row, wts, rows, K, lat, y, stream_));
+  if (c.latent_moe) {
+    if (c.latent_moe_norm) PDS_RETURN_IF_ERROR(rms_norm(y, rows, lat, l.latent_norm, static_cast<float>(c.rms_norm_eps), y, stream_));
+    PDS_RETURN_IF_ERROR(linear(y, rows, l.latent_up, out, stream_));
+  }
+  if (l.has_shared) {
+    PDS_ASSIGN_OR_RETURN(float* sh, scratch<float>(kMoeShared, rows * hd));
+    PDS_RETURN_IF_ERROR(mlp(l.shared, x, rows, sh));
+    PDS_RETURN_IF_ERROR(add_inplace(out, sh, rows * hd, stream_));
+  }
+  return Status::ok();
+}
+
+}  // namespace pdserve::cuda

@@ -1,0 +1,246 @@
+// CudaModel: construction, batch checks, pools and the layer loop (the layers themselves are
+// in cuda_layers.cpp). Follows Model::forward (src/model/model.cpp) step by step.
+#include "backend/cuda_model.h"
+
+#include <algorithm>
+#include <set>
+
+#include "attn_res/attn_res.h"
+#include "backend/cuda_step.h"
+#include "common/cuda_check.h"
+#include "gemm/gemm.h"
+#include "glue/glue.h"
+#include "norm/norm.h"
+
+namespace pdserve::cuda {
+
+Result<std::unique_ptr<CudaModel>> CudaModel::create(std::shared_ptr<const Model> model, int64_t num_pages, int64_t page_size,
+                                                     int64_t num_slots) {
+  if (!model) return invalid_argument("cuda backend: no model");
+  if (model->shard().size != 1) return unsupported("cuda backend: tensor parallelism (tp > 1) is not supported yet; use --tp 1");
+  if (num_pages < 1 || page_size < 1 || num_slots < 1) return invalid_argument("cuda backend: pool sizes must be positive");
+  std::unique_ptr<CudaModel> m(new CudaModel());
+  m->model_ = std::move(model);
+  m->cfg_ = m->model_->config();
+  const ModelConfig& c = m->cfg_;
+  if (c.num_kda_layers() > 0 && c.kda_head_dim > 256) return unsupported("cuda backend: kda head_dim must be at most 256");
+  PDS_RETURN_IF_ERROR(cuda_status(cudaSetDevice(0), "cudaSetDevice"));
+  PDS_RETURN_IF_ERROR(cuda_status(cudaStreamCreateWithFlags(&m->stream_, cudaStreamNonBlocking), "cudaStreamCreate"));
+  PDS_ASSIGN_OR_RETURN(m->w_, DeviceWeights::upload(c, m->model_->weights()));
+  m->num_pages_ = num_pages;
+  m->page_size_ = page_size;
+  m->num_slots_ = num_slots;
+  m->kv_layer_stride_ = num_pages * page_size * c.mla_cache_dim();
+  const int64_t P = c.kda_proj_dim();
+  m->kda_conv_floats_ = 3 * P * (c.conv_kernel - 1);
+  m->kda_layer_floats_ = m->kda_conv_floats_ + c.kda_num_heads * c.kda_head_dim * c.kda_head_dim;
+  m->slot_floats_ = c.num_kda_layers() * m->kda_layer_floats_;
+  // Pools start zeroed: never-written pages read as zeros, as on the CPU.
+  if (m->kv_floats() > 0) {
+    PDS_RETURN_IF_ERROR(cuda_status(cudaMalloc(&m->kv_, m->kv_floats() * sizeof(float)), "cudaMalloc (MLA pages)"));
+    PDS_RETURN_IF_ERROR(cuda_status(cudaMemset(m->kv_, 0, m->kv_floats() * sizeof(float)), "cudaMemset"));
+  }
+  if (m->state_floats() > 0) {
+    PDS_RETURN_IF_ERROR(cuda_status(cudaMalloc(&m->state_, m->state_floats() * sizeof(float)), "cudaMalloc (KDA state)"));
+    PDS_RETURN_IF_ERROR(cuda_status(cudaMemset(m->state_, 0, m->state_floats() * sizeof(float)), "cudaMemset"));
+  }
+  m->device_bytes_ = m->w_.bytes() + (m->kv_floats() + m->state_floats()) * sizeof(float);
+  return m;
+}
+
+CudaModel::~CudaModel() {
+  if (stream_) cudaStreamSynchronize(stream_);
+  for (auto& [p, n] : scratch_) cudaFree(p);
+  if (kv_) cudaFree(kv_);
+  if (state_) cudaFree(state_);
+  if (stream_) cudaStreamDestroy(stream_);
+}
+
+int64_t CudaModel::kv_floats() const { return cfg_.num_mla_layers() * kv_layer_stride_; }
+int64_t CudaModel::state_floats() const { return num_slots_ * slot_floats_; }
+
+std::string CudaModel::describe() const {
+  cudaDeviceProp p{};
+  std::string name = cudaGetDeviceProperties(&p, 0) == cudaSuccess ? p.name : "unknown GPU";
+  return "cuda (" + name + ", fp32 correct-first kernels, " + std::to_string(device_bytes_ >> 20) + " MiB of weights and pools, " +
+         std::to_string(num_pages_) + " pages of " + std::to_string(page_size_) + ", " + std::to_string(num_slots_) + " slots)";
+}
+
+template <typename T>
+Result<T*> CudaModel::scratch(int slot, size_t n) {
+  if (scratch_.size() <= static_cast<size_t>(slot)) scratch_.resize(slot + 1, {nullptr, 0});
+  auto& [p, bytes] = scratch_[slot];
+  const size_t need = std::max<size_t>(n, 1) * sizeof(T);
+  if (bytes < need) {
+    if (p) PDS_RETURN_IF_ERROR(cuda_status(cudaFree(p), "cudaFree (scratch)"));  // synchronises: nothing in flight uses it
+    p = nullptr;
+    bytes = 0;
+    PDS_RETURN_IF_ERROR(cuda_status(cudaMalloc(&p, need), "cudaMalloc (scratch)"));
+    bytes = need;
+  }
+  return static_cast<T*>(p);
+}
+
+template <typename T>
+Result<T*> CudaModel::upload_scratch(int slot, const std::vector<T>& v) {
+  PDS_ASSIGN_OR_RETURN(T* p, scratch<T>(slot, v.size()));
+  if (!v.empty())
+    PDS_RETURN_IF_ERROR(cuda_status(cudaMemcpyAsync(p, v.data(), v.size() * sizeof(T), cudaMemcpyHostToDevice, stream_), "upload"));
+  return p;
+}
+
+// Explicit instantiations for cuda_layers.cpp.
+template Result<float*> CudaModel::scratch<float>(int, size_t);
+template Result<int32_t*> CudaModel::scratch<int32_t>(int, size_t);
+
+// The same checks as Model::validate, against the device pools' geometry: a bad batch is an
+// error before anything is touched.
+Status CudaModel::check(const ForwardBatch& batch) const {
+  std::set<int32_t> slots;
+  for (size_t s = 0; s < batch.seqs.size(); ++s) {
+    const SequenceInput& seq = batch.seqs[s];
+    const std::string who = "cuda forward: sequence " + std::to_string(s);
+    if (seq.tokens.empty()) return invalid_argument(who + " has no tokens");
+    if (seq.cached_len < 0) return invalid_argument(who + " has a negative cached length");
+    for (int32_t t : seq.tokens)
+      if (t < 0 || t >= cfg_.vocab_size) return invalid_argument(who + ": token id " + std::to_string(t) + " is outside the vocabulary");
+    const int64_t need = (seq.cached_len + static_cast<int64_t>(seq.tokens.size()) + page_size_ - 1) / page_size_;
+    if (static_cast<int64_t>(seq.pages.size()) < need)
+      return invalid_argument(who + " needs " + std::to_string(need) + " pages, has " + std::to_string(seq.pages.size()));
+    for (int32_t p : seq.pages)
+      if (p < 0 || p >= num_pages_) return invalid_argument(who + ": page " + std::to_string(p) + " does not exist");
+    if (seq.state_slot < 0 || seq.state_slot >= num_slots_)
+      return invalid_argument(who + ": state slot " + std::to_string(seq.state_slot) + " does not exist");
+    if (!slots.insert(seq.state_slot).second) return invalid_argument(who + ": state slot used twice in one batch");
+  }
+  return Status::ok();
+}
+
+Status CudaModel::forward(const ForwardBatch& batch, ForwardOutput* out) {
+  PDS_RETURN_IF_ERROR(check(batch));
+  PDS_RETURN_IF_ERROR(cuda_status(cudaSetDevice(0), "cudaSetDevice"));  // the calling thread may be new
+  const ModelConfig& c = cfg_;
+  const int64_t hd = c.hidden_size;
+  const float eps = static_cast<float>(c.rms_norm_eps);
+
+  // Host-side indices of this step: rows, MLA page entries and per-row block tables.
+  Step st;
+  std::vector<int32_t> ids;
+  for (const SequenceInput& seq : batch.seqs) {
+    st.row_begin.push_back(st.rows);
+    st.rows += static_cast<int64_t>(seq.tokens.size());
+    ids.insert(ids.end(), seq.tokens.begin(), seq.tokens.end());
+    st.max_pages = std::max<int64_t>(st.max_pages, static_cast<int64_t>(seq.pages.size()));
+    if (seq.cached_len == 0 && slot_floats_ > 0)
+      PDS_RETURN_IF_ERROR(cuda_status(
+          cudaMemsetAsync(state_ + seq.state_slot * slot_floats_, 0, slot_floats_ * sizeof(float), stream_), "zero slot"));
+  }
+  const int64_t T = st.rows;
+  std::vector<int32_t> entry, ctx, table(T * st.max_pages, 0);
+  for (size_t s = 0; s < batch.seqs.size(); ++s) {
+    const SequenceInput& seq = batch.seqs[s];
+    for (size_t i = 0; i < seq.tokens.size(); ++i) {
+      const int64_t pos = seq.cached_len + static_cast<int64_t>(i);
+      entry.push_back(static_cast<int32_t>(seq.pages[pos / page_size_] * page_size_ + pos % page_size_));
+      ctx.push_back(static_cast<int32_t>(pos + 1));
+      std::copy(seq.pages.begin(), seq.pages.end(), table.begin() + (st.row_begin[s] + i) * st.max_pages);
+    }
+  }
+  st.batch = &batch;
+  PDS_ASSIGN_OR_RETURN(int32_t* d_ids, upload_scratch(kIds, ids));
+  PDS_ASSIGN_OR_RETURN(st.entry, upload_scratch(kEntry, entry));
+  PDS_ASSIGN_OR_RETURN(st.ctx_len, upload_scratch(kCtxLen, ctx));
+  PDS_ASSIGN_OR_RETURN(st.page_table, upload_scratch(kPageTable, table));
+
+  PDS_ASSIGN_OR_RETURN(float* x, scratch<float>(kX, T * hd));
+  PDS_ASSIGN_OR_RETURN(float* normed, scratch<float>(kNormed, T * hd));
+  PDS_ASSIGN_OR_RETURN(float* block_out, scratch<float>(kBlockOut, T * hd));
+  PDS_ASSIGN_OR_RETURN(float* mixed, scratch<float>(kMixed, T * hd));
+  const int64_t max_bank = c.attn_residuals() ? (c.num_layers + c.attn_res_block_size - 1) / c.attn_res_block_size : 0;
+  PDS_ASSIGN_OR_RETURN(float* bank, scratch<float>(kBank, max_bank * T * hd));
+  int bank_count = 0;
+  PDS_RETURN_IF_ERROR(gather_rows(w_.embed.p, hd, d_ids, T, x, stream_));
+
+  auto mix = [&](const float* partial, const float* score, float* dst) {
+    return attn_res_mix(bank, bank_count, partial, T, hd, score, eps, dst, stream_);
+  };
+  auto attention = [&](const DeviceLayer& l, const float* in, float* o) -> Status {
+    PDS_RETURN_IF_ERROR(rms_norm(in, T, hd, l.input_norm, eps, normed, stream_));
+    return l.kind == LayerKind::kMla ? mla_layer(l, st, normed, o) : kda_layer(l, st, normed, o);
+  };
+  auto ffn = [&](const DeviceLayer& l, const float* in, float* o) -> Status {
+    PDS_RETURN_IF_ERROR(rms_norm(in, T, hd, l.post_attn_norm, eps, normed, stream_));
+    return l.is_moe ? moe(l, normed, T, o) : mlp(l.mlp, normed, T, o);
+  };
+  auto copy = [&](float* dst, const float* src) {
+    return cuda_status(cudaMemcpyAsync(dst, src, T * hd * sizeof(float), cudaMemcpyDeviceToDevice, stream_), "copy");
+  };
+
+  for (int64_t i = 0; i < c.num_layers; ++i) {
+    const DeviceLayer& l = w_.layers[i];
+    if (!c.attn_residuals()) {
+      PDS_RETURN_IF_ERROR(attention(l, x, block_out));
+      PDS_RETURN_IF_ERROR(add_inplace(x, block_out, T * hd, stream_));
+      PDS_RETURN_IF_ERROR(ffn(l, x, block_out));
+      PDS_RETURN_IF_ERROR(add_inplace(x, block_out, T * hd, stream_));
+      continue;
+    }
+    // x is the running partial sum of the current block (see Model::forward).
+    const float* attn_in = x;
+    if (bank_count > 0) {
+      PDS_RETURN_IF_ERROR(mix(x, l.attn_res_score, mixed));
+      attn_in = mixed;
+    }
+    PDS_RETURN_IF_ERROR(attention(l, attn_in, block_out));
+    if (i % c.attn_res_block_size == 0) {
+      if (bank_count + 1 >= kMaxAttnResSources) return unsupported("cuda backend: too many attention-residual blocks");
+      PDS_RETURN_IF_ERROR(copy(bank + bank_count * T * hd, x));  // snapshot before this layer's attention
+      ++bank_count;
+      PDS_RETURN_IF_ERROR(copy(x, block_out));
+    } else {
+      PDS_RETURN_IF_ERROR(add_inplace(x, block_out, T * hd, stream_));
+    }
+    PDS_RETURN_IF_ERROR(mix(x, l.mlp_res_score, mixed));
+    PDS_RETURN_IF_ERROR(ffn(l, mixed, block_out));
+    PDS_RETURN_IF_ERROR(add_inplace(x, block_out, T * hd, stream_));
+  }
+  if (c.attn_residuals()) {
+    PDS_RETURN_IF_ERROR(mix(x, w_.output_res_score, mixed));
+    std::swap(x, mixed);
+  }
+
+  // Final norm and lm_head only for the rows the caller wants.
+  out->vocab = c.vocab_size;
+  out->first_row.clear();
+  out->num_rows.clear();
+  std::vector<int32_t> rows;
+  for (size_t s = 0; s < batch.seqs.size(); ++s) {
+    const int64_t n = static_cast<int64_t>(batch.seqs[s].tokens.size());
+    out->first_row.push_back(static_cast<int64_t>(rows.size()));
+    out->num_rows.push_back(batch.seqs[s].all_logits ? n : 1);
+    for (int64_t i = batch.seqs[s].all_logits ? 0 : n - 1; i < n; ++i) rows.push_back(static_cast<int32_t>(st.row_begin[s] + i));
+  }
+  const int64_t R = static_cast<int64_t>(rows.size()), V = c.vocab_size;
+  PDS_ASSIGN_OR_RETURN(int32_t* d_rows, upload_scratch(kRows, rows));
+  PDS_ASSIGN_OR_RETURN(float* h, scratch<float>(kHead, R * hd));
+  PDS_ASSIGN_OR_RETURN(float* logits, scratch<float>(kLogits, R * V));
+  PDS_RETURN_IF_ERROR(gather_rows(x, hd, d_rows, R, h, stream_));
+  PDS_RETURN_IF_ERROR(rms_norm(h, R, hd, w_.final_norm, eps, h, stream_));
+  PDS_RETURN_IF_ERROR(matmul_nt(h, R, w_.lm_head.p, w_.lm_head.rows, hd, logits, stream_));
+  out->logits.resize(R * V);
+  PDS_RETURN_IF_ERROR(
+      cuda_status(cudaMemcpyAsync(out->logits.data(), logits, R * V * sizeof(float), cudaMemcpyDeviceToHost, stream_), "logits"));
+  return cuda_status(cudaStreamSynchronize(stream_), "cuda forward");
+}
+
+}  // namespace pdserve::cuda
+
+namespace pdserve {
+
+Result<std::unique_ptr<DeviceForward>> make_cuda_forward(std::shared_ptr<const Model> model, int64_t num_pages, int64_t page_size,
+                                                         int64_t num_slots) {
+  PDS_ASSIGN_OR_RETURN(auto m, cuda::CudaModel::create(std::move(model), num_pages, page_size, num_slots));
+  return std::unique_ptr<DeviceForward>(std::move(m));
+}
+
+}  // namespace pdserve

@@ -1,0 +1,67 @@
+// The CUDA backend of the model layer: the whole (unsharded) Kimi-K3 / Kimi-Linear forward on
+// one GPU behind the DeviceForward contract (pdserve/model/device_forward.h), correct-first.
+//
+// - Weights: every tensor of the loaded Model's ModelWeights copied to device memory in fp32
+//   (plain cudaMalloc); MXFP4 experts stay packed, stacked over the experts of a layer.
+// - Pools: MLA pages [mla_layer][page][page_size][kv_lora + rope] and KDA state slots (per
+//   slot, per layer: conv [3][P][K-1] then recurrent [H][V][K]), exactly cache_pools.h's
+//   layouts, indexed by the host pools' page and slot ids.
+// - The forward follows Model::forward step by step with the kernels of kernels/: MLA prefill
+//   writes the chunk's latents first and lets each query row attend over its own prefix with
+//   the paged kernel; KDA prefill runs the conv over the chunk and the token recurrence.
+// Numbers differ from the CPU by fp32 summation order only (measured in docs/perf.md).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <memory>
+#include <vector>
+
+#include "backend/device_weights.h"
+#include "pdserve/model/device_forward.h"
+
+namespace pdserve::cuda {
+
+class CudaModel final : public DeviceForward {
+ public:
+  static Result<std::unique_ptr<CudaModel>> create(std::shared_ptr<const Model> model, int64_t num_pages, int64_t page_size,
+                                                   int64_t num_slots);
+  ~CudaModel() override;
+
+  Status forward(const ForwardBatch& batch, ForwardOutput* out) override;
+  std::string describe() const override;
+
+  // Device pools, for tests that compare them with the CPU's.
+  const float* kv_pool() const { return kv_; }
+  const float* state_pool() const { return state_; }
+  int64_t kv_floats() const;
+  int64_t state_floats() const;
+
+ private:
+  CudaModel() = default;
+  Status check(const ForwardBatch& batch) const;
+  // Grow-only device scratch: buffer `slot`, at least `n` elements of T.
+  template <typename T>
+  Result<T*> scratch(int slot, size_t n);
+  template <typename T>
+  Result<T*> upload_scratch(int slot, const std::vector<T>& v);
+
+  struct Step;  // per-forward indices (cuda_model.cpp)
+  Status mla_layer(const DeviceLayer& l, const Step& st, const float* x, float* out);
+  Status kda_layer(const DeviceLayer& l, const Step& st, const float* x, float* out);
+  Status mlp(const DeviceMlp& w, const float* x, int64_t rows, float* out);
+  Status moe(const DeviceLayer& l, const float* x, int64_t rows, float* out);
+
+  std::shared_ptr<const Model> model_;
+  ModelConfig cfg_;
+  DeviceWeights w_;
+  int64_t num_pages_ = 0, page_size_ = 0, num_slots_ = 0;
+  int64_t kda_layer_floats_ = 0, kda_conv_floats_ = 0, slot_floats_ = 0, kv_layer_stride_ = 0;
+  float* kv_ = nullptr;
+  float* state_ = nullptr;
+  cudaStream_t stream_ = nullptr;
+  std::vector<std::pair<void*, size_t>> scratch_;  // (pointer, bytes)
+  size_t device_bytes_ = 0;
+};
+
+}  // namespace pdserve::cuda

@@ -1,0 +1,32 @@
+// Internal to the CUDA backend: the per-forward indices and the scratch slots.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "backend/cuda_model.h"
+
+namespace pdserve::cuda {
+
+struct CudaModel::Step {
+  const ForwardBatch* batch = nullptr;
+  std::vector<int64_t> row_begin;  // per sequence: its first row in the packed [T, hidden] activations
+  int64_t rows = 0;
+  int64_t max_pages = 0;
+  const int32_t* entry = nullptr;       // [T] page * page_size + offset of each new token (device)
+  const int32_t* ctx_len = nullptr;     // [T] positions each row attends to, itself included (device)
+  const int32_t* page_table = nullptr;  // [T][max_pages] each row's block table (device)
+};
+
+// One buffer per purpose, so a pointer taken earlier in a forward stays valid.
+enum ScratchSlot : int {
+  kIds, kEntry, kCtxLen, kPageTable, kRows,
+  kX, kNormed, kBlockOut, kMixed, kBank, kHead, kLogits,
+  kMlaQa, kMlaQ, kMlaLat, kMlaRot, kMlaQLat, kMlaQRot, kMlaOLat, kMlaAttn, kMlaGate,
+  kKdaQ, kKdaK, kKdaV, kKdaQc, kKdaKc, kKdaVc, kKdaFa, kKdaF, kKdaG, kKdaBeta, kKdaGo, kKdaGa, kKdaO,
+  kMlpGate, kMlpUp,
+  kMoeLogits, kMoeIds, kMoeWeights, kMoeXl, kMoeOffsets, kMoeSorted, kMoePairRow, kMoeXSorted, kMoeAct, kMoeOut, kMoeY,
+  kMoeShared,
+};
+
+}  // namespace pdserve::cuda

@@ -1,0 +1,10 @@
+// make_cuda_forward in a build without the CUDA backend (PDSERVE_CUDA=OFF or no nvcc).
+#include "pdserve/model/device_forward.h"
+
+namespace pdserve {
+
+Result<std::unique_ptr<DeviceForward>> make_cuda_forward(std::shared_ptr<const Model>, int64_t, int64_t, int64_t) {
+  return Status(ErrorCode::kUnsupported, "--device cuda: pdserve was built without CUDA (PDSERVE_CUDA=OFF or no nvcc found)");
+}
+
+}  // namespace pdserve
