@@ -19,7 +19,7 @@ echo "== serve smoke"
 CUDA_PID=$!
 "$BIN/pdserve" serve --model /tmp/tk3 --port 18124 > "$OUT/serve_cpu.log" 2>&1 &
 CPU_PID=$!
-for i in $(seq 60); do curl -sf localhost:18123/health > /dev/null && curl -sf localhost:18124/health > /dev/null && break; sleep 1; done
+for _ in $(seq 60); do curl -sf localhost:18123/health > /dev/null && curl -sf localhost:18124/health > /dev/null && break; sleep 1; done
 REQ='{"messages": [{"role": "user", "content": "Hello there, GPU!"}], "max_tokens": 32, "temperature": 0}'
 for port in 18123 18124; do
   curl -s -m 60 -w "%{time_total}" -o "$OUT/reply_$port.json" localhost:$port/v1/chat/completions -H 'Content-Type: application/json' -d "$REQ" > /tmp/time_$port.txt; echo "port $port request wall $(cat /tmp/time_$port.txt) s"
