@@ -261,6 +261,11 @@ void DecodeCoordinator::drop(uint64_t room) {
   rooms_.erase(room);
 }
 
+void DecodeCoordinator::refuse(const std::string& host, int port, uint64_t room, const std::string& why) {
+  Json body{{"room", room}, {"reason", "decode refused the request: " + why}};
+  post([host, port, body, secret = cfg_.cluster_secret] { (void)http_call(host, port, "POST", "/abort", &body, 2.0, secret); });
+}
+
 void DecodeCoordinator::post(std::function<void()> job) {
   {
     std::lock_guard<std::mutex> lock(mu_);

@@ -122,6 +122,21 @@ void Engine::notify_abort() {
   cv_.notify_all();
 }
 
+Status Engine::check(const GenerateRequest& req) const {
+  PDS_RETURN_IF_ERROR(req.sampling.validate());
+  const int64_t n = static_cast<int64_t>(req.prompt.size());
+  if (n == 0) return invalid_argument("prompt: must not be empty");
+  for (int32_t t : req.prompt)
+    if (t < 0 || t >= model().config().vocab_size)
+      return invalid_argument("prompt: token id " + std::to_string(t) + " is outside the vocabulary");
+  if (n + req.sampling.max_tokens > cfg_.max_model_len)
+    return invalid_argument("prompt (" + std::to_string(n) + " tokens) + max_tokens (" +
+                            std::to_string(req.sampling.max_tokens) + ") exceeds the context limit " +
+                            std::to_string(cfg_.max_model_len));
+  const int64_t reserve_tokens = req.disagg == DisaggMode::kPrefillOnly ? 1 : req.sampling.max_tokens;
+  return sched_->s.check_fits(n, reserve_tokens);
+}
+
 Result<RequestHandle> Engine::submit(GenerateRequest req) {
   PDS_RETURN_IF_ERROR(req.sampling.validate());
   const int64_t n = static_cast<int64_t>(req.prompt.size());

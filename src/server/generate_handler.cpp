@@ -55,6 +55,9 @@ void handle_prefill(const HandlerContext& ctx, ParsedRequest& p, httplib::Respon
   const uint64_t room = p.bootstrap->room;
   p.gen.disagg = runtime::DisaggMode::kPrefillOnly;
   p.gen.room = room;
+  // Judge the request before waiting: decode judges it the same way and refuses it, so a
+  // bad request must not sit here until the bootstrap timeout.
+  if (Status st = ctx.engine.check(p.gen); !st.is_ok()) return send_error(res, api_error_from_status(st));
   if (Status st = ctx.prefill->await_target(room, p.gen.prompt); !st.is_ok()) return send_error(res, api_error_from_status(st));
   auto handle = ctx.engine.submit(p.gen);
   if (!handle.is_ok()) {
@@ -108,14 +111,20 @@ void handle_generate(const HandlerContext& ctx, ApiKind kind, const httplib::Req
   if (ctx.decode) {
     const BootstrapInfo& b = *parsed->bootstrap;
     // The pair is checked (page size, dtype, model, ...) before anything is reserved or moved.
-    if (Status st = ctx.decode->prepare(b.host, b.port, b.room, parsed->gen.prompt); !st.is_ok())
+    if (Status st = ctx.decode->prepare(b.host, b.port, b.room, parsed->gen.prompt); !st.is_ok()) {
+      ctx.decode->refuse(b.host, b.port, b.room, st.message());
       return send_error(res, api_error_from_status(st));
+    }
     parsed->gen.disagg = runtime::DisaggMode::kDecodeOnly;
     parsed->gen.room = b.room;
   }
   auto handle = ctx.engine.submit(parsed->gen);
   if (!handle.is_ok()) {
-    if (ctx.decode) ctx.decode->drop(parsed->bootstrap->room);
+    if (ctx.decode) {
+      const BootstrapInfo& b = *parsed->bootstrap;
+      ctx.decode->drop(b.room);
+      ctx.decode->refuse(b.host, b.port, b.room, handle.status().message());
+    }
     return send_error(res, api_error_from_status(handle.status()));
   }
 

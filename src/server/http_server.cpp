@@ -13,6 +13,19 @@
 
 namespace pdserve::server {
 
+// A draining decode refuses before parsing the request; its prefill half must still hear of
+// it (or it waits out the bootstrap timeout on a target that never comes).
+void refuse_room(disagg::DecodeCoordinator& decode, const std::string& body, const std::string& why) {
+  Json j = Json::parse(body, nullptr, /*allow_exceptions=*/false);
+  if (!j.is_object() || !j.contains("bootstrap_host") || !j["bootstrap_host"].is_string() ||
+      !j.contains("bootstrap_port") || !j["bootstrap_port"].is_number_integer() || !j.contains("bootstrap_room") ||
+      !j["bootstrap_room"].is_number_unsigned())
+    return;
+  const int64_t port = j["bootstrap_port"].get<int64_t>();
+  if (port < 1 || port > 65535) return;
+  decode.refuse(j["bootstrap_host"].get<std::string>(), static_cast<int>(port), j["bootstrap_room"].get<uint64_t>(), why);
+}
+
 // The transport policy: rdma never falls back; auto says what it chose and why.
 Result<std::string> choose_transport(const std::string& backend) {
   std::vector<std::string> devices;
@@ -119,6 +132,7 @@ void HttpServer::install_routes() {
 
   h.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
     if (drain_->draining.load() && (req.path.rfind("/v1/", 0) == 0 || req.path == "/health_generate")) {
+      if (decode_) refuse_room(*decode_, req.body, "it is draining");
       send_error(res, draining_error());
       return httplib::Server::HandlerResponse::Handled;
     }

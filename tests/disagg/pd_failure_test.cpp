@@ -194,6 +194,23 @@ TEST(PdFailure, DecodeProcessKilledMidTransferFailsThePrefillRequest) {
   EXPECT_TRUE(PdPair::pools_free(prefill));
 }
 
+// Decode refuses a request prefill accepted (here: decode's context limit is smaller). Its
+// prefill half is told at once instead of holding a thread until the bootstrap timeout.
+TEST(PdFailure, ARoomDecodeRefusesIsAbortedOnPrefillAtOnce) {
+  ServeConfig pc = quick(ServerRole::kPrefill);
+  pc.disagg.bootstrap_timeout_s = 30;
+  ServeConfig dc = quick(ServerRole::kDecode);
+  dc.runtime.max_model_len = 64;
+  PdPair pd(1, 1, pc, dc);
+  const auto t0 = std::chrono::steady_clock::now();
+  PdResult r = pd.request("/v1/completions", body_of(60, 10), 40);
+  EXPECT_EQ(r.decode_status, 400) << r.decode_body;
+  EXPECT_NE(r.prefill_status, 200) << r.prefill_body;
+  EXPECT_NE(r.prefill_body.find("decode refused the request"), std::string::npos) << r.prefill_body;
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, 5s);
+  pd.expect_pools_free();
+}
+
 TEST(PdFailure, ReusedRoomIdIsRefused) {
   PdPair pd(1, 1, quick(ServerRole::kPrefill), quick(ServerRole::kDecode));
   const std::string b = pd.with_bootstrap(body_of(20), 18).dump();

@@ -42,6 +42,9 @@ class DecodeCoordinator {
   Status prepare(const std::string& host, int port, uint64_t room, const std::vector<int32_t>& prompt);
   // submit() refused the request: forget the room.
   void drop(uint64_t room);
+  // This server refused the room (pair check, limits, overload): tell its prefill now, so the
+  // prefill half stops waiting for a target that will never come. Best effort, asynchronous.
+  void refuse(const std::string& host, int port, uint64_t room, const std::string& why);
 
   const KvLayout& layout() const { return layout_; }
   // False (with the reason) until every configured prefill peer passed the self-test.

@@ -123,6 +123,9 @@ class Engine {
   // kInvalidArgument: bad parameters or a request that can never fit (too long for
   // max_model_len or for the whole page pool); kUnavailable: the waiting queue is full.
   Result<RequestHandle> submit(GenerateRequest req);
+  // The checks submit() makes on the request itself (not load): prefill runs them before it
+  // waits for decode, so a request decode will refuse never holds a prefill thread.
+  Status check(const GenerateRequest& req) const;
 
   // Before start(): the prefill/decode coordinator's hooks.
   void set_disagg_hooks(DisaggHooks hooks) { hooks_ = std::move(hooks); }
