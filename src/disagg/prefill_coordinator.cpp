@@ -3,6 +3,8 @@
 // or, unclaimed, until the bootstrap timeout.
 #include "pdserve/disagg/prefill_coordinator.h"
 
+#include <thread>
+
 #include <spdlog/spdlog.h>
 
 #include "pdserve/disagg/selftest.h"
@@ -91,6 +93,8 @@ Result<std::unique_ptr<PrefillCoordinator>> PrefillCoordinator::create(const Dis
   c->http_->raise_backlog();
   c->bootstrap_port_ = port;
   c->http_thread_ = std::thread([self] { self->http_->listen_after_bind(); });
+  // httplib's stop() is a no-op until the accept loop runs: wait for it (see HttpServer::run).
+  for (int i = 0; i < 1000 && !c->http_->is_running(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(5));
   c->watcher_ = std::thread([self] { self->watch(); });
   return c;
 }

@@ -2,6 +2,9 @@
 // JSON, auth, and the in-flight bound. Everything else is the workers' call.
 #include "pdserve/router/router.h"
 
+#include <chrono>
+#include <thread>
+
 #include <spdlog/spdlog.h>
 #include <sys/socket.h>
 
@@ -52,6 +55,9 @@ Status RouterImpl::start() {
   health_ = std::make_unique<HealthChecker>(cfg_.health, all_);
   health_->start();
   listener_ = std::thread([this] { http_->listen_after_bind(); });
+  // httplib's stop() is a no-op until the accept loop runs: wait for it, so a stop() right
+  // after start() (a quick SIGTERM) can never leave the listener running and join() hanging.
+  for (int i = 0; i < 1000 && !http_->is_running(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(5));
   started_ = true;
   spdlog::info("router: {} mode on {}:{}, {} worker(s)", cfg_.mode == RouterMode::kPd ? "PD" : "DP", cfg_.host, port_,
                all_.size());

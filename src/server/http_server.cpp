@@ -4,6 +4,7 @@
 #include <signal.h>
 
 #include <filesystem>
+#include <thread>
 
 #include <spdlog/spdlog.h>
 
@@ -108,10 +109,21 @@ Result<int> HttpServer::bind() {
   return port;
 }
 
-void HttpServer::run() { http_->listen_after_bind(); }
+// A stop() that lands between bind() and the listen loop starting (a SIGTERM right after
+// "listening" was printed) must still stop the server: httplib's stop() does nothing until
+// its loop runs, so run() checks the flag first and stop() waits for a loop that is starting.
+void HttpServer::run() {
+  run_called_.store(true);
+  if (!stop_requested_.load()) http_->listen_after_bind();
+  run_returned_.store(true);
+}
 
 void HttpServer::stop() {
-  if (http_) http_->stop();
+  stop_requested_.store(true);
+  if (!http_) return;
+  for (int i = 0; i < 400 && run_called_.load() && !run_returned_.load() && !http_->is_running(); ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  http_->stop();
 }
 
 void HttpServer::begin_drain() { drain_->draining.store(true); }

@@ -3,6 +3,7 @@
 #include <httplib.h>
 
 #include <mutex>
+#include <thread>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
@@ -90,6 +91,8 @@ FakeOpenAiServer::FakeOpenAiServer(FakeServerOptions opts) : opts_(opts), server
   server_->Post("/v1/chat/completions", handler);
   port_ = server_->bind_to_any_port("127.0.0.1");
   thread_ = std::thread([this] { server_->listen_after_bind(); });
+  // stop() is a no-op until the accept loop runs: wait for it, or a quick stop() hangs join().
+  for (int i = 0; i < 1000 && !server_->is_running(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(5));
   while (!server_->is_running()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
 }
 

@@ -2,6 +2,8 @@
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
+
+#include <thread>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -102,6 +104,8 @@ void FakeWorker::start(int port) {
   if (port_ <= 0) throw std::runtime_error("fake worker " + name_ + ": cannot bind");
   raw->raise_backlog();
   thread_ = std::thread([this] { svr_->listen_after_bind(); });
+  // stop() is a no-op until the accept loop runs: wait for it, or a quick stop() hangs join().
+  for (int i = 0; i < 1000 && !svr_->is_running(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(5));
 }
 
 void FakeWorker::stop() {

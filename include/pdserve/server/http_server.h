@@ -5,6 +5,7 @@
 
 #include "pdserve/net/http_listener.h"
 
+#include <atomic>
 #include <functional>
 #include <memory>
 #include <string>
@@ -63,6 +64,7 @@ class HttpServer {
   std::unique_ptr<disagg::DecodeCoordinator> decode_;
   std::string transport_choice_;  // what the transport policy chose, and why
   std::unique_ptr<net::HttpListener> http_;
+  std::atomic<bool> stop_requested_{false}, run_called_{false}, run_returned_{false};
   std::shared_ptr<DrainState> drain_;
 };
 
