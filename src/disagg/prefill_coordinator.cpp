@@ -61,18 +61,7 @@ Result<std::unique_ptr<PrefillCoordinator>> PrefillCoordinator::create(const Dis
   c->bases_[kAuxRegion] = reinterpret_cast<const uint8_t*>(c->aux_.data());
   // Each rank registers its pools; /route answers once all have.
   for (int r = 0; r < g.size(); ++r) {
-    MlaKvPool& kv = g.kv(r);
-    KdaStatePool& st = g.state(r);
-    if (kv.num_layers() > 0)
-      PDS_RETURN_IF_ERROR(c->transport_->register_region(
-          {kv_region(r), kv.layer_base(0), static_cast<uint64_t>(kv.num_layers() * kv.layer_stride()) * sizeof(float),
-           "mla_pages_rank" + std::to_string(r), false}));
-    if (st.slot_floats() > 0)
-      PDS_RETURN_IF_ERROR(c->transport_->register_region(
-          {state_region(r), st.slot_base(0), static_cast<uint64_t>(st.num_slots() * st.slot_floats()) * sizeof(float),
-           "kda_state_rank" + std::to_string(r), false}));
-    c->bases_[kv_region(r)] = reinterpret_cast<const uint8_t*>(kv.layer_base(0));
-    c->bases_[state_region(r)] = reinterpret_cast<const uint8_t*>(st.slot_base(0));
+    PDS_RETURN_IF_ERROR(register_rank_pools(*c->transport_, r, g.kv(r), g.state(r), c->bases_));
     c->registered_ranks_.fetch_add(1);
   }
   runtime::DisaggHooks hooks;

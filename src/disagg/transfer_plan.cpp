@@ -60,6 +60,23 @@ WriteOp aux_write(int32_t src_row, int32_t dst_row) {
           static_cast<uint64_t>(dst_row) * sizeof(AuxRow), sizeof(AuxRow)};
 }
 
+Status register_rank_pools(transfer::Transport& transport, int rank, MlaKvPool& kv, KdaStatePool& state,
+                           std::map<transfer::RegionId, const uint8_t*>& bases) {
+  if (kv.num_layers() > 0) {
+    PDS_RETURN_IF_ERROR(transport.register_region(
+        {kv_region(rank), kv.layer_base(0), static_cast<uint64_t>(kv.num_layers() * kv.layer_stride()) * kF,
+         "mla_pages_rank" + std::to_string(rank), false}));
+    bases[kv_region(rank)] = reinterpret_cast<const uint8_t*>(kv.layer_base(0));
+  }
+  if (state.slot_floats() > 0) {
+    PDS_RETURN_IF_ERROR(transport.register_region(
+        {state_region(rank), state.slot_base(0), static_cast<uint64_t>(state.num_slots() * state.slot_floats()) * kF,
+         "kda_state_rank" + std::to_string(rank), false}));
+    bases[state_region(rank)] = reinterpret_cast<const uint8_t*>(state.slot_base(0));
+  }
+  return Status::ok();
+}
+
 std::vector<Grant> room_grants(const KvLayout& dst, transfer::RoomId room, transfer::Generation gen,
                                const std::vector<int32_t>& prompt_pages, int32_t slot, int32_t aux_row) {
   std::vector<Grant> out;

@@ -33,7 +33,9 @@ TEST(PdFailure, DecodeAloneTimesOutWaitingForKv) {
   EXPECT_EQ(status, 504) << text;
   EXPECT_NE(text.find("waited"), std::string::npos) << text;
   pd.expect_pools_free();
-  // The target prefill received but no request claimed is forgotten after its timeout.
+  // The target prefill received (and the abort decode sent after it gave up, which arrives
+  // asynchronously) are forgotten after the bootstrap timeout: no request ever claims them.
+  std::this_thread::sleep_for(1200ms);
   for (int i = 0; i < 300 && pd.prefill->info()["disaggregation"]["rooms"] != 0; ++i) std::this_thread::sleep_for(10ms);
   EXPECT_EQ(pd.prefill->info()["disaggregation"]["rooms"], 0);
 }

@@ -7,10 +7,12 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <vector>
 
 #include "pdserve/disagg/aux_row.h"
 #include "pdserve/disagg/layout.h"
+#include "pdserve/transfer/transport.h"
 #include "pdserve/transfer/types.h"
 
 namespace pdserve::disagg {
@@ -28,6 +30,12 @@ std::vector<transfer::WriteOp> page_writes(const KvLayout& src, const KvLayout& 
 Result<std::vector<transfer::WriteOp>> state_writes(const KvLayout& src, const KvLayout& dst, int32_t src_slot,
                                                     int32_t dst_slot);
 transfer::WriteOp aux_write(int32_t src_row, int32_t dst_row);
+
+// Registers rank `rank`'s MLA page pool and KDA state pool with `transport` under
+// kv_region(rank) / state_region(rank), and records their base addresses in `bases` (both
+// sides hash units from them). Empty pools (a model without MLA or KDA layers) are skipped.
+Status register_rank_pools(transfer::Transport& transport, int rank, MlaKvPool& kv, KdaStatePool& state,
+                           std::map<transfer::RegionId, const uint8_t*>& bases);
 
 // Decode: what the room may receive (the prompt's pages on every rank, the slot, the row).
 std::vector<transfer::Grant> room_grants(const KvLayout& dst, transfer::RoomId room, transfer::Generation gen,
