@@ -8,29 +8,16 @@
 #include <random>
 #include <vector>
 
+#include "../../tests/ops/test_rng.h"
 #include "common/cuda_check.h"
 #include "common/device_info.h"
 
 namespace pdserve::cuda::ktest {
 
-inline std::vector<float> randn(size_t n, uint32_t seed, float std = 1.0f) {
-  std::mt19937 g(seed);
-  std::normal_distribution<float> d(0.0f, std);
-  std::vector<float> v(n);
-  for (float& x : v) x = d(g);
-  return v;
-}
-
-// max |a - b| / max |b|; NaN anywhere in a gives NaN, which fails every bound.
+// The same random inputs and normalised error as the CPU op tests.
+using pdserve::testing::randn;
 inline double nerr(const std::vector<float>& a, const std::vector<float>& b) {
-  double num = 0, den = 1e-30;
-  for (size_t i = 0; i < a.size(); ++i) {
-    const double d = std::fabs(double(a[i]) - b[i]);
-    if (std::isnan(d)) return NAN;
-    num = std::fmax(num, d);
-    den = std::fmax(den, std::fabs(double(b[i])));
-  }
-  return num / den;
+  return pdserve::testing::normalized_error(a, b);
 }
 
 template <typename T>

@@ -340,48 +340,60 @@ void DecodeCoordinator::on_notify(uint64_t room, const std::string& payload) {
   auto it = rooms_.find(room);
   if (it == rooms_.end() || it->second->finished || !it->second->reserved) return;
   Room& r = *it->second;
+  auto untrusted = [&](Room& rr, const std::string& why) {
+    fail_room_locked(rr, Status(ErrorCode::kUnavailable, "KV transfer for room " + std::to_string(room) + " is not trustworthy: " + why));
+  };
   if (payload.rfind("fail:", 0) == 0)
     return fail_room_locked(r, Status(ErrorCode::kUnavailable, "prefill failed room " + std::to_string(room) + ": " + payload.substr(5)));
   if (payload.rfind("ok", 0) != 0)
     return fail_room_locked(r, Status(ErrorCode::kUnavailable, "prefill sent an unknown notice for room " + std::to_string(room)));
-  const AuxRow row = aux_[static_cast<size_t>(r.slot)];
-  auto untrusted = [&](const std::string& why) {
-    fail_room_locked(r, Status(ErrorCode::kUnavailable, "KV transfer for room " + std::to_string(room) + " is not trustworthy: " + why));
-  };
-  auto first = check_aux_row(row, room, r.generation, r.prompt_len);
-  if (!first.is_ok()) return untrusted(first.status().message());
+  auto first = check_aux_row(aux_[static_cast<size_t>(r.slot)], room, r.generation, r.prompt_len);
+  if (!first.is_ok()) return untrusted(r, first.status().message());
+  if (layout_.checksum && payload.size() < 4) return untrusted(r, "prefill sent no checksum");
+  // What the hash needs, copied: it runs without mu_, which the engine thread takes in its
+  // hooks (a large room's bytes must not stall every other request's admission or release).
+  const std::shared_ptr<Prefill> prefill = r.prefill;
+  const KvLayout src = prefill->layout;  // a restart re-lookup may rewrite it under mu_
+  const std::vector<int32_t> pages = r.pages;
+  const int64_t prompt_pages = r.prompt_pages;
+  const int32_t slot = r.slot;
+  lock.unlock();
+
+  std::optional<std::string> mismatch;
   if (layout_.checksum) {
     // Everything landed before the notice: hash what is in our pools, unit by unit.
-    if (payload.size() < 4) return untrusted("prefill sent no checksum");
     const uint64_t want = std::strtoull(payload.c_str() + 3, nullptr, 10);
-    const KvLayout& src = r.prefill->layout;
     uint64_t got = 0;
-    for (const auto& u : page_units(src, layout_, r.pages, r.pages, 0, r.prompt_pages))
+    for (const auto& u : page_units(src, layout_, pages, pages, 0, prompt_pages))
       got += unit_hash(u, bases_.at(u.remote_region) + u.remote_offset);
-    auto state = state_writes(src, layout_, 0, r.slot);
-    if (!state.is_ok()) return untrusted(state.status().message());
-    for (const auto& u : *state) got += unit_hash(u, bases_.at(u.remote_region) + u.remote_offset);
-    const transfer::WriteOp aux = aux_write(0, r.slot);
+    auto state = state_writes(src, layout_, 0, slot);
+    if (!state.is_ok()) mismatch = state.status().message();
+    else
+      for (const auto& u : *state) got += unit_hash(u, bases_.at(u.remote_region) + u.remote_offset);
+    const transfer::WriteOp aux = aux_write(0, slot);
     got += unit_hash(aux, bases_.at(aux.remote_region) + aux.remote_offset);
-    if (got != want)
-      return untrusted("checksum mismatch (prefill " + std::to_string(want) + ", decode " + std::to_string(got) +
-                       "): a page, state run or aux row changed in flight");
+    if (!mismatch && got != want)
+      mismatch = "checksum mismatch (prefill " + std::to_string(want) + ", decode " + std::to_string(got) +
+                 "): a page, state run or aux row changed in flight";
   }
-  r.finished = true;
-  r.landed = true;
-  const uint64_t id = r.request_id;
-  const uint64_t bytes = room_bytes(r.prefill->layout, layout_, r.prompt_pages);
-  const double secs_spent = std::chrono::duration<double>(Clock::now() - r.reserved_at).count();
+
+  lock.lock();
+  it = rooms_.find(room);
+  if (it == rooms_.end() || it->second->finished) return;  // released (aborted) while we hashed
+  Room& rr = *it->second;
+  if (mismatch) return untrusted(rr, *mismatch);
+  rr.finished = true;
+  rr.landed = true;
+  const uint64_t id = rr.request_id;
+  const uint64_t bytes = room_bytes(src, layout_, prompt_pages);
+  const double secs_spent = std::chrono::duration<double>(Clock::now() - rr.reserved_at).count();
+  prefill->rooms_ok += 1;
+  prefill->bytes += bytes;
   lock.unlock();
   (void)transport_->revoke(room);  // the pages are decode's alone from here on
   metrics_.room_ended(true, bytes, 1, secs_spent);
-  {
-    std::lock_guard<std::mutex> l(mu_);
-    r.prefill->rooms_ok += 1;
-    r.prefill->bytes += bytes;
-  }
   spdlog::debug("room {} from prefill {}: {} bytes in {:.3f} ms ({:.3f} GB/s, reservation to landing)", room,
-                r.prefill->key(), bytes, secs_spent * 1e3, secs_spent > 0 ? bytes / secs_spent / 1e9 : 0.0);
+                prefill->key(), bytes, secs_spent * 1e3, secs_spent > 0 ? bytes / secs_spent / 1e9 : 0.0);
   engine_->kv_ready(id, std::move(first).value());
 }
 
@@ -450,6 +462,7 @@ void DecodeCoordinator::heartbeat() {
 }
 
 Json DecodeCoordinator::info() const {
+  const transfer::MetricsSnapshot tm = transport_->metrics();
   std::lock_guard<std::mutex> lock(mu_);
   Json prefills = Json::array();
   for (const auto& [k, p] : prefills_)
@@ -464,9 +477,9 @@ Json DecodeCoordinator::info() const {
               {"prefills", prefills},
               {"rooms", rooms_.size()},
               {"transfer", metrics_.snapshot().to_json()},
-              {"transport_counters", {{"bytes_received", transport_->metrics().bytes_received},
-                                      {"writes_refused", transport_->metrics().writes_refused},
-                                      {"notifications", transport_->metrics().notifications}}},
+              {"transport_counters", {{"bytes_received", tm.bytes_received},
+                                      {"writes_refused", tm.writes_refused},
+                                      {"notifications", tm.notifications}}},
               {"config", cfg_.to_json()}};
 }
 

@@ -420,6 +420,7 @@ void PrefillCoordinator::watch() {
 }
 
 Json PrefillCoordinator::info() const {
+  const transfer::MetricsSnapshot tm = transport_->metrics();
   std::lock_guard<std::mutex> lock(mu_);
   return Json{{"role", "prefill"},
               {"bootstrap_port", bootstrap_port_},
@@ -427,9 +428,9 @@ Json PrefillCoordinator::info() const {
               {"transport", transport_->capabilities().name},
               {"rooms", rooms_.size()},
               {"transfer", metrics_.snapshot().to_json()},
-              {"transport_counters", {{"bytes_sent", transport_->metrics().bytes_sent},
-                                      {"batches_ok", transport_->metrics().batches_ok},
-                                      {"batches_failed", transport_->metrics().batches_failed}}},
+              {"transport_counters", {{"bytes_sent", tm.bytes_sent},
+                                      {"batches_ok", tm.batches_ok},
+                                      {"batches_failed", tm.batches_failed}}},
               {"config", cfg_.to_json()}};
 }
 

@@ -17,10 +17,13 @@ inline std::vector<float> randn(size_t n, uint32_t seed, float std = 1.0f) {
 }
 
 // max |a - b| / max(max |b|, tiny): the normalised error our differential tests bound.
+// A NaN anywhere in a gives NaN, which fails every bound (fmax would silently drop it).
 inline double normalized_error(const std::vector<float>& a, const std::vector<float>& b) {
   double num = 0, den = 1e-30;
   for (size_t i = 0; i < a.size(); ++i) {
-    num = std::fmax(num, std::fabs(static_cast<double>(a[i]) - b[i]));
+    const double d = std::fabs(static_cast<double>(a[i]) - b[i]);
+    if (std::isnan(d)) return NAN;
+    num = std::fmax(num, d);
     den = std::fmax(den, std::fabs(static_cast<double>(b[i])));
   }
   return num / den;
