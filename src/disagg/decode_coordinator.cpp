@@ -5,6 +5,7 @@
 
 #include <httplib.h>
 
+#include <cctype>
 #include <cstdlib>
 
 #include <spdlog/spdlog.h>
@@ -44,10 +45,17 @@ struct DecodeCoordinator::Room {
   Clock::time_point reserved_at;
   bool finished = false;   // kv_ready or fail was posted to the engine
   bool landed = false;     // the KV arrived and checked out
+  std::string why;         // the failure posted to the engine
 };
 
 namespace {
 Clock::duration secs(double s) { return std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(s)); }
+
+// The write operations prefill says carried the room ("ok [checksum] runs=N"); 0 if absent.
+uint64_t notice_runs(const std::string& payload) {
+  const size_t at = payload.rfind(" runs=");
+  return at == std::string::npos ? 0 : std::strtoull(payload.c_str() + at + 6, nullptr, 10);
+}
 
 // One short-lived client per call: httplib clients are not shared across threads.
 // `secret`: the cluster secret; non-empty signs the request (bootstrap_auth.h).
@@ -265,6 +273,7 @@ void DecodeCoordinator::post(std::function<void()> job) {
 void DecodeCoordinator::fail_room_locked(Room& r, const Status& why) {
   if (r.finished || r.request_id == 0) return;
   r.finished = true;
+  r.why = why.message();
   spdlog::warn("room {}: failed: {}", r.room, why.message());
   engine_->fail(r.request_id, why);
 }
@@ -326,7 +335,13 @@ void DecodeCoordinator::on_release(uint64_t, uint64_t room, const runtime::Seque
   Room& r = *it->second;
   if (r.reserved && !r.landed) {
     r.prefill->rooms_failed += 1;
-    metrics_.room_ended(false, 0, 0, std::chrono::duration<double>(Clock::now() - r.reserved_at).count());
+    RoomRecord rec;
+    rec.room = room;
+    rec.request_id = r.request_id;
+    rec.peer = r.prefill->key();
+    rec.seconds = std::chrono::duration<double>(Clock::now() - r.reserved_at).count();
+    rec.error = r.why.empty() ? "decode released the request before its KV landed" : r.why;
+    metrics_.room_ended(rec);
     std::shared_ptr<Prefill> p = r.prefill;
     Json body{{"room", room}, {"reason", "decode released the request before its KV landed"}};
     jobs_.push_back([p, body, secret = cfg_.cluster_secret] { (void)http_call(p->host, p->port, "POST", "/abort", &body, 2.0, secret); });
@@ -349,7 +364,8 @@ void DecodeCoordinator::on_notify(uint64_t room, const std::string& payload) {
     return fail_room_locked(r, Status(ErrorCode::kUnavailable, "prefill sent an unknown notice for room " + std::to_string(room)));
   auto first = check_aux_row(aux_[static_cast<size_t>(r.slot)], room, r.generation, r.prompt_len);
   if (!first.is_ok()) return untrusted(r, first.status().message());
-  if (layout_.checksum && payload.size() < 4) return untrusted(r, "prefill sent no checksum");
+  if (layout_.checksum && (payload.size() < 4 || !std::isdigit(static_cast<unsigned char>(payload[3]))))
+    return untrusted(r, "prefill sent no checksum");
   // What the hash needs, copied: it runs without mu_, which the engine thread takes in its
   // hooks (a large room's bytes must not stall every other request's admission or release).
   const std::shared_ptr<Prefill> prefill = r.prefill;
@@ -391,7 +407,16 @@ void DecodeCoordinator::on_notify(uint64_t room, const std::string& payload) {
   prefill->bytes += bytes;
   lock.unlock();
   (void)transport_->revoke(room);  // the pages are decode's alone from here on
-  metrics_.room_ended(true, bytes, 1, secs_spent);
+  RoomRecord rec;
+  rec.room = room;
+  rec.request_id = id;
+  rec.peer = prefill->key();
+  rec.ok = true;
+  rec.bytes = bytes;
+  rec.runs = notice_runs(payload);
+  rec.batches = 1;  // one landing per room on this side
+  rec.seconds = secs_spent;
+  metrics_.room_ended(rec);
   spdlog::debug("room {} from prefill {}: {} bytes in {:.3f} ms ({:.3f} GB/s, reservation to landing)", room,
                 prefill->key(), bytes, secs_spent * 1e3, secs_spent > 0 ? bytes / secs_spent / 1e9 : 0.0);
   engine_->kv_ready(id, std::move(first).value());

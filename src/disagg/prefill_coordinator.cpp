@@ -32,12 +32,19 @@ struct PrefillCoordinator::Room {
   bool done = false;         // kv_sent was posted
   bool metrics_open = false;
   uint64_t bytes = 0;
+  uint64_t runs = 0;         // write operations submitted
   uint64_t checksum = 0;     // wrapping sum of unit hashes sent so far
   Clock::time_point first_send;
+  Clock::time_point acked_at;  // every batch acknowledged (done and ok)
+  bool acked = false;
 };
 
 namespace {
 double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
+std::string peer_key(const std::optional<RoomTarget>& t) {
+  return t ? t->transfer_host + ":" + std::to_string(t->transfer_port) : std::string();
+}
 
 void reply(httplib::Response& res, int status, const Json& j) {
   res.status = status;
@@ -234,7 +241,7 @@ void PrefillCoordinator::drop(uint64_t room, const Status& why) {
     if (r.has_peer)
       (void)transport_->submit(r.peer, {room, r.target->generation, {}, "fail:" + why.message()});
   }
-  if (r.metrics_open) metrics_.room_ended(false, r.bytes, r.batches.size(), 0);
+  if (r.metrics_open) record(r, false, why.message());
   rooms_.erase(it);
 }
 
@@ -248,6 +255,7 @@ Status PrefillCoordinator::send(Room& r, uint64_t id, std::vector<transfer::Writ
   }
   transfer::BatchRequest b{r.room, r.target->generation, std::move(writes), std::move(notify)};
   for (const auto& w : b.writes) r.bytes += w.length;
+  r.runs += b.writes.size();
   const auto deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(cfg_.release_wait_s));
   for (;;) {
     auto batch = transport_->submit(r.peer, b);
@@ -314,11 +322,28 @@ void PrefillCoordinator::on_prefill_done(uint64_t id, uint64_t room, const runti
     r.checksum += hash_units({aux_write(seq.slot, r.target->aux_row)});
     notice += " " + std::to_string(r.checksum);
   }
+  // Decode records the room's runs from this count (it cannot see how chunks were merged).
+  notice += " runs=" + std::to_string(r.runs + writes.size());
   Status st = send(r, id, std::move(writes), notice);
   if (!st.is_ok()) return fail_room(room, Status(ErrorCode::kUnavailable, "KV transfer to decode failed: " + st.message()));
   r.pages_sent = n;
   r.final_submitted = true;
   cv_.notify_all();
+}
+
+// mu_ held. Prefill's time for a room: first write to the acknowledgement of the last.
+void PrefillCoordinator::record(const Room& r, bool ok, const std::string& error) {
+  RoomRecord rec;
+  rec.room = r.room;
+  rec.request_id = r.request_id;
+  rec.peer = peer_key(r.target);
+  rec.ok = ok;
+  rec.bytes = r.bytes;
+  rec.runs = r.runs;
+  rec.batches = r.batches.size();
+  if (r.has_peer) rec.seconds = std::chrono::duration<double>((r.acked ? r.acked_at : Clock::now()) - r.first_send).count();
+  rec.error = error;
+  metrics_.room_ended(rec);
 }
 
 void PrefillCoordinator::on_release(uint64_t id, uint64_t room, const runtime::Sequence&) {
@@ -346,7 +371,7 @@ void PrefillCoordinator::on_release(uint64_t id, uint64_t room, const runtime::S
   for (auto& b : r.batches) ok = ok && b->poll() && b->poll()->is_ok();
   if (!ok && r.target && r.has_peer && !r.aborted)
     (void)transport_->submit(r.peer, {room, r.target->generation, {}, std::string("fail:prefill dropped the request")});
-  if (r.metrics_open) metrics_.room_ended(ok, r.bytes, r.batches.size(), r.has_peer ? seconds_since(r.first_send) : 0.0);
+  if (r.metrics_open) record(r, ok, ok ? std::string() : (r.aborted ? r.why.message() : "transfer did not complete"));
   rooms_.erase(it);
 }
 
@@ -407,6 +432,8 @@ void PrefillCoordinator::watch() {
           engine_->kv_sent(r.request_id, Status(ErrorCode::kUnavailable, "KV transfer to decode failed: " + failed->message()));
         } else if (all) {
           r.done = true;
+          r.acked = true;
+          r.acked_at = Clock::now();
           engine_->kv_sent(r.request_id, Status::ok());
         }
       }

@@ -3,6 +3,8 @@
 
 #include <signal.h>
 
+#include <algorithm>
+#include <cstdlib>
 #include <filesystem>
 #include <thread>
 
@@ -206,6 +208,25 @@ void HttpServer::install_routes() {
                      {"kda_slots_total", s.slots_total}, {"kda_slots_used", s.slots_used}};
     info["requests"] = {{"running", s.running}, {"waiting", s.waiting}};
     send_json(res, info);
+  });
+  // The last rooms one by one (newest first): bytes, runs, seconds, GB/s, peer, error.
+  h.Get("/transfers", [this](const httplib::Request& req, httplib::Response& res) {
+    if (!prefill_ && !decode_)
+      return send_error(res, {404, "/transfers exists on prefill and decode servers only", "not_found_error", "", ""});
+    size_t limit = disagg::PdMetrics::kRecentRooms;
+    if (req.has_param("limit")) {
+      const std::string v = req.get_param_value("limit");
+      char* end = nullptr;
+      const unsigned long long n = std::strtoull(v.c_str(), &end, 10);
+      if (v.empty() || *end != '\0' || n == 0)
+        return send_error(res, {400, "limit: must be a positive integer, got '" + v + "'", "invalid_request_error", "limit", ""});
+      limit = static_cast<size_t>(std::min<unsigned long long>(n, limit));
+    }
+    const auto rooms = prefill_ ? prefill_->recent_rooms(limit) : decode_->recent_rooms(limit);
+    const auto totals = prefill_ ? prefill_->metrics() : decode_->metrics();
+    Json list = Json::array();
+    for (const auto& r : rooms) list.push_back(r.to_json());
+    send_json(res, Json{{"role", server_role_name(cfg_.role)}, {"rooms", list}, {"totals", totals.to_json()}});
   });
   h.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
     std::string text = render_metrics(engine_->stats(), engine_->metrics());

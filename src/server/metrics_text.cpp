@@ -70,6 +70,22 @@ std::string render_pd_metrics(const std::string& role, const disagg::PdMetricsSn
   scalar(p + "transfer_seconds_total", "counter", "Sum over rooms of first write to last.", m.transfer_seconds);
   scalar(p + "transfer_max_room_seconds", "gauge", "Longest transfer of one room.", m.max_room_seconds);
   scalar(p + "transfer_gb_per_second", "gauge", "Bytes over transfer time, all rooms.", m.gb_per_s());
+  scalar(p + "transfer_runs_total", "counter", "Write operations (contiguous runs) that carried the bytes.",
+         static_cast<double>(m.runs));
+  // Per peer, labelled by its address (prefill: decode's transfer address; decode: prefill's
+  // bootstrap address). Peers are the configured cluster, so the label set stays small.
+  auto per_peer = [&](const std::string& name, const char* type, const char* help, auto value) {
+    if (m.peers.empty()) return;
+    o << "# HELP " << name << ' ' << help << "\n# TYPE " << name << ' ' << type << '\n';
+    for (const auto& [peer, t] : m.peers) o << name << "{peer=\"" << peer << "\"} " << value(t) << '\n';
+  };
+  using Peer = disagg::PeerTransferTotals;
+  per_peer(p + "peer_transfer_bytes_total", "counter", "Bytes moved with one peer.", [](const Peer& t) { return static_cast<double>(t.bytes); });
+  per_peer(p + "peer_transfer_rooms_total", "counter", "Rooms that ended ok with one peer.",
+           [](const Peer& t) { return static_cast<double>(t.rooms_ok); });
+  per_peer(p + "peer_transfer_failed_total", "counter", "Rooms that failed with one peer.",
+           [](const Peer& t) { return static_cast<double>(t.rooms_failed); });
+  per_peer(p + "peer_transfer_seconds_total", "counter", "Transfer time of ok rooms with one peer.", [](const Peer& t) { return t.seconds; });
   return o.str();
 }
 

@@ -7,6 +7,7 @@
 #include <future>
 
 #include "model/test_models.h"
+#include "pdserve/disagg/transfer_plan.h"
 #include "pd_fixture.h"
 
 namespace pdserve::server::testing {
@@ -48,6 +49,58 @@ void expect_same_completion(const std::string& got_body, const std::string& want
   for (size_t i = 0; i < gl.size(); ++i) EXPECT_NEAR(gl[i].get<double>(), wl[i].get<double>(), tol) << "token " << i;
 }
 
+// GET /transfers on both sides: one record per room, the formula's bytes, the same runs on
+// both sides, and per-room figures that sum to the totals and to the transports' counters.
+void expect_per_room_metrics_add_up(const PdPair& pd, uint64_t last_room) {
+  auto [ps, pbody] = pd.prefill->get("/transfers");
+  auto [ds, dbody] = pd.decode->get("/transfers");
+  ASSERT_EQ(ps, 200) << pbody;
+  ASSERT_EQ(ds, 200) << dbody;
+  const Json pj = Json::parse(pbody), dj = Json::parse(dbody);
+  ASSERT_EQ(pj["rooms"].size(), kPromptLengths.size());
+  ASSERT_EQ(dj["rooms"].size(), kPromptLengths.size());
+  auto src = disagg::KvLayout::from_json(pd.prefill->server().prefill()->info()["layout"]);
+  auto dst = disagg::KvLayout::from_json(pd.decode->server().decode()->info()["layout"]);
+  ASSERT_TRUE(src.is_ok() && dst.is_ok());
+  uint64_t bytes = 0, runs = 0;
+  for (size_t i = 0; i < kPromptLengths.size(); ++i) {
+    // Newest first: the last prompt's room leads.
+    const size_t n = kPromptLengths[kPromptLengths.size() - 1 - i];
+    const Json& p = pj["rooms"][i];
+    const Json& d = dj["rooms"][i];
+    SCOPED_TRACE("room " + p["room"].dump());
+    EXPECT_EQ(p["room"].get<uint64_t>(), last_room - i);
+    EXPECT_EQ(d["room"], p["room"]);
+    EXPECT_TRUE(p["ok"].get<bool>() && d["ok"].get<bool>());
+    const int64_t pages = (static_cast<int64_t>(n) + src->page_size - 1) / src->page_size;
+    EXPECT_EQ(p["bytes"].get<uint64_t>(), disagg::room_bytes(*src, *dst, pages));
+    EXPECT_EQ(d["bytes"], p["bytes"]);
+    EXPECT_GE(p["runs"].get<uint64_t>(), 3u);  // at least one page run, the state, the aux row
+    EXPECT_EQ(d["runs"], p["runs"]);
+    EXPECT_GT(p["seconds"].get<double>(), 0.0);
+    EXPECT_NEAR(p["gb_per_s"].get<double>(), p["bytes"].get<double>() / p["seconds"].get<double>() / 1e9, 1e-9);
+    bytes += p["bytes"].get<uint64_t>();
+    runs += p["runs"].get<uint64_t>();
+  }
+  EXPECT_EQ(pj["totals"]["bytes"].get<uint64_t>(), bytes);
+  EXPECT_EQ(pj["totals"]["runs"].get<uint64_t>(), runs);
+  EXPECT_EQ(dj["totals"]["runs"].get<uint64_t>(), runs);
+  EXPECT_EQ(pd.prefill->server().prefill()->info()["transport_counters"]["bytes_sent"].get<uint64_t>(), bytes);
+  // Per peer: prefill has one decode peer, decode one prefill peer, each with everything.
+  ASSERT_EQ(pj["totals"]["peers"].size(), 1u);
+  ASSERT_EQ(dj["totals"]["peers"].size(), 1u);
+  EXPECT_EQ(pj["totals"]["peers"].begin().value()["bytes"].get<uint64_t>(), bytes);
+  EXPECT_EQ(dj["totals"]["peers"].begin().value()["runs"].get<uint64_t>(), runs);
+  // ?limit keeps the newest; a bad limit is a 400 with the field named.
+  auto [ls, lbody] = pd.decode->get("/transfers?limit=2");
+  ASSERT_EQ(ls, 200);
+  EXPECT_EQ(Json::parse(lbody)["rooms"].size(), 2u);
+  EXPECT_EQ(Json::parse(lbody)["rooms"][0]["room"].get<uint64_t>(), last_room);
+  auto [bs, bbody] = pd.decode->get("/transfers?limit=zero");
+  EXPECT_EQ(bs, 400);
+  EXPECT_EQ(Json::parse(bbody)["error"]["param"], "limit");
+}
+
 class PdGreedy : public ::testing::TestWithParam<std::pair<int, int>> {};
 
 TEST_P(PdGreedy, MatchesUnifiedServerTokenForToken) {
@@ -79,6 +132,7 @@ TEST_P(PdGreedy, MatchesUnifiedServerTokenForToken) {
   const Json peer = pd.decode->info()["disaggregation"]["prefills"][0];
   EXPECT_EQ(peer["bytes"], t["bytes"]);
   EXPECT_EQ(peer["rooms_ok"].get<int64_t>(), static_cast<int64_t>(kPromptLengths.size()));
+  expect_per_room_metrics_add_up(pd, room);
 }
 
 INSTANTIATE_TEST_SUITE_P(TpPairs, PdGreedy, ::testing::Values(std::pair{1, 1}, std::pair{2, 4}, std::pair{4, 2}),

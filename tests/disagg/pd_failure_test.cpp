@@ -83,6 +83,17 @@ TEST(PdFailure, ACorruptedPageIsCaughtByTheChecksum) {
   PdResult ok = pd.request("/v1/completions", body_of(40), 20);
   EXPECT_EQ(ok.decode_status, 200) << ok.decode_body;
   pd.expect_pools_free();
+  // Decode's per-room records (newest first) say which room failed and why.
+  auto [st, body] = pd.decode->get("/transfers");
+  ASSERT_EQ(st, 200) << body;
+  const Json rooms = Json::parse(body)["rooms"];
+  ASSERT_EQ(rooms.size(), 2u);
+  EXPECT_EQ(rooms[0]["room"], 20);
+  EXPECT_TRUE(rooms[0]["ok"].get<bool>());
+  EXPECT_EQ(rooms[1]["room"], 19);
+  EXPECT_FALSE(rooms[1]["ok"].get<bool>());
+  EXPECT_NE(rooms[1]["error"].get<std::string>().find("checksum mismatch"), std::string::npos) << rooms[1];
+  EXPECT_EQ(rooms[1]["bytes"], 0);  // nothing that failed its check counts as moved
 }
 
 // One chunk (20 tokens < chunk 32): the only batch is the last one, ending with the state runs

@@ -50,6 +50,7 @@ class DecodeCoordinator {
   // False (with the reason) until every configured prefill peer passed the self-test.
   bool healthy(std::string* why) const;
   PdMetricsSnapshot metrics() const { return metrics_.snapshot(); }
+  std::vector<RoomRecord> recent_rooms(size_t limit) const { return metrics_.recent(limit); }
   Json info() const;
 
  private:

@@ -50,6 +50,7 @@ class PrefillCoordinator {
   void drop(uint64_t room, const Status& why);
 
   PdMetricsSnapshot metrics() const { return metrics_.snapshot(); }
+  std::vector<RoomRecord> recent_rooms(size_t limit) const { return metrics_.recent(limit); }
   Json info() const;
 
  private:
@@ -61,6 +62,7 @@ class PrefillCoordinator {
   void on_release(uint64_t id, uint64_t room, const runtime::Sequence& seq);
   Status send(Room& r, uint64_t id, std::vector<transfer::WriteOp> writes, std::optional<std::string> notify);
   void fail_room(uint64_t room, const Status& why);  // mu_ held
+  void record(const Room& r, bool ok, const std::string& error);  // mu_ held: the room ended
   void watch();
   // POST /selftest: write decode's test pattern through the transport (selftest.h).
   Status run_selftest(const Json& body);
