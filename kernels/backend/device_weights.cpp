@@ -62,8 +62,12 @@ Status DeviceWeights::put_moe(const ModelConfig& c, const MoeWeights& mw, Device
   const MoeActivation act = c.activation == MlpActivation::kSiTU ? MoeActivation::kSiTU : MoeActivation::kSiLU;
   const float beta = static_cast<float>(c.situ_beta), lin = static_cast<float>(c.situ_linear_beta);
   if (dl->quantized) {
-    // Stack each projection over the experts: packed [E, rows, cols/2], scales [E, rows, cols/32].
-    auto stack = [&](auto pick, Mxfp4Experts* out) -> Status {
+    // Stack each projection over the experts: packed [E, rows, cols/2], scales [E, rows, cols/32];
+    // where every projection fits the decode layout, repack into it (moe_decode.h).
+    const ExpertWeights& e0 = mw.experts[0];
+    dl->decode_layout = decode_layout_fits(e0.q1.rows, e0.q1.cols) && decode_layout_fits(e0.q3.rows, e0.q3.cols) &&
+                        decode_layout_fits(e0.q2.rows, e0.q2.cols);
+    auto stack = [&](auto pick, Mxfp4Experts* out, Mxfp4Decode* dec) -> Status {
       const ops::Mxfp4Matrix& m0 = pick(mw.experts[0]);
       const size_t pb = m0.rows * m0.cols / 2, sb = m0.rows * m0.cols / 32;
       std::vector<uint8_t> packed(pb * mw.experts.size()), scales(sb * mw.experts.size());
@@ -74,15 +78,32 @@ Status DeviceWeights::put_moe(const ModelConfig& c, const MoeWeights& mw, Device
         std::memcpy(&packed[e * pb], m.packed, pb);
         std::memcpy(&scales[e * sb], m.scales, sb);
       }
+      bool wide = false;
+      if (dl->decode_layout) {
+        std::vector<uint8_t> rp, rs;
+        PDS_ASSIGN_OR_RETURN(wide, mxfp4_repack_decode(packed.data(), scales.data(), static_cast<int64_t>(mw.experts.size()), m0.rows,
+                                                       m0.cols, &rp, &rs));
+        packed.swap(rp);
+        scales.swap(rs);
+      }
       PDS_ASSIGN_OR_RETURN(const void* p, put_bytes(packed.data(), packed.size()));
       PDS_ASSIGN_OR_RETURN(const void* s, put_bytes(scales.data(), scales.size()));
-      *out = Mxfp4Experts{static_cast<const uint8_t*>(p), static_cast<const uint8_t*>(s), m0.rows, m0.cols};
+      const auto* pu = static_cast<const uint8_t*>(p);
+      const auto* su = static_cast<const uint8_t*>(s);
+      if (dl->decode_layout) *dec = Mxfp4Decode{pu, su, m0.rows, m0.cols, wide};
+      else *out = Mxfp4Experts{pu, su, m0.rows, m0.cols};
       return Status::ok();
     };
-    PDS_RETURN_IF_ERROR(stack([](const ExpertWeights& e) -> const ops::Mxfp4Matrix& { return e.q1; }, &dl->mxfp4.w1));
-    PDS_RETURN_IF_ERROR(stack([](const ExpertWeights& e) -> const ops::Mxfp4Matrix& { return e.q3; }, &dl->mxfp4.w3));
-    PDS_RETURN_IF_ERROR(stack([](const ExpertWeights& e) -> const ops::Mxfp4Matrix& { return e.q2; }, &dl->mxfp4.w2));
-    if (dl->mxfp4.w1.cols % 32 || dl->mxfp4.w1.rows % 32)
+    PDS_RETURN_IF_ERROR(
+        stack([](const ExpertWeights& e) -> const ops::Mxfp4Matrix& { return e.q1; }, &dl->mxfp4.w1, &dl->mxfp4_decode.w1));
+    PDS_RETURN_IF_ERROR(
+        stack([](const ExpertWeights& e) -> const ops::Mxfp4Matrix& { return e.q3; }, &dl->mxfp4.w3, &dl->mxfp4_decode.w3));
+    PDS_RETURN_IF_ERROR(
+        stack([](const ExpertWeights& e) -> const ops::Mxfp4Matrix& { return e.q2; }, &dl->mxfp4.w2, &dl->mxfp4_decode.w2));
+    dl->mxfp4_decode.activation = act;
+    dl->mxfp4_decode.situ_beta = beta;
+    dl->mxfp4_decode.situ_linear_beta = lin;
+    if (!dl->decode_layout && (dl->mxfp4.w1.cols % 32 || dl->mxfp4.w1.rows % 32))
       return invalid_argument("cuda backend: MXFP4 expert widths must be multiples of 32");
     dl->mxfp4.activation = act;
     dl->mxfp4.situ_beta = beta;

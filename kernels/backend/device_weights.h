@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "moe/moe.h"
+#include "moe/moe_decode.h"
 #include "pdserve/model/weights.h"
 
 namespace pdserve::cuda {
@@ -40,6 +41,10 @@ struct DeviceLayer {
   const float* router_bias = nullptr;
   int64_t expert_begin = 0, local_experts = 0;
   bool quantized = false;
+  // MXFP4 experts whose widths fit moe_decode.h's layout are stored only in it (mxfp4_decode,
+  // decode_layout true) and run through moe_expert_mlp_decode; others in moe.h's (mxfp4).
+  bool decode_layout = false;
+  MoeDecodeWeights mxfp4_decode;
   MoeExpertWeights mxfp4;
   MoeDenseWeights dense;
   bool has_shared = false;

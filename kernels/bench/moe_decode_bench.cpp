@@ -1,0 +1,216 @@
+// Decode MoE on one EP32 rank (28 of 896 experts, top-16, expert 3584 -> 3072 -> 3584 in
+// MXFP4, SiTU(4, 25)) at batch 1, 4, 16, 64, 256: moe_expert_mlp_decode against the floor
+// (MXFP4 bytes of the touched experts, packed + scales, / --bw) and against the anchor in
+// the same run, moe_expert_mlp (moe.h) on the same bytes. Also the whole routed step
+// (permute -> decode experts -> combine), eagerly and replayed from a CUDA graph, and a
+// device-to-device copy of the touched bytes as a bandwidth reference at that size. CUDA
+// events, warm-up first, median of --reps; weights rotate over 3 sets (1.5 GB) so repeats
+// do not time L2. Writes, per batch, the rows of each touched expert to --routes FILE for
+// the torch anchor (moe_decode_torch.py), so it times the same work.
+//
+//   moe_decode_bench [--bw BYTES_PER_S] [--reps N] [--routes FILE] [--only BATCH]
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <numeric>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "common/cuda_check.h"
+#include "moe/moe.h"
+#include "moe/moe_decode.h"
+
+namespace pdserve::cuda {
+namespace {
+
+double g_bw = 4.2e12;
+int g_reps = 50;
+int64_t g_only = 0;  // --only B: just that batch (for profilers)
+
+void check(const Status& s, const char* what) {
+  if (s.is_ok()) return;
+  std::fprintf(stderr, "%s: %s\n", what, s.to_string().c_str());
+  std::exit(1);
+}
+
+void check(cudaError_t e, const char* what) { check(cuda_status(e, what), what); }
+
+void fill_bytes(std::vector<uint8_t>& v, uint64_t seed, uint8_t lo = 0, uint8_t span = 0) {
+  uint64_t s = seed * 0x9E3779B97F4A7C15ull + 1;
+  for (size_t i = 0; i < v.size(); i += 8) {
+    s ^= s >> 12, s ^= s << 25, s ^= s >> 27;
+    uint64_t r = s * 0x2545F4914F6CDD1Dull;
+    for (size_t j = i; j < std::min(v.size(), i + 8); ++j, r >>= 8)
+      v[j] = span ? static_cast<uint8_t>(lo + (r & 0xff) % span) : static_cast<uint8_t>(r);
+  }
+}
+
+template <typename T>
+DeviceBuffer<T> upload(const std::vector<T>& v) {
+  DeviceBuffer<T> b;
+  check(b.upload(v), "upload");
+  return b;
+}
+
+double median_us(const std::function<void(int)>& f) {
+  cudaEvent_t a, b;
+  cudaEventCreate(&a);
+  cudaEventCreate(&b);
+  for (int i = 0; i < 3; ++i) f(i);
+  std::vector<double> t;
+  for (int i = 0; i < g_reps; ++i) {
+    cudaEventRecord(a);
+    f(i);
+    cudaEventRecord(b);
+    cudaEventSynchronize(b);
+    float ms = 0;
+    cudaEventElapsedTime(&ms, a, b);
+    t.push_back(ms * 1e3);
+  }
+  check(cudaGetLastError(), "bench");
+  cudaEventDestroy(a);
+  cudaEventDestroy(b);
+  std::sort(t.begin(), t.end());
+  return t[t.size() / 2];
+}
+
+void row(const std::string& what, double us, double bytes, double floor_us, const std::string& note = "") {
+  std::printf("| %-40s | %8.1f | %7.1f | %5.2fx | %5.2f TB/s | %s\n", what.c_str(), us, floor_us, us / floor_us, bytes / us * 1e-6,
+              note.c_str());
+}
+
+void bench(const char* routes_path) {
+  const int64_t experts = 896, local = 28, k = 16, dim = 3584, inter = 3072, sets = 3;
+  const int64_t mat = inter * dim;  // values per projection and expert
+  const int64_t per_expert = 3 * mat / 2 + 3 * mat / 32;
+  // One set of random bytes serves both kernels (each reads them in its own layout).
+  std::vector<uint8_t> packed(local * mat / 2), scales(local * mat / 32);
+  std::vector<DeviceBuffer<uint8_t>> bufs;
+  std::vector<MoeDecodeWeights> wd(sets);
+  std::vector<MoeExpertWeights> wa(sets);
+  for (int64_t s = 0; s < sets; ++s) {
+    const uint8_t* p[3];
+    const uint8_t* sc[3];
+    for (int m = 0; m < 3; ++m) {
+      fill_bytes(packed, 1000 + 10 * s + 2 * m);
+      fill_bytes(scales, 1001 + 10 * s + 2 * m, 118, 6);
+      bufs.push_back(upload(packed));
+      p[m] = bufs.back().get();
+      bufs.push_back(upload(scales));
+      sc[m] = bufs.back().get();
+    }
+    wd[s].w1 = {p[0], sc[0], inter, dim, false};
+    wd[s].w3 = {p[1], sc[1], inter, dim, false};
+    wd[s].w2 = {p[2], sc[2], dim, inter, false};
+    wa[s].w1 = {p[0], sc[0], inter, dim};
+    wa[s].w3 = {p[1], sc[1], inter, dim};
+    wa[s].w2 = {p[2], sc[2], dim, inter};
+    wd[s].activation = wa[s].activation = MoeActivation::kSiTU;
+    wd[s].situ_beta = wa[s].situ_beta = 4.0f;
+    wd[s].situ_linear_beta = wa[s].situ_linear_beta = 25.0f;
+  }
+  // Bandwidth reference at the same sizes: a device-to-device copy of the touched bytes
+  // (it reads them once and writes them once).
+  DeviceBuffer<uint8_t> copy_src(local * per_expert), copy_dst(local * per_expert);
+  FILE* routes = routes_path ? std::fopen(routes_path, "w") : nullptr;
+  std::printf("\nDecode MoE, one EP32 rank (28 of 896 experts, top-16, 3584->3072->3584 MXFP4, SiTU); floor = MXFP4 bytes\n"
+              "(packed + scales) of the touched experts / %.2f TB/s; effective = those bytes / time\n\n"
+              "| case | us | floor us | ratio | effective | note\n|---|---|---|---|---|---\n",
+              g_bw * 1e-12);
+  std::mt19937 g(7);
+  for (int64_t tokens : {1, 4, 16, 64, 256}) {
+    if (g_only && tokens != g_only) continue;
+    std::vector<int32_t> ids(tokens * k);
+    std::vector<float> wts(tokens * k);
+    std::vector<int32_t> all(experts);
+    std::iota(all.begin(), all.end(), 0);
+    for (int attempt = 0;; ++attempt) {  // uniform top-16; redraw a batch that leaves this rank idle
+      for (int64_t t = 0; t < tokens; ++t) {
+        std::shuffle(all.begin(), all.end(), g);
+        for (int64_t j = 0; j < k; ++j) ids[t * k + j] = all[j], wts[t * k + j] = 0.05f + 0.01f * j;
+      }
+      if (std::any_of(ids.begin(), ids.end(), [&](int32_t e) { return e < local; })) break;
+    }
+    std::vector<int64_t> count(local, 0);
+    int64_t rows = 0;
+    for (int32_t e : ids)
+      if (e < local) ++count[e], ++rows;
+    const int64_t nt = std::count_if(count.begin(), count.end(), [](int64_t c) { return c > 0; });
+    if (routes) {
+      std::fprintf(routes, "%lld", (long long)tokens);
+      for (int64_t c : count)
+        if (c) std::fprintf(routes, " %lld", (long long)c);
+      std::fprintf(routes, "\n");
+    }
+    const double bytes = double(nt) * per_expert, floor_us = bytes / g_bw * 1e6;
+    const int64_t cap = tokens * k;
+    auto di = upload(ids);
+    auto dw = upload(wts);
+    std::vector<float> x(tokens * dim);
+    std::mt19937 gx(9);
+    std::normal_distribution<float> nd;
+    for (float& v : x) v = nd(gx);
+    auto dx = upload(x);
+    DeviceBuffer<int32_t> off(local + 1), sorted(cap), prow(cap);
+    DeviceBuffer<float> xs(cap * dim), act(cap * inter), os(cap * dim), y(tokens * dim);
+    const MoePlan plan{off.get(), sorted.get(), prow.get()};
+    auto permute = [&](cudaStream_t st) { check(moe_permute(di.get(), tokens, k, 0, local, dx.get(), dim, plan, xs.get(), st), "permute"); };
+    auto decode_with = [&](int i, cudaStream_t st, MoeDecodeKernel kern) {
+      check(moe_expert_mlp_decode(wd[i % sets], off.get(), local, cap, xs.get(), act.get(), os.get(), st, kern), "decode");
+    };
+    auto decode = [&](int i, cudaStream_t st) { decode_with(i, st, MoeDecodeKernel::kAuto); };
+    auto combine = [&](cudaStream_t st) { check(moe_combine(os.get(), prow.get(), dw.get(), tokens, k, dim, y.get(), st), "combine"); };
+    permute(nullptr);
+    const double td = median_us([&](int i) { decode_with(i, nullptr, MoeDecodeKernel::kStaged); });
+    const double ts = median_us([&](int i) { decode_with(i, nullptr, MoeDecodeKernel::kStreamed); });
+    const double ta = median_us([&](int i) {
+      check(moe_expert_mlp(wa[i % sets], off.get(), local, cap, xs.get(), act.get(), os.get(), nullptr), "anchor");
+    });
+    const double tall = median_us([&](int i) { permute(nullptr), decode(i, nullptr), combine(nullptr); });
+    // The same step captured once per weight set and replayed: no host sync inside.
+    cudaStream_t st;
+    check(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking), "stream");
+    std::vector<cudaGraphExec_t> execs(sets);
+    for (int64_t s = 0; s < sets; ++s) {
+      cudaGraph_t graph;
+      check(cudaStreamBeginCapture(st, cudaStreamCaptureModeGlobal), "capture");
+      permute(st), decode(static_cast<int>(s), st), combine(st);
+      check(cudaStreamEndCapture(st, &graph), "end capture");
+      check(cudaGraphInstantiate(&execs[s], graph, 0), "instantiate");
+      cudaGraphDestroy(graph);
+    }
+    const double tg = median_us([&](int i) { check(cudaGraphLaunch(execs[i % sets], nullptr), "graph launch"); });
+    for (auto e : execs) cudaGraphExecDestroy(e);
+    cudaStreamDestroy(st);
+    const double tcopy = median_us([&](int) {
+      check(cudaMemcpyAsync(copy_dst.get(), copy_src.get(), size_t(bytes), cudaMemcpyDeviceToDevice, nullptr), "copy");
+    });
+    const std::string b = "B=" + std::to_string(tokens);
+    const std::string note = std::to_string(nt) + " experts touched, " + std::to_string(rows) + " rows";
+    row(b + " decode expert MLP (staged)", td, bytes, floor_us, note);
+    row(b + " decode expert MLP (streamed)", ts, bytes, floor_us);
+    row(b + " anchor moe_expert_mlp", ta, bytes, floor_us, "staged decode is " + std::to_string(ta / td).substr(0, 5) + "x faster");
+    row(b + " permute+decode+combine", tall, bytes, floor_us, "eager");
+    row(b + " permute+decode+combine", tg, bytes, floor_us, "CUDA graph replay");
+    row(b + " reference: D2D copy of those bytes", tcopy, bytes, floor_us, "reads them once, writes them once");
+  }
+  if (routes) std::fclose(routes);
+}
+
+}  // namespace
+}  // namespace pdserve::cuda
+
+int main(int argc, char** argv) {
+  const char* routes = nullptr;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    if (!std::strcmp(argv[i], "--bw")) pdserve::cuda::g_bw = std::atof(argv[i + 1]);
+    else if (!std::strcmp(argv[i], "--reps")) pdserve::cuda::g_reps = std::atoi(argv[i + 1]);
+    else if (!std::strcmp(argv[i], "--routes")) routes = argv[i + 1];
+    else if (!std::strcmp(argv[i], "--only")) pdserve::cuda::g_only = std::atoll(argv[i + 1]);
+  }
+  pdserve::cuda::bench(routes);
+  return 0;
+}

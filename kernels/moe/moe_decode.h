@@ -1,0 +1,99 @@
+// Decode-time routed experts: a Marlin-style MXFP4 kernel for 1 to a few rows per expert
+// that streams each touched expert's weight bytes once, all local experts in one launch.
+// It replaces step 2 of moe.h (moe_expert_mlp) on weights repacked at load time; steps 1
+// (moe_permute) and 3 (moe_combine) are unchanged, so a decode step is
+//   moe_permute -> moe_expert_mlp_decode -> moe_combine
+// with the row count left on the device (no host sync; graph-capturable).
+//
+// Repacked layout ("decode layout"), per projection, stacked over the local experts; a
+// matrix of `rows` outputs x `cols` inputs (rows % 8 == 0, cols % 128 == 0) is cut into
+// tiles of 8 output rows x 128 inputs. Tile (n, c) (n = row tile, c = 128-input chunk,
+// c fastest) is 512 packed bytes followed in the scale array by 32 scale bytes:
+//   packed[e][n][c][lane 0..31][16 bytes]   scales[e][n][c][g 0..7][4 bytes]
+// Lane = 4*g + t holds output row 8n + g; its 16 bytes are 4 words, word i = the 8 inputs
+// 128c + 32i + 8t .. +7 (E2M1 nibbles, bit-shuffled as below), and scale byte i of row g
+// is that row's E8M0 scale of inputs 128c + 32i .. +31, the group that word i lies in.
+// So a warp reads one tile as 512 contiguous bytes (four fully used 128-byte lines, one
+// 16-byte load per lane) plus 32 contiguous scale bytes (one 4-byte load per lane, 4 lanes
+// a word), and the tiles of one row tile follow each other: a CTA streams a row tile's
+// 128-input chunks as one contiguous run. Byte counts equal the checkpoint's.
+//
+// Why those inputs per lane: in mma.m16n8k16 a lane (g, t) holds B elements k = 2t, 2t+1,
+// 2t+8, 2t+9 of column n = g. A dot product may take its k in any order, as long as the
+// activations (A) use the same one, so the kernel maps those four k slots of k-step s to
+// inputs 8t + 4s + 0..3: each lane reads 8 consecutive inputs (one word of weights, two
+// float4 of activations) for two k-steps, and one word = one scale group of one row.
+//
+// Bit shuffle: word bits give four bf16x2 B registers, out_j = (k-slots of step j/2, pair
+// j%2) = (input 2j, input 2j+1) in (low, high) half, each as a bf16 whose bits 6..8 hold
+// the code's magnitude bits and bit 15 its sign. That bf16 is the E2M1 value times 2^-126
+// (exactly, a subnormal for codes 0 and 1), so one bf16x2 multiply by 2^(s-1) = 2^126 *
+// 2^(s-127) gives the dequantised weight exactly. Stored positions (per half, +16 for the
+// high one; v0..v3 = the code's bits, v3 the sign):
+//   out0: v0..v2 at 6..8, v3 at 15  -> out0 = q & mask
+//   out1: at 3..5, 12               -> out1 = (q << 3) & mask
+//   out2: at 0..2, 9                -> out2 = (q << 6) & mask
+//   out3: v0, v1 at 10, 11; v2 at 14; v3 at 13 (three shifts)
+// The scale 2^(s-1) is a bf16 for s <= 128; larger scales (|w| > 12, not seen in trained
+// weights) take a two-multiply path chosen at repack time (Mxfp4Decode::wide_scales).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <vector>
+
+#include "moe/moe.h"
+#include "pdserve/core/status.h"
+
+namespace pdserve::cuda {
+
+// One stacked projection in the decode layout (device pointers).
+struct Mxfp4Decode {
+  const uint8_t* packed = nullptr;  // [experts * rows * cols / 2]
+  const uint8_t* scales = nullptr;  // [experts * rows * cols / 32]
+  int64_t rows = 0, cols = 0;
+  bool wide_scales = false;  // some scale byte > 128: the kernel multiplies twice
+};
+
+struct MoeDecodeWeights {
+  Mxfp4Decode w1, w3;  // gate, up: rows = inter, cols = dim
+  Mxfp4Decode w2;      // down: rows = dim, cols = inter
+  MoeActivation activation = MoeActivation::kSiLU;
+  float situ_beta = 1.0f;
+  float situ_linear_beta = 0.0f;
+};
+
+// Whether a rows x cols matrix can take the decode layout.
+inline bool decode_layout_fits(int64_t rows, int64_t cols) { return rows > 0 && cols > 0 && rows % 8 == 0 && cols % 128 == 0; }
+
+// Host repack of `experts` stacked matrices in ops/mxfp4.h's layout (packed [rows, cols/2],
+// scales [rows, cols/32] each) into the decode layout; sizes are unchanged. Returns
+// whether any scale byte exceeds 128 (Mxfp4Decode::wide_scales).
+Result<bool> mxfp4_repack_decode(const uint8_t* packed, const uint8_t* scales, int64_t experts, int64_t rows, int64_t cols,
+                                 std::vector<uint8_t>* packed_out, std::vector<uint8_t>* scales_out);
+
+// The inverse (tests, debugging): decode layout back to ops/mxfp4.h's.
+Status mxfp4_unpack_decode(const uint8_t* packed, const uint8_t* scales, int64_t experts, int64_t rows, int64_t cols,
+                           std::vector<uint8_t>* packed_out, std::vector<uint8_t>* scales_out);
+
+// kStreamed: activations read from global memory per word, 16 rows a pass, any width.
+// kStaged: activation rows staged in shared memory as bf16 (8 a pass), the unit's weights
+// kept in registers across passes and the next unit's loaded during this one's MMAs;
+// needs dim, inter <= 4096. kAuto: kStaged where it fits and capacity <= 1024, else
+// kStreamed (the choice the H200 measurements support; docs/perf.md).
+enum class MoeDecodeKernel { kAuto, kStreamed, kStaged };
+
+// moe_expert_mlp's contract (moe.h) on decode-layout weights: per local expert, over its
+// rows [offsets[e], offsets[e+1]): act = act_fn(x W1^T, x W3^T) (fp32 [*, inter]), then
+// out_sorted = act W2^T (fp32 [*, dim]). Activations are rounded to bf16 for the tensor
+// cores (weights are exact in bf16), fp32 accumulation. Two launches (gate+up with the
+// activation; down), each a grid-stride loop over units (touched expert, 8-row tile; the
+// staged down kernel takes two tiles a unit) listed from `offsets` on the device, no host
+// sync: the call can be captured in a CUDA graph. The first call per kernel queries
+// occupancy (and raises the dynamic shared-memory limit); later calls make no such calls.
+Status moe_expert_mlp_decode(const MoeDecodeWeights& w, const int32_t* offsets, int64_t local_experts, int64_t capacity,
+                             const float* x_sorted, float* act, float* out_sorted, cudaStream_t stream,
+                             MoeDecodeKernel kernel = MoeDecodeKernel::kAuto);
+
+}  // namespace pdserve::cuda

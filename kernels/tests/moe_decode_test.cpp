@@ -1,0 +1,215 @@
+// The decode MoE kernel (moe/moe_decode.h) and its weight layout.
+// CPU tests (run everywhere): the repack round-trips, and every repacked word, decoded the
+// way the kernel decodes it (bit shuffle -> bf16 -> times 2^(s-1)), gives the checkpoint's
+// value at the input the layout assigns to it.
+// GPU tests (skip without an sm_90 GPU): moe_permute -> moe_expert_mlp_decode ->
+// moe_combine against the routed part of moe_forward on the CPU (moe_reference.h), fresh
+// random inputs: K3 expert shape with top-16 routing at batch 1, 4 and 64, skewed routing
+// (one expert with 40 rows, the rest empty), a single row, scales above 2^1 (the
+// two-multiply path), both activations; each case on both kernels (kStreamed, kStaged).
+// Bound: normalised error max|gpu - cpu| / max|cpu| < 1e-2. The kernel rounds the
+// activations (x, then act) to bf16 for the tensor cores (relative 2^-9 each) while the
+// weights are exact; fp32 accumulation. Measured values are printed by each run.
+#include <cstdio>
+#include <cstring>
+
+#include "moe/moe_decode.h"
+#include "moe_reference.h"
+#include "test_util.h"
+
+namespace pdserve::cuda {
+namespace {
+
+using namespace ktest;
+using MoeDecode = GpuTest;
+
+std::vector<uint8_t> random_bytes(size_t n, uint32_t seed, int lo = 0, int span = 256) {
+  std::mt19937 g(seed);
+  std::vector<uint8_t> v(n);
+  for (auto& b : v) b = static_cast<uint8_t>(lo + g() % span);
+  return v;
+}
+
+TEST(MoeDecodeLayout, RepackRoundTrips) {
+  for (auto [experts, rows, cols] : {std::tuple<int64_t, int64_t, int64_t>{1, 8, 128}, {3, 24, 384}, {2, 40, 256}}) {
+    const auto p = random_bytes(experts * rows * cols / 2, 1 + rows), s = random_bytes(experts * rows * cols / 32, 2 + rows, 100, 29);
+    std::vector<uint8_t> rp, rs, up, us;
+    auto wide = mxfp4_repack_decode(p.data(), s.data(), experts, rows, cols, &rp, &rs);
+    ASSERT_TRUE(wide.is_ok());
+    EXPECT_FALSE(wide.value());  // scale bytes 100..128
+    EXPECT_NE(rp, p);            // a real shuffle
+    ASSERT_TRUE(mxfp4_unpack_decode(rp.data(), rs.data(), experts, rows, cols, &up, &us).is_ok());
+    EXPECT_EQ(up, p);
+    EXPECT_EQ(us, s);
+  }
+  auto s = random_bytes(8 * 128 / 32, 3, 100, 29);
+  s[5] = 129;
+  const auto p = random_bytes(8 * 128 / 2, 4);
+  std::vector<uint8_t> rp, rs;
+  auto wide = mxfp4_repack_decode(p.data(), s.data(), 1, 8, 128, &rp, &rs);
+  ASSERT_TRUE(wide.is_ok());
+  EXPECT_TRUE(wide.value());
+  EXPECT_FALSE(mxfp4_repack_decode(p.data(), s.data(), 1, 8, 96, &rp, &rs).is_ok());
+  EXPECT_FALSE(mxfp4_repack_decode(p.data(), s.data(), 1, 4, 128, &rp, &rs).is_ok());
+}
+
+float bf16_bits_to_float(uint32_t h) {
+  const uint32_t b = h << 16;
+  float f;
+  std::memcpy(&f, &b, 4);
+  return f;
+}
+
+// The kernel's dequant_word on the host, in exact float arithmetic: out_j's halves are
+// the word's inputs 2j (low) and 2j + 1 (high).
+void decode_word_host(uint32_t q, uint32_t s, float out[8]) {
+  constexpr uint32_t kMask = 0x81C081C0u;
+  const uint32_t b[4] = {q & kMask, (q << 3) & kMask, (q << 6) & kMask,
+                         ((q >> 4) & 0x00C000C0u) | ((q >> 6) & 0x01000100u) | ((q << 2) & 0x80008000u)};
+  const float scale = std::ldexp(1.0f, static_cast<int>(s) - 127) * std::ldexp(1.0f, 126);
+  for (int j = 0; j < 4; ++j) {
+    out[2 * j] = bf16_bits_to_float(b[j] & 0xffffu) * scale;
+    out[2 * j + 1] = bf16_bits_to_float(b[j] >> 16) * scale;
+  }
+}
+
+TEST(MoeDecodeLayout, ShuffledWordsDecodeToTheCheckpointValues) {
+  const int64_t experts = 2, rows = 16, cols = 256;
+  const auto p = random_bytes(experts * rows * cols / 2, 11), s = random_bytes(experts * rows * cols / 32, 12, 115, 14);
+  std::vector<float> want(experts * rows * cols);
+  ops::mxfp4_dequant({experts * rows, cols, p.data(), s.data()}, want.data());
+  std::vector<uint8_t> rp, rs;
+  ASSERT_TRUE(mxfp4_repack_decode(p.data(), s.data(), experts, rows, cols, &rp, &rs).is_ok());
+  const int64_t tiles = rows / 8, chunks = cols / 128;
+  int64_t checked = 0;
+  for (int64_t e = 0; e < experts; ++e)
+    for (int64_t n = 0; n < tiles; ++n)
+      for (int64_t c = 0; c < chunks; ++c)
+        for (int lane = 0; lane < 32; ++lane)
+          for (int i = 0; i < 4; ++i) {
+            const int64_t tile = (e * tiles + n) * chunks + c;
+            uint32_t q;
+            std::memcpy(&q, &rp[tile * 512 + lane * 16 + i * 4], 4);
+            const uint32_t sc = rs[tile * 32 + (lane / 4) * 4 + i];
+            float got[8];
+            decode_word_host(q, sc, got);
+            const int64_t row = e * rows + n * 8 + lane / 4, col0 = c * 128 + 32 * i + 8 * (lane % 4);
+            for (int w = 0; w < 8; ++w, ++checked)
+              ASSERT_EQ(got[w], want[row * cols + col0 + w]) << "row " << row << " col " << col0 + w;
+          }
+  EXPECT_EQ(checked, experts * rows * cols);
+}
+
+struct DevDecode {
+  std::vector<DeviceBuffer<uint8_t>> bufs;
+  MoeDecodeWeights w;
+};
+
+DevDecode upload_decode(const HostExperts& h, MoeActivation act, float beta, float lb) {
+  DevDecode d;
+  auto put = [&](const std::vector<uint8_t>& p, const std::vector<uint8_t>& s, int64_t rows, int64_t cols, Mxfp4Decode* out) {
+    std::vector<uint8_t> rp, rs;
+    auto wide = mxfp4_repack_decode(p.data(), s.data(), h.experts, rows, cols, &rp, &rs);
+    EXPECT_TRUE(wide.is_ok());
+    d.bufs.push_back(dev(rp));
+    d.bufs.push_back(dev(rs));
+    *out = {d.bufs[d.bufs.size() - 2].get(), d.bufs.back().get(), rows, cols, wide.is_ok() && wide.value()};
+  };
+  d.bufs.reserve(6);
+  put(h.p1, h.s1, h.inter, h.dim, &d.w.w1);
+  put(h.p3, h.s3, h.inter, h.dim, &d.w.w3);
+  put(h.p2, h.s2, h.dim, h.inter, &d.w.w2);
+  d.w.activation = act;
+  d.w.situ_beta = beta;
+  d.w.situ_linear_beta = lb;
+  return d;
+}
+
+// permute -> decode experts -> combine on the GPU vs routed_reference; the error.
+double run_decode_with(const Routing& r, int64_t tokens, int64_t k, int64_t begin, const HostExperts& h, MoeActivation act,
+                       uint32_t seed, const char* what, MoeDecodeKernel kernel) {
+  const float beta = 4.0f, lb = 25.0f;
+  const int64_t dim = h.dim, inter = h.inter, local = h.experts, cap = tokens * k;
+  auto x = randn(tokens * dim, seed);
+  const auto ref = routed_reference(h, r, tokens, k, begin, x, act, beta, lb);
+  DevDecode dw = upload_decode(h, act, beta, lb);
+  auto di = dev(r.ids);
+  auto dwt = dev(r.weights), dx = dev(x);
+  DeviceBuffer<int32_t> off(local + 1), sorted(cap), prow(cap);
+  const MoePlan plan{off.get(), sorted.get(), prow.get()};
+  DeviceBuffer<float> xs(cap * dim), a(cap * inter), os(cap * dim), y(tokens * dim);
+  EXPECT_TRUE(moe_permute(di.get(), tokens, k, begin, local, dx.get(), dim, plan, xs.get(), nullptr).is_ok());
+  EXPECT_TRUE(moe_expert_mlp_decode(dw.w, off.get(), local, cap, xs.get(), a.get(), os.get(), nullptr, kernel).is_ok());
+  EXPECT_TRUE(moe_combine(os.get(), prow.get(), dwt.get(), tokens, k, dim, y.get(), nullptr).is_ok());
+  const auto got = host(y);
+  int64_t rows = 0;
+  for (int32_t id : r.ids) rows += id >= begin && id < begin + local;
+  const double err = nerr(got, ref);
+  std::printf("decode MoE %s %s: tokens=%lld local=%lld k=%lld rows=%lld dim=%lld inter=%lld: normalised error %.3g\n",
+              kernel == MoeDecodeKernel::kStaged ? "staged" : "streamed", what,
+              (long long)tokens, (long long)local, (long long)k, (long long)rows, (long long)dim, (long long)inter, err);
+  EXPECT_GT(rows, 0) << what << ": the case should route some rows here";
+  return err;
+}
+
+// Both kernels on the same inputs; the larger error.
+double run_decode(const Routing& r, int64_t tokens, int64_t k, int64_t begin, const HostExperts& h, MoeActivation act, uint32_t seed,
+                  const char* what) {
+  return std::max(run_decode_with(r, tokens, k, begin, h, act, seed, what, MoeDecodeKernel::kStreamed),
+                  run_decode_with(r, tokens, k, begin, h, act, seed, what, MoeDecodeKernel::kStaged));
+}
+
+TEST_F(MoeDecode, MatchesCpuAtK3ExpertShapeWithTop16) {
+  // 8 local experts of 256 (the K3 expert, 3584 -> 3072 -> 3584, SiTU(4, 25)); batch 1 puts
+  // one or two rows here, 64 a few per expert, some experts empty.
+  const int64_t experts = 256, local = 8, k = 16;
+  const HostExperts h = make_experts(local, 3072, 3584, 40, false);
+  for (int64_t tokens : {1, 4, 64}) {
+    const Routing r = route(tokens, experts, k, 41 + static_cast<uint32_t>(tokens));
+    const int64_t begin = std::min<int64_t>(r.ids[0], experts - local);  // token 0's first expert is local
+    const std::string what = "K3 top-16 B=" + std::to_string(tokens);
+    EXPECT_LT(run_decode(r, tokens, k, begin, h, MoeActivation::kSiTU, 42, what.c_str()), 1e-2);
+  }
+}
+
+TEST_F(MoeDecode, SkewedRoutingOneRowAndEmptyExperts) {
+  const int64_t local = 6, begin = 12;
+  const HostExperts h = make_experts(local, 256, 384, 50, true);
+  // 40 tokens, k = 2: every token's first pick is local expert 3 (three row passes of
+  // 16, 16, 8), the second another rank's expert; experts 0-2, 4, 5 get nothing.
+  Routing skew{std::vector<int32_t>(80), std::vector<float>(80)};
+  for (int t = 0; t < 40; ++t) skew.ids[2 * t] = begin + 3, skew.ids[2 * t + 1] = 100 + t, skew.weights[2 * t] = 0.7f, skew.weights[2 * t + 1] = 0.3f;
+  EXPECT_LT(run_decode(skew, 40, 2, begin, h, MoeActivation::kSiTU, 51, "skewed"), 1e-2);
+  Routing one{{static_cast<int32_t>(begin + 5)}, {1.0f}};
+  EXPECT_LT(run_decode(one, 1, 1, begin, h, MoeActivation::kSiLU, 52, "one row"), 1e-2);
+  // Uniform real routing, both activations, 9..16 rows per pass in places.
+  const Routing r = route(30, 8, 4, 53);
+  const HostExperts h8 = make_experts(8, 128, 256, 54, true);
+  EXPECT_LT(run_decode(r, 30, 4, 0, h8, MoeActivation::kSiLU, 55, "uniform SiLU"), 1e-2);
+  EXPECT_LT(run_decode(r, 30, 4, 0, h8, MoeActivation::kSiTU, 56, "uniform SiTU"), 1e-2);
+}
+
+TEST_F(MoeDecode, ScalesAboveTwoTakeTheTwoMultiplyPath) {
+  const HostExperts h = make_experts(4, 128, 256, 60, false, 124, 10);  // scale bytes 124..133
+  const Routing r = route(12, 4, 2, 61);
+  EXPECT_LT(run_decode(r, 12, 2, 0, h, MoeActivation::kSiLU, 62, "wide scales"), 1e-2);
+}
+
+TEST_F(MoeDecode, NoLocalRowsLeavesTheOutputZero) {
+  const int64_t tokens = 3, k = 2, local = 2;
+  const HostExperts h = make_experts(local, 128, 128, 70, true);
+  DevDecode dw = upload_decode(h, MoeActivation::kSiLU, 1.0f, 0.0f);
+  Routing r{std::vector<int32_t>(tokens * k, 9), std::vector<float>(tokens * k, 0.5f)};
+  auto di = dev(r.ids);
+  auto dwt = dev(r.weights), dx = dev(randn(tokens * 128, 71));
+  DeviceBuffer<int32_t> off(local + 1), sorted(tokens * k), prow(tokens * k);
+  const MoePlan plan{off.get(), sorted.get(), prow.get()};
+  DeviceBuffer<float> xs(tokens * k * 128), a(tokens * k * 128), os(tokens * k * 128), y(tokens * 128);
+  ASSERT_TRUE(moe_permute(di.get(), tokens, k, 0, local, dx.get(), 128, plan, xs.get(), nullptr).is_ok());
+  ASSERT_TRUE(moe_expert_mlp_decode(dw.w, off.get(), local, tokens * k, xs.get(), a.get(), os.get(), nullptr).is_ok());
+  ASSERT_TRUE(moe_combine(os.get(), prow.get(), dwt.get(), tokens, k, 128, y.get(), nullptr).is_ok());
+  EXPECT_EQ(host(y), std::vector<float>(tokens * 128, 0.0f));
+}
+
+}  // namespace
+}  // namespace pdserve::cuda
