@@ -41,6 +41,11 @@ class CudaModel final : public DeviceForward {
   const float* state_pool() const { return state_; }
   int64_t kv_floats() const;
   int64_t state_floats() const;
+  // Writable pools, for moving a request's pages and state in from another model (tests of
+  // the prefill -> decode handover between GPUs).
+  float* kv_pool() { return kv_; }
+  float* state_pool() { return state_; }
+  int device() const { return device_; }
 
  private:
   CudaModel() = default;
