@@ -91,7 +91,7 @@ struct Trio {
     if (!d1.is_ok() || !d2.is_ok()) return;
     EXPECT_TRUE(gpu1->set_device_forwards(std::move(d1).value()).is_ok());
     EXPECT_TRUE(gpu2->set_device_forwards(std::move(d2).value()).is_ok());
-    for (auto& d : {gpu2->device_forward()}) std::printf("%s\n", d->describe().c_str());
+    std::printf("%s\n", gpu2->device_forward()->describe().c_str());
   }
   bool ready() const { return gpu1->device_forward() && gpu2->device_forward(); }
   SequenceInput sequence(int64_t tokens) {
