@@ -175,6 +175,7 @@ Status CudaModel::moe(const DeviceLayer& l, const float* x, int64_t rows, float*
     PDS_ASSIGN_OR_RETURN(y, scratch<float>(kMoeY, rows * lat));
   }
   PDS_RETURN_IF_ERROR(moe_combine(out_sorted, plan.pair_row, wts, rows, K, lat, y, stream_));
+  PDS_RETURN_IF_ERROR(reduce_partial(y, rows * lat));  // each rank combined its own experts' pairs
   if (c.latent_moe) {
     if (c.latent_moe_norm) PDS_RETURN_IF_ERROR(rms_norm(y, rows, lat, l.latent_norm, static_cast<float>(c.rms_norm_eps), y, stream_));
     PDS_RETURN_IF_ERROR(linear(y, rows, l.latent_up, out, stream_));
@@ -182,6 +183,7 @@ Status CudaModel::moe(const DeviceLayer& l, const float* x, int64_t rows, float*
   if (l.has_shared) {
     PDS_ASSIGN_OR_RETURN(float* sh, scratch<float>(kMoeShared, rows * hd));
     PDS_RETURN_IF_ERROR(mlp(l.shared, x, rows, sh));
+    PDS_RETURN_IF_ERROR(reduce_partial(sh, rows * hd));
     PDS_RETURN_IF_ERROR(add_inplace(out, sh, rows * hd, stream_));
   }
   return Status::ok();

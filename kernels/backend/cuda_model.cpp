@@ -16,24 +16,33 @@ namespace pdserve::cuda {
 
 Result<std::unique_ptr<CudaModel>> CudaModel::create(std::shared_ptr<const Model> model, int64_t num_pages, int64_t page_size,
                                                      int64_t num_slots) {
+  return create(std::move(model), num_pages, page_size, num_slots, 0, nullptr);
+}
+
+Result<std::unique_ptr<CudaModel>> CudaModel::create(std::shared_ptr<const Model> model, int64_t num_pages, int64_t page_size,
+                                                     int64_t num_slots, int device, std::unique_ptr<DeviceCommunicator> comm) {
   if (!model) return invalid_argument("cuda backend: no model");
-  if (model->shard().size != 1) return unsupported("cuda backend: tensor parallelism (tp > 1) is not supported yet; use --tp 1");
+  const ShardSpec shard = model->shard();
+  if (shard.size > 1 && (!comm || comm->size() != shard.size || comm->rank() != shard.rank || comm->device() != device))
+    return invalid_argument("cuda backend: a tensor-parallel shard needs a device communicator of its rank, size and device");
   if (num_pages < 1 || page_size < 1 || num_slots < 1) return invalid_argument("cuda backend: pool sizes must be positive");
   std::unique_ptr<CudaModel> m(new CudaModel());
   m->model_ = std::move(model);
   m->cfg_ = m->model_->config();
+  m->device_ = device;
+  if (shard.size > 1) m->comm_ = std::move(comm);
   const ModelConfig& c = m->cfg_;
   if (c.num_kda_layers() > 0 && c.kda_head_dim > 256) return unsupported("cuda backend: kda head_dim must be at most 256");
-  PDS_RETURN_IF_ERROR(cuda_status(cudaSetDevice(0), "cudaSetDevice"));
+  PDS_RETURN_IF_ERROR(cuda_status(cudaSetDevice(device), "cudaSetDevice"));
   PDS_RETURN_IF_ERROR(cuda_status(cudaStreamCreateWithFlags(&m->stream_, cudaStreamNonBlocking), "cudaStreamCreate"));
   PDS_ASSIGN_OR_RETURN(m->w_, DeviceWeights::upload(c, m->model_->weights()));
   m->num_pages_ = num_pages;
   m->page_size_ = page_size;
   m->num_slots_ = num_slots;
   m->kv_layer_stride_ = num_pages * page_size * c.mla_cache_dim();
-  const int64_t P = c.kda_proj_dim();
+  const int64_t P = c.kda_proj_dim() / shard.size;  // a rank's KDA state holds its heads only
   m->kda_conv_floats_ = 3 * P * (c.conv_kernel - 1);
-  m->kda_layer_floats_ = m->kda_conv_floats_ + c.kda_num_heads * c.kda_head_dim * c.kda_head_dim;
+  m->kda_layer_floats_ = m->kda_conv_floats_ + c.kda_num_heads / shard.size * c.kda_head_dim * c.kda_head_dim;
   m->slot_floats_ = c.num_kda_layers() * m->kda_layer_floats_;
   // Pools start zeroed: never-written pages read as zeros, as on the CPU.
   if (m->kv_floats() > 0) {
@@ -49,6 +58,7 @@ Result<std::unique_ptr<CudaModel>> CudaModel::create(std::shared_ptr<const Model
 }
 
 CudaModel::~CudaModel() {
+  cudaSetDevice(device_);  // the buffers and stream belong to this rank's device
   if (stream_) cudaStreamSynchronize(stream_);
   for (auto& [p, n] : scratch_) cudaFree(p);
   if (kv_) cudaFree(kv_);
@@ -61,7 +71,8 @@ int64_t CudaModel::state_floats() const { return num_slots_ * slot_floats_; }
 
 std::string CudaModel::describe() const {
   cudaDeviceProp p{};
-  std::string name = cudaGetDeviceProperties(&p, 0) == cudaSuccess ? p.name : "unknown GPU";
+  std::string name = cudaGetDeviceProperties(&p, device_) == cudaSuccess ? p.name : "unknown GPU";
+  if (comm_) name += ", device " + std::to_string(device_) + ", tp rank " + std::to_string(comm_->rank()) + " of " + std::to_string(comm_->size());
   return "cuda (" + name + ", fp32 correct-first kernels, " + std::to_string(device_bytes_ >> 20) + " MiB of weights and pools, " +
          std::to_string(num_pages_) + " pages of " + std::to_string(page_size_) + ", " + std::to_string(num_slots_) + " slots)";
 }
@@ -118,7 +129,7 @@ Status CudaModel::check(const ForwardBatch& batch) const {
 
 Status CudaModel::forward(const ForwardBatch& batch, ForwardOutput* out) {
   PDS_RETURN_IF_ERROR(check(batch));
-  PDS_RETURN_IF_ERROR(cuda_status(cudaSetDevice(0), "cudaSetDevice"));  // the calling thread may be new
+  PDS_RETURN_IF_ERROR(cuda_status(cudaSetDevice(device_), "cudaSetDevice"));  // the calling thread may be new
   const ModelConfig& c = cfg_;
   const int64_t hd = c.hidden_size;
   const float eps = static_cast<float>(c.rms_norm_eps);
@@ -166,11 +177,14 @@ Status CudaModel::forward(const ForwardBatch& batch, ForwardOutput* out) {
   };
   auto attention = [&](const DeviceLayer& l, const float* in, float* o) -> Status {
     PDS_RETURN_IF_ERROR(rms_norm(in, T, hd, l.input_norm, eps, normed, stream_));
-    return l.kind == LayerKind::kMla ? mla_layer(l, st, normed, o) : kda_layer(l, st, normed, o);
+    PDS_RETURN_IF_ERROR(l.kind == LayerKind::kMla ? mla_layer(l, st, normed, o) : kda_layer(l, st, normed, o));
+    return reduce_partial(o, T * hd);
   };
   auto ffn = [&](const DeviceLayer& l, const float* in, float* o) -> Status {
     PDS_RETURN_IF_ERROR(rms_norm(in, T, hd, l.post_attn_norm, eps, normed, stream_));
-    return l.is_moe ? moe(l, normed, T, o) : mlp(l.mlp, normed, T, o);
+    if (l.is_moe) return moe(l, normed, T, o);  // reduces its routed and shared parts itself
+    PDS_RETURN_IF_ERROR(mlp(l.mlp, normed, T, o));
+    return reduce_partial(o, T * hd);
   };
   auto copy = [&](float* dst, const float* src) {
     return cuda_status(cudaMemcpyAsync(dst, src, T * hd * sizeof(float), cudaMemcpyDeviceToDevice, stream_), "copy");
@@ -228,9 +242,29 @@ Status CudaModel::forward(const ForwardBatch& batch, ForwardOutput* out) {
   PDS_RETURN_IF_ERROR(rms_norm(h, R, hd, w_.final_norm, eps, h, stream_));
   PDS_RETURN_IF_ERROR(matmul_nt(h, R, w_.lm_head.p, w_.lm_head.rows, hd, logits, stream_));
   out->logits.resize(R * V);
+  if (comm_) return gather_logits(logits, R, out);
   PDS_RETURN_IF_ERROR(
       cuda_status(cudaMemcpyAsync(out->logits.data(), logits, R * V * sizeof(float), cudaMemcpyDeviceToHost, stream_), "logits"));
   return cuda_status(cudaStreamSynchronize(stream_), "cuda forward");
+}
+
+Status CudaModel::reduce_partial(float* data, int64_t n) {
+  return comm_ ? comm_->all_reduce_sum(data, n, stream_) : Status::ok();
+}
+
+// Each rank's lm_head holds a contiguous slice of the vocabulary: gather the [R, V/size]
+// slices as [size][R][V/size] and lay them out by row on the host.
+Status CudaModel::gather_logits(const float* mine, int64_t R, ForwardOutput* out) {
+  const int64_t V = cfg_.vocab_size, vl = w_.lm_head.rows, n = comm_->size();
+  PDS_ASSIGN_OR_RETURN(float* all, scratch<float>(kTpGathered, n * R * vl));
+  PDS_RETURN_IF_ERROR(comm_->all_gather(mine, R * vl, all, stream_));
+  std::vector<float> host(n * R * vl);
+  PDS_RETURN_IF_ERROR(cuda_status(cudaMemcpyAsync(host.data(), all, host.size() * sizeof(float), cudaMemcpyDeviceToHost, stream_), "logits"));
+  PDS_RETURN_IF_ERROR(cuda_status(cudaStreamSynchronize(stream_), "cuda forward"));
+  for (int64_t r = 0; r < n; ++r)
+    for (int64_t i = 0; i < R; ++i)
+      std::copy(&host[(r * R + i) * vl], &host[(r * R + i + 1) * vl], &out->logits[i * V + r * vl]);
+  return Status::ok();
 }
 
 }  // namespace pdserve::cuda

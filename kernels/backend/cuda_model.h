@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "backend/device_weights.h"
+#include "nccl/device_comm.h"
 #include "pdserve/model/device_forward.h"
 
 namespace pdserve::cuda {
@@ -26,6 +27,10 @@ class CudaModel final : public DeviceForward {
  public:
   static Result<std::unique_ptr<CudaModel>> create(std::shared_ptr<const Model> model, int64_t num_pages, int64_t page_size,
                                                    int64_t num_slots);
+  // A tensor-parallel rank: the model is that rank's shard, its buffers live on `device`, and
+  // `comm` (same rank and size as the shard) joins the partial sums where Model::forward does.
+  static Result<std::unique_ptr<CudaModel>> create(std::shared_ptr<const Model> model, int64_t num_pages, int64_t page_size,
+                                                   int64_t num_slots, int device, std::unique_ptr<DeviceCommunicator> comm);
   ~CudaModel() override;
 
   Status forward(const ForwardBatch& batch, ForwardOutput* out) override;
@@ -36,6 +41,11 @@ class CudaModel final : public DeviceForward {
   const float* state_pool() const { return state_; }
   int64_t kv_floats() const;
   int64_t state_floats() const;
+  // Writable pools, for moving a request's pages and state in from another model (tests of
+  // the prefill -> decode handover between GPUs).
+  float* kv_pool() { return kv_; }
+  float* state_pool() { return state_; }
+  int device() const { return device_; }
 
  private:
   CudaModel() = default;
@@ -51,6 +61,10 @@ class CudaModel final : public DeviceForward {
   Status kda_layer(const DeviceLayer& l, const Step& st, const float* x, float* out);
   Status mlp(const DeviceMlp& w, const float* x, int64_t rows, float* out);
   Status moe(const DeviceLayer& l, const float* x, int64_t rows, float* out);
+  // Sums a rank's partial result over the group (no-op on one rank).
+  Status reduce_partial(float* data, int64_t n);
+  // Rank r's logits slice -> the full rows in out->logits (sized by the caller).
+  Status gather_logits(const float* mine, int64_t rows, ForwardOutput* out);
 
   std::shared_ptr<const Model> model_;
   ModelConfig cfg_;
@@ -62,6 +76,8 @@ class CudaModel final : public DeviceForward {
   cudaStream_t stream_ = nullptr;
   std::vector<std::pair<void*, size_t>> scratch_;  // (pointer, bytes)
   size_t device_bytes_ = 0;
+  int device_ = 0;
+  std::unique_ptr<DeviceCommunicator> comm_;  // null on one rank
 };
 
 }  // namespace pdserve::cuda

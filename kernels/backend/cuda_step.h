@@ -27,6 +27,7 @@ enum ScratchSlot : int {
   kMlpGate, kMlpUp,
   kMoeLogits, kMoeIds, kMoeWeights, kMoeXl, kMoeOffsets, kMoeSorted, kMoePairRow, kMoeXSorted, kMoeAct, kMoeOut, kMoeY,
   kMoeShared,
+  kTpGathered,
 };
 
 }  // namespace pdserve::cuda

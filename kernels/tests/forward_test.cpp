@@ -264,19 +264,26 @@ TEST_F(GpuTest, GroupDelegatesToDevice) {
   EXPECT_FALSE(group->forward(ForwardBatch{{s}}, &dev_out).is_ok());
 }
 
-// No GPU needed: a tensor-parallel group refuses a device forward, naming the reason.
+// No GPU needed: a tensor-parallel group takes exactly one device forward per rank.
 class NullDevice : public DeviceForward {
  public:
   Status forward(const ForwardBatch&, ForwardOutput*) override { return Status::ok(); }
   std::string describe() const override { return "null"; }
 };
 
-TEST(CudaForwardNoGpu, TensorParallelGroupRefusesDevice) {
+TEST(CudaForwardNoGpu, TensorParallelGroupNeedsOneDeviceForwardPerRank) {
   auto g = TpModelGroup::load_models(testing::tiny_model_dir("tiny-k3-wide"), 2);
   ASSERT_TRUE(g.is_ok());
   Status st = (*g)->set_device_forward(std::make_unique<NullDevice>());
-  EXPECT_EQ(st.code(), ErrorCode::kUnsupported);
-  EXPECT_NE(st.message().find("tp 2"), std::string::npos) << st.message();
+  EXPECT_EQ(st.code(), ErrorCode::kInvalidArgument);
+  EXPECT_NE(st.message().find("2 ranks"), std::string::npos) << st.message();
+  std::vector<std::unique_ptr<DeviceForward>> one;
+  one.push_back(std::make_unique<NullDevice>());
+  EXPECT_FALSE((*g)->set_device_forwards(std::move(one)).is_ok());
+  std::vector<std::unique_ptr<DeviceForward>> two;
+  two.push_back(std::make_unique<NullDevice>());
+  two.push_back(std::make_unique<NullDevice>());
+  EXPECT_TRUE((*g)->set_device_forwards(std::move(two)).is_ok());
 }
 
 }  // namespace

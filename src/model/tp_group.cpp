@@ -41,17 +41,18 @@ Status TpModelGroup::forward(const ForwardBatch& batch, ForwardOutput* out, cons
   // Validate once up front: a rank that refused a batch would leave the others waiting in a
   // collective forever.
   for (int r = 0; r < size(); ++r) PDS_RETURN_IF_ERROR(models_[r]->validate(batch, ModelCaches{kv_[r].get(), state_[r].get()}));
-  if (device_) return device_->forward(batch, out);
+  const bool device = !devices_.empty();
+  if (device && size() == 1) return devices_[0]->forward(batch, out);
+  auto run_rank = [&](int r, ForwardOutput* o) {
+    if (device) return devices_[r]->forward(batch, o);
+    ModelCaches c{kv_[r].get(), state_[r].get()};
+    return models_[r]->forward(batch, c, o, opts);
+  };
   std::vector<Status> st(size());
   std::vector<ForwardOutput> outs(size());
   std::vector<std::thread> threads;
-  for (int r = 1; r < size(); ++r)
-    threads.emplace_back([&, r] {
-      ModelCaches c{kv_[r].get(), state_[r].get()};
-      st[r] = models_[r]->forward(batch, c, &outs[r], opts);
-    });
-  ModelCaches c0{kv_[0].get(), state_[0].get()};
-  st[0] = models_[0]->forward(batch, c0, out, opts);
+  for (int r = 1; r < size(); ++r) threads.emplace_back([&, r] { st[r] = run_rank(r, &outs[r]); });
+  st[0] = run_rank(0, out);
   for (auto& t : threads) t.join();
   for (const Status& s : st) PDS_RETURN_IF_ERROR(s);
   return Status::ok();
@@ -59,8 +60,18 @@ Status TpModelGroup::forward(const ForwardBatch& batch, ForwardOutput* out, cons
 
 Status TpModelGroup::set_device_forward(std::unique_ptr<DeviceForward> device) {
   if (size() > 1)
-    return unsupported("device forward: tensor parallelism (tp " + std::to_string(size()) + ") is not supported on the device yet; use --tp 1");
-  device_ = std::move(device);
+    return invalid_argument("device forward: a group of " + std::to_string(size()) + " ranks needs one device forward per rank");
+  devices_.clear();
+  devices_.push_back(std::move(device));
+  return Status::ok();
+}
+
+Status TpModelGroup::set_device_forwards(std::vector<std::unique_ptr<DeviceForward>> devices) {
+  if (static_cast<int>(devices.size()) != size())
+    return invalid_argument("device forward: " + std::to_string(devices.size()) + " device forwards for " + std::to_string(size()) + " ranks");
+  for (const auto& d : devices)
+    if (!d) return invalid_argument("device forward: a rank without a device forward");
+  devices_ = std::move(devices);
   return Status::ok();
 }
 

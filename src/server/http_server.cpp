@@ -51,7 +51,7 @@ Result<std::unique_ptr<HttpServer>> HttpServer::create(ServeConfig cfg, Transpor
   if (cfg.device == "cuda" && cfg.role != ServerRole::kUnified)
     return unsupported(std::string("--device cuda: the ") + server_role_name(cfg.role) +
                        " role is not supported on the GPU yet (the KV transfer moves host pools only); use pdserve serve");
-  if (cfg.device == "cuda" && cfg.tp != 1) return unsupported("--device cuda: tensor parallelism is not supported on the GPU yet; use --tp 1");
+  if (cfg.device == "cuda") PDS_RETURN_IF_ERROR(check_cuda_devices(cfg.tp));  // before loading any weights
   PDS_ASSIGN_OR_RETURN(std::unique_ptr<TpModelGroup> group, TpModelGroup::load_models(cfg.model_dir, cfg.tp));
   PDS_ASSIGN_OR_RETURN(tokenizer::Tokenizer tok, tokenizer::Tokenizer::load(cfg.model_dir));
   std::unique_ptr<HttpServer> s(new HttpServer());
@@ -61,9 +61,11 @@ Result<std::unique_ptr<HttpServer>> HttpServer::create(ServeConfig cfg, Transpor
   if (cfg.device == "cuda") {
     // Device pools of the geometry the engine gave the host pools (which keep the accounting).
     TpModelGroup& g = s->engine_->group();
-    PDS_ASSIGN_OR_RETURN(auto dev, make_cuda_forward(g.model_ptr(0), g.kv(0).num_pages(), g.kv(0).page_size(), g.state(0).num_slots()));
-    spdlog::info("device: {}", dev->describe());
-    PDS_RETURN_IF_ERROR(g.set_device_forward(std::move(dev)));
+    std::vector<std::shared_ptr<const Model>> shards;
+    for (int r = 0; r < g.size(); ++r) shards.push_back(g.model_ptr(r));
+    PDS_ASSIGN_OR_RETURN(auto devs, make_cuda_tp_forwards(shards, g.kv(0).num_pages(), g.kv(0).page_size(), g.state(0).num_slots()));
+    for (const auto& d : devs) spdlog::info("device: {}", d->describe());
+    PDS_RETURN_IF_ERROR(g.set_device_forwards(std::move(devs)));
   }
   if (cfg.role != ServerRole::kUnified) {
     PDS_ASSIGN_OR_RETURN(s->transport_choice_, choose_transport(cfg.disagg.transfer_backend));

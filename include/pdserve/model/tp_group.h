@@ -41,17 +41,19 @@ class TpModelGroup {
   const Model& model(int rank) const { return *models_[rank]; }
   std::shared_ptr<const Model> model_ptr(int rank) const { return models_[rank]; }
 
-  // Hands the forward to a device backend (its pools must have this group's geometry).
-  // One rank only for now: a group of several ranks refuses it.
+  // Hands the forward to a device backend (its pools must have this group's geometry): one
+  // DeviceForward for a one-rank group, or one per rank (rank r's at index r), which then run
+  // in the rank threads exactly as the CPU ranks do.
   Status set_device_forward(std::unique_ptr<DeviceForward> device);
-  const DeviceForward* device_forward() const { return device_.get(); }
+  Status set_device_forwards(std::vector<std::unique_ptr<DeviceForward>> devices);
+  const DeviceForward* device_forward() const { return devices_.empty() ? nullptr : devices_[0].get(); }
 
  private:
   std::vector<std::unique_ptr<Communicator>> comms_;
   std::vector<std::shared_ptr<const Model>> models_;
   std::vector<std::unique_ptr<MlaKvPool>> kv_;
   std::vector<std::unique_ptr<KdaStatePool>> state_;
-  std::unique_ptr<DeviceForward> device_;
+  std::vector<std::unique_ptr<DeviceForward>> devices_;
 };
 
 }  // namespace pdserve

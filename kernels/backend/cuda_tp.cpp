@@ -1,0 +1,42 @@
+// make_cuda_tp_forwards: one CudaModel per tensor-parallel rank, rank r on device r, joined
+// by an NCCL group of threads of this process.
+#include <cuda_runtime.h>
+
+#include "backend/cuda_model.h"
+#include "common/cuda_check.h"
+#include "nccl/device_comm.h"
+
+namespace pdserve {
+
+Status check_cuda_devices(int tp) {
+  int devices = 0;
+  if (cudaGetDeviceCount(&devices) != cudaSuccess) devices = 0;
+  if (devices < tp)
+    return invalid_argument("--device cuda --tp " + std::to_string(tp) + " needs " + std::to_string(tp) +
+                            " GPUs (one per rank), this machine has " + std::to_string(devices));
+  return Status::ok();
+}
+
+Result<std::vector<std::unique_ptr<DeviceForward>>> make_cuda_tp_forwards(const std::vector<std::shared_ptr<const Model>>& shards,
+                                                                          int64_t num_pages, int64_t page_size, int64_t num_slots) {
+  const int size = static_cast<int>(shards.size());
+  if (size < 1) return invalid_argument("cuda backend: no shards");
+  PDS_RETURN_IF_ERROR(check_cuda_devices(size));
+  std::vector<std::unique_ptr<DeviceForward>> out;
+  if (size == 1) {
+    PDS_ASSIGN_OR_RETURN(auto m, cuda::CudaModel::create(shards[0], num_pages, page_size, num_slots));
+    out.push_back(std::move(m));
+    return out;
+  }
+  for (int r = 0; r < size; ++r)
+    if (!shards[r] || shards[r]->shard().rank != r || shards[r]->shard().size != size)
+      return invalid_argument("cuda backend: shard " + std::to_string(r) + " is not rank " + std::to_string(r) + " of " + std::to_string(size));
+  PDS_ASSIGN_OR_RETURN(auto comms, cuda::make_nccl_group(size));
+  for (int r = 0; r < size; ++r) {
+    PDS_ASSIGN_OR_RETURN(auto m, cuda::CudaModel::create(shards[r], num_pages, page_size, num_slots, r, std::move(comms[r])));
+    out.push_back(std::move(m));
+  }
+  return out;
+}
+
+}  // namespace pdserve

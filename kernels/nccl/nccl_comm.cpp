@@ -1,0 +1,150 @@
+// DeviceCommunicator over NCCL, with libnccl.so.2 opened at first use (device_comm.h says why).
+#include <dlfcn.h>
+#include <nccl.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <type_traits>
+
+#include "common/cuda_check.h"
+#include "nccl/device_comm.h"
+
+namespace pdserve::cuda {
+
+namespace {
+
+// The few entry points we call, resolved from the loaded library.
+struct NcclApi {
+  decltype(&ncclGetVersion) get_version = nullptr;
+  decltype(&ncclGetUniqueId) get_unique_id = nullptr;
+  decltype(&ncclCommInitRank) comm_init_rank = nullptr;
+  decltype(&ncclCommAbort) comm_abort = nullptr;
+  decltype(&ncclAllReduce) all_reduce = nullptr;
+  decltype(&ncclAllGather) all_gather = nullptr;
+  decltype(&ncclGetErrorString) error_string = nullptr;
+  std::string path;
+  std::string error;  // why loading failed; empty when loaded
+};
+
+const NcclApi& api() {
+  static NcclApi a = [] {
+    NcclApi r;
+    // PDSERVE_NCCL_LIBRARY names the file; otherwise the loader's search (LD_LIBRARY_PATH).
+    const char* env = std::getenv("PDSERVE_NCCL_LIBRARY");
+    r.path = env && *env ? env : "libnccl.so.2";
+    void* h = dlopen(r.path.c_str(), RTLD_NOW | RTLD_GLOBAL);
+    if (!h) {
+      const char* e = dlerror();
+      r.error = "cannot load NCCL (" + r.path + "): " + (e ? e : "unknown error") +
+                "; put libnccl.so.2 on LD_LIBRARY_PATH or set PDSERVE_NCCL_LIBRARY";
+      return r;
+    }
+    auto sym = [&](const char* name, auto* fn) {
+      *fn = reinterpret_cast<std::remove_reference_t<decltype(*fn)>>(dlsym(h, name));
+      if (!*fn && r.error.empty()) r.error = std::string("NCCL library ") + r.path + " lacks " + name;
+    };
+    sym("ncclGetVersion", &r.get_version);
+    sym("ncclGetUniqueId", &r.get_unique_id);
+    sym("ncclCommInitRank", &r.comm_init_rank);
+    sym("ncclCommAbort", &r.comm_abort);
+    sym("ncclAllReduce", &r.all_reduce);
+    sym("ncclAllGather", &r.all_gather);
+    sym("ncclGetErrorString", &r.error_string);
+    return r;
+  }();
+  return a;
+}
+
+Status loaded() {
+  if (!api().error.empty()) return unsupported(api().error);
+  return Status::ok();
+}
+
+Status nccl_status(ncclResult_t r, const char* what) {
+  if (r == ncclSuccess) return Status::ok();
+  return internal_error(std::string(what) + ": " + api().error_string(r));
+}
+
+class NcclCommunicator final : public DeviceCommunicator {
+ public:
+  NcclCommunicator(ncclComm_t comm, int rank, int size, int device) : comm_(comm), rank_(rank), size_(size), device_(device) {}
+  // Abort, not Destroy: the owners are torn down one after another on one thread, and a
+  // destroy that waits for the other ranks would then hang. Nothing is in flight by now
+  // (every forward ends with a stream synchronisation).
+  ~NcclCommunicator() override {
+    if (!comm_) return;
+    cudaSetDevice(device_);
+    api().comm_abort(comm_);
+  }
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  int device() const override { return device_; }
+  Status all_reduce_sum(float* data, int64_t n, cudaStream_t stream) override {
+    if (n <= 0) return Status::ok();
+    return nccl_status(api().all_reduce(data, data, static_cast<size_t>(n), ncclFloat32, ncclSum, comm_, stream), "ncclAllReduce");
+  }
+  Status all_gather(const float* in, int64_t n, float* out, cudaStream_t stream) override {
+    if (n <= 0) return Status::ok();
+    return nccl_status(api().all_gather(in, out, static_cast<size_t>(n), ncclFloat32, comm_, stream), "ncclAllGather");
+  }
+
+ private:
+  ncclComm_t comm_;
+  int rank_, size_, device_;
+};
+
+}  // namespace
+
+std::string nccl_describe() {
+  if (!api().error.empty()) return api().error;
+  int v = 0;
+  api().get_version(&v);
+  // Codes since 2.9: major*10000 + minor*100 + patch.
+  return "NCCL " + std::to_string(v / 10000) + "." + std::to_string(v / 100 % 100) + "." + std::to_string(v % 100) + " from " + api().path;
+}
+
+Result<std::vector<uint8_t>> nccl_unique_id() {
+  PDS_RETURN_IF_ERROR(loaded());
+  ncclUniqueId id;
+  PDS_RETURN_IF_ERROR(nccl_status(api().get_unique_id(&id), "ncclGetUniqueId"));
+  return std::vector<uint8_t>(reinterpret_cast<const uint8_t*>(id.internal), reinterpret_cast<const uint8_t*>(id.internal) + sizeof(id.internal));
+}
+
+Result<std::unique_ptr<DeviceCommunicator>> nccl_join(int rank, int size, const std::vector<uint8_t>& id, int device) {
+  PDS_RETURN_IF_ERROR(loaded());
+  if (size < 1 || rank < 0 || rank >= size) return invalid_argument("nccl: rank " + std::to_string(rank) + " of " + std::to_string(size));
+  ncclUniqueId uid;
+  if (id.size() != sizeof(uid.internal)) return invalid_argument("nccl: the unique id must be " + std::to_string(sizeof(uid.internal)) + " bytes");
+  std::memcpy(uid.internal, id.data(), id.size());
+  PDS_RETURN_IF_ERROR(cuda_status(cudaSetDevice(device), "cudaSetDevice"));
+  ncclComm_t comm = nullptr;
+  PDS_RETURN_IF_ERROR(nccl_status(api().comm_init_rank(&comm, size, uid, rank), "ncclCommInitRank"));
+  return std::unique_ptr<DeviceCommunicator>(new NcclCommunicator(comm, rank, size, device));
+}
+
+Result<std::vector<std::unique_ptr<DeviceCommunicator>>> make_nccl_group(int size) {
+  PDS_ASSIGN_OR_RETURN(std::vector<uint8_t> id, nccl_unique_id());
+  int devices = 0;
+  PDS_RETURN_IF_ERROR(cuda_status(cudaGetDeviceCount(&devices), "cudaGetDeviceCount"));
+  if (devices < size)
+    return invalid_argument("tensor parallelism " + std::to_string(size) + " needs " + std::to_string(size) + " GPUs, this machine has " +
+                            std::to_string(devices));
+  // ncclCommInitRank blocks until every rank joined: one thread per rank.
+  std::vector<Status> st(size);
+  std::vector<std::unique_ptr<DeviceCommunicator>> out(size);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < size; ++r)
+    threads.emplace_back([&, r] {
+      auto j = nccl_join(r, size, id, r);
+      if (j.is_ok()) out[r] = std::move(j).value();
+      else st[r] = j.status();
+    });
+  for (auto& t : threads) t.join();
+  for (const Status& s : st) PDS_RETURN_IF_ERROR(s);
+  return out;
+}
+
+}  // namespace pdserve::cuda

@@ -1,0 +1,153 @@
+#include "pdserve/transfer/rank_bootstrap.h"
+
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstring>
+#include <random>
+#include <set>
+#include <thread>
+
+#include "pdserve/core/sha256.h"
+#include "socket_io.h"
+
+namespace pdserve::transfer {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+constexpr size_t kNonce = 16;
+constexpr size_t kMac = 32;
+constexpr uint32_t kMaxId = 4096;
+
+std::string random_bytes(size_t n) {
+  std::random_device rd;
+  std::string s(n, '\0');
+  for (auto& c : s) c = static_cast<char>(rd() & 0xff);
+  return s;
+}
+
+std::string u32_le(uint32_t v) {
+  std::string s(4, '\0');
+  for (int i = 0; i < 4; ++i) s[i] = static_cast<char>((v >> (8 * i)) & 0xff);
+  return s;
+}
+
+uint32_t read_u32_le(const std::string& s) {
+  uint32_t v = 0;
+  for (int i = 0; i < 4; ++i) v |= static_cast<uint32_t>(static_cast<uint8_t>(s[i])) << (8 * i);
+  return v;
+}
+
+// Without a secret the MAC is all zeros and nobody checks it.
+std::string mac(const std::string& secret, const std::string& message) {
+  if (secret.empty()) return std::string(kMac, '\0');
+  Sha256Digest d = hmac_sha256(secret, message);
+  return std::string(reinterpret_cast<const char*>(d.data()), d.size());
+}
+
+Status send_str(int fd, const std::string& s) {
+  iovec v{const_cast<char*>(s.data()), s.size()};
+  return net::send_all(fd, &v, 1);
+}
+
+Result<std::string> recv_str(int fd, size_t n) {
+  std::string s(n, '\0');
+  bool idle = false;
+  PDS_RETURN_IF_ERROR(net::recv_exact_once(fd, s.data(), n, false, &idle));
+  return s;
+}
+
+std::chrono::milliseconds left(Clock::time_point deadline) {
+  auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+  return std::max(ms, std::chrono::milliseconds(1));
+}
+
+}  // namespace
+
+Result<std::unique_ptr<RankBootstrapServer>> RankBootstrapServer::listen(const std::string& host, uint16_t port, RankBootstrapConfig cfg) {
+  if (cfg.world_size < 1) return invalid_argument("rank bootstrap: world size must be at least 1");
+  std::unique_ptr<RankBootstrapServer> s(new RankBootstrapServer());
+  PDS_ASSIGN_OR_RETURN(net::Fd fd, net::listen_tcp(host, port, &s->port_));
+  s->fd_ = fd.release();
+  s->cfg_ = std::move(cfg);
+  return s;
+}
+
+RankBootstrapServer::~RankBootstrapServer() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+Status RankBootstrapServer::serve(const std::vector<uint8_t>& id) {
+  if (id.empty() || id.size() > kMaxId) return invalid_argument("rank bootstrap: bad id size");
+  const std::string id_str(id.begin(), id.end());
+  const auto deadline = Clock::now() + cfg_.timeout;
+  std::set<int> served;
+  while (static_cast<int>(served.size()) < cfg_.world_size - 1) {
+    pollfd p{fd_, POLLIN, 0};
+    const int rc = ::poll(&p, 1, static_cast<int>(left(deadline).count()));
+    if (rc == 0 || Clock::now() >= deadline)
+      return Status(ErrorCode::kDeadlineExceeded, "rank bootstrap: " + std::to_string(served.size()) + " of " +
+                                                      std::to_string(cfg_.world_size - 1) + " ranks joined before the timeout");
+    if (rc < 0) continue;  // EINTR
+    net::Fd conn(::accept4(fd_, nullptr, nullptr, SOCK_CLOEXEC));
+    if (!conn.valid()) continue;
+    // One peer at a time: a stalled one costs at most a few seconds of the budget.
+    if (!net::tune(conn.get(), std::min(left(deadline), std::chrono::milliseconds(5000))).is_ok()) continue;
+    const std::string ns = random_bytes(kNonce);
+    if (!send_str(conn.get(), ns).is_ok()) continue;
+    auto hello = recv_str(conn.get(), 4 + kNonce + kMac);
+    if (!hello.is_ok()) continue;
+    const uint32_t rank = read_u32_le(*hello);
+    const std::string nc = hello->substr(4, kNonce), mac_c = hello->substr(4 + kNonce);
+    const bool mac_ok = cfg_.secret.empty() || constant_time_equal(mac_c, mac(cfg_.secret, "pdserve-rank-join" + ns + nc + u32_le(rank)));
+    const bool rank_ok = rank >= 1 && rank < static_cast<uint32_t>(cfg_.world_size) && !served.count(static_cast<int>(rank));
+    if (!mac_ok || !rank_ok) {
+      ++refused_;
+      (void)send_str(conn.get(), std::string(1, '\1'));
+      continue;
+    }
+    const std::string answer = std::string(1, '\0') + u32_le(static_cast<uint32_t>(id_str.size())) + id_str +
+                               mac(cfg_.secret, "pdserve-rank-id" + nc + ns + id_str);
+    if (send_str(conn.get(), answer).is_ok()) served.insert(static_cast<int>(rank));
+  }
+  return Status::ok();
+}
+
+Result<std::vector<uint8_t>> fetch_rank_id(const std::string& host, uint16_t port, int rank, const RankBootstrapConfig& cfg) {
+  if (rank < 1) return invalid_argument("rank bootstrap: only ranks >= 1 fetch the id (rank 0 makes it)");
+  const std::string where = host + ":" + std::to_string(port);
+  const auto deadline = Clock::now() + cfg.timeout;
+  Status last = Status::ok();
+  while (Clock::now() < deadline) {
+    auto conn = net::connect_tcp(host, port, left(deadline));
+    if (!conn.is_ok()) {
+      last = conn.status();
+      std::this_thread::sleep_for(std::min(left(deadline), std::chrono::milliseconds(100)));  // rank 0 may not listen yet
+      continue;
+    }
+    const int fd = conn->get();
+    PDS_RETURN_IF_ERROR(net::tune(fd, left(deadline)));
+    PDS_ASSIGN_OR_RETURN(std::string ns, recv_str(fd, kNonce));
+    const std::string nc = random_bytes(kNonce);
+    PDS_RETURN_IF_ERROR(send_str(fd, u32_le(static_cast<uint32_t>(rank)) + nc + mac(cfg.secret, "pdserve-rank-join" + ns + nc + u32_le(rank))));
+    PDS_ASSIGN_OR_RETURN(std::string verdict, recv_str(fd, 1));
+    if (verdict[0] != '\0')
+      return invalid_argument("rank bootstrap: rank 0 at " + where + " refused rank " + std::to_string(rank) +
+                              " (a different cluster secret, or the rank is taken or out of range)");
+    PDS_ASSIGN_OR_RETURN(std::string len, recv_str(fd, 4));
+    const uint32_t n = read_u32_le(len);
+    if (n == 0 || n > kMaxId) return Status(ErrorCode::kDataLoss, "rank bootstrap: bad id length from " + where);
+    PDS_ASSIGN_OR_RETURN(std::string id, recv_str(fd, n));
+    PDS_ASSIGN_OR_RETURN(std::string mac_s, recv_str(fd, kMac));
+    if (!cfg.secret.empty() && !constant_time_equal(mac_s, mac(cfg.secret, "pdserve-rank-id" + nc + ns + id)))
+      return invalid_argument("rank bootstrap: the answer from " + where + " fails authentication (it holds a different cluster secret)");
+    return std::vector<uint8_t>(id.begin(), id.end());
+  }
+  return Status(ErrorCode::kDeadlineExceeded, "rank bootstrap: rank 0 at " + where + " did not answer in time" +
+                                                  (last.is_ok() ? std::string() : ": " + last.message()));
+}
+
+}  // namespace pdserve::transfer
