@@ -103,6 +103,7 @@ Result<T*> CudaModel::upload_scratch(int slot, const std::vector<T>& v) {
 // Explicit instantiations for cuda_layers.cpp.
 template Result<float*> CudaModel::scratch<float>(int, size_t);
 template Result<int32_t*> CudaModel::scratch<int32_t>(int, size_t);
+template Result<int32_t*> CudaModel::upload_scratch<int32_t>(int, const std::vector<int32_t>&);
 
 // The same checks as Model::validate, against the device pools' geometry: a bad batch is an
 // error before anything is touched.

@@ -23,7 +23,7 @@ enum ScratchSlot : int {
   kIds, kEntry, kCtxLen, kPageTable, kRows,
   kX, kNormed, kBlockOut, kMixed, kBank, kHead, kLogits,
   kMlaQa, kMlaQ, kMlaLat, kMlaRot, kMlaQLat, kMlaQRot, kMlaOLat, kMlaAttn, kMlaGate,
-  kKdaQ, kKdaK, kKdaV, kKdaQc, kKdaKc, kKdaVc, kKdaFa, kKdaF, kKdaG, kKdaBeta, kKdaGo, kKdaGa, kKdaO,
+  kKdaQ, kKdaK, kKdaV, kKdaQc, kKdaKc, kKdaVc, kKdaFa, kKdaF, kKdaG, kKdaBeta, kKdaGo, kKdaGa, kKdaO, kKdaSlots,
   kMlpGate, kMlpUp,
   kMoeLogits, kMoeIds, kMoeWeights, kMoeXl, kMoeOffsets, kMoeSorted, kMoePairRow, kMoeXSorted, kMoeAct, kMoeOut, kMoeY,
   kMoeShared,
