@@ -128,7 +128,8 @@ void check_rdma_nics(const std::vector<std::string>& nics, PreflightReport* r) {
   if (!parsed.is_ok()) return r->problems.push_back("RDMA_NICS: " + parsed.status().message());
   if (parsed->empty()) return r->notes.push_back("rdma: RDMA_NICS is empty (TCP transfer); " + rdma::describe_devices(here));
   const std::vector<rdma::PortReport> reports = rdma::probe_nics(*parsed, rdma::kAutoGidIndex);
-  for (const auto& rep : reports) r->notes.push_back("rdma: " + rep.describe(here));
+  for (const auto& rep : reports)
+    if (rep.usable()) r->notes.push_back("rdma: " + rep.describe(here));  // the others are problems, below
   for (auto& p : rdma::nic_problems(reports, here)) r->problems.push_back(p);
 }
 

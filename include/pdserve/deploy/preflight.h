@@ -30,8 +30,8 @@ PreflightReport run_preflight(const Topology& t, const PreflightOptions& opt);
 std::vector<std::string> model_dir_problems(const std::string& dir);
 // kUnavailable naming the port when something already listens on host:port.
 Status check_port_free(const std::string& host, int port, const std::string& key);
-// RDMA_NICS on this node: one note per NIC (or "none configured" and the device list), one
-// problem per NIC that is missing, has no active port or no usable GID.
+// RDMA_NICS on this node: a note per usable NIC (state, link layer, GID) or "empty" and the
+// device list; a problem per NIC that is missing, has no active port or no usable GID.
 void check_rdma_nics(const std::vector<std::string>& nics, PreflightReport* r);
 
 }  // namespace pdserve::deploy

@@ -21,7 +21,9 @@ DeviceListPtr get_list(int* n, std::string* error) {
   DeviceListPtr l(ibv_get_device_list(n));
   if (!l) {
     *n = 0;
-    *error = std::string("ibv_get_device_list failed: ") + std::strerror(errno ? errno : ENODEV);
+    const int err = errno ? errno : ENODEV;
+    *error = err == ENOSYS ? "this kernel has no RDMA support: ibv_get_device_list: ENOSYS"
+                           : std::string("ibv_get_device_list failed: ") + std::strerror(err);
   }
   return l;
 }
