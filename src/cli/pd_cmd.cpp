@@ -15,6 +15,10 @@ void add_disagg_options(CLI::App* cmd, const std::shared_ptr<server::ServeConfig
   cmd->add_option("--heartbeat-misses", d.heartbeat_misses, "Missed heartbeats before a prefill's rooms fail")->capture_default_str();
   cmd->add_option("--transfer-backend", d.transfer_backend, "tcp, rdma (never falls back) or auto (says what it chose)")
       ->capture_default_str();
+  cmd->add_option("--rdma-nics", d.rdma_nics, "RDMA NICs for the transfer (mlx5_0,mlx5_1 or mlx5_0:2; see docs/operations.md)")
+      ->delimiter(',');
+  cmd->add_option("--rdma-gid-index", d.rdma_gid_index, "GID index on every RDMA NIC (-1: prefer RoCE v2 IPv4-mapped)")
+      ->capture_default_str();
   cmd->add_option("--cluster-secret-file", d.cluster_secret_file,
                   "File holding the shared secret that authenticates bootstrap requests and transfer connections "
                   "(mode 600; the same on every prefill and decode; unset: no authentication)");

@@ -126,6 +126,7 @@ int run_server_with_config(const CLI::App& cmd, server::ServeConfig cfg, const s
       f.port = &cfg.port;
       f.tp = &cfg.tp;
       f.cluster_secret_file = &cfg.disagg.cluster_secret_file;
+      f.rdma_nics = &cfg.disagg.rdma_nics;
       if (cfg.role == server::ServerRole::kPrefill) f.bootstrap_port = &cfg.disagg.bootstrap_port;
     }
     if (Status st = apply_topology_to_runtime(cmd, config_path, role, f); !st.is_ok()) {

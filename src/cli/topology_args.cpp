@@ -32,6 +32,7 @@ Status apply_topology_to_runtime(const CLI::App& cmd, const std::string& path, s
     set("--tp", f.tp, side->tp);
     if (*role == deploy::Role::kPrefill) set("--bootstrap-port", f.bootstrap_port, t.bootstrap_port);
     if (!t.cluster_secret_file.empty()) set("--cluster-secret-file", f.cluster_secret_file, t.cluster_secret_file);
+    if (!t.rdma_nics.empty()) set("--rdma-nics", f.rdma_nics, t.rdma_nics);
   }
   return Status::ok();
 }

@@ -5,6 +5,7 @@
 #include <CLI/CLI.hpp>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "pdserve/core/status.h"
 #include "pdserve/deploy/topology.h"
@@ -21,6 +22,7 @@ struct RoleFields {
   int* tp = nullptr;                 // <SIDE>_TP         (--tp)
   runtime::RuntimeConfig* runtime = nullptr;  // <SIDE>_PAGE_SIZE, CHUNK_SIZE, <SIDE>_MAX_RUNNING
   std::string* cluster_secret_file = nullptr;  // CLUSTER_SECRET_FILE (--cluster-secret-file), roles only
+  std::vector<std::string>* rdma_nics = nullptr;  // RDMA_NICS (--rdma-nics), roles only
 };
 
 // Adds `--config FILE` to a subcommand.

@@ -17,6 +17,7 @@
 #include "pdserve/core/json_util.h"
 #include "pdserve/model/config.h"
 #include "pdserve/model/safetensors.h"
+#include "pdserve/transfer/rdma/nic_probe.h"
 
 namespace pdserve::deploy {
 namespace {
@@ -119,6 +120,19 @@ Status check_port_free(const std::string& host, int port, const std::string& key
   return st;
 }
 
+void check_rdma_nics(const std::vector<std::string>& nics, PreflightReport* r) {
+  namespace rdma = transfer::rdma;
+  ++r->checks;
+  const rdma::DeviceList here = rdma::list_devices();
+  auto parsed = rdma::parse_nic_list(nics);
+  if (!parsed.is_ok()) return r->problems.push_back("RDMA_NICS: " + parsed.status().message());
+  if (parsed->empty()) return r->notes.push_back("rdma: RDMA_NICS is empty (TCP transfer); " + rdma::describe_devices(here));
+  const std::vector<rdma::PortReport> reports = rdma::probe_nics(*parsed, rdma::kAutoGidIndex);
+  for (const auto& rep : reports)
+    if (rep.usable()) r->notes.push_back("rdma: " + rep.describe(here));  // the others are problems, below
+  for (auto& p : rdma::nic_problems(reports, here)) r->problems.push_back(p);
+}
+
 PreflightReport run_preflight(const Topology& t, const PreflightOptions& opt) {
   PreflightReport r;
   r.problems = topology_problems(t);
@@ -156,6 +170,7 @@ PreflightReport run_preflight(const Topology& t, const PreflightOptions& opt) {
   if (runs_model) {
     ++r.checks;
     for (auto& p : model_dir_problems(t.model_path)) r.problems.push_back(p);
+    check_rdma_nics(t.rdma_nics, &r);
   }
   return r;
 }

@@ -1,5 +1,7 @@
 #include "pdserve/disagg/disagg_config.h"
 
+#include "pdserve/transfer/rdma/nic_config.h"
+
 namespace pdserve::disagg {
 
 Status DisaggConfig::validate() const {
@@ -16,6 +18,8 @@ Status DisaggConfig::validate() const {
   if (!(release_wait_s > 0)) return bad("release_wait_s", "must be positive");
   if (transfer_backend != "tcp" && transfer_backend != "rdma" && transfer_backend != "auto")
     return bad("transfer_backend", "must be tcp, rdma or auto (got '" + transfer_backend + "')");
+  if (auto nics = transfer::rdma::parse_nic_list(rdma_nics); !nics.is_ok()) return bad("rdma_nics", nics.status().message());
+  if (rdma_gid_index < -1 || rdma_gid_index > 255) return bad("rdma_gid_index", "must be -1 (automatic) or 0..255");
   for (const std::string& p : prefill_peers) {
     const size_t colon = p.rfind(':');
     if (colon == std::string::npos || colon == 0 || colon + 1 == p.size() ||
@@ -40,6 +44,8 @@ Json DisaggConfig::to_json() const {
               {"checksum", checksum},
               {"transfer_backend", transfer_backend},
               {"prefill_peers", prefill_peers},
+              {"rdma_nics", rdma_nics},
+              {"rdma_gid_index", rdma_gid_index},
 
               {"cluster_secret_file", cluster_secret_file},
               {"authenticated", !cluster_secret.empty()}};

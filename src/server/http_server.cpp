@@ -13,6 +13,7 @@
 #include "handlers.h"
 #include "pdserve/core/secret_file.h"
 #include "pdserve/transfer/tcp_transport.h"
+#include "transport_choice.h"
 
 namespace pdserve::server {
 
@@ -27,20 +28,6 @@ void refuse_room(disagg::DecodeCoordinator& decode, const std::string& body, con
   const int64_t port = j["bootstrap_port"].get<int64_t>();
   if (port < 1 || port > 65535) return;
   decode.refuse(j["bootstrap_host"].get<std::string>(), static_cast<int>(port), j["bootstrap_room"].get<uint64_t>(), why);
-}
-
-// The transport policy: rdma never falls back; auto says what it chose and why.
-Result<std::string> choose_transport(const std::string& backend) {
-  std::vector<std::string> devices;
-  std::error_code ec;
-  for (const auto& e : std::filesystem::directory_iterator("/sys/class/infiniband", ec)) devices.push_back(e.path().filename());
-  std::string seen = devices.empty() ? "no RDMA devices in /sys/class/infiniband" : std::to_string(devices.size()) + " RDMA device(s):";
-  for (const auto& d : devices) seen += " " + d;
-  if (backend == "rdma")
-    return Status(ErrorCode::kUnsupported, "--transfer-backend rdma: this build has no RDMA transport yet (" + seen +
-                                               "); pdserve never falls back to TCP on its own: pass --transfer-backend tcp to choose it");
-  if (backend == "tcp") return std::string("tcp (asked for; ") + seen + ")";
-  return std::string("tcp (auto: this build has no RDMA transport; ") + seen + ")";
 }
 
 Result<std::unique_ptr<HttpServer>> HttpServer::create(ServeConfig cfg, TransportFactory make_transport) {
@@ -68,8 +55,12 @@ Result<std::unique_ptr<HttpServer>> HttpServer::create(ServeConfig cfg, Transpor
     PDS_RETURN_IF_ERROR(g.set_device_forwards(std::move(devs)));
   }
   if (cfg.role != ServerRole::kUnified) {
-    PDS_ASSIGN_OR_RETURN(s->transport_choice_, choose_transport(cfg.disagg.transfer_backend));
+    PDS_ASSIGN_OR_RETURN(TransportChoice choice, choose_transport(cfg.disagg));
+    s->transport_choice_ = choice.reason;
+    s->transport_rdma_ = std::move(choice.rdma);
     spdlog::info("transfer backend: {}", s->transport_choice_);
+    // The policy picks rdma only once kRdmaDataPathBuilt is true; until then this is tcp.
+    if (choice.backend != "tcp") return internal_error("transport policy chose " + choice.backend + ", which this build cannot create");
     if (!cfg.disagg.cluster_secret_file.empty()) {
       PDS_ASSIGN_OR_RETURN(cfg.disagg.cluster_secret, read_secret_file(cfg.disagg.cluster_secret_file));
     }
@@ -202,7 +193,10 @@ void HttpServer::install_routes() {
     info["parallelism"] = {{"tp", cfg_.tp}, {"pp", 1}, {"dp", 1}, {"ep", cfg_.tp}};
     if (prefill_) info["disaggregation"] = prefill_->info();
     if (decode_) info["disaggregation"] = decode_->info();
-    if (prefill_ || decode_) info["disaggregation"]["transport_choice"] = transport_choice_;
+    if (prefill_ || decode_) {
+      info["disaggregation"]["transport_choice"] = transport_choice_;
+      info["disaggregation"]["rdma"] = transport_rdma_;
+    }
     info["model"] = {{"model_type", mc.model_type}, {"vocab_size", mc.vocab_size}, {"num_layers", mc.num_layers},
                      {"max_position_embeddings", mc.max_position_embeddings}};
     info["pools"] = {{"page_size", engine_->config().page_size},

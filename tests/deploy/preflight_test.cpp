@@ -116,6 +116,23 @@ TEST_F(Preflight, FindsPageSizeMismatchWithTheOtherProblems) {
   EXPECT_NE(r.problems[1].find("(ROUTER_PORT)"), std::string::npos);
 }
 
+TEST_F(Preflight, ReportsRdmaNicsAndNamesAMissingOne) {
+  Topology t = topo((dir_ / "m").string());
+  auto r = run_preflight(t, {});
+  ASSERT_FALSE(r.notes.empty());
+  EXPECT_EQ(r.notes.back().rfind("rdma: RDMA_NICS is empty (TCP transfer); ", 0), 0u) << r.notes.back();
+  t.rdma_nics = {"pdsnone_0", "pdsnone_1:2"};
+  r = run_preflight(t, {});
+  ASSERT_EQ(r.problems.size(), 2u);
+  EXPECT_EQ(r.problems[0].rfind("RDMA NIC pdsnone_0:1 not found (", 0), 0u) << r.problems[0];
+  EXPECT_EQ(r.problems[1].rfind("RDMA NIC pdsnone_1:2 not found (", 0), 0u) << r.problems[1];
+  EXPECT_TRUE(r.notes.empty());  // unusable NICs are problems, not notes
+  PreflightReport bad;
+  check_rdma_nics({"mlx5_0", "mlx5_0"}, &bad);
+  ASSERT_EQ(bad.problems.size(), 1u);
+  EXPECT_NE(bad.problems[0].find("listed twice"), std::string::npos);
+}
+
 TEST_F(Preflight, MissingModelDirectory) {
   auto r = run_preflight(topo("/nonexistent/model"), {});
   ASSERT_EQ(r.problems.size(), 1u);

@@ -96,10 +96,26 @@ TEST(TransportPolicy, RdmaNeverFallsBackAndAutoSaysWhatItChose) {
   ServeConfig bad = pd_config(ServerRole::kDecode, 1);
   bad.disagg.transfer_backend = "carrier-pigeon";
   EXPECT_NE(HttpServer::create(bad).status().message().find("transfer_backend"), std::string::npos);
-  LiveServer decode(pd_config(ServerRole::kDecode, 1));
-  const std::string choice = decode.info()["disaggregation"]["transport_choice"];
-  EXPECT_NE(choice.find("tcp (auto"), std::string::npos) << choice;
+  ServeConfig missing_nic = pd_config(ServerRole::kDecode, 1);
+  missing_nic.disagg.transfer_backend = "rdma";
+  missing_nic.disagg.rdma_nics = {"pdsnone_0"};
+  auto m = HttpServer::create(missing_nic);
+  ASSERT_FALSE(m.is_ok());
+  EXPECT_NE(m.status().message().find("pdsnone_0:1 not found"), std::string::npos) << m.status().message();
+  ServeConfig bad_nic = pd_config(ServerRole::kDecode, 1);
+  bad_nic.disagg.rdma_nics = {"mlx5_0;reboot"};
+  EXPECT_NE(HttpServer::create(bad_nic).status().message().find("rdma_nics"), std::string::npos);
+  ServeConfig auto_nic = pd_config(ServerRole::kDecode, 1);
+  auto_nic.disagg.rdma_nics = {"pdsnone_0"};
+  LiveServer decode(auto_nic);
+  const Json info = decode.info();
+  const std::string choice = info["disaggregation"]["transport_choice"];
+  EXPECT_NE(choice.find("tcp (auto: RDMA NIC pdsnone_0:1 not found"), std::string::npos) << choice;
   EXPECT_NE(choice.find("RDMA"), std::string::npos) << choice;
+  ASSERT_TRUE(info["disaggregation"]["rdma"].is_object()) << info.dump();
+  EXPECT_EQ(info["disaggregation"]["rdma"]["nics"].size(), 1u);
+  EXPECT_EQ(info["disaggregation"]["rdma"]["nics"][0]["usable"], false);
+  EXPECT_EQ(info["disagg"]["rdma_nics"], Json::array({"pdsnone_0"})) << info.dump();
 }
 
 }  // namespace

@@ -1,6 +1,6 @@
 // The checks `pdserve preflight` runs on one node before a deployment starts: the topology
 // (every rule at once), the model directory against its index, and the ports this node will
-// listen on. GPU, NIC, driver, NCCL and clock checks need the node's tools and live in
+// listen on, and the RDMA NICs of RDMA_NICS (device, port state, link layer, GID). GPU, driver, NCCL and clock checks need the node's tools and live in
 // scripts/deploy_pd.sh. Each problem is one line that says what to fix.
 #pragma once
 
@@ -20,6 +20,7 @@ struct PreflightOptions {
 
 struct PreflightReport {
   std::vector<std::string> problems;
+  std::vector<std::string> notes;  // what was found that is not a problem (each RDMA NIC's state)
   int checks = 0;
 };
 
@@ -29,5 +30,8 @@ PreflightReport run_preflight(const Topology& t, const PreflightOptions& opt);
 std::vector<std::string> model_dir_problems(const std::string& dir);
 // kUnavailable naming the port when something already listens on host:port.
 Status check_port_free(const std::string& host, int port, const std::string& key);
+// RDMA_NICS on this node: a note per usable NIC (state, link layer, GID) or "empty" and the
+// device list; a problem per NIC that is missing, has no active port or no usable GID.
+void check_rdma_nics(const std::vector<std::string>& nics, PreflightReport* r);
 
 }  // namespace pdserve::deploy

@@ -28,6 +28,10 @@ struct DisaggConfig {
   bool checksum = true;
   // "tcp", "rdma" or "auto". rdma never falls back; auto says at startup what it chose and why.
   std::string transfer_backend = "auto";
+  // RDMA NICs ("mlx5_0", "mlx5_1:2"; empty: none) and the GID index to use on them (-1: prefer
+  // RoCE v2 IPv4-mapped). Read by the transport policy (transfer/rdma/transport_policy.h).
+  std::vector<std::string> rdma_nics;
+  int rdma_gid_index = -1;
   // Decode: prefill bootstrap servers ("host:port") to handshake with and self-test a real
   // transfer against before /health says ok (so no user request pays for endpoint setup).
   std::vector<std::string> prefill_peers;

@@ -63,6 +63,7 @@ class HttpServer {
   std::unique_ptr<disagg::PrefillCoordinator> prefill_;
   std::unique_ptr<disagg::DecodeCoordinator> decode_;
   std::string transport_choice_;  // what the transport policy chose, and why
+  Json transport_rdma_;           // the RDMA NICs the policy saw (devices, state, link layer, GID)
   std::unique_ptr<net::HttpListener> http_;
   std::atomic<bool> stop_requested_{false}, run_called_{false}, run_returned_{false};
   std::shared_ptr<DrainState> drain_;
