@@ -64,6 +64,16 @@ Status TpModelGroup::set_device_forward(std::unique_ptr<DeviceForward> device) {
   return Status::ok();
 }
 
+Status TpModelGroup::cache_to_host(const CacheRegion& region) {
+  if (!device_ || (region.pages.empty() && region.slot < 0)) return Status::ok();
+  return device_->download(region, *kv_[0], *state_[0]);
+}
+
+Status TpModelGroup::cache_to_device(const CacheRegion& region) {
+  if (!device_ || (region.pages.empty() && region.slot < 0)) return Status::ok();
+  return device_->upload(region, *kv_[0], *state_[0]);
+}
+
 Result<std::vector<int32_t>> TpModelGroup::allocate_pages(int64_t n) {
   PDS_ASSIGN_OR_RETURN(auto pages, kv_[0]->allocate(n));
   for (int r = 1; r < size(); ++r) {

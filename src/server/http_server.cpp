@@ -41,14 +41,11 @@ Result<std::string> choose_transport(const std::string& backend) {
   return std::string("tcp (auto: this build has no RDMA transport; ") + seen + ")";
 }
 
-Result<std::unique_ptr<HttpServer>> HttpServer::create(ServeConfig cfg, TransportFactory make_transport) {
+Result<std::unique_ptr<HttpServer>> HttpServer::create(ServeConfig cfg, TransportFactory make_transport, DeviceFactory make_device) {
   PDS_RETURN_IF_ERROR(cfg.validate());
   if (cfg.served_model_name.empty())
     cfg.served_model_name = std::filesystem::path(cfg.model_dir).lexically_normal().filename().string();
   if (cfg.served_model_name.empty()) cfg.served_model_name = "pdserve";
-  if (cfg.device == "cuda" && cfg.role != ServerRole::kUnified)
-    return unsupported(std::string("--device cuda: the ") + server_role_name(cfg.role) +
-                       " role is not supported on the GPU yet (the KV transfer moves host pools only); use pdserve serve");
   if (cfg.device == "cuda" && cfg.tp != 1) return unsupported("--device cuda: tensor parallelism is not supported on the GPU yet; use --tp 1");
   PDS_ASSIGN_OR_RETURN(std::unique_ptr<TpModelGroup> group, TpModelGroup::load_models(cfg.model_dir, cfg.tp));
   PDS_ASSIGN_OR_RETURN(tokenizer::Tokenizer tok, tokenizer::Tokenizer::load(cfg.model_dir));
@@ -59,7 +56,15 @@ Result<std::unique_ptr<HttpServer>> HttpServer::create(ServeConfig cfg, Transpor
   if (cfg.device == "cuda") {
     // Device pools of the geometry the engine gave the host pools (which keep the accounting).
     TpModelGroup& g = s->engine_->group();
-    PDS_ASSIGN_OR_RETURN(auto dev, make_cuda_forward(g.model_ptr(0), g.kv(0).num_pages(), g.kv(0).page_size(), g.state(0).num_slots()));
+    // The roles keep their transfer on the host pools; the engine copies each request's cache
+    // between them and the device at the hand-over points (device_forward.h).
+    std::unique_ptr<DeviceForward> dev;
+    if (make_device) {
+      PDS_ASSIGN_OR_RETURN(dev, make_device(g, cfg));
+    } else {
+      PDS_ASSIGN_OR_RETURN(dev, make_cuda_forward(g.model_ptr(0), g.kv(0).num_pages(), g.kv(0).page_size(), g.state(0).num_slots(),
+                                                  CudaForwardOptions{cfg.cuda_graphs, g.kv(0).pages_for_tokens(cfg.runtime.max_model_len)}));
+    }
     spdlog::info("device: {}", dev->describe());
     PDS_RETURN_IF_ERROR(g.set_device_forward(std::move(dev)));
   }

@@ -45,6 +45,11 @@ class TpModelGroup {
   // One rank only for now: a group of several ranks refuses it.
   Status set_device_forward(std::unique_ptr<DeviceForward> device);
   const DeviceForward* device_forward() const { return device_.get(); }
+  // With a device forward: copies `region` device -> host pools (before the transfer layer
+  // reads them) or host -> device pools (after it wrote them). Without one the host pools
+  // are the cache itself, so both do nothing.
+  Status cache_to_host(const CacheRegion& region);
+  Status cache_to_device(const CacheRegion& region);
 
  private:
   std::vector<std::unique_ptr<Communicator>> comms_;
