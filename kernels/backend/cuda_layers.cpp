@@ -95,8 +95,11 @@ Status CudaModel::kda_layer(const DeviceLayer& l, const Step& st, const float* x
   PDS_ASSIGN_OR_RETURN(float* go, scratch<float>(kKdaGo, T * P));
   PDS_RETURN_IF_ERROR(linear(x, T, l.f_a, fa, stream_));
   PDS_RETURN_IF_ERROR(linear(fa, T, l.f_b, f, stream_));
-  // Decode (one token per sequence): one fused launch does conv, gates, norms, state and output norm.
-  const bool fused_decode = T == static_cast<int64_t>(st.batch->seqs.size()) && (D == 32 || D == 64 || D == 128 || D == 256);
+  // Eager decode (one token per sequence): one fused launch does conv, gates, norms, state and
+  // output norm. Decode graphs (st.slots set) keep the slot-table kernels below: the fused
+  // kernel has no padding rows yet, and its slot upload here is a host copy a graph cannot hold.
+  const bool fused_decode =
+      !st.slots && T == static_cast<int64_t>(st.batch->seqs.size()) && (D == 32 || D == 64 || D == 128 || D == 256);
   if (!fused_decode)
     PDS_RETURN_IF_ERROR(kda_gate(f, T, H, D, l.a_log, l.dt_bias, c.has_gate_lower_bound, static_cast<float>(c.gate_lower_bound), g, stream_));
   PDS_RETURN_IF_ERROR(linear(x, T, l.b, beta, stream_));
@@ -125,7 +128,17 @@ Status CudaModel::kda_layer(const DeviceLayer& l, const Step& st, const float* x
   }
   const int64_t conv_block = P * (K - 1);
   const float qscale = 1.0f / std::sqrt(static_cast<float>(D));
-  for (size_t s = 0; s < st.batch->seqs.size(); ++s) {
+  if (st.slots) {
+    // Decode graph: every row one token of its own sequence, states through the slot table.
+    float* layer = state_ + l.pool_layer * kda_layer_floats_;
+    PDS_RETURN_IF_ERROR(causal_conv1d_silu_step(qr, T, P, l.conv_q, K, layer, st.slots, slot_floats_, q, stream_));
+    PDS_RETURN_IF_ERROR(causal_conv1d_silu_step(kr, T, P, l.conv_k, K, layer + conv_block, st.slots, slot_floats_, k, stream_));
+    PDS_RETURN_IF_ERROR(causal_conv1d_silu_step(vr, T, P, l.conv_v, K, layer + 2 * conv_block, st.slots, slot_floats_, v, stream_));
+    PDS_RETURN_IF_ERROR(l2_normalize(q, T * H, D, 1e-6f, qscale, stream_));
+    PDS_RETURN_IF_ERROR(l2_normalize(k, T * H, D, 1e-6f, 1.0f, stream_));
+    PDS_RETURN_IF_ERROR(kda_recurrent_step(q, k, v, g, beta, T, H, D, layer + kda_conv_floats_, st.slots, slot_floats_, o, stream_));
+  }
+  for (size_t s = 0; !st.slots && s < st.batch->seqs.size(); ++s) {
     const SequenceInput& seq = st.batch->seqs[s];
     const int64_t n = static_cast<int64_t>(seq.tokens.size()), r0 = st.row_begin[s];
     float* conv = state_ + seq.state_slot * slot_floats_ + l.pool_layer * kda_layer_floats_;

@@ -15,12 +15,13 @@
 namespace pdserve::cuda {
 
 Result<std::unique_ptr<CudaModel>> CudaModel::create(std::shared_ptr<const Model> model, int64_t num_pages, int64_t page_size,
-                                                     int64_t num_slots) {
-  return create(std::move(model), num_pages, page_size, num_slots, 0, nullptr);
+                                                     int64_t num_slots, CudaForwardOptions opts) {
+  return create(std::move(model), num_pages, page_size, num_slots, 0, nullptr, opts);
 }
 
 Result<std::unique_ptr<CudaModel>> CudaModel::create(std::shared_ptr<const Model> model, int64_t num_pages, int64_t page_size,
-                                                     int64_t num_slots, int device, std::unique_ptr<DeviceCommunicator> comm) {
+                                                     int64_t num_slots, int device, std::unique_ptr<DeviceCommunicator> comm,
+                                                     CudaForwardOptions opts) {
   if (!model) return invalid_argument("cuda backend: no model");
   const ShardSpec shard = model->shard();
   if (shard.size > 1 && (!comm || comm->size() != shard.size || comm->rank() != shard.rank || comm->device() != device))
@@ -54,12 +55,17 @@ Result<std::unique_ptr<CudaModel>> CudaModel::create(std::shared_ptr<const Model
     PDS_RETURN_IF_ERROR(cuda_status(cudaMemset(m->state_, 0, m->state_floats() * sizeof(float)), "cudaMemset"));
   }
   m->device_bytes_ = m->w_.bytes() + (m->kv_floats() + m->state_floats()) * sizeof(float);
+  m->opts_ = opts;
+  if (m->comm_) m->opts_.graphs = false;  // NCCL inside captured decode graphs: not tested yet
+  m->graph_max_pages_ = opts.graph_max_pages > 0 ? std::min(opts.graph_max_pages, num_pages) : num_pages;
   return m;
 }
 
 CudaModel::~CudaModel() {
   cudaSetDevice(device_);  // the buffers and stream belong to this rank's device
   if (stream_) cudaStreamSynchronize(stream_);
+  drop_graphs();
+  if (graph_inputs_) cudaFree(graph_inputs_);
   for (auto& [p, n] : scratch_) cudaFree(p);
   if (kv_) cudaFree(kv_);
   if (state_) cudaFree(state_);
@@ -73,7 +79,8 @@ std::string CudaModel::describe() const {
   cudaDeviceProp p{};
   std::string name = cudaGetDeviceProperties(&p, device_) == cudaSuccess ? p.name : "unknown GPU";
   if (comm_) name += ", device " + std::to_string(device_) + ", tp rank " + std::to_string(comm_->rank()) + " of " + std::to_string(comm_->size());
-  return "cuda (" + name + ", fp32 correct-first kernels, " + std::to_string(device_bytes_ >> 20) + " MiB of weights and pools, " +
+  return "cuda (" + name + ", fp32 correct-first kernels, decode " + (opts_.graphs ? "CUDA graphs" : "eager") + ", " +
+         std::to_string(device_bytes_ >> 20) + " MiB of weights and pools, " +
          std::to_string(num_pages_) + " pages of " + std::to_string(page_size_) + ", " + std::to_string(num_slots_) + " slots)";
 }
 
@@ -88,6 +95,7 @@ Result<T*> CudaModel::scratch(int slot, size_t n) {
     bytes = 0;
     PDS_RETURN_IF_ERROR(cuda_status(cudaMalloc(&p, need), "cudaMalloc (scratch)"));
     bytes = need;
+    ++scratch_generation_;
   }
   return static_cast<T*>(p);
 }
@@ -131,9 +139,7 @@ Status CudaModel::check(const ForwardBatch& batch) const {
 Status CudaModel::forward(const ForwardBatch& batch, ForwardOutput* out) {
   PDS_RETURN_IF_ERROR(check(batch));
   PDS_RETURN_IF_ERROR(cuda_status(cudaSetDevice(device_), "cudaSetDevice"));  // the calling thread may be new
-  const ModelConfig& c = cfg_;
-  const int64_t hd = c.hidden_size;
-  const float eps = static_cast<float>(c.rms_norm_eps);
+  if (const int64_t bucket = decode_bucket(batch); bucket > 0) return forward_graph(batch, bucket, out);
 
   // Host-side indices of this step: rows, MLA page entries and per-row block tables.
   Step st;
@@ -164,6 +170,32 @@ Status CudaModel::forward(const ForwardBatch& batch, ForwardOutput* out) {
   PDS_ASSIGN_OR_RETURN(st.ctx_len, upload_scratch(kCtxLen, ctx));
   PDS_ASSIGN_OR_RETURN(st.page_table, upload_scratch(kPageTable, table));
 
+  // Final norm and lm_head only for the rows the caller wants.
+  out->vocab = cfg_.vocab_size;
+  out->first_row.clear();
+  out->num_rows.clear();
+  std::vector<int32_t> rows;
+  for (size_t s = 0; s < batch.seqs.size(); ++s) {
+    const int64_t n = static_cast<int64_t>(batch.seqs[s].tokens.size());
+    out->first_row.push_back(static_cast<int64_t>(rows.size()));
+    out->num_rows.push_back(batch.seqs[s].all_logits ? n : 1);
+    for (int64_t i = batch.seqs[s].all_logits ? 0 : n - 1; i < n; ++i) rows.push_back(static_cast<int32_t>(st.row_begin[s] + i));
+  }
+  const int64_t R = static_cast<int64_t>(rows.size()), V = cfg_.vocab_size;
+  PDS_ASSIGN_OR_RETURN(int32_t* d_rows, upload_scratch(kRows, rows));
+  float* logits = nullptr;
+  PDS_RETURN_IF_ERROR(run_body(st, d_ids, d_rows, R, &logits));
+  out->logits.resize(R * V);
+  if (comm_) return gather_logits(logits, R, out);
+  PDS_RETURN_IF_ERROR(
+      cuda_status(cudaMemcpyAsync(out->logits.data(), logits, R * V * sizeof(float), cudaMemcpyDeviceToHost, stream_), "logits"));
+  return cuda_status(cudaStreamSynchronize(stream_), "cuda forward");
+}
+
+Status CudaModel::run_body(const Step& st, const int32_t* d_ids, const int32_t* d_rows, int64_t R, float** logits_out) {
+  const ModelConfig& c = cfg_;
+  const int64_t hd = c.hidden_size, T = st.rows;
+  const float eps = static_cast<float>(c.rms_norm_eps);
   PDS_ASSIGN_OR_RETURN(float* x, scratch<float>(kX, T * hd));
   PDS_ASSIGN_OR_RETURN(float* normed, scratch<float>(kNormed, T * hd));
   PDS_ASSIGN_OR_RETURN(float* block_out, scratch<float>(kBlockOut, T * hd));
@@ -224,29 +256,14 @@ Status CudaModel::forward(const ForwardBatch& batch, ForwardOutput* out) {
     std::swap(x, mixed);
   }
 
-  // Final norm and lm_head only for the rows the caller wants.
-  out->vocab = c.vocab_size;
-  out->first_row.clear();
-  out->num_rows.clear();
-  std::vector<int32_t> rows;
-  for (size_t s = 0; s < batch.seqs.size(); ++s) {
-    const int64_t n = static_cast<int64_t>(batch.seqs[s].tokens.size());
-    out->first_row.push_back(static_cast<int64_t>(rows.size()));
-    out->num_rows.push_back(batch.seqs[s].all_logits ? n : 1);
-    for (int64_t i = batch.seqs[s].all_logits ? 0 : n - 1; i < n; ++i) rows.push_back(static_cast<int32_t>(st.row_begin[s] + i));
-  }
-  const int64_t R = static_cast<int64_t>(rows.size()), V = c.vocab_size;
-  PDS_ASSIGN_OR_RETURN(int32_t* d_rows, upload_scratch(kRows, rows));
+  const int64_t V = c.vocab_size;
   PDS_ASSIGN_OR_RETURN(float* h, scratch<float>(kHead, R * hd));
   PDS_ASSIGN_OR_RETURN(float* logits, scratch<float>(kLogits, R * V));
   PDS_RETURN_IF_ERROR(gather_rows(x, hd, d_rows, R, h, stream_));
   PDS_RETURN_IF_ERROR(rms_norm(h, R, hd, w_.final_norm, eps, h, stream_));
   PDS_RETURN_IF_ERROR(matmul_nt(h, R, w_.lm_head.p, w_.lm_head.rows, hd, logits, stream_));
-  out->logits.resize(R * V);
-  if (comm_) return gather_logits(logits, R, out);
-  PDS_RETURN_IF_ERROR(
-      cuda_status(cudaMemcpyAsync(out->logits.data(), logits, R * V * sizeof(float), cudaMemcpyDeviceToHost, stream_), "logits"));
-  return cuda_status(cudaStreamSynchronize(stream_), "cuda forward");
+  *logits_out = logits;
+  return Status::ok();
 }
 
 Status CudaModel::reduce_partial(float* data, int64_t n) {
@@ -273,8 +290,8 @@ Status CudaModel::gather_logits(const float* mine, int64_t R, ForwardOutput* out
 namespace pdserve {
 
 Result<std::unique_ptr<DeviceForward>> make_cuda_forward(std::shared_ptr<const Model> model, int64_t num_pages, int64_t page_size,
-                                                         int64_t num_slots) {
-  PDS_ASSIGN_OR_RETURN(auto m, cuda::CudaModel::create(std::move(model), num_pages, page_size, num_slots));
+                                                         int64_t num_slots, CudaForwardOptions opts) {
+  PDS_ASSIGN_OR_RETURN(auto m, cuda::CudaModel::create(std::move(model), num_pages, page_size, num_slots, opts));
   return std::unique_ptr<DeviceForward>(std::move(m));
 }
 

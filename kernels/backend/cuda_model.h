@@ -9,6 +9,9 @@
 // - The forward follows Model::forward step by step with the kernels of kernels/: MLA prefill
 //   writes the chunk's latents first and lets each query row attend over its own prefix with
 //   the paged kernel; KDA prefill runs the conv over the chunk and the token recurrence.
+// - Decode steps (every sequence one new token, at most 64 of them) replay a CUDA graph per
+//   batch-size bucket (1, 2, 4, ..., 64 rows, padded) over fixed input buffers (cuda_graphs.cpp);
+//   the KDA state is reached through a device slot table, so a graph serves any slots.
 // Numbers differ from the CPU by fp32 summation order only (measured in docs/perf.md).
 #pragma once
 
@@ -26,15 +29,19 @@ namespace pdserve::cuda {
 class CudaModel final : public DeviceForward {
  public:
   static Result<std::unique_ptr<CudaModel>> create(std::shared_ptr<const Model> model, int64_t num_pages, int64_t page_size,
-                                                   int64_t num_slots);
+                                                   int64_t num_slots, CudaForwardOptions opts = {});
   // A tensor-parallel rank: the model is that rank's shard, its buffers live on `device`, and
   // `comm` (same rank and size as the shard) joins the partial sums where Model::forward does.
+  // Decode graphs are off for such a rank (NCCL inside captured graphs is not tested yet).
   static Result<std::unique_ptr<CudaModel>> create(std::shared_ptr<const Model> model, int64_t num_pages, int64_t page_size,
-                                                   int64_t num_slots, int device, std::unique_ptr<DeviceCommunicator> comm);
+                                                   int64_t num_slots, int device, std::unique_ptr<DeviceCommunicator> comm,
+                                                   CudaForwardOptions opts = {});
   ~CudaModel() override;
 
   Status forward(const ForwardBatch& batch, ForwardOutput* out) override;
   std::string describe() const override;
+  Status download(const CacheRegion& region, MlaKvPool& kv, KdaStatePool& state) override;          // cuda_cache_copy.cpp
+  Status upload(const CacheRegion& region, const MlaKvPool& kv, const KdaStatePool& state) override;  // cuda_cache_copy.cpp
 
   // Device pools, for tests that compare them with the CPU's.
   const float* kv_pool() const { return kv_; }
@@ -46,10 +53,15 @@ class CudaModel final : public DeviceForward {
   float* kv_pool() { return kv_; }
   float* state_pool() { return state_; }
   int device() const { return device_; }
+  // Decode graphs captured so far (tests: graphs were used, not only the eager path).
+  int64_t graphs_captured() const { return graphs_captured_; }
+  int64_t graph_replays() const { return graph_replays_; }
 
  private:
   CudaModel() = default;
   Status check(const ForwardBatch& batch) const;
+  Status check_region(const CacheRegion& region, const MlaKvPool& kv, const KdaStatePool& state) const;
+  Status copy_region(const CacheRegion& region, float* host_kv, int64_t host_kv_stride, float* host_slot, bool to_host);
   // Grow-only device scratch: buffer `slot`, at least `n` elements of T.
   template <typename T>
   Result<T*> scratch(int slot, size_t n);
@@ -57,6 +69,13 @@ class CudaModel final : public DeviceForward {
   Result<T*> upload_scratch(int slot, const std::vector<T>& v);
 
   struct Step;  // per-forward indices (cuda_model.cpp)
+  // Embedding, layers, final norm and lm_head for the rows `d_rows` (R of them) into the
+  // kLogits scratch. Only stream work on buffers already sized: capturable.
+  Status run_body(const Step& st, const int32_t* d_ids, const int32_t* d_rows, int64_t R, float** logits);
+  // cuda_graphs.cpp: the bucket a decode batch replays, or 0 for the eager path.
+  int64_t decode_bucket(const ForwardBatch& batch) const;
+  Status forward_graph(const ForwardBatch& batch, int64_t bucket, ForwardOutput* out);
+  void drop_graphs();
   Status mla_layer(const DeviceLayer& l, const Step& st, const float* x, float* out);
   Status kda_layer(const DeviceLayer& l, const Step& st, const float* x, float* out);
   Status mlp(const DeviceMlp& w, const float* x, int64_t rows, float* out);
@@ -75,6 +94,17 @@ class CudaModel final : public DeviceForward {
   float* state_ = nullptr;
   cudaStream_t stream_ = nullptr;
   std::vector<std::pair<void*, size_t>> scratch_;  // (pointer, bytes)
+  uint64_t scratch_generation_ = 0;                 // bumped when a scratch buffer moves: graphs then re-capture
+  CudaForwardOptions opts_;
+  int64_t graph_max_pages_ = 0;  // page-table width of the decode graphs
+  struct DecodeGraph {
+    cudaGraphExec_t exec = nullptr;
+    uint64_t generation = 0;
+  };
+  std::vector<DecodeGraph> graphs_;  // one per bucket
+  int32_t* graph_inputs_ = nullptr;  // fixed device inputs of the graphs (largest bucket)
+  std::vector<int32_t> graph_host_;  // their host staging
+  int64_t graphs_captured_ = 0, graph_replays_ = 0;
   size_t device_bytes_ = 0;
   int device_ = 0;
   std::unique_ptr<DeviceCommunicator> comm_;  // null on one rank

@@ -18,13 +18,14 @@ Status check_cuda_devices(int tp) {
 }
 
 Result<std::vector<std::unique_ptr<DeviceForward>>> make_cuda_tp_forwards(const std::vector<std::shared_ptr<const Model>>& shards,
-                                                                          int64_t num_pages, int64_t page_size, int64_t num_slots) {
+                                                                          int64_t num_pages, int64_t page_size, int64_t num_slots,
+                                                                          CudaForwardOptions opts) {
   const int size = static_cast<int>(shards.size());
   if (size < 1) return invalid_argument("cuda backend: no shards");
   PDS_RETURN_IF_ERROR(check_cuda_devices(size));
   std::vector<std::unique_ptr<DeviceForward>> out;
   if (size == 1) {
-    PDS_ASSIGN_OR_RETURN(auto m, cuda::CudaModel::create(shards[0], num_pages, page_size, num_slots));
+    PDS_ASSIGN_OR_RETURN(auto m, cuda::CudaModel::create(shards[0], num_pages, page_size, num_slots, opts));
     out.push_back(std::move(m));
     return out;
   }
@@ -33,7 +34,7 @@ Result<std::vector<std::unique_ptr<DeviceForward>>> make_cuda_tp_forwards(const 
       return invalid_argument("cuda backend: shard " + std::to_string(r) + " is not rank " + std::to_string(r) + " of " + std::to_string(size));
   PDS_ASSIGN_OR_RETURN(auto comms, cuda::make_nccl_group(size));
   for (int r = 0; r < size; ++r) {
-    PDS_ASSIGN_OR_RETURN(auto m, cuda::CudaModel::create(shards[r], num_pages, page_size, num_slots, r, std::move(comms[r])));
+    PDS_ASSIGN_OR_RETURN(auto m, cuda::CudaModel::create(shards[r], num_pages, page_size, num_slots, r, std::move(comms[r]), opts));
     out.push_back(std::move(m));
   }
   return out;

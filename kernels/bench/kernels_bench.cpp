@@ -1,9 +1,10 @@
-// Times the MoE and transfer kernels at Kimi-K3 per-rank shapes against their floors
+// Times every kernel family at Kimi-K3 per-rank shapes against its floor (the dense, MLA,
+// KDA, routing and sampling kernels in bench_layers.cpp; MoE and transfer here)
 // (fewest bytes / bandwidth; docs/perf.md). CUDA events, warm-up first, median of the
 // repeats; weights and pools rotate over sets larger than L2 (60 MB) so repeats do not time
 // the cache. Random data, never zeros. Prints one table; exits non-zero on a CUDA error.
 //
-//   kernels_bench [--bw BYTES_PER_S] [--reps N]
+//   kernels_bench [--bw BYTES_PER_S] [--reps N] [--only layers|moe|transfer]
 //
 // Shapes (../shared/docs/kimi-k3.md): MoE on one EP32 rank = 28 of 896 experts, top-16,
 // expert 3584 -> 3072 -> 3584 in MXFP4, SiTU(4, 25). MLA latent pages: 24 layers, page
@@ -19,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/bench_util.h"
 #include "common/cuda_check.h"
 #include "moe/moe.h"
 #include "pdserve/disagg/state_slicing.h"
@@ -27,73 +29,7 @@
 namespace pdserve::cuda {
 namespace {
 
-double g_bw = 4.2e12;  // read-only HBM bandwidth measured here (performance.md)
-int g_reps = 20;
-
-void check(const Status& s, const char* what) {
-  if (s.is_ok()) return;
-  std::fprintf(stderr, "%s: %s\n", what, s.to_string().c_str());
-  std::exit(1);
-}
-
-// Fast deterministic bytes (xorshift64*), so GB-sized inputs take well under a second.
-void fill_bytes(std::vector<uint8_t>& v, uint64_t seed, uint8_t lo = 0, uint8_t span = 0) {
-  uint64_t s = seed * 0x9E3779B97F4A7C15ull + 1;
-  for (size_t i = 0; i < v.size(); i += 8) {
-    s ^= s >> 12, s ^= s << 25, s ^= s >> 27;
-    uint64_t r = s * 0x2545F4914F6CDD1Dull;
-    for (size_t j = i; j < std::min(v.size(), i + 8); ++j, r >>= 8)
-      v[j] = span ? static_cast<uint8_t>(lo + (r & 0xff) % span) : static_cast<uint8_t>(r);
-  }
-}
-
-std::vector<float> randn(size_t n, uint32_t seed) {
-  std::mt19937 g(seed);
-  std::normal_distribution<float> d;
-  std::vector<float> v(n);
-  for (float& x : v) x = d(g);
-  return v;
-}
-
-template <typename T>
-DeviceBuffer<T> upload(const std::vector<T>& v) {
-  DeviceBuffer<T> b;
-  check(b.upload(v), "upload");
-  return b;
-}
-
-// Median time in microseconds of f(i), i = the repeat index (for rotating inputs).
-double median_us(const std::function<void(int)>& f) {
-  cudaEvent_t a, b;
-  cudaEventCreate(&a);
-  cudaEventCreate(&b);
-  for (int i = 0; i < 3; ++i) f(i);
-  std::vector<double> t;
-  for (int i = 0; i < g_reps; ++i) {
-    cudaEventRecord(a);
-    f(i);
-    cudaEventRecord(b);
-    cudaEventSynchronize(b);
-    float ms = 0;
-    cudaEventElapsedTime(&ms, a, b);
-    t.push_back(ms * 1e3);
-  }
-  check(cuda_status(cudaGetLastError(), "bench"), "kernel");
-  cudaEventDestroy(a);
-  cudaEventDestroy(b);
-  std::sort(t.begin(), t.end());
-  return t[t.size() / 2];
-}
-
-// One table row; a stage with no floor of its own (bytes 0) prints dashes there.
-void row(const std::string& what, double us, double bytes, double floor_us, const std::string& note = "") {
-  if (bytes <= 0 || floor_us <= 0) {
-    std::printf("| %-44s | %9.1f | - | - | - | %s\n", what.c_str(), us, note.c_str());
-    return;
-  }
-  std::printf("| %-44s | %9.1f | %8.1f | %5.2fx | %5.2f TB/s | %s\n", what.c_str(), us, floor_us, us / floor_us, bytes / us * 1e-6,
-              note.c_str());
-}
+using namespace bench;
 
 void bench_moe() {
   const int64_t experts = 896, local = 28, k = 16, dim = 3584, inter = 3072, sets = 3;
@@ -229,9 +165,11 @@ void bench_transfer() {
 }  // namespace pdserve::cuda
 
 int main(int argc, char** argv) {
+  std::string only;  // "moe", "transfer" or "layers": one table only
   for (int i = 1; i + 1 < argc; i += 2) {
-    if (!std::strcmp(argv[i], "--bw")) pdserve::cuda::g_bw = std::atof(argv[i + 1]);
-    if (!std::strcmp(argv[i], "--reps")) pdserve::cuda::g_reps = std::atoi(argv[i + 1]);
+    if (!std::strcmp(argv[i], "--bw")) pdserve::cuda::bench::g_bw = std::atof(argv[i + 1]);
+    if (!std::strcmp(argv[i], "--reps")) pdserve::cuda::bench::g_reps = std::atoi(argv[i + 1]);
+    if (!std::strcmp(argv[i], "--only")) only = argv[i + 1];
   }
   cudaDeviceProp p{};
   if (cudaGetDeviceProperties(&p, 0) != cudaSuccess) {
@@ -239,7 +177,8 @@ int main(int argc, char** argv) {
     return 1;
   }
   std::printf("device: %s, %d SMs, L2 %d MB\n", p.name, p.multiProcessorCount, p.l2CacheSize >> 20);
-  pdserve::cuda::bench_moe();
-  pdserve::cuda::bench_transfer();
+  if (only.empty() || only == "layers") pdserve::cuda::bench::bench_layers();
+  if (only.empty() || only == "moe") pdserve::cuda::bench_moe();
+  if (only.empty() || only == "transfer") pdserve::cuda::bench_transfer();
   return 0;
 }

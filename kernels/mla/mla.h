@@ -36,6 +36,7 @@ Status mla_attend_latent(const MlaDecodeArgs& a, cudaStream_t stream);
 //   mla_write_latents: cache entry dst_entry[b] (= page * page_size + offset in one layer's
 //                  pages) = [latent[b] | key[b]]. A prefill chunk writes all of its entries
 //                  before attention; each query row then reads its own prefix (ctx_len).
+//                  dst_entry[b] < 0: row b writes nothing (padding).
 Status mla_absorb_q(const float* q, const float* kv_b, int64_t rows, int64_t heads, int64_t nope, int64_t rope, int64_t v_dim,
                     int64_t latent_dim, float* q_lat, float* q_rot, cudaStream_t stream);
 Status mla_v_up(const float* o_lat, const float* kv_b, int64_t rows, int64_t heads, int64_t nope, int64_t v_dim, int64_t latent_dim,

@@ -36,6 +36,7 @@ __global__ void v_up_kernel(const float* __restrict__ o_lat, const float* __rest
 __global__ void write_kernel(const float* __restrict__ latent, const float* __restrict__ key, int64_t lat, int64_t rope,
                              const int32_t* __restrict__ dst_entry, float* cache) {
   const int64_t b = blockIdx.x;
+  if (dst_entry[b] < 0) return;  // a padding row of a decode graph bucket
   float* e = cache + int64_t(dst_entry[b]) * (lat + rope);
   for (int64_t i = threadIdx.x; i < lat; i += blockDim.x) e[i] = latent[b * lat + i];
   for (int64_t i = threadIdx.x; i < rope; i += blockDim.x) e[lat + i] = key[b * rope + i];

@@ -269,6 +269,8 @@ class NullDevice : public DeviceForward {
  public:
   Status forward(const ForwardBatch&, ForwardOutput*) override { return Status::ok(); }
   std::string describe() const override { return "null"; }
+  Status download(const CacheRegion&, MlaKvPool&, KdaStatePool&) override { return Status::ok(); }
+  Status upload(const CacheRegion&, const MlaKvPool&, const KdaStatePool&) override { return Status::ok(); }
 };
 
 TEST(CudaForwardNoGpu, TensorParallelGroupNeedsOneDeviceForwardPerRank) {

@@ -91,7 +91,8 @@ void add_server_options(CLI::App* cmd, const std::shared_ptr<server::ServeConfig
   cmd->add_option("--model", cfg->model_dir, "Model directory (or MODEL_PATH of --config)");
   add_config_option(cmd, config_path);
   cmd->add_option("--tp", cfg->tp, "Tensor-parallel ranks (threads; with --device cuda, rank r on GPU r)")->capture_default_str();
-  cmd->add_option("--device", cfg->device, "Backend: cpu or cuda (--tp GPUs, serve only for now)")->capture_default_str();
+  cmd->add_option("--device", cfg->device, "Backend: cpu or cuda (--tp GPUs)")->capture_default_str();
+  cmd->add_flag("!--no-cuda-graphs", cfg->cuda_graphs, "--device cuda: run decode steps eagerly instead of replaying CUDA graphs");
   cmd->add_option("--served-model-name", cfg->served_model_name, "Model name in the API (default: directory name)");
   cmd->add_option("--host", cfg->host, "Address to listen on")->capture_default_str();
   cmd->add_option("--port", cfg->port, "Port (0: any free port)")->capture_default_str();

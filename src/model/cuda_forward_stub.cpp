@@ -3,7 +3,7 @@
 
 namespace pdserve {
 
-Result<std::unique_ptr<DeviceForward>> make_cuda_forward(std::shared_ptr<const Model>, int64_t, int64_t, int64_t) {
+Result<std::unique_ptr<DeviceForward>> make_cuda_forward(std::shared_ptr<const Model>, int64_t, int64_t, int64_t, CudaForwardOptions) {
   return Status(ErrorCode::kUnsupported, "--device cuda: pdserve was built without CUDA (PDSERVE_CUDA=OFF or no nvcc found)");
 }
 
@@ -12,7 +12,7 @@ Status check_cuda_devices(int) {
 }
 
 Result<std::vector<std::unique_ptr<DeviceForward>>> make_cuda_tp_forwards(const std::vector<std::shared_ptr<const Model>>&, int64_t,
-                                                                          int64_t, int64_t) {
+                                                                          int64_t, int64_t, CudaForwardOptions) {
   return Status(ErrorCode::kUnsupported, "--device cuda: pdserve was built without CUDA (PDSERVE_CUDA=OFF or no nvcc found)");
 }
 

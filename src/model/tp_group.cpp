@@ -75,6 +75,18 @@ Status TpModelGroup::set_device_forwards(std::vector<std::unique_ptr<DeviceForwa
   return Status::ok();
 }
 
+Status TpModelGroup::cache_to_host(const CacheRegion& region) {
+  if (devices_.empty() || (region.pages.empty() && region.slot < 0)) return Status::ok();
+  for (size_t r = 0; r < devices_.size(); ++r) PDS_RETURN_IF_ERROR(devices_[r]->download(region, *kv_[r], *state_[r]));
+  return Status::ok();
+}
+
+Status TpModelGroup::cache_to_device(const CacheRegion& region) {
+  if (devices_.empty() || (region.pages.empty() && region.slot < 0)) return Status::ok();
+  for (size_t r = 0; r < devices_.size(); ++r) PDS_RETURN_IF_ERROR(devices_[r]->upload(region, *kv_[r], *state_[r]));
+  return Status::ok();
+}
+
 Result<std::vector<int32_t>> TpModelGroup::allocate_pages(int64_t n) {
   PDS_ASSIGN_OR_RETURN(auto pages, kv_[0]->allocate(n));
   for (int r = 1; r < size(); ++r) {

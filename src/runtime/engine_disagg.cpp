@@ -1,5 +1,7 @@
 // The engine's side of prefill/decode disaggregation: control messages from the
 // coordinator (KV landed, send finished, fail), applied on the engine thread.
+#include <algorithm>
+
 #include <spdlog/spdlog.h>
 
 #include "engine_live.h"
@@ -18,6 +20,21 @@ void Engine::kv_ready(uint64_t id, FirstToken first) { post_control({Control::kK
 void Engine::kv_sent(uint64_t id, Status status) { post_control({Control::kKvSent, id, {}, std::move(status)}); }
 void Engine::fail(uint64_t id, Status why) { post_control({Control::kFail, id, {}, std::move(why)}); }
 
+Status Engine::copy_chunk_to_host(const Sequence& seq, int64_t begin, int64_t count, bool with_slot) {
+  const int64_t ps = group_->kv(0).page_size();
+  CacheRegion region;
+  const int64_t last = std::min<int64_t>((begin + count + ps - 1) / ps, static_cast<int64_t>(seq.pages.size()));
+  for (int64_t p = begin / ps; p < last; ++p) region.pages.push_back(seq.pages[static_cast<size_t>(p)]);
+  if (with_slot) region.slot = seq.slot;
+  return group_->cache_to_host(region);
+}
+
+Status Engine::copy_prompt_to_device(const Sequence& seq) {
+  const int64_t ps = group_->kv(0).page_size();
+  const int64_t n = std::min<int64_t>((seq.prompt_len + ps - 1) / ps, static_cast<int64_t>(seq.pages.size()));
+  return group_->cache_to_device(CacheRegion{std::vector<int32_t>(seq.pages.begin(), seq.pages.begin() + n), seq.slot});
+}
+
 void Engine::take_controls() {
   std::vector<Control> todo;
   {
@@ -32,6 +49,11 @@ void Engine::take_controls() {
       case Control::kKvReady: {
         if (r.seq.state != RequestState::kAwaitingKv) {
           finish(r, FinishReason::kError, internal_error("KV arrived for a request that was not waiting for it"));
+          break;
+        }
+        // Prefill wrote the host pools; a device forward reads its own, so upload first.
+        if (Status st = copy_prompt_to_device(r.seq); !st.is_ok()) {
+          finish(r, FinishReason::kError, st);
           break;
         }
         r.seq.tokens.push_back(c.first.token);

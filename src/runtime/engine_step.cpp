@@ -39,8 +39,17 @@ bool Engine::step() {
   }
   sched.commit(plan);
   for (size_t i = 0; i < plan.items.size(); ++i) {
-    Live& r = *live_.at(plan.items[i].seq->id);
-    if (plan.items[i].samples) on_logits(r, out.row(i));
+    const StepItem& it = plan.items[i];
+    Live& r = *live_.at(it.seq->id);
+    if (r.req.disagg == DisaggMode::kPrefillOnly) {
+      // The hooks below send from the host pools: bring this chunk's pages there first (and
+      // the state slot with the last chunk, when the prompt's state is final).
+      if (Status cs = copy_chunk_to_host(r.seq, it.begin, it.count, it.samples); !cs.is_ok()) {
+        finish(r, FinishReason::kError, cs);
+        continue;
+      }
+    }
+    if (it.samples) on_logits(r, out.row(i));
     else if (r.req.disagg == DisaggMode::kPrefillOnly && hooks_.on_chunk_done) hooks_.on_chunk_done(r.seq.id, r.req.room, r.seq);
   }
   return true;

@@ -30,15 +30,13 @@ void refuse_room(disagg::DecodeCoordinator& decode, const std::string& body, con
   decode.refuse(j["bootstrap_host"].get<std::string>(), static_cast<int>(port), j["bootstrap_room"].get<uint64_t>(), why);
 }
 
-Result<std::unique_ptr<HttpServer>> HttpServer::create(ServeConfig cfg, TransportFactory make_transport) {
+Result<std::unique_ptr<HttpServer>> HttpServer::create(ServeConfig cfg, TransportFactory make_transport, DeviceFactory make_device) {
   PDS_RETURN_IF_ERROR(cfg.validate());
   if (cfg.served_model_name.empty())
     cfg.served_model_name = std::filesystem::path(cfg.model_dir).lexically_normal().filename().string();
   if (cfg.served_model_name.empty()) cfg.served_model_name = "pdserve";
-  if (cfg.device == "cuda" && cfg.role != ServerRole::kUnified)
-    return unsupported(std::string("--device cuda: the ") + server_role_name(cfg.role) +
-                       " role is not supported on the GPU yet (the KV transfer moves host pools only); use pdserve serve");
-  if (cfg.device == "cuda") PDS_RETURN_IF_ERROR(check_cuda_devices(cfg.tp));  // before loading any weights
+  // Not with a test's device factory: it decides itself where its forward runs.
+  if (cfg.device == "cuda" && !make_device) PDS_RETURN_IF_ERROR(check_cuda_devices(cfg.tp));  // before loading any weights
   PDS_ASSIGN_OR_RETURN(std::unique_ptr<TpModelGroup> group, TpModelGroup::load_models(cfg.model_dir, cfg.tp));
   PDS_ASSIGN_OR_RETURN(tokenizer::Tokenizer tok, tokenizer::Tokenizer::load(cfg.model_dir));
   std::unique_ptr<HttpServer> s(new HttpServer());
@@ -48,11 +46,20 @@ Result<std::unique_ptr<HttpServer>> HttpServer::create(ServeConfig cfg, Transpor
   if (cfg.device == "cuda") {
     // Device pools of the geometry the engine gave the host pools (which keep the accounting).
     TpModelGroup& g = s->engine_->group();
-    std::vector<std::shared_ptr<const Model>> shards;
-    for (int r = 0; r < g.size(); ++r) shards.push_back(g.model_ptr(r));
-    PDS_ASSIGN_OR_RETURN(auto devs, make_cuda_tp_forwards(shards, g.kv(0).num_pages(), g.kv(0).page_size(), g.state(0).num_slots()));
-    for (const auto& d : devs) spdlog::info("device: {}", d->describe());
-    PDS_RETURN_IF_ERROR(g.set_device_forwards(std::move(devs)));
+    // The roles keep their transfer on the host pools; the engine copies each request's cache
+    // between them and the device at the hand-over points (device_forward.h), rank by rank.
+    if (make_device) {
+      PDS_ASSIGN_OR_RETURN(std::unique_ptr<DeviceForward> dev, make_device(g, cfg));
+      spdlog::info("device: {}", dev->describe());
+      PDS_RETURN_IF_ERROR(g.set_device_forward(std::move(dev)));
+    } else {
+      std::vector<std::shared_ptr<const Model>> shards;
+      for (int r = 0; r < g.size(); ++r) shards.push_back(g.model_ptr(r));
+      PDS_ASSIGN_OR_RETURN(auto devs, make_cuda_tp_forwards(shards, g.kv(0).num_pages(), g.kv(0).page_size(), g.state(0).num_slots(),
+                                                            CudaForwardOptions{cfg.cuda_graphs, g.kv(0).pages_for_tokens(cfg.runtime.max_model_len)}));
+      for (const auto& d : devs) spdlog::info("device: {}", d->describe());
+      PDS_RETURN_IF_ERROR(g.set_device_forwards(std::move(devs)));
+    }
   }
   if (cfg.role != ServerRole::kUnified) {
     PDS_ASSIGN_OR_RETURN(TransportChoice choice, choose_transport(cfg.disagg));

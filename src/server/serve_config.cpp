@@ -46,6 +46,7 @@ Json ServeConfig::to_json() const {
          {"model_dir", model_dir},
          {"tp", tp},
          {"device", device},
+         {"cuda_graphs", cuda_graphs},
          {"served_model_name", served_model_name},
          {"host", host},
          {"port", port},

@@ -3,6 +3,11 @@
 // KDA state slots), indexed by the same page and slot ids that the host pools hand out; the
 // host pools stay for accounting. Which implementations a build has is chosen in CMake:
 // make_cuda_forward returns kUnsupported in a build without CUDA.
+//
+// Disaggregation moves the host pools (the transfer layer registers them), so the engine
+// copies a request's cache between the two at the hand-over points: prefill downloads the
+// pages a chunk wrote (and the slot, once the prompt is in) before the hooks send them;
+// decode uploads the pages and slot prefill filled before its first decode step.
 #pragma once
 
 #include <cstdint>
@@ -10,9 +15,17 @@
 #include <string>
 #include <vector>
 
+#include "pdserve/model/cache_pools.h"
 #include "pdserve/model/model.h"
 
 namespace pdserve {
+
+// Which part of a request's cache to copy: MLA pages (every MLA layer) and, when slot >= 0,
+// the whole KDA state slot (every KDA layer). Ids are the host pools' ids.
+struct CacheRegion {
+  std::vector<int32_t> pages;
+  int32_t slot = -1;
+};
 
 class DeviceForward {
  public:
@@ -21,19 +34,38 @@ class DeviceForward {
   // advances the device state slots, returns logits on the host.
   virtual Status forward(const ForwardBatch& batch, ForwardOutput* out) = 0;
   virtual std::string describe() const = 0;
+  // Device pools -> host pools (same layouts, same ids); returns once the host has the bytes.
+  // One batched copy per contiguous run of pages, not one per page.
+  virtual Status download(const CacheRegion& region, MlaKvPool& kv, KdaStatePool& state) = 0;
+  // Host pools -> device pools; the next forward sees the bytes.
+  virtual Status upload(const CacheRegion& region, const MlaKvPool& kv, const KdaStatePool& state) = 0;
+};
+
+// Runs of consecutive page ids, in order: {first, count} each (the copy unit above).
+std::vector<std::pair<int32_t, int32_t>> page_runs(const std::vector<int32_t>& pages);
+
+struct CudaForwardOptions {
+  // Decode steps (one new token per sequence) replay a CUDA graph per batch-size bucket;
+  // false runs every step eagerly (same numbers, more launches).
+  bool graphs = true;
+  // Widest block table a decode graph holds (pages of the longest sequence); 0: the pool's
+  // page count. Longer sequences run eagerly.
+  int64_t graph_max_pages = 0;
 };
 
 // The whole (unsharded) model on CUDA device 0, pools of the given geometry.
 Result<std::unique_ptr<DeviceForward>> make_cuda_forward(std::shared_ptr<const Model> model, int64_t num_pages,
-                                                         int64_t page_size, int64_t num_slots);
+                                                         int64_t page_size, int64_t num_slots, CudaForwardOptions opts = {});
 // Whether this machine can hold `tp` ranks on the GPU (one GPU a rank), before any weights are
 // loaded: the refusal names both counts.
 Status check_cuda_devices(int tp);
 // One forward per tensor-parallel rank (shards[r] is rank r's Model): rank r on CUDA device r,
 // the ranks joined by NCCL. Refuses, saying so, when the machine has fewer GPUs than ranks or
 // NCCL cannot be loaded. The forwards must run concurrently, one thread per rank
-// (TpModelGroup::forward does).
+// (TpModelGroup::forward does). Decode graphs stay off for now whatever `opts` says: NCCL
+// calls inside captured graphs have not been tested here.
 Result<std::vector<std::unique_ptr<DeviceForward>>> make_cuda_tp_forwards(const std::vector<std::shared_ptr<const Model>>& shards,
-                                                                          int64_t num_pages, int64_t page_size, int64_t num_slots);
+                                                                          int64_t num_pages, int64_t page_size, int64_t num_slots,
+                                                                          CudaForwardOptions opts = {});
 
 }  // namespace pdserve

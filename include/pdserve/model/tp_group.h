@@ -47,6 +47,11 @@ class TpModelGroup {
   Status set_device_forward(std::unique_ptr<DeviceForward> device);
   Status set_device_forwards(std::vector<std::unique_ptr<DeviceForward>> devices);
   const DeviceForward* device_forward() const { return devices_.empty() ? nullptr : devices_[0].get(); }
+  // With device forwards: copies `region` device -> host pools of every rank (before the
+  // transfer layer reads them) or host -> device (after it wrote them). Without them the host
+  // pools are the cache itself, so both do nothing.
+  Status cache_to_host(const CacheRegion& region);
+  Status cache_to_device(const CacheRegion& region);
 
  private:
   std::vector<std::unique_ptr<Communicator>> comms_;

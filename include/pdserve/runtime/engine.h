@@ -158,6 +158,11 @@ class Engine {
               std::optional<RequestEvent> final_event = std::nullopt);
   void on_logits(Live& r, const float* logits);           // sample, then emit_token
   void emit_token(Live& r, int32_t token, TokenLogprob lp);  // appended token: detokenize, stop checks, post
+  // Prefill role with a device forward: the pages tokens [begin, begin + count) touched, and
+  // the state slot when `with_slot`, device -> host pools (no-op on the CPU backend).
+  Status copy_chunk_to_host(const Sequence& seq, int64_t begin, int64_t count, bool with_slot);
+  // Decode role: the prompt's pages and the slot prefill filled, host -> device pools.
+  Status copy_prompt_to_device(const Sequence& seq);
 
   struct Control {
     enum Kind { kKvReady, kKvSent, kFail } kind;

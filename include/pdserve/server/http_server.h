@@ -29,8 +29,11 @@ class HttpServer {
  public:
   // Builds the prefill / decode role's transport (tests wrap it in a fault injector).
   using TransportFactory = std::function<Result<std::unique_ptr<transfer::Transport>>(const transfer::TcpConfig&)>;
+  // Builds the device forward of `--device cuda` (tests hand in a stand-in; default: make_cuda_forward).
+  using DeviceFactory = std::function<Result<std::unique_ptr<DeviceForward>>(TpModelGroup&, const ServeConfig&)>;
   // Loads the model and tokenizer, builds and starts the engine. Not listening yet.
-  static Result<std::unique_ptr<HttpServer>> create(ServeConfig cfg, TransportFactory make_transport = {});
+  static Result<std::unique_ptr<HttpServer>> create(ServeConfig cfg, TransportFactory make_transport = {},
+                                                    DeviceFactory make_device = {});
   ~HttpServer();
 
   // Binds host:port (port 0: any free port) and returns the port.

@@ -19,7 +19,8 @@ struct ServeConfig {
   ServerRole role = ServerRole::kUnified;
   std::string model_dir;                      // required
   int tp = 1;                                 // tensor-parallel ranks (threads on the CPU backend)
-  std::string device = "cpu";                 // "cpu" or "cuda" (the CUDA backend: tp 1, unified role only)
+  std::string device = "cpu";                 // "cpu" or "cuda" (the CUDA backend: tp 1, any role)
+  bool cuda_graphs = true;                    // cuda: decode steps replay a CUDA graph per batch bucket
   std::string served_model_name;              // "": the model directory's base name
   std::string host = "127.0.0.1";
   int port = 8000;                            // 0: any free port (printed at startup)
