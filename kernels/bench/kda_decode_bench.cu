@@ -20,7 +20,7 @@ using namespace pdserve::cuda;
 
 namespace {
 
-constexpr int kSteps = 64, kReps = 15, kSets = 4;
+constexpr int kSteps = 64, kReps = 11, kSets = 4;
 constexpr int64_t kSlots = 1024;
 
 #define CHECK(x)                                                                           \
@@ -135,14 +135,22 @@ int main(int argc, char** argv) {
     KdaDecodePlan plan;
     int rw;
     const char* name;
+    int warps = 4;
   };
   const Variant variants[] = {{KdaDecodePlan::kAuto, 0, "auto"},       {KdaDecodePlan::kCluster, 2, "cluster/2"},
                               {KdaDecodePlan::kCluster, 4, "cluster/4"}, {KdaDecodePlan::kCluster, 8, "cluster/8"},
                               {KdaDecodePlan::kCluster, 16, "cluster/16"}, {KdaDecodePlan::kTickets, 1, "tickets/1"},
                               {KdaDecodePlan::kTickets, 4, "tickets/4"}, {KdaDecodePlan::kTickets, 8, "tickets/8"},
                               {KdaDecodePlan::kTickets, 16, "tickets/16"}, {KdaDecodePlan::kOneBlock, 4, "oneblock/4"},
-                              {KdaDecodePlan::kOneBlock, 8, "oneblock/8"}};
-  for (int64_t B : {1, 3, 16, 64, 128, 256}) {
+                              {KdaDecodePlan::kOneBlock, 8, "oneblock/8"},
+                              {KdaDecodePlan::kPush, 2, "push/4x2", 4},  {KdaDecodePlan::kPush, 4, "push/4x4", 4},
+                              {KdaDecodePlan::kPush, 8, "push/4x8", 4},  {KdaDecodePlan::kPush, 16, "push/4x16", 4},
+                              {KdaDecodePlan::kPush, 2, "push/8x2", 8},  {KdaDecodePlan::kPush, 4, "push/8x4", 8},
+                              {KdaDecodePlan::kPush, 8, "push/8x8", 8},  {KdaDecodePlan::kPush, 16, "push/8x16", 8},
+                              {KdaDecodePlan::kPush, 8, "push/16x8", 16}};
+  for (int64_t B : {1, 3, 8, 16, 32, 64, 128, 256}) {
+    const KdaDecodeShape pick = kda_decode_pick(B, H, D, K);
+    std::printf("B=%ld auto = plan %d, rows per warp %d, warps %d\n", long(B), static_cast<int>(pick.plan), pick.rows_per_warp, pick.warps);
     const double bytes = double(B) * H * D * D * 4 * 2;
     for (const Variant& var : variants) {
       KdaDecodeArgs a;
@@ -150,7 +158,7 @@ int main(int argc, char** argv) {
       a.conv_q = cq, a.conv_k = ck, a.conv_v = cv, a.a_log = alog, a.dt_bias = dt, a.o_norm = onorm;
       a.state = pool, a.slot_stride = layer_floats, a.layer_offset = 0;
       a.batch = B, a.heads = H, a.head_dim = D, a.conv_kernel = K, a.out = out;
-      a.plan = var.plan, a.rows_per_warp = var.rw, a.tickets = tickets;
+      a.plan = var.plan, a.rows_per_warp = var.rw, a.warps = var.warps, a.tickets = tickets;
       bool ok = true;
       const double ms = graph_ms(s, [&] {
         for (int i = 0; i < kSteps; ++i) {
@@ -166,7 +174,5 @@ int main(int argc, char** argv) {
       std::printf("%5ld %-12s %10.2f %10.3f %10.2f\n", long(B), var.name, us, bytes / (us * 1e-6) / 1e12, bytes / 4.2e12 * 1e6);
     }
   }
-  const KdaDecodeShape pick = kda_decode_pick(1, H, D);
-  std::printf("auto = plan %d, rows per warp %d\n", static_cast<int>(pick.plan), pick.rows_per_warp);
   return 0;
 }

@@ -24,7 +24,7 @@ def main():
     dt_bias = torch.randn(H * D, device=dev) * 0.5
     print(f"fla fused_recurrent_kda_fwd, H={H} D={D}, fp32, {STEPS} steps per graph replay")
     print(f"{'batch':>5} {'us/step':>10} {'state TB/s':>10}")
-    for B in (1, 3, 16, 64, 128, 256):
+    for B in (1, 3, 8, 16, 32, 64, 128, 256):
         q = torch.randn(B, 1, H, D, device=dev)
         k = torch.randn(B, 1, H, D, device=dev)
         v = torch.randn(B, 1, H, D, device=dev)

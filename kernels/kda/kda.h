@@ -58,16 +58,22 @@ Status kda_recurrent_step(const float* q, const float* k, const float* v, const 
 //             atomic ticket per head, after a fence) shifts the q/k conv state and applies the
 //             norm. Needs `tickets`.
 //   kOneBlock one block per head, its warps loop over the rows (next rows prefetched).
-// kAuto picks between them by B*H (kda_decode_pick; measured choices in docs/perf.md).
+//   kPush     (D = 128, K = 4 only; kda_decode_push_sm90.cu) `warps` warps of RW rows a block,
+//             D/(warps*RW) blocks a head in one cluster (none when 1): every input loaded
+//             before the first store, conv taps unrolled, each block computes its channels'
+//             q, k, decays and pushes them (then its rows' outputs) into every peer's shared
+//             memory before a cluster barrier; each warp redoes the norms with shuffles.
+// kAuto picks between them by B*H and K (kda_decode_pick; measured choices in docs/perf.md).
 //
 // Graph-safe: slot ids are read on the device, the launch shape depends only on (B, H, D)
 // and `tickets` ([B*H] int32, zero before the first call) is left at zero by every call.
 // Requires D in {32, 64, 128, 256}, K in 1..8, slots distinct within the batch, and the state
 // pointer, slot_stride and layer_offset 16-byte aligned (floats: multiples of 4).
-enum class KdaDecodePlan : int { kAuto, kCluster, kTickets, kOneBlock };
+enum class KdaDecodePlan : int { kAuto, kCluster, kTickets, kOneBlock, kPush };
 struct KdaDecodeShape {
   KdaDecodePlan plan = KdaDecodePlan::kAuto;
   int rows_per_warp = 0;
+  int warps = 4;  // warps per block: the push plan only (4, 8 or 16); the others use 4
 };
 struct KdaDecodeArgs {
   const float* q_raw = nullptr;       // [B][P] q projection before the conv, P = H*D
@@ -92,11 +98,12 @@ struct KdaDecodeArgs {
   int64_t batch = 0, heads = 0, head_dim = 0, conv_kernel = 4;
   KdaDecodePlan plan = KdaDecodePlan::kAuto;  // kAuto: kda_decode_pick (rows_per_warp ignored)
   int rows_per_warp = 0;              // D = 128: 1, 2, 4, 8, 16 (cluster: 2..16); other D: 2, 8 (D = 256 cluster: 8)
+  int warps = 4;                      // push plan: warps per block (4, 8; 16 with 8 rows a warp)
   int32_t* tickets = nullptr;         // [B*H], zero; only the ticket plan uses it
   float* out = nullptr;               // [B][P] gated, normalised output (input to the o projection)
 };
 Status kda_decode_step(const KdaDecodeArgs& a, cudaStream_t stream);
 // The plan kda_decode_step uses for kAuto (for benchmarks and logs).
-KdaDecodeShape kda_decode_pick(int64_t batch, int64_t heads, int64_t head_dim);
+KdaDecodeShape kda_decode_pick(int64_t batch, int64_t heads, int64_t head_dim, int64_t conv_kernel = 4);
 
 }  // namespace pdserve::cuda

@@ -4,6 +4,7 @@
 #include "common/cuda_check.h"
 #include "common/reduce.cuh"
 #include "kda/kda.h"
+#include "kda/kda_decode_push.h"
 
 namespace pdserve::cuda {
 
@@ -359,14 +360,24 @@ Status launch(const KdaDecodeArgs& a, int passes, cudaStream_t stream) {
 
 bool aligned16(int64_t floats) { return floats % 4 == 0; }
 
+// D = 128, K = 4, from the H200 sweep (docs/perf.md, H = 3): the push plan while a step is
+// latency-bound (4 rows a warp = 8-block clusters below ~32 heads, then 8 rows a warp =
+// 4-block clusters), the one-block plan with its prefetching passes once bandwidth rules
+// (from ~384 heads; 4 rows a warp past ~512).
+KdaDecodeShape pick_push(int64_t head_rows) {
+  if (head_rows < 32) return {KdaDecodePlan::kPush, 4, 4};
+  if (head_rows < 256) return {KdaDecodePlan::kPush, 8, 4};
+  return {KdaDecodePlan::kOneBlock, head_rows >= 512 ? 4 : 8};
+}
+
 
 }  // namespace
 
-KdaDecodeShape kda_decode_pick(int64_t batch, int64_t heads, int64_t head_dim) {
-  // From the H200 sweep (docs/perf.md, D = 128, H = 3): with few heads in the batch the
-  // cluster plan (8 blocks a head) is the fastest, from about 32 heads on the one-block plan
-  // with its prefetching passes is (fewest redundant preambles, most bytes in flight per
-  // block); 4 rows a warp past ~512 heads. Other head sizes were not swept: cluster.
+KdaDecodeShape kda_decode_pick(int64_t batch, int64_t heads, int64_t head_dim, int64_t conv_kernel) {
+  // D = 128, K = 4 (the K3 shape): pick_push. Otherwise the older plans, from the first
+  // H200 sweep (D = 128, H = 3): cluster (8 blocks a head) below ~32 heads, then the one-block
+  // plan; other head sizes were not swept: cluster.
+  if (head_dim == 128 && conv_kernel == 4) return pick_push(batch * heads);
   if (head_dim != 128) return {KdaDecodePlan::kCluster, head_dim == 256 ? 8 : 2};
   const int64_t head_rows = batch * heads;
   if (head_rows < 32) return {KdaDecodePlan::kCluster, 4};
@@ -380,11 +391,14 @@ Status kda_decode_step(const KdaDecodeArgs& a, cudaStream_t stream) {
   if (a.batch < 0 || a.batch > 65535 || a.heads < 0 || a.heads > 65535) return invalid_argument("kda_decode_step: batch/heads out of range");
   if (reinterpret_cast<uintptr_t>(a.state) % 16 != 0 || !aligned16(a.slot_stride) || !aligned16(a.layer_offset))
     return invalid_argument("kda_decode_step: state, slot_stride and layer_offset must be 16-byte aligned");
-  KdaDecodeShape shape{a.plan, a.rows_per_warp};
-  if (shape.plan == KdaDecodePlan::kAuto) shape = kda_decode_pick(a.batch, a.heads, D);
+  KdaDecodeShape shape{a.plan, a.rows_per_warp, a.warps};
+  if (shape.plan == KdaDecodePlan::kAuto) shape = kda_decode_pick(a.batch, a.heads, D, a.conv_kernel);
+  if (shape.plan == KdaDecodePlan::kPush && (D != 128 || a.conv_kernel != 4))
+    return invalid_argument("kda_decode_step: the push plan needs head_dim 128 and conv kernel 4");
   if (shape.plan == KdaDecodePlan::kTickets && !a.tickets) return invalid_argument("kda_decode_step: the ticket plan needs tickets");
   if (a.batch == 0 || a.heads == 0) return Status::ok();
   const int rw = shape.rows_per_warp;
+  if (shape.plan == KdaDecodePlan::kPush) return kda_decode_push_step(a, shape.rows_per_warp, shape.warps, stream);
   const Status bad = invalid_argument("kda_decode_step: no kernel for this plan, head_dim and rows_per_warp");
   if (shape.plan == KdaDecodePlan::kCluster) {
     if (D == 128) {

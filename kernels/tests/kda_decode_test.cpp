@@ -96,7 +96,7 @@ KdaDecodeArgs args_for(const Shape& s, const DeviceBuffer<float>* wq, DeviceStep
   a.has_lower_bound = s.lower_bound, a.lower_bound = -5.0f, a.norm_eps = 1e-6f;
   a.slots = st.slots.get(), a.state = pool, a.slot_stride = s.slot_floats(), a.layer_offset = s.layer * s.layer_floats();
   a.batch = s.B, a.heads = s.H, a.head_dim = s.D, a.conv_kernel = s.K, a.tickets = tickets;
-  a.plan = shape.plan, a.rows_per_warp = shape.rows_per_warp;
+  a.plan = shape.plan, a.rows_per_warp = shape.rows_per_warp, a.warps = shape.warps;
   a.out = st.out.get();
   return a;
 }
@@ -105,7 +105,7 @@ KdaDecodeArgs args_for(const Shape& s, const DeviceBuffer<float>* wq, DeviceStep
 // replaying one captured graph, and checks outputs and the whole pool against the CPU.
 void check_steps(const Shape& s, KdaDecodeShape plan, bool graph, uint32_t seed) {
   SCOPED_TRACE(::testing::Message() << "B=" << s.B << " H=" << s.H << " D=" << s.D << " plan=" << static_cast<int>(plan.plan)
-                                    << " rw=" << plan.rows_per_warp << " graph=" << graph << " lb=" << s.lower_bound);
+                                    << " rw=" << plan.rows_per_warp << " warps=" << plan.warps << " graph=" << graph << " lb=" << s.lower_bound);
   const bool tickets = plan.plan == KdaDecodePlan::kTickets;
   const Weights w = make_weights(s, seed);
   DeviceBuffer<float> wd[6];
@@ -153,7 +153,7 @@ void check_steps(const Shape& s, KdaDecodeShape plan, bool graph, uint32_t seed)
 }
 
 constexpr KdaDecodePlan kCluster = KdaDecodePlan::kCluster, kTickets = KdaDecodePlan::kTickets,
-                        kOneBlock = KdaDecodePlan::kOneBlock;
+                        kOneBlock = KdaDecodePlan::kOneBlock, kPush = KdaDecodePlan::kPush;
 
 TEST_F(KdaDecode, TpRankShapesEveryLaunchShape) {
   for (int64_t B : {1, 3, 256}) {
@@ -167,8 +167,29 @@ TEST_F(KdaDecode, TpRankShapesEveryLaunchShape) {
   }
 }
 
+// The push plan (D = 128, K = 4): every block shape, at batch 1 and 3 (also under
+// compute-sanitizer) and at 256 rows.
+void check_push_plans(int64_t B) {
+  const Shape s{B, 3, 128, 4, true, B == 256 ? 260 : 40};
+  const uint32_t seed = 700 + 1000 * static_cast<uint32_t>(B);
+  for (int warps : {4, 8})
+    for (int rw : {2, 4, 8, 16}) check_steps(s, {kPush, rw, warps}, false, seed + 20 * warps + rw);
+  check_steps(s, {kPush, 8, 16}, false, seed + 500);
+}
+TEST_F(KdaDecode, PushPlanSmallBatches) {
+  check_push_plans(1);
+  check_push_plans(3);
+  check_steps(Shape{5, 1, 128, 4, false, 9}, {kPush, 2, 4}, false, 401);  // softplus gate
+  check_steps(Shape{5, 1, 128, 4, false, 9}, {kPush, 16, 8}, false, 404);
+}
+TEST_F(KdaDecode, PushPlanLargeBatch) {
+  check_push_plans(256);
+  check_steps(Shape{40, 1, 128, 4, false, 45}, {}, false, 402);  // past the push plan's switch
+}
+
 TEST_F(KdaDecode, OtherHeadCountsDimsAndGateForms) {
   check_steps(Shape{5, 1, 128, 4, false, 9}, {}, false, 400);  // Kimi-Linear's softplus gate
+  check_steps(Shape{4, 8, 128, 3, true, 11}, {}, false, 403);    // K = 3: the older plans
   check_steps(Shape{4, 8, 128, 3, true, 11}, {kCluster, 2}, false, 405);
   check_steps(Shape{4, 8, 128, 3, true, 11}, {kTickets, 4}, false, 410);
   check_steps(Shape{6, 4, 32, 4, true, 13}, {}, false, 415);  // the tiny test models' head size
@@ -230,7 +251,11 @@ TEST_F(KdaDecode, RejectsWhatItCannotRun) {
   EXPECT_FALSE(kda_decode_step(a, nullptr).is_ok());
   a.plan = KdaDecodePlan::kTickets, a.rows_per_warp = 4;  // no tickets given
   EXPECT_FALSE(kda_decode_step(a, nullptr).is_ok());
-  a.plan = KdaDecodePlan::kAuto, a.slot_stride = 6;
+  a.plan = KdaDecodePlan::kPush, a.rows_per_warp = 4, a.warps = 4, a.conv_kernel = 3;  // push needs K = 4
+  EXPECT_FALSE(kda_decode_step(a, nullptr).is_ok());
+  a.conv_kernel = 4, a.warps = 2;  // no such block
+  EXPECT_FALSE(kda_decode_step(a, nullptr).is_ok());
+  a.warps = 4, a.plan = KdaDecodePlan::kAuto, a.slot_stride = 6;
   EXPECT_FALSE(kda_decode_step(a, nullptr).is_ok());
 }
 
