@@ -78,7 +78,7 @@ double median_us(const std::function<void(int)>& f) {
 }
 
 void row(const std::string& what, double us, double bytes, double floor_us, const std::string& note = "") {
-  std::printf("| %-40s | %8.1f | %7.1f | %5.2fx | %5.2f TB/s | %s\n", what.c_str(), us, floor_us, us / floor_us, bytes / us * 1e-6,
+  std::printf("| %-48s | %8.1f | %7.1f | %5.2fx | %5.2f TB/s | %s\n", what.c_str(), us, floor_us, us / floor_us, bytes / us * 1e-6,
               note.c_str());
 }
 
@@ -166,6 +166,9 @@ void bench(const char* routes_path) {
     permute(nullptr);
     const double td = median_us([&](int i) { decode_with(i, nullptr, MoeDecodeKernel::kStaged); });
     const double ts = median_us([&](int i) { decode_with(i, nullptr, MoeDecodeKernel::kStreamed); });
+    const double tw = median_us([&](int i) { decode_with(i, nullptr, MoeDecodeKernel::kWeightsA); });
+    const double twn = median_us([&](int i) { decode_with(i, nullptr, MoeDecodeKernel::kWeightsANoPrefetch); });
+    const double tws = median_us([&](int i) { decode_with(i, nullptr, MoeDecodeKernel::kWeightsAStrided); });
     const double ta = median_us([&](int i) {
       check(moe_expert_mlp(wa[i % sets], off.get(), local, cap, xs.get(), act.get(), os.get(), nullptr), "anchor");
     });
@@ -192,7 +195,10 @@ void bench(const char* routes_path) {
     const std::string note = std::to_string(nt) + " experts touched, " + std::to_string(rows) + " rows";
     row(b + " decode expert MLP (staged)", td, bytes, floor_us, note);
     row(b + " decode expert MLP (streamed)", ts, bytes, floor_us);
-    row(b + " anchor moe_expert_mlp", ta, bytes, floor_us, "staged decode is " + std::to_string(ta / td).substr(0, 5) + "x faster");
+    row(b + " decode expert MLP (weights on A)", tw, bytes, floor_us);
+    row(b + " decode expert MLP (weights on A, no L2 prefetch)", twn, bytes, floor_us);
+    row(b + " decode expert MLP (weights on A, strided)", tws, bytes, floor_us);
+    row(b + " anchor moe_expert_mlp", ta, bytes, floor_us, "weights-on-A decode is " + std::to_string(ta / tw).substr(0, 5) + "x faster");
     row(b + " permute+decode+combine", tall, bytes, floor_us, "eager");
     row(b + " permute+decode+combine", tg, bytes, floor_us, "CUDA graph replay");
     row(b + " reference: D2D copy of those bytes", tcopy, bytes, floor_us, "reads them once, writes them once");

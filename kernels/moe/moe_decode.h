@@ -77,19 +77,26 @@ Result<bool> mxfp4_repack_decode(const uint8_t* packed, const uint8_t* scales, i
 Status mxfp4_unpack_decode(const uint8_t* packed, const uint8_t* scales, int64_t experts, int64_t rows, int64_t cols,
                            std::vector<uint8_t>* packed_out, std::vector<uint8_t>* scales_out);
 
+// kWeightsA: weights as the MMA's A operand (16 rows: two adjacent tiles of this layout),
+// 8 tokens as B, staged in shared memory; needs dim, inter <= 4096, inter % 16 == 0,
+// dim % 32 == 0. No zero operand half, half the MMAs per weight of the kernels below.
+// Each CTA takes a contiguous run of units and has the TMA unit prefetch the unit after
+// next into L2. Kept to measure those choices: kWeightsANoPrefetch (no L2 prefetch) and
+// kWeightsAStrided (no prefetch, CTAs stride over the units: the first schedule).
 // kStreamed: activations read from global memory per word, 16 rows a pass, any width.
 // kStaged: activation rows staged in shared memory as bf16 (8 a pass), the unit's weights
 // kept in registers across passes and the next unit's loaded during this one's MMAs;
-// needs dim, inter <= 4096. kAuto: kStaged where it fits and capacity <= 1024, else
-// kStreamed (the choice the H200 measurements support; docs/perf.md).
-enum class MoeDecodeKernel { kAuto, kStreamed, kStaged };
+// needs dim, inter <= 4096. kAuto (the H200 measurements; docs/perf.md): where kWeightsA's
+// shape rules hold, kWeightsANoPrefetch up to capacity 1024 and kWeightsAStrided beyond;
+// elsewhere kStaged where it fits and capacity <= 1024, else kStreamed.
+enum class MoeDecodeKernel { kAuto, kStreamed, kStaged, kWeightsA, kWeightsANoPrefetch, kWeightsAStrided };
 
 // moe_expert_mlp's contract (moe.h) on decode-layout weights: per local expert, over its
 // rows [offsets[e], offsets[e+1]): act = act_fn(x W1^T, x W3^T) (fp32 [*, inter]), then
 // out_sorted = act W2^T (fp32 [*, dim]). Activations are rounded to bf16 for the tensor
 // cores (weights are exact in bf16), fp32 accumulation. Two launches (gate+up with the
-// activation; down), each a grid-stride loop over units (touched expert, 8-row tile; the
-// staged down kernel takes two tiles a unit) listed from `offsets` on the device, no host
+// activation; down), each a loop over units (touched expert, 8-row tile; the staged down
+// kernel takes two tiles a unit, kWeightsA four) listed from `offsets` on the device, no host
 // sync: the call can be captured in a CUDA graph. The first call per kernel queries
 // occupancy (and raises the dynamic shared-memory limit); later calls make no such calls.
 Status moe_expert_mlp_decode(const MoeDecodeWeights& w, const int32_t* offsets, int64_t local_experts, int64_t capacity,

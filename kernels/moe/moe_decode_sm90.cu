@@ -346,6 +346,193 @@ __global__ void __launch_bounds__(kThreads, 2) decode_gemm_staged(Mxfp4Decode a,
   }
 }
 
+// ---- Weights-on-A variant (kWeightsA): mma.m16n8k16 with 16 weight rows as A and 8
+// tokens as B. Two adjacent 8-row tiles of the layout make one A operand unchanged: lane
+// (g, t)'s word of tile n gives a0/a2 (row g), tile n+1's the same word a1/a3 (row g + 8),
+// both with the layout's k-slot map, and the token operand is the 8 bf16 inputs that lane
+// already reads (one 16-byte shared load, no zero half, no register moves). Half the MMAs
+// per weight of the token-side kernels. A unit is four tiles: gate n, n+1 and up n, n+1
+// (gated) or four adjacent tiles (down); 16 warps take at most 2 chunks each, and the next
+// unit's words load while this one computes (two register sets). Offsets are 32-bit.
+// kBlocked: each CTA takes a contiguous run of units (mostly one expert), so the staged
+// token rows are reused across units instead of re-read from L2 behind a barrier; else
+// CTAs stride over the units (the first schedule, kWeightsAStrided). kPrefetch: four
+// threads ask the TMA unit to pull the unit after next into L2 (one bulk prefetch per
+// contiguous run: packed and scales of each matrix), so the register loads of the next
+// unit wait on L2 rather than DRAM and DRAM sees more requests in flight. The reduction buffer
+// alternates between passes, so a pass needs one barrier (two where it restages tokens).
+constexpr int kWaWarps = 16;
+constexpr int kWaThreads = kWaWarps * 32;
+constexpr int kWaBatch = 2;   // chunks per warp: 16 x 2 x 128 = 4096 inputs
+constexpr int kWaTokens = 8;  // the MMA's N
+
+struct WaRegs {
+  uint4 q[kWaBatch][4];
+  uint32_t s[kWaBatch][4];
+};
+
+struct WaSpace {
+  const int* list;
+  uint32_t tiles, chunks, per_expert;
+};
+
+template <bool kGated>
+__device__ __forceinline__ void wa_unit(const WaSpace& sp, uint32_t u, int* e, uint32_t* n) {
+  *e = sp.list[u / sp.per_expert];
+  *n = (u % sp.per_expert) * (kGated ? 2u : 4u);
+}
+
+// Tile k of the unit: gated k = 0, 1 gate n, n+1 and k = 2, 3 up n, n+1; down n + k.
+template <bool kGated>
+__device__ __forceinline__ void wa_load(const Mxfp4Decode& a, const Mxfp4Decode& b, const WaSpace& sp, uint32_t u, int lane, int warp,
+                                        WaRegs& r) {
+  int e;
+  uint32_t n;
+  wa_unit<kGated>(sp, u, &e, &n);
+  const uint32_t tile0 = (uint32_t(e) * sp.tiles + n) * sp.chunks, g = lane >> 2;
+#pragma unroll
+  for (int j = 0; j < kWaBatch; ++j) {
+    const uint32_t c = warp + j * kWaWarps;
+    if (c < sp.chunks) {
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const Mxfp4Decode& m = kGated && k >= 2 ? b : a;
+        const uint32_t tile = tile0 + uint32_t(kGated ? (k & 1) : k) * sp.chunks + c;
+        r.q[j][k] = load_stream(reinterpret_cast<const uint4*>(m.packed) + (tile * 32u + lane));
+        r.s[j][k] = __ldg(reinterpret_cast<const uint32_t*>(m.scales) + (tile * 8u + g));
+      }
+    }
+  }
+}
+
+// Lane i < 4 of the caller prefetches run i of unit u into L2: gated, packed and scales of
+// a then b (tiles n, n+1 each); down, packed and scales of tiles n..n+3.
+template <bool kGated>
+__device__ __forceinline__ void wa_prefetch(const Mxfp4Decode& a, const Mxfp4Decode& b, const WaSpace& sp, uint32_t u, int i) {
+  int e;
+  uint32_t n;
+  wa_unit<kGated>(sp, u, &e, &n);
+  const uint32_t tile0 = (uint32_t(e) * sp.tiles + n) * sp.chunks, ntiles = (kGated ? 2u : 4u) * sp.chunks;
+  if (!kGated && i >= 2) return;
+  const Mxfp4Decode& m = kGated && i >= 2 ? b : a;
+  const bool scales = i & 1;
+  const uint8_t* p = scales ? m.scales + size_t(tile0) * 32u : m.packed + size_t(tile0) * 512u;
+  const uint32_t bytes = ntiles * (scales ? 32u : 512u);
+  asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(p), "r"(bytes) : "memory");
+}
+
+template <bool kGated, bool kWide>
+__device__ __forceinline__ void wa_compute(const Mxfp4Decode& a, const WaSpace& sp, uint32_t u, const int32_t* __restrict__ offsets,
+                                           const float* __restrict__ x, float* __restrict__ y, const Act& act, const WaRegs& r,
+                                           uint16_t* x_s, float (*s_red2)[kWaWarps][4][kWaTokens][8], int& staged_e, int& staged_r0, int& buf) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
+  int e;
+  uint32_t n;
+  wa_unit<kGated>(sp, u, &e, &n);
+  const int begin = offsets[e], end = offsets[e + 1];
+  const uint32_t cols = static_cast<uint32_t>(a.cols), stride = cols + kStagedPad, c4n = cols / 4;
+  for (int r0 = begin; r0 < end; r0 += kWaTokens) {
+    const int nrows = min(kWaTokens, end - r0);
+    if (staged_e != e || staged_r0 != r0) {  // uniform; the last pass's barrier ended all x_s reads
+      const uint32_t n4 = nrows * c4n;
+      const float* xr = x + int64_t(r0) * cols;
+#pragma unroll 4
+      for (uint32_t idx = threadIdx.x; idx < n4; idx += kWaThreads) {
+        const uint32_t row = idx / c4n, c4 = idx - row * c4n;
+        const float4 v = __ldg(reinterpret_cast<const float4*>(xr) + idx);
+        *reinterpret_cast<uint2*>(x_s + row * stride + 4 * c4) = make_uint2(pack_bf16x2(v.x, v.y), pack_bf16x2(v.z, v.w));
+      }
+      staged_e = e, staged_r0 = r0;
+      __syncthreads();
+    }
+    float (*s_red)[4][kWaTokens][8] = s_red2[buf];
+    buf ^= 1;
+    const bool tok_ok = g < nrows;
+    const uint16_t* xg = x_s + g * stride + 8 * t;
+    float acc[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}};
+#pragma unroll
+    for (int j = 0; j < kWaBatch; ++j) {
+      const uint32_t c = warp + j * kWaWarps;
+      if (c >= sp.chunks) break;
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        uint4 v = make_uint4(0u, 0u, 0u, 0u);
+        if (tok_ok) v = *reinterpret_cast<const uint4*>(xg + c * 128 + 32 * i);
+#pragma unroll
+        for (int p = 0; p < 2; ++p) {
+          uint32_t lo[4], hi[4];
+          dequant_word<kWide>(word_of(r.q[j][2 * p], i), (r.s[j][2 * p] >> (8 * i)) & 0xffu, lo);
+          dequant_word<kWide>(word_of(r.q[j][2 * p + 1], i), (r.s[j][2 * p + 1] >> (8 * i)) & 0xffu, hi);
+          const uint32_t a0[4] = {lo[0], hi[0], lo[1], hi[1]}, a1[4] = {lo[2], hi[2], lo[3], hi[3]};
+          mma_bf16(acc[p], a0, v.x, v.y);
+          mma_bf16(acc[p], a1, v.z, v.w);
+        }
+      }
+    }
+    // acc[p]: (row g of tile 2p, tokens 2t, 2t+1), (row g of tile 2p+1, same tokens).
+#pragma unroll
+    for (int p = 0; p < 2; ++p) {
+      s_red[warp][2 * p][2 * t][g] = acc[p][0];
+      s_red[warp][2 * p][2 * t + 1][g] = acc[p][1];
+      s_red[warp][2 * p + 1][2 * t][g] = acc[p][2];
+      s_red[warp][2 * p + 1][2 * t + 1][g] = acc[p][3];
+    }
+    __syncthreads();
+    const int k = threadIdx.x / (kWaTokens * 8), tok = (threadIdx.x / 8) % kWaTokens, rr = threadIdx.x % 8;
+    if (k < (kGated ? 2 : 4) && tok < nrows) {
+      float va = 0.0f, vb = 0.0f;
+#pragma unroll
+      for (int w = 0; w < kWaWarps; ++w) {
+        va += s_red[w][k][tok][rr];
+        if constexpr (kGated) vb += s_red[w][k + 2][tok][rr];
+      }
+      y[int64_t(r0 + tok) * a.rows + int64_t(n + k) * 8 + rr] = kGated ? act(va, vb) : va;
+    }
+  }
+}
+
+template <bool kGated, bool kWide, bool kBlocked, bool kPrefetch>
+__global__ void __launch_bounds__(kWaThreads, 1) decode_gemm_wa(Mxfp4Decode a, Mxfp4Decode b, const int32_t* __restrict__ offsets,
+                                                                int experts, const float* __restrict__ x, float* __restrict__ y, Act act) {
+  extern __shared__ __align__(16) uint16_t x_s[];
+  __shared__ int s_list[kMaxExperts];
+  __shared__ int s_count;
+  __shared__ float s_red[2][kWaWarps][4][kWaTokens][8];
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  if (warp == 0) {
+    int n = 0;
+    for (int base = 0; base < experts; base += 32) {
+      const int e = base + lane;
+      const bool busy = e < experts && offsets[e + 1] > offsets[e];
+      const unsigned m = __ballot_sync(0xffffffffu, busy);
+      if (busy) s_list[n + __popc(m & ((1u << lane) - 1u))] = e;
+      n += __popc(m);
+    }
+    if (lane == 0) s_count = n;
+  }
+  __syncthreads();
+  const uint32_t tiles = static_cast<uint32_t>(a.rows / 8);
+  const WaSpace sp{s_list, tiles, static_cast<uint32_t>(a.cols / 128), kGated ? tiles / 2 : tiles / 4};
+  const uint32_t all = uint32_t(s_count) * sp.per_expert, per = (all + gridDim.x - 1) / gridDim.x;
+  const uint32_t step = kBlocked ? 1u : gridDim.x;
+  uint32_t u = kBlocked ? blockIdx.x * per : blockIdx.x;
+  const uint32_t units = kBlocked ? min(all, u + per) : all;
+  WaRegs ra, rb;
+  int staged_e = -1, staged_r0 = -1, buf = 0;  // the (expert, first row) in x_s; the s_red half to use
+  if (u < units) wa_load<kGated>(a, b, sp, u, lane, warp, ra);
+  while (u < units) {
+    if (kPrefetch && threadIdx.x < 4 && u + 2 * step < units) wa_prefetch<kGated>(a, b, sp, u + 2 * step, threadIdx.x);
+    if (u + step < units) wa_load<kGated>(a, b, sp, u + step, lane, warp, rb);
+    wa_compute<kGated, kWide>(a, sp, u, offsets, x, y, act, ra, x_s, s_red, staged_e, staged_r0, buf);
+    u += step;
+    if (u >= units) break;
+    if (kPrefetch && threadIdx.x < 4 && u + 2 * step < units) wa_prefetch<kGated>(a, b, sp, u + 2 * step, threadIdx.x);
+    if (u + step < units) wa_load<kGated>(a, b, sp, u + step, lane, warp, ra);
+    wa_compute<kGated, kWide>(a, sp, u, offsets, x, y, act, rb, x_s, s_red, staged_e, staged_r0, buf);
+    u += step;
+  }
+}
+
 Status check(const Mxfp4Decode& m, int64_t rows, int64_t cols, const char* what) {
   if (!m.packed || !m.scales || m.rows != rows || m.cols != cols || !decode_layout_fits(rows, cols))
     return invalid_argument(std::string("moe_expert_mlp_decode: bad shape for ") + what + " (rows % 8, cols % 128)");
@@ -358,28 +545,53 @@ Status check(const Mxfp4Decode& m, int64_t rows, int64_t cols, const char* what)
 // Cached per kernel (template instantiation) and shared-memory size, so that launches
 // after the first make no attribute calls (stream capture stays clean).
 template <typename Kernel>
-Result<unsigned> grid_for(Kernel kernel, size_t smem, int64_t max_units) {
-  static size_t cached_smem = ~size_t(0);
-  static int per_sm = 0, sms = 0;
-  if (cached_smem != smem) {
+Result<unsigned> grid_for(Kernel kernel, size_t smem, int64_t max_units, int threads = kThreads) {
+  // Keyed by the kernel's address too: the kernels share one signature, so the template
+  // alone would let one kernel reuse another's occupancy (and skip its smem attribute).
+  struct Entry {
+    const void* kernel;
+    size_t smem;
+    int per_sm;
+  };
+  static Entry cache[32];
+  static int used = 0, sms = 0;
+  const void* key = reinterpret_cast<const void*>(kernel);
+  int per_sm = 0;
+  for (int i = 0; i < used; ++i)
+    if (cache[i].kernel == key && cache[i].smem == smem) per_sm = cache[i].per_sm;
+  if (per_sm == 0) {
     int dev = 0;
     PDS_RETURN_IF_ERROR(cuda_status(cudaGetDevice(&dev), "cudaGetDevice"));
     PDS_RETURN_IF_ERROR(cuda_status(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev), "sm count"));
     if (smem > 48 * 1024)
       PDS_RETURN_IF_ERROR(cuda_status(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)),
                                       "dynamic shared memory"));
-    PDS_RETURN_IF_ERROR(cuda_status(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kThreads, smem), "occupancy"));
+    PDS_RETURN_IF_ERROR(cuda_status(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, smem), "occupancy"));
     per_sm = std::max(per_sm, 1);
-    cached_smem = smem;
+    if (used < 32) cache[used++] = {key, smem, per_sm};
   }
   return static_cast<unsigned>(std::max<int64_t>(1, std::min<int64_t>(max_units, int64_t(per_sm) * sms)));
 }
 
 template <bool kGated, bool kWide>
 Status launch(const Mxfp4Decode& a, const Mxfp4Decode& b, const int32_t* offsets, int64_t experts, const float* x, float* y, Act act,
-              bool staged, cudaStream_t stream, const char* what) {
+              MoeDecodeKernel kind, cudaStream_t stream, const char* what) {
   const int64_t tiles = a.rows / 8;
-  if (staged) {
+  if (kind == MoeDecodeKernel::kWeightsA || kind == MoeDecodeKernel::kWeightsANoPrefetch || kind == MoeDecodeKernel::kWeightsAStrided) {
+    const size_t smem = size_t(kWaTokens) * (a.cols + kStagedPad) * sizeof(uint16_t);
+    const int64_t units = experts * (kGated ? tiles / 2 : tiles / 4);
+    const int ex = static_cast<int>(experts);
+    if (kind == MoeDecodeKernel::kWeightsA) {
+      PDS_ASSIGN_OR_RETURN(unsigned grid, grid_for(decode_gemm_wa<kGated, kWide, true, true>, smem, units, kWaThreads));
+      decode_gemm_wa<kGated, kWide, true, true><<<grid, kWaThreads, smem, stream>>>(a, b, offsets, ex, x, y, act);
+    } else if (kind == MoeDecodeKernel::kWeightsANoPrefetch) {
+      PDS_ASSIGN_OR_RETURN(unsigned grid, grid_for(decode_gemm_wa<kGated, kWide, true, false>, smem, units, kWaThreads));
+      decode_gemm_wa<kGated, kWide, true, false><<<grid, kWaThreads, smem, stream>>>(a, b, offsets, ex, x, y, act);
+    } else {
+      PDS_ASSIGN_OR_RETURN(unsigned grid, grid_for(decode_gemm_wa<kGated, kWide, false, false>, smem, units, kWaThreads));
+      decode_gemm_wa<kGated, kWide, false, false><<<grid, kWaThreads, smem, stream>>>(a, b, offsets, ex, x, y, act);
+    }
+  } else if (kind == MoeDecodeKernel::kStaged) {
     const size_t smem = size_t(kStagedRows) * (a.cols + kStagedPad) * sizeof(uint16_t);
     const int ex = static_cast<int>(experts);
     if constexpr (kGated) {
@@ -408,19 +620,30 @@ Status moe_expert_mlp_decode(const MoeDecodeWeights& w, const int32_t* offsets, 
   if (capacity == 0) return Status::ok();
   const int64_t max_cols = int64_t(kWarps) * kBatch * 128;
   const bool fits = dim <= max_cols && inter <= max_cols;
+  // kWeightsA: 16-row gate/up pairs and 32-row down units, 32-bit word indices.
+  const bool wa_fits = fits && inter % 16 == 0 && dim % 32 == 0 && local_experts * inter * dim / 32 < INT32_MAX;
   if (kernel == MoeDecodeKernel::kStaged && !fits) return invalid_argument("moe_expert_mlp_decode: the staged kernel takes cols <= 4096");
-  // kAuto: staged up to 1024 pairs (B <= 64 at top-16), where the H200 measured it 1-5%
-  // ahead; beyond, experts get more than 8 rows and its 8-row passes redo the dequantisation
-  // (B = 256: 635 us staged vs 408 us streamed; docs/perf.md).
-  const bool staged = kernel == MoeDecodeKernel::kStaged || (kernel == MoeDecodeKernel::kAuto && fits && capacity <= 1024);
+  const bool wants_wa = kernel == MoeDecodeKernel::kWeightsA || kernel == MoeDecodeKernel::kWeightsANoPrefetch ||
+                        kernel == MoeDecodeKernel::kWeightsAStrided;
+  if (wants_wa && !wa_fits)
+    return invalid_argument("moe_expert_mlp_decode: the weights-on-A kernel takes cols <= 4096, inter % 16 == 0, dim % 32 == 0");
+  // kAuto, from the H200 measurements (docs/perf.md): weights on A wherever its shape rules
+  // hold, blocked without the L2 prefetch up to 1024 pairs (B <= 64 at top-16; 1.2-1.6x
+  // the older kernels, the prefetch within noise), strided beyond (B = 256: 339 us against
+  // 496 blocked and 386 streamed). Elsewhere staged up to 1024 pairs, else streamed.
+  MoeDecodeKernel kind = kernel;
+  if (kernel == MoeDecodeKernel::kAuto) {
+    if (wa_fits) kind = capacity <= 1024 ? MoeDecodeKernel::kWeightsANoPrefetch : MoeDecodeKernel::kWeightsAStrided;
+    else kind = fits && capacity <= 1024 ? MoeDecodeKernel::kStaged : MoeDecodeKernel::kStreamed;
+  }
   const Act a{w.activation, w.situ_beta, w.situ_linear_beta};
   if (w.w1.wide_scales || w.w3.wide_scales)
-    PDS_RETURN_IF_ERROR((launch<true, true>(w.w1, w.w3, offsets, local_experts, x_sorted, act, a, staged, stream, "moe decode gate/up")));
+    PDS_RETURN_IF_ERROR((launch<true, true>(w.w1, w.w3, offsets, local_experts, x_sorted, act, a, kind, stream, "moe decode gate/up")));
   else
-    PDS_RETURN_IF_ERROR((launch<true, false>(w.w1, w.w3, offsets, local_experts, x_sorted, act, a, staged, stream, "moe decode gate/up")));
+    PDS_RETURN_IF_ERROR((launch<true, false>(w.w1, w.w3, offsets, local_experts, x_sorted, act, a, kind, stream, "moe decode gate/up")));
   if (w.w2.wide_scales)
-    return launch<false, true>(w.w2, w.w2, offsets, local_experts, act, out_sorted, a, staged, stream, "moe decode down");
-  return launch<false, false>(w.w2, w.w2, offsets, local_experts, act, out_sorted, a, staged, stream, "moe decode down");
+    return launch<false, true>(w.w2, w.w2, offsets, local_experts, act, out_sorted, a, kind, stream, "moe decode down");
+  return launch<false, false>(w.w2, w.w2, offsets, local_experts, act, out_sorted, a, kind, stream, "moe decode down");
 }
 
 }  // namespace pdserve::cuda

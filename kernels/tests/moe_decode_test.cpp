@@ -6,7 +6,8 @@
 // moe_combine against the routed part of moe_forward on the CPU (moe_reference.h), fresh
 // random inputs: K3 expert shape with top-16 routing at batch 1, 4 and 64, skewed routing
 // (one expert with 40 rows, the rest empty), a single row, scales above 2^1 (the
-// two-multiply path), both activations; each case on both kernels (kStreamed, kStaged).
+// two-multiply path), both activations; each case on every kernel (kStreamed, kStaged,
+// kWeightsA and its two schedule variants) and on kAuto.
 // Bound: normalised error max|gpu - cpu| / max|cpu| < 1e-2. The kernel rounds the
 // activations (x, then act) to bf16 for the tensor cores (relative 2^-9 each) while the
 // weights are exact; fp32 accumulation. Measured values are printed by each run.
@@ -146,17 +147,20 @@ double run_decode_with(const Routing& r, int64_t tokens, int64_t k, int64_t begi
   for (int32_t id : r.ids) rows += id >= begin && id < begin + local;
   const double err = nerr(got, ref);
   std::printf("decode MoE %s %s: tokens=%lld local=%lld k=%lld rows=%lld dim=%lld inter=%lld: normalised error %.3g\n",
-              kernel == MoeDecodeKernel::kStaged ? "staged" : "streamed", what,
+              kernel == MoeDecodeKernel::kStaged ? "staged" : kernel == MoeDecodeKernel::kWeightsA ? "weights-A" : kernel == MoeDecodeKernel::kWeightsAStrided ? "weights-A strided" : kernel == MoeDecodeKernel::kWeightsANoPrefetch ? "weights-A no-prefetch" : kernel == MoeDecodeKernel::kAuto ? "auto" : "streamed", what,
               (long long)tokens, (long long)local, (long long)k, (long long)rows, (long long)dim, (long long)inter, err);
   EXPECT_GT(rows, 0) << what << ": the case should route some rows here";
   return err;
 }
 
-// Both kernels on the same inputs; the larger error.
+// Every kernel (and kAuto's choice) on the same inputs; the largest error.
 double run_decode(const Routing& r, int64_t tokens, int64_t k, int64_t begin, const HostExperts& h, MoeActivation act, uint32_t seed,
                   const char* what) {
-  return std::max(run_decode_with(r, tokens, k, begin, h, act, seed, what, MoeDecodeKernel::kStreamed),
-                  run_decode_with(r, tokens, k, begin, h, act, seed, what, MoeDecodeKernel::kStaged));
+  double err = 0.0;
+  for (MoeDecodeKernel kern : {MoeDecodeKernel::kStreamed, MoeDecodeKernel::kStaged, MoeDecodeKernel::kWeightsA, MoeDecodeKernel::kWeightsANoPrefetch, MoeDecodeKernel::kWeightsAStrided,
+                               MoeDecodeKernel::kAuto})
+    err = std::max(err, run_decode_with(r, tokens, k, begin, h, act, seed, what, kern));
+  return err;
 }
 
 TEST_F(MoeDecode, MatchesCpuAtK3ExpertShapeWithTop16) {
