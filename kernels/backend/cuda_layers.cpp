@@ -99,7 +99,8 @@ Status CudaModel::kda_layer(const DeviceLayer& l, const Step& st, const float* x
   // output norm. Decode graphs (st.slots set) keep the slot-table kernels below: the fused
   // kernel has no padding rows yet, and its slot upload here is a host copy a graph cannot hold.
   const bool fused_decode =
-      !st.slots && T == static_cast<int64_t>(st.batch->seqs.size()) && (D == 32 || D == 64 || D == 128 || D == 256);
+      opts_.fused_kda_decode && !st.slots && T == static_cast<int64_t>(st.batch->seqs.size()) &&
+      (D == 32 || D == 64 || D == 128 || D == 256);
   if (!fused_decode)
     PDS_RETURN_IF_ERROR(kda_gate(f, T, H, D, l.a_log, l.dt_bias, c.has_gate_lower_bound, static_cast<float>(c.gate_lower_bound), g, stream_));
   PDS_RETURN_IF_ERROR(linear(x, T, l.b, beta, stream_));

@@ -13,11 +13,10 @@ export NCCL_NVLS_ENABLE=0 LD_LIBRARY_PATH="$here/lib:${LD_LIBRARY_PATH:-}"
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm,clocks.max.mem --format=csv,noheader
 test_bin="$here/bin/kda_decode_kernels_test"
 (
-  export CUDA_VISIBLE_DEVICES=1
-  timeout 90 compute-sanitizer --tool memcheck --error-exitcode 9 "$test_bin" \
+  timeout 90 env CUDA_VISIBLE_DEVICES=1 compute-sanitizer --tool memcheck --error-exitcode 9 "$test_bin" \
     --gtest_filter='*PushPlanSmall*:*OtherHead*:*Equals*:*Reject*' >"$out/memcheck.log" 2>&1
   echo "memcheck rc=$?" >>"$out/memcheck.log"
-  timeout 45 compute-sanitizer --tool racecheck --error-exitcode 9 "$test_bin" \
+  timeout 45 env CUDA_VISIBLE_DEVICES=1 compute-sanitizer --tool racecheck --error-exitcode 9 "$test_bin" \
     --gtest_filter='*PushPlanSmall*' >"$out/racecheck.log" 2>&1
   echo "racecheck rc=$?" >>"$out/racecheck.log"
 ) &
@@ -31,7 +30,7 @@ timeout 35 "$here/bin/kda_decode_bench" >"$out/bench.log" 2>&1; echo "bench rc=$
 echo "== fla anchor"
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
 PYTHONPATH=/tmp/site PYTHONUNBUFFERED=1 timeout 55 python3 "$here/kda_decode_fla.py" >"$out/fla.log" 2>&1; echo "fla rc=$?"
-cat "$out/fla.log" | tail -12
+tail -12 "$out/fla.log"
 wait "$sanitizers"
 echo "== compute-sanitizer"
 tail -4 "$out/memcheck.log"

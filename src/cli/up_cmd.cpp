@@ -27,6 +27,8 @@ struct UpArgs {
   std::string model, config, host = "127.0.0.1", log_dir, exe;
   int router_port = 31000, prefill_port = 30000, decode_port = 30001, bootstrap_port = 8998;
   int64_t page_size = 64, chunk_size = 8192, max_running = 0;
+  int prefill_tp = 1, decode_tp = 1;
+  std::string device = "cpu";  // both roles
   double ready_timeout_s = 600, grace_s = 10;
   std::vector<std::string> prefill_args, decode_args, router_args;
 };
@@ -111,10 +113,14 @@ class Up {
     t.decode.port = a_.decode_port;
     t.bootstrap_port = a_.bootstrap_port;
     t.prefill.page_size = t.decode.page_size = a_.page_size;
+    t.prefill.tp = a_.prefill_tp;
+    t.decode.tp = a_.decode_tp;
     t.chunk_size = a_.chunk_size;
     t.prefill.max_running = t.decode.max_running = a_.max_running;
     t.prefill.extra_args = a_.prefill_args;
     t.decode.extra_args = a_.decode_args;
+    if (a_.device != "cpu")
+      for (auto* extra : {&t.prefill.extra_args, &t.decode.extra_args}) extra->insert(extra->begin(), "--device=" + a_.device);
     t.router_extra_args = a_.router_args;
     PDS_RETURN_IF_ERROR(deploy::validate_topology(t));
     return t;
@@ -222,6 +228,11 @@ void add_up_command(CLI::App& app) {
   cmd->add_option("--decode-port", a->decode_port, "Decode HTTP port")->capture_default_str();
   cmd->add_option("--page-size", a->page_size, "Tokens per KV page (both sides)")->capture_default_str();
   cmd->add_option("--chunk-size", a->chunk_size, "Prefill chunk size")->capture_default_str();
+  cmd->add_option("--prefill-tp", a->prefill_tp, "Prefill tensor-parallel ranks (with --device cuda: GPUs 0..N-1)")
+      ->check(CLI::PositiveNumber)->capture_default_str();
+  cmd->add_option("--decode-tp", a->decode_tp, "Decode tensor-parallel ranks (with --device cuda: GPUs 0..N-1)")
+      ->check(CLI::PositiveNumber)->capture_default_str();
+  cmd->add_option("--device", a->device, "Backend of both roles")->check(CLI::IsMember({"cpu", "cuda"}))->capture_default_str();
   cmd->add_option("--max-running", a->max_running, "Requests running at once per side (0: the role's default)")
       ->capture_default_str();
   cmd->add_option("--prefill-arg", a->prefill_args, "Extra argument for prefill (repeatable)")->allow_extra_args(false);

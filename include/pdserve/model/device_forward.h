@@ -51,6 +51,9 @@ struct CudaForwardOptions {
   // Widest block table a decode graph holds (pages of the longest sequence); 0: the pool's
   // page count. Longer sequences run eagerly.
   int64_t graph_max_pages = 0;
+  // Eager decode steps run KDA layers through the fused step (kda_decode_step, one launch
+  // per layer); false keeps the per-op kernels the graphs use (tests compare them bit for bit).
+  bool fused_kda_decode = true;
 };
 
 // The whole (unsharded) model on CUDA device 0, pools of the given geometry.

@@ -1,0 +1,92 @@
+#!/usr/bin/env bash
+# One call on nvidia-h200-x2 after the session's merges (NCCL TP + device roles + decode graphs
+# + fused KDA / MoE decode kernels): every GPU test binary on GPU 0 (cuda_tp_test on both),
+# memcheck of the backend forward and the device-role tests on GPU 1 meanwhile, then end to end:
+# a CPU `serve`, `serve --device cuda` (graphs), `serve --device cuda --tp 2`, and `pdserve up`
+# with prefill on CUDA at TP2 (GPUs 0 and 1) and decode on CUDA at TP1 (GPU 0), every reply
+# compared with the CPU server's at temperature 0 (one request, then 8 at once via the router).
+# Usage (repository root on the device): BIN=dir OUT=dir bash kernels/bench/run_merged_h200.sh
+# BIN holds the binaries (stripped, built elsewhere) and lib/ with the shared libraries.
+set -uo pipefail
+BIN=${BIN:?} OUT=${OUT:-/tmp/out}
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 TMPDIR=/tmp
+NCCLDIR=$(python3 -c "import nvidia.nccl,os;print(os.path.dirname(nvidia.nccl.__file__))" 2>/dev/null)/lib
+export LD_LIBRARY_PATH="$BIN/lib:$NCCLDIR:${LD_LIBRARY_PATH:-}"
+# The golden-fixture tests look under the source path the binaries were built from.
+[ -e /work/main ] || { mkdir -p /work && ln -s "$PWD" /work/main; }
+chmod +x "$BIN"/* 2>/dev/null
+exec > >(tee -a "$OUT/run.log") 2>&1
+date -u; nvidia-smi --query-gpu=index,name,driver_version --format=csv,noheader
+MC=(cuda_forward_test pd_device_test)
+MC_PIDS=()
+for b in "${MC[@]}"; do
+  CUDA_VISIBLE_DEVICES=1 timeout 200 compute-sanitizer --tool memcheck --leak-check full --error-exitcode 9 "$BIN/$b" \
+    >"/tmp/memcheck_$b.log" 2>&1 &
+  MC_PIDS+=($!)
+done
+echo "== tests (GPU 0; cuda_tp_test on 0 and 1)"
+for b in kernels_test kda_decode_kernels_test moe_kernels_test moe_decode_test transfer_kernels_test cuda_forward_test \
+  pd_device_test cuda_tp_test; do
+  vis=0; [ "$b" = cuda_tp_test ] && vis=0,1
+  CUDA_VISIBLE_DEVICES=$vis timeout 150 "$BIN/$b" >"/tmp/test_$b.log" 2>&1
+  echo "$b rc=$? $(grep -cE '^\[       OK' "/tmp/test_$b.log") ok, $(grep -cE '^\[  SKIPPED' "/tmp/test_$b.log") skipped"
+  grep -E "^\[  FAILED|Failure|Expected|Which is" "/tmp/test_$b.log" | head -12
+done
+echo "== end to end"
+P="$BIN/pdserve"
+"$P" make-model --preset tiny-k3 --out /tmp/tk3 >/dev/null || echo "make-model failed"
+CUDA_VISIBLE_DEVICES=0 "$P" serve --model /tmp/tk3 --port 18124 >/tmp/serve_cpu.log 2>&1 &
+CPU=$!
+CUDA_VISIBLE_DEVICES=0 "$P" serve --model /tmp/tk3 --device cuda --port 18123 >/tmp/serve_cuda.log 2>&1 &
+GPU=$!
+CUDA_VISIBLE_DEVICES=0,1 "$P" serve --model /tmp/tk3 --device cuda --tp 2 --port 18126 >/tmp/serve_tp2.log 2>&1 &
+TP2=$!
+mkdir -p /tmp/uplogs
+CUDA_VISIBLE_DEVICES=0,1 "$P" up --model /tmp/tk3 --port 18130 --prefill-port 18131 --decode-port 18132 --bootstrap-port 18133 \
+  --chunk-size 64 --prefill-arg=--device=cuda --prefill-arg=--tp=2 --decode-arg=--device=cuda --log-dir /tmp/uplogs >/tmp/up.log 2>&1 &
+UP=$!
+for _ in $(seq 300); do
+  curl -sf localhost:18123/health >/dev/null && curl -sf localhost:18124/health >/dev/null &&
+    curl -sf localhost:18126/health >/dev/null && grep -q "pdserve up: ready" /tmp/up.log && break
+  sleep 0.2
+done
+REQ='{"messages": [{"role": "user", "content": "Hello there, GPU! Tell me about pages."}], "max_tokens": 32, "temperature": 0}'
+for port in 18124 18123 18126 18130; do
+  curl -s -m 60 -o "/tmp/reply_$port.json" -w "port $port: HTTP %{http_code}, %{time_total} s\n" "localhost:$port/v1/chat/completions" \
+    -H 'Content-Type: application/json' -d "$REQ"
+done
+msg() { python3 -c "import json; print(json.load(open('$1'))['choices'][0]['message'])" 2>/dev/null; }
+want=$(msg /tmp/reply_18124.json)
+for port in 18123 18126 18130; do
+  [ -n "$want" ] && [ "$(msg /tmp/reply_$port.json)" = "$want" ] && echo "port $port == serve cpu" || echo "port $port DIFFERS from serve cpu"
+done
+MANY=()
+for i in $(seq 8); do
+  R="{\"messages\": [{\"role\": \"user\", \"content\": \"Request $i: $(printf 'pages %.0s' $(seq $((i * 9))))\"}], \"max_tokens\": 24, \"temperature\": 0}"
+  for port in 18130 18124 18126; do
+    curl -s -m 90 -o "/tmp/many_${port}_$i.json" localhost:$port/v1/chat/completions -H 'Content-Type: application/json' -d "$R" &
+    MANY+=($!)
+  done
+done
+wait "${MANY[@]}"
+for port in 18130 18126; do
+  same=0
+  for i in $(seq 8); do
+    a=$(msg "/tmp/many_${port}_$i.json"); b=$(msg "/tmp/many_18124_$i.json")
+    [ -n "$a" ] && [ "$a" = "$b" ] && same=$((same + 1))
+  done
+  echo "8 concurrent requests on port $port: $same of 8 identical to serve cpu"
+done
+grep -h "device:" /tmp/serve_cuda.log /tmp/serve_tp2.log /tmp/uplogs/* 2>/dev/null | cut -c1-200
+curl -sf localhost:18132/metrics | grep -E '^pdserve_decode_transfer_(succeeded|failed|bytes|runs)_total '
+curl -sf "localhost:18131/transfers?limit=2" | head -c 600; echo
+kill -INT $UP; kill $CPU $GPU $TP2; wait $UP $CPU $GPU $TP2 2>/dev/null
+echo "== memcheck (GPU 1)"
+for i in "${!MC[@]}"; do
+  wait "${MC_PIDS[$i]}"; rc=$?
+  echo "memcheck ${MC[$i]} rc=$rc: $(grep -E 'ERROR SUMMARY|LEAK SUMMARY' "/tmp/memcheck_${MC[$i]}.log" | tr '\n' ' ')"
+done
+for f in /tmp/memcheck_*.log; do echo "=== $f"; tail -60 "$f"; done >"$OUT/memcheck.log"
+for f in /tmp/test_*.log; do echo "=== $f"; cat "$f"; done >"$OUT/tests.log"
+{ cat /tmp/up.log; for f in /tmp/uplogs/* /tmp/serve_cuda.log /tmp/serve_tp2.log; do echo "=== $f"; tail -40 "$f"; done; } >"$OUT/e2e.log"
+date -u
