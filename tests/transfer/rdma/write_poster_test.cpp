@@ -200,5 +200,44 @@ TEST(WritePoster, ABatchWithoutWritesOrNotifyFinishesAtOnce) {
   EXPECT_TRUE((*b)->poll().has_value() && (*b)->poll()->is_ok());
 }
 
+TEST(WritePoster, ARoomsNotificationWaitsForItsEarlierBatchesOnOtherNics) {
+  Rig rig(2, 16);
+  StripePlan first;  // room 3's first batch: one write on NIC 1, no notification
+  first.wrs.push_back({1, {kSrc, 0, kDst, 0, 64 * KiB}});
+  StripePlan second;  // its last batch: one write on NIC 0, then the notification
+  second.wrs.push_back({0, {kSrc, 64 * KiB, kDst, 64 * KiB, 64 * KiB}});
+  auto a = rig.poster->submit(3, 1, first, Rig::grants(3, 1), std::nullopt, 0);
+  auto b = rig.poster->submit(3, 1, second, Rig::grants(3, 1), Rig::notify(), 9);
+  ASSERT_TRUE(a.is_ok() && b.is_ok());
+  rig.queues[0].complete_all();
+  rig.poster->progress(0);
+  EXPECT_EQ(rig.queues[0].all.size(), 1u) << "notified before the room's earlier batch landed";
+  rig.queues[1].complete_all();
+  rig.poster->progress(1);
+  ASSERT_EQ(rig.queues[0].all.size(), 2u);
+  EXPECT_TRUE(rig.queues[0].all[1].imm.has_value());
+  rig.drain();
+  EXPECT_TRUE((*a)->poll()->is_ok());
+  EXPECT_TRUE((*b)->poll()->is_ok());
+}
+
+TEST(WritePoster, AFailedBatchAbortsTheRoomsLaterNotification) {
+  Rig rig(2, 16);
+  StripePlan first, second;
+  first.wrs.push_back({1, {kSrc, 0, kDst, 0, 64 * KiB}});
+  second.wrs.push_back({0, {kSrc, 64 * KiB, kDst, 64 * KiB, 64 * KiB}});
+  auto a = rig.poster->submit(3, 1, first, Rig::grants(3, 1), std::nullopt, 0);
+  auto b = rig.poster->submit(3, 1, second, Rig::grants(3, 1), Rig::notify(), 9);
+  ASSERT_TRUE(a.is_ok() && b.is_ok());
+  rig.queues[0].complete_all();
+  rig.poster->progress(0);
+  rig.queues[1].complete(1, 0);  // NIC 1's write fails
+  rig.poster->progress(1);
+  EXPECT_EQ((*a)->poll()->code(), ErrorCode::kUnavailable);
+  ASSERT_TRUE((*b)->poll().has_value());
+  EXPECT_FALSE((*b)->poll()->is_ok());
+  for (const auto& w : rig.queues[0].all) EXPECT_FALSE(w.imm.has_value()) << "a failed room notified";
+}
+
 }  // namespace
 }  // namespace pdserve::transfer::rdma
