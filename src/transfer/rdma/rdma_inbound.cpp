@@ -33,7 +33,7 @@ Result<std::unique_ptr<RdmaInbound>> RdmaInbound::accept(net::Fd fd, InboundEnv 
   ConnInfo mine;
   mine.regions = regions;
   const MrKeys& rk = in->ring_mr_->keys();
-  mine.regions.push_back({kNotifyRingRegion, rk.addr, rk.size, rk.keys});
+  mine.regions.push_back({kNotifyRingRegion, rk.addr, rk.size, in->ring_mr_->rkeys()});
   for (int n = 0; n < nics; ++n) {
     // Receives for every slot on every NIC: the sender posts a slot's immediate on any NIC.
     PDS_ASSIGN_OR_RETURN(std::unique_ptr<QueuePair> qp, in->env_.fabric->create_qp(n, 1, cfg.notify_slots));

@@ -193,7 +193,7 @@ class RdmaTransport final : public Transport {
       std::vector<RemoteRegion> regions;
       {
         std::lock_guard lk(mu_);
-        for (auto& [id, mr] : mrs_) regions.push_back({id, mr->keys().addr, mr->keys().size, mr->keys().keys});
+        for (auto& [id, mr] : mrs_) regions.push_back({id, mr->keys().addr, mr->keys().size, mr->rkeys()});
       }
       Result<std::unique_ptr<RdmaInbound>> in = RdmaInbound::accept(std::move(fd), std::move(env), regions, stopping_);
       if (!in.is_ok()) {

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "pdserve/transfer/rdma/conn_info.h"
 #include "pdserve/transfer/rdma/send_queue.h"
@@ -41,7 +42,9 @@ class QueuePair : public SendQueue {
 class Registration {
  public:
   virtual ~Registration() = default;
-  virtual const MrKeys& keys() const = 0;  // addr, size, and the key on each NIC
+  virtual const MrKeys& keys() const = 0;  // addr, size, and the local key (lkey) on each NIC
+  // The keys a peer writes with (rkey per NIC); the same as the lkeys unless a NIC differs.
+  virtual std::vector<uint32_t> rkeys() const { return keys().keys; }
 };
 
 class Fabric {
