@@ -96,7 +96,7 @@ preflight_pdserve() {  # topology, model directory and ports, by pdserve itself 
   if [ "$DEPLOY_MODE" = local ]; then
     out=$("$PDSERVE" preflight --config "$CONFIG" --all-nodes) || true
     while read -r line; do
-      case $line in "" | *" checks passed") ;; *) problem "${line#preflight: }" ;; esac
+      case $line in "" | *" checks passed") ;; "preflight: note: "*) echo "$line" ;; *) problem "${line#preflight: }" ;; esac
     done <<<"$out"
     return
   fi
@@ -110,7 +110,7 @@ preflight_pdserve() {  # topology, model directory and ports, by pdserve itself 
     fi
     out=$(on_node "$n" "printf '%s\n' $q > $tmp && $run; rm -f $tmp" 2>&1) || true
     while read -r line; do
-      case $line in "" | *" checks passed") ;; *) problem "$n: ${line#preflight: }" ;; esac
+      case $line in "" | *" checks passed") ;; "preflight: note: "*) echo "$n: $line" ;; *) problem "$n: ${line#preflight: }" ;; esac
     done <<<"$out"
   done
 }

@@ -33,7 +33,8 @@ int preflight(const std::string& config, const deploy::PreflightOptions& opt) {
     return 1;
   }
   deploy::PreflightReport r = deploy::run_preflight(*t, opt);
-  for (const auto& n : r.notes) std::cout << "preflight: " << n << "\n";
+  // "note:" marks lines that are not problems (scripts/deploy_pd.sh counts the others).
+  for (const auto& n : r.notes) std::cout << "preflight: note: " << n << "\n";
   for (const auto& p : r.problems) std::cout << "preflight: " << p << "\n";
   if (r.problems.empty()) std::cout << "preflight: " << r.checks << " checks passed\n";
   std::cout.flush();

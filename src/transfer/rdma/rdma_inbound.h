@@ -47,6 +47,8 @@ class RdmaInbound {
   // pairs go to error, so no late byte can land.
   void revoke(RoomId room);
   bool dead() const { return dead_.load(); }
+  // Queue pairs to error at once (shutdown): nothing more lands, revokes stop waiting.
+  void kill() { kill_qps("shutting down"); }
   void close();
 
  private:

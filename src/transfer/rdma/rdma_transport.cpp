@@ -5,6 +5,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include <condition_variable>
 #include <list>
 #include <map>
 #include <random>
@@ -89,7 +90,7 @@ class RdmaTransport final : public Transport {
     }
     for (RdmaInbound* in : senders) in->revoke(room);  // each: nothing of the room in flight, or its QPs dead
     std::lock_guard lk(mu_);
-    --revoking_;
+    if (--revoking_ == 0) revokes_done_.notify_all();
     return Status::ok();
   }
 
@@ -160,7 +161,9 @@ class RdmaTransport final : public Transport {
     if (accept_thread_.joinable()) accept_thread_.join();
     std::list<std::unique_ptr<RdmaInbound>> inbound;
     {
-      std::lock_guard lk(mu_);
+      std::unique_lock lk(mu_);
+      for (auto& in : inbound_) in->kill();  // a revoke in progress stops waiting for acks
+      revokes_done_.wait(lk, [&] { return revoking_ == 0; });  // it holds raw pointers to them
       inbound.swap(inbound_);
     }
     for (auto& in : inbound) in->close();
@@ -247,6 +250,7 @@ class RdmaTransport final : public Transport {
   std::unordered_map<RoomId, std::vector<Grant>> grants_;
   std::list<std::unique_ptr<RdmaInbound>> inbound_;
   int revoking_ = 0;
+  std::condition_variable revokes_done_;
 
   std::mutex cb_mu_;
   ReceiverCallbacks callbacks_;

@@ -199,6 +199,12 @@ void WritePoster::release_completions_locked() {
   const std::vector<std::shared_ptr<RdmaBatch>> order(order_.begin(), order_.end());
   for (const auto& b : order) {
     if (!b->done_ && b->data_done_ && b->completion_ && !busy[b->room_]) {
+      if (!conn_can_post(lanes_[b->completion_lane_].conn.state())) {
+        // The notification's NIC failed after this batch's data landed elsewhere: it cannot
+        // notify, so it fails rather than waiting on a dead queue.
+        finish_locked(b, blocked_.is_ok() ? Status(ErrorCode::kUnavailable, "the notification's NIC is not connected") : blocked_);
+        continue;
+      }
       RdmaWrite c = *b->completion_;
       b->completion_.reset();
       c.wr_id = next_wr_id_++;
@@ -240,6 +246,8 @@ Status WritePoster::reconnect(int lane, SendQueue* fresh) {
 void WritePoster::close(const Status& why) {
   std::lock_guard lk(mu_);
   blocked_ = why;
+  // Batches waiting for their room's earlier batch sit in no lane queue: fail them too.
+  for (const auto& b : std::vector<std::shared_ptr<RdmaBatch>>(order_.begin(), order_.end())) finish_locked(b, why);
   for (Lane& l : lanes_) {
     (void)l.conn.on(ConnEvent::kClose);
     for (auto& [id, b] : l.posted) finish_locked(b, why);

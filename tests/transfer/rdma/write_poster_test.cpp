@@ -239,5 +239,22 @@ TEST(WritePoster, AFailedBatchAbortsTheRoomsLaterNotification) {
   for (const auto& w : rig.queues[0].all) EXPECT_FALSE(w.imm.has_value()) << "a failed room notified";
 }
 
+TEST(WritePoster, ABatchWhoseNotificationNicFailedFailsInsteadOfWaiting) {
+  Rig rig(2, 16);
+  StripePlan on_nic1, on_nic0;
+  on_nic1.wrs.push_back({1, {kSrc, 0, kDst, 0, 64 * KiB}});
+  on_nic0.wrs.push_back({0, {kSrc, 64 * KiB, kDst, 64 * KiB, 64 * KiB}});
+  auto a = rig.poster->submit(1, 1, on_nic1, Rig::grants(1, 1), Rig::notify(), 1);  // notifies on NIC 0
+  auto b = rig.poster->submit(2, 1, on_nic0, Rig::grants(2, 1), std::nullopt, 0);
+  ASSERT_TRUE(a.is_ok() && b.is_ok());
+  rig.queues[0].complete(1, 0);  // NIC 0 fails under room 2's write
+  rig.poster->progress(0);
+  EXPECT_FALSE((*b)->poll()->is_ok());
+  rig.queues[1].complete_all();  // room 1's data landed on NIC 1
+  rig.poster->progress(1);
+  ASSERT_TRUE((*a)->poll().has_value()) << "a batch waits forever on a failed NIC";
+  EXPECT_EQ((*a)->poll()->code(), ErrorCode::kUnavailable);
+}
+
 }  // namespace
 }  // namespace pdserve::transfer::rdma
