@@ -11,7 +11,9 @@
 
 #include "commands.h"
 #include "pdserve/disagg/transfer_plan.h"
+#include "pdserve/transfer/rdma/rdma_transport.h"
 #include "pdserve/transfer/rdma/transport_policy.h"
+#include "pdserve/transfer/rdma/verbs_fabric.h"
 #include "pdserve/transfer/tcp_transport.h"
 
 namespace pdserve::cli {
@@ -62,6 +64,14 @@ Status register_side(transfer::Transport& t, Buffers& b) {
 }
 
 Result<std::unique_ptr<transfer::Transport>> make_backend(const std::string& backend, const BenchOptions& o, uint16_t port) {
+  if (backend == "rdma") {  // reached only once the policy allows rdma (kRdmaDataPathBuilt)
+    PDS_ASSIGN_OR_RETURN(std::vector<rdma::NicName> nics, rdma::parse_nic_list(o.nics));
+    PDS_ASSIGN_OR_RETURN(std::unique_ptr<rdma::Fabric> fabric, rdma::make_verbs_fabric(nics, o.gid_index));
+    rdma::RdmaTransportConfig cfg;
+    cfg.control.listen_port = port;
+    cfg.rdma.gid_index = o.gid_index;
+    return rdma::make_rdma_transport(cfg, std::move(fabric));
+  }
   if (backend != "tcp") return internal_error("no transport for backend " + backend);
   transfer::TcpConfig cfg;
   cfg.listen_port = port;

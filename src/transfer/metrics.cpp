@@ -13,6 +13,12 @@ void TransferMetrics::batch_started() {
   if (s_.queue_length++ == 0) busy_since_ = Clock::now();
 }
 
+void TransferMetrics::batch_withdrawn() {
+  const auto now = Clock::now();
+  std::lock_guard lk(mu_);
+  if (s_.queue_length > 0 && --s_.queue_length == 0) s_.busy_seconds += seconds(now - busy_since_);
+}
+
 void TransferMetrics::batch_finished(bool ok, uint64_t bytes, Clock::time_point submitted) {
   const auto now = Clock::now();
   std::lock_guard lk(mu_);

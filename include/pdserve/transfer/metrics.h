@@ -33,6 +33,8 @@ struct MetricsSnapshot {
 class TransferMetrics {
  public:
   void batch_started();
+  // A batch counted by batch_started() was refused before anything moved (not a failure).
+  void batch_withdrawn();
   void batch_finished(bool ok, uint64_t bytes, Clock::time_point submitted);
   void received(uint64_t bytes);
   void refused();

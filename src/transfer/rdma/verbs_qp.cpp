@@ -3,7 +3,9 @@
 #include <arpa/inet.h>
 
 #include <cerrno>
+#include <algorithm>
 #include <cstring>
+#include <random>
 #include <string>
 
 namespace pdserve::transfer::rdma {
@@ -24,17 +26,22 @@ ibv_mtu to_ibv_mtu(uint16_t bytes) {
 }
 }  // namespace
 
-Result<std::unique_ptr<VerbsQp>> VerbsQp::create(ibv_context* ctx, ibv_pd* pd, int depth) {
+Result<std::unique_ptr<VerbsQp>> VerbsQp::create(ibv_context* ctx, ibv_pd* pd, int depth, int recv_depth, const PortAddress& where) {
   std::unique_ptr<VerbsQp> q(new VerbsQp());
+  q->where_ = where;
+  std::random_device rd;
+  q->psn_ = rd() & 0xffffff;
   q->cq_ = ibv_create_cq(ctx, depth, nullptr, nullptr, 0);
   if (!q->cq_) return verbs_error("ibv_create_cq", errno);
+  q->recv_cq_ = ibv_create_cq(ctx, std::max(1, recv_depth), nullptr, nullptr, 0);
+  if (!q->recv_cq_) return verbs_error("ibv_create_cq (receives)", errno);
   ibv_qp_init_attr init{};
   init.send_cq = q->cq_;
-  init.recv_cq = q->cq_;
+  init.recv_cq = q->recv_cq_;
   init.qp_type = IBV_QPT_RC;
   init.sq_sig_all = 1;  // every write completes: the poster counts them
   init.cap.max_send_wr = static_cast<uint32_t>(depth);
-  init.cap.max_recv_wr = 1;
+  init.cap.max_recv_wr = static_cast<uint32_t>(std::max(1, recv_depth));
   init.cap.max_send_sge = 1;
   init.cap.max_recv_sge = 1;
   q->qp_ = ibv_create_qp(pd, &init);
@@ -44,21 +51,25 @@ Result<std::unique_ptr<VerbsQp>> VerbsQp::create(ibv_context* ctx, ibv_pd* pd, i
 
 VerbsQp::~VerbsQp() {
   if (qp_) ibv_destroy_qp(qp_);
+  if (recv_cq_) ibv_destroy_cq(recv_cq_);
   if (cq_) ibv_destroy_cq(cq_);
 }
 
-QpEndpoint VerbsQp::endpoint(uint32_t psn, uint16_t lid, const GidEntry& gid, uint16_t mtu) const {
+QpEndpoint VerbsQp::endpoint() const {
   QpEndpoint e;
   e.qpn = qp_->qp_num;
-  e.psn = psn & 0xffffff;
-  e.lid = lid;
-  e.mtu = mtu;
-  e.gid_index = static_cast<uint8_t>(gid.index);
-  e.gid = gid.gid;
+  e.psn = psn_;
+  e.lid = where_.lid;
+  e.mtu = where_.mtu;
+  e.gid_index = static_cast<uint8_t>(where_.gid.index);
+  e.gid = where_.gid.gid;
   return e;
 }
 
-Status VerbsQp::connect(uint8_t port, const QpEndpoint& local, const QpEndpoint& remote, bool roce) {
+Status VerbsQp::connect(const QpEndpoint& remote) {
+  const uint8_t port = where_.port;
+  const QpEndpoint local = endpoint();
+  const bool roce = where_.roce;
   ibv_qp_attr a{};
   a.qp_state = IBV_QPS_INIT;
   a.pkey_index = 0;
@@ -127,6 +138,36 @@ int VerbsQp::poll(WorkCompletion* out, int max) {
   for (int i = 0; i < n; ++i)
     out[i] = {wc[i].wr_id, wc[i].status == IBV_WC_SUCCESS, wc[i].status == IBV_WC_SUCCESS ? "" : ibv_wc_status_str(wc[i].status)};
   return n;
+}
+
+Status VerbsQp::post_recv() {
+  // No scatter list: a write-with-immediate places its bytes by RDMA; the receive only
+  // carries the immediate.
+  ibv_recv_wr wr{};
+  ibv_recv_wr* bad = nullptr;
+  wr.num_sge = 0;
+  if (int rc = ibv_post_recv(qp_, &wr, &bad)) return verbs_error("ibv_post_recv", rc);
+  return Status::ok();
+}
+
+int VerbsQp::poll_recv(RecvCompletion* out, int max) {
+  ibv_wc wc[16];
+  const int n = ibv_poll_cq(recv_cq_, std::min(max, 16), wc);
+  if (n < 0) {
+    if (max > 0) out[0] = {0, false, "ibv_poll_cq (receives) failed"};
+    return max > 0 ? 1 : 0;
+  }
+  for (int i = 0; i < n; ++i) {
+    const bool ok = wc[i].status == IBV_WC_SUCCESS && (wc[i].wc_flags & IBV_WC_WITH_IMM);
+    out[i] = {ok ? ntohl(wc[i].imm_data) : 0, ok, ok ? "" : (wc[i].status == IBV_WC_SUCCESS ? "receive without an immediate" : ibv_wc_status_str(wc[i].status))};
+  }
+  return n;
+}
+
+void VerbsQp::set_error() {
+  ibv_qp_attr a{};
+  a.qp_state = IBV_QPS_ERR;
+  (void)ibv_modify_qp(qp_, &a, IBV_QP_STATE);  // nothing more lands through this QP
 }
 
 Result<MrPtr> register_region(ibv_pd* pd, const MemoryRegion& region) {

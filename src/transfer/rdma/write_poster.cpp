@@ -76,9 +76,11 @@ Result<RdmaWrite> WritePoster::to_wr(const WriteOp& op, int lane) const {
 
 Result<std::shared_ptr<TransferBatch>> WritePoster::submit(RoomId room, Generation gen, const StripePlan& plan,
                                                            const std::vector<Grant>& grants, std::optional<WriteOp> completion,
-                                                           uint32_t imm) {
+                                                           uint32_t imm, std::vector<Pin> pins, int tag) {
   auto b = std::make_shared<RdmaBatch>();
   b->room_ = room;
+  b->tag_ = tag;
+  b->submitted_ = Clock::now();
   std::vector<std::pair<int, RdmaWrite>> wrs;
   for (const StripedWrite& s : plan.wrs) {
     if (s.nic < 0 || static_cast<size_t>(s.nic) >= lanes_.size()) return invalid_argument("plan names NIC " + std::to_string(s.nic));
@@ -98,18 +100,20 @@ Result<std::shared_ptr<TransferBatch>> WritePoster::submit(RoomId room, Generati
   }
   std::lock_guard lk(mu_);
   if (!blocked_.is_ok()) return blocked_;
+  b->pins_ = std::move(pins);
+  room_inflight_[room]++;
   b->remaining_ = static_cast<int>(wrs.size());
   for (auto& [lane, w] : wrs) {
     w.wr_id = next_wr_id_++;
     lanes_[lane].waiting.push_back({b, w});
   }
+  order_.push_back(b);
   if (b->remaining_ == 0 && b->completion_) {
-    b->completion_->wr_id = next_wr_id_++;
-    lanes_[0].waiting.push_back({b, *b->completion_});
-    b->completion_.reset();
+    b->data_done_ = true;
   } else if (b->remaining_ == 0) {
     finish_locked(b, Status::ok());
   }
+  release_completions_locked();
   for (size_t i = 0; i < lanes_.size(); ++i) pump_locked(static_cast<int>(i));
   return std::shared_ptr<TransferBatch>(b);
 }
@@ -146,16 +150,13 @@ int WritePoster::progress(int lane) {
     }
     if (b->done_) continue;
     if (b->remaining_ > 0 && --b->remaining_ > 0) continue;
-    if (b->completion_) {  // every data write landed: the notification may go
-      RdmaWrite c = *b->completion_;
-      b->completion_.reset();
-      c.wr_id = next_wr_id_++;
-      lanes_[b->completion_lane_].waiting.push_back({b, c});
-      pump_locked(b->completion_lane_);
+    if (b->completion_) {
+      b->data_done_ = true;  // every data write landed: the notification may go (in room order)
     } else {
       finish_locked(b, Status::ok());
     }
   }
+  release_completions_locked();
   pump_locked(lane);
   return n;
 }
@@ -174,7 +175,59 @@ void WritePoster::lane_error_locked(int lane, const Status& why) {
 void WritePoster::finish_locked(const std::shared_ptr<RdmaBatch>& b, Status st) {
   if (b->done_) return;
   b->done_ = true;
+  b->pins_.clear();  // from here on no byte of the source is read (a QP in error reads nothing)
+  if (auto at = std::find(order_.begin(), order_.end(), b); at != order_.end()) order_.erase(at);
+  if (!st.is_ok()) {
+    // Later batches of the room must not notify success over this one.
+    const std::vector<std::shared_ptr<RdmaBatch>> later(order_.begin(), order_.end());
+    for (const auto& o : later)
+      if (o->room_ == b->room_ && !o->done_ && o->completion_)
+        finish_locked(o, Status(ErrorCode::kAborted, "an earlier batch of room " + std::to_string(b->room_) + " failed: " + st.message()));
+  }
+  if (on_finish_) on_finish_(b->tag_, st, b->bytes_, b->submitted_);
+  auto it = room_inflight_.find(b->room_);
+  if (it != room_inflight_.end() && --it->second <= 0) {
+    room_inflight_.erase(it);
+    room_idle_.notify_all();
+  }
   b->publish(std::move(st));
+}
+
+void WritePoster::release_completions_locked() {
+  std::unordered_map<RoomId, bool> busy;  // an earlier unfinished batch of the room exists
+  // A copy: posting may fail a lane, and failing batches edits order_.
+  const std::vector<std::shared_ptr<RdmaBatch>> order(order_.begin(), order_.end());
+  for (const auto& b : order) {
+    if (!b->done_ && b->data_done_ && b->completion_ && !busy[b->room_]) {
+      if (!conn_can_post(lanes_[b->completion_lane_].conn.state())) {
+        // The notification's NIC failed after this batch's data landed elsewhere: it cannot
+        // notify, so it fails rather than waiting on a dead queue.
+        finish_locked(b, blocked_.is_ok() ? Status(ErrorCode::kUnavailable, "the notification's NIC is not connected") : blocked_);
+        continue;
+      }
+      RdmaWrite c = *b->completion_;
+      b->completion_.reset();
+      c.wr_id = next_wr_id_++;
+      lanes_[b->completion_lane_].waiting.push_back({b, c});
+      pump_locked(b->completion_lane_);
+    }
+    busy[b->room_] = true;
+  }
+}
+
+void WritePoster::set_finish_hook(FinishHook hook) {
+  std::lock_guard lk(mu_);
+  on_finish_ = std::move(hook);
+}
+
+void WritePoster::wait_room_idle(RoomId room) {
+  std::unique_lock lk(mu_);
+  room_idle_.wait(lk, [&] { return !room_inflight_.count(room); });
+}
+
+Status WritePoster::blocked() const {
+  std::lock_guard lk(mu_);
+  return blocked_;
 }
 
 Status WritePoster::reconnect(int lane, SendQueue* fresh) {
@@ -193,6 +246,8 @@ Status WritePoster::reconnect(int lane, SendQueue* fresh) {
 void WritePoster::close(const Status& why) {
   std::lock_guard lk(mu_);
   blocked_ = why;
+  // Batches waiting for their room's earlier batch sit in no lane queue: fail them too.
+  for (const auto& b : std::vector<std::shared_ptr<RdmaBatch>>(order_.begin(), order_.end())) finish_locked(b, why);
   for (Lane& l : lanes_) {
     (void)l.conn.on(ConnEvent::kClose);
     for (auto& [id, b] : l.posted) finish_locked(b, why);

@@ -200,5 +200,61 @@ TEST(WritePoster, ABatchWithoutWritesOrNotifyFinishesAtOnce) {
   EXPECT_TRUE((*b)->poll().has_value() && (*b)->poll()->is_ok());
 }
 
+TEST(WritePoster, ARoomsNotificationWaitsForItsEarlierBatchesOnOtherNics) {
+  Rig rig(2, 16);
+  StripePlan first;  // room 3's first batch: one write on NIC 1, no notification
+  first.wrs.push_back({1, {kSrc, 0, kDst, 0, 64 * KiB}});
+  StripePlan second;  // its last batch: one write on NIC 0, then the notification
+  second.wrs.push_back({0, {kSrc, 64 * KiB, kDst, 64 * KiB, 64 * KiB}});
+  auto a = rig.poster->submit(3, 1, first, Rig::grants(3, 1), std::nullopt, 0);
+  auto b = rig.poster->submit(3, 1, second, Rig::grants(3, 1), Rig::notify(), 9);
+  ASSERT_TRUE(a.is_ok() && b.is_ok());
+  rig.queues[0].complete_all();
+  rig.poster->progress(0);
+  EXPECT_EQ(rig.queues[0].all.size(), 1u) << "notified before the room's earlier batch landed";
+  rig.queues[1].complete_all();
+  rig.poster->progress(1);
+  ASSERT_EQ(rig.queues[0].all.size(), 2u);
+  EXPECT_TRUE(rig.queues[0].all[1].imm.has_value());
+  rig.drain();
+  EXPECT_TRUE((*a)->poll()->is_ok());
+  EXPECT_TRUE((*b)->poll()->is_ok());
+}
+
+TEST(WritePoster, AFailedBatchAbortsTheRoomsLaterNotification) {
+  Rig rig(2, 16);
+  StripePlan first, second;
+  first.wrs.push_back({1, {kSrc, 0, kDst, 0, 64 * KiB}});
+  second.wrs.push_back({0, {kSrc, 64 * KiB, kDst, 64 * KiB, 64 * KiB}});
+  auto a = rig.poster->submit(3, 1, first, Rig::grants(3, 1), std::nullopt, 0);
+  auto b = rig.poster->submit(3, 1, second, Rig::grants(3, 1), Rig::notify(), 9);
+  ASSERT_TRUE(a.is_ok() && b.is_ok());
+  rig.queues[0].complete_all();
+  rig.poster->progress(0);
+  rig.queues[1].complete(1, 0);  // NIC 1's write fails
+  rig.poster->progress(1);
+  EXPECT_EQ((*a)->poll()->code(), ErrorCode::kUnavailable);
+  ASSERT_TRUE((*b)->poll().has_value());
+  EXPECT_FALSE((*b)->poll()->is_ok());
+  for (const auto& w : rig.queues[0].all) EXPECT_FALSE(w.imm.has_value()) << "a failed room notified";
+}
+
+TEST(WritePoster, ABatchWhoseNotificationNicFailedFailsInsteadOfWaiting) {
+  Rig rig(2, 16);
+  StripePlan on_nic1, on_nic0;
+  on_nic1.wrs.push_back({1, {kSrc, 0, kDst, 0, 64 * KiB}});
+  on_nic0.wrs.push_back({0, {kSrc, 64 * KiB, kDst, 64 * KiB, 64 * KiB}});
+  auto a = rig.poster->submit(1, 1, on_nic1, Rig::grants(1, 1), Rig::notify(), 1);  // notifies on NIC 0
+  auto b = rig.poster->submit(2, 1, on_nic0, Rig::grants(2, 1), std::nullopt, 0);
+  ASSERT_TRUE(a.is_ok() && b.is_ok());
+  rig.queues[0].complete(1, 0);  // NIC 0 fails under room 2's write
+  rig.poster->progress(0);
+  EXPECT_FALSE((*b)->poll()->is_ok());
+  rig.queues[1].complete_all();  // room 1's data landed on NIC 1
+  rig.poster->progress(1);
+  ASSERT_TRUE((*a)->poll().has_value()) << "a batch waits forever on a failed NIC";
+  EXPECT_EQ((*a)->poll()->code(), ErrorCode::kUnavailable);
+}
+
 }  // namespace
 }  // namespace pdserve::transfer::rdma

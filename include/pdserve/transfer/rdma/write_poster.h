@@ -12,17 +12,22 @@
 //   (conn_state.h): every batch with work on it fails, and the whole peer refuses new
 //   batches (kUnavailable) until the peer announced itself again and every queue in error
 //   was replaced by a fresh connected one (reconnect()).
+// - A room's notification also waits for every earlier batch of that room (to this peer) to
+//   finish, as on the TCP transport; when one fails, later batches of the room that have not
+//   notified yet fail too (kAborted), so a room never reports success over a failed batch.
 //
 // progress(lane) is what lane's completion thread calls; nothing here starts threads.
 #pragma once
 
 #include <deque>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <condition_variable>
 #include <unordered_map>
 #include <vector>
 
+#include "pdserve/transfer/access_table.h"
 #include "pdserve/transfer/rdma/conn_state.h"
 #include "pdserve/transfer/rdma/send_queue.h"
 #include "pdserve/transfer/rdma/stripe_plan.h"
@@ -54,10 +59,14 @@ class RdmaBatch final : public TransferBatch {
   void publish(Status st);
   RoomId room_ = 0;
   uint64_t bytes_ = 0;
+  int tag_ = -1;                 // the caller's (the transport's notification slot)
+  Clock::time_point submitted_;
   // Guarded by the poster's mutex.
+  std::vector<Pin> pins_;        // source ranges stay registered until the batch finishes
   int remaining_ = 0;                    // data writes not yet completed
   std::optional<RdmaWrite> completion_;  // posted on lane 0 once remaining_ is 0
   int completion_lane_ = 0;
+  bool data_done_ = false;               // every data write completed; completion_ may go
   bool done_ = false;
   // Guarded by mu_.
   mutable std::mutex mu_;
@@ -75,7 +84,14 @@ class WritePoster {
   // nullopt for a batch without notification. kInvalidArgument for a write outside a region
   // or a grant; kUnavailable while the peer is blocked.
   Result<std::shared_ptr<TransferBatch>> submit(RoomId room, Generation gen, const StripePlan& plan,
-                                                const std::vector<Grant>& grants, std::optional<WriteOp> completion, uint32_t imm);
+                                                const std::vector<Grant>& grants, std::optional<WriteOp> completion, uint32_t imm,
+                                                std::vector<Pin> pins = {}, int tag = -1);
+  // Called under the poster's lock as each batch finishes (keep it short: counters).
+  using FinishHook = std::function<void(int tag, const Status& st, uint64_t bytes, Clock::time_point submitted)>;
+  void set_finish_hook(FinishHook hook);
+  // Returns once no batch of the room is in flight here (the revoke handshake's wait).
+  void wait_room_idle(RoomId room);
+  Status blocked() const;  // not ok while new batches are refused
   // Polls lane's completions once and applies them; their count.
   int progress(int lane);
   // The peer re-registered and `fresh` is a new connected queue for a lane in error. The
@@ -97,13 +113,18 @@ class WritePoster {
   void pump_locked(int lane);
   void lane_error_locked(int lane, const Status& why);
   void finish_locked(const std::shared_ptr<RdmaBatch>& b, Status st);
+  void release_completions_locked();
 
   PeerKeys keys_;
   int max_outstanding_;
   mutable std::mutex mu_;
   std::vector<Lane> lanes_;
   uint64_t next_wr_id_ = 1;
-  Status blocked_;  // not ok: why new batches are refused
+  Status blocked_;
+  FinishHook on_finish_;
+  std::unordered_map<RoomId, int> room_inflight_;
+  std::deque<std::shared_ptr<RdmaBatch>> order_;  // unfinished batches, in submission order
+  std::condition_variable room_idle_;  // not ok: why new batches are refused
 };
 
 }  // namespace pdserve::transfer::rdma
