@@ -43,7 +43,7 @@ CUDA_VISIBLE_DEVICES=0,1 "$P" serve --model /tmp/tk3 --device cuda --tp 2 --port
 TP2=$!
 mkdir -p /tmp/uplogs
 CUDA_VISIBLE_DEVICES=0,1 "$P" up --model /tmp/tk3 --port 18130 --prefill-port 18131 --decode-port 18132 --bootstrap-port 18133 \
-  --chunk-size 64 --prefill-arg=--device=cuda --prefill-arg=--tp=2 --decode-arg=--device=cuda --log-dir /tmp/uplogs >/tmp/up.log 2>&1 &
+  --chunk-size 64 --device cuda --prefill-tp 2 --decode-tp 1 --log-dir /tmp/uplogs >/tmp/up.log 2>&1 &
 UP=$!
 for _ in $(seq 300); do
   curl -sf localhost:18123/health >/dev/null && curl -sf localhost:18124/health >/dev/null &&
