@@ -1,6 +1,8 @@
 // PD mode against fake prefill / decode workers: what both sides receive, incremental SSE
 // relay, decode errors unchanged, prefill failures as clean errors, retries.
+#include <chrono>
 #include <condition_variable>
+#include <thread>
 
 #include "router_test_util.h"
 
@@ -167,6 +169,9 @@ TEST(RouterPd, PrefillFailureAfterDecodeHeadersEndsTheStreamWithAnError) {
   });
   d.on_generate([&](const httplib::Request&, httplib::Response& res) {
     res.set_chunked_content_provider("text/event-stream", [&](size_t, httplib::DataSink& sink) {
+      // The headers are on the wire now, but the router reads them on its own thread: let it
+      // (releasing prefill at once raced it and sometimes tested the before-headers case).
+      std::this_thread::sleep_for(std::chrono::milliseconds(300));
       prefill_go.release();
       end_decode.wait(30);
       sink.done();
