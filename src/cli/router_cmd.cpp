@@ -34,6 +34,7 @@ Status apply_topology(const CLI::App& cmd, RouterArgs& a) {
   if (!flag_given(cmd, "--decode")) a.cfg.decode = deploy::decode_urls(t);
   if (!flag_given(cmd, "--host")) a.cfg.host = t.bind_host;
   if (!flag_given(cmd, "--port")) a.cfg.port = t.router_port;
+  if (!flag_given(cmd, "--cluster-secret-file")) a.cfg.cluster_secret_file = t.cluster_secret_file;
   return Status::ok();
 }
 
@@ -119,6 +120,9 @@ void add_router_command(CLI::App& app) {
   cmd->add_option("--api-key", c.api_key, "Require 'Authorization: Bearer KEY' on /v1/* (or PDSERVE_ROUTER_API_KEY)");
   cmd->add_option("--worker-api-key", c.worker_api_key,
                   "Send 'Authorization: Bearer KEY' to the workers (or PDSERVE_WORKER_API_KEY); the client's is never forwarded");
+  cmd->add_option("--cluster-secret-file", c.cluster_secret_file,
+                  "PD: the daemons' cluster secret file; signs the /abort the router sends a prefill whose decode is "
+                  "unreachable");
   cmd->add_option("--drain-timeout", c.drain_timeout_s, "On SIGTERM/SIGINT: seconds in-flight requests get to finish")
       ->capture_default_str();
   cmd->add_option("--log-level", a->log_level, "trace|debug|info|warn|error")->capture_default_str();

@@ -173,6 +173,7 @@ Result<std::vector<LaunchSpec>> launch_specs(const Topology& t, Role role) {
     l.args = {"router", "--pd", "--host", t.bind_host, "--port", std::to_string(t.router_port)};
     for (const auto& u : prefill_urls(t)) l.args.insert(l.args.end(), {"--prefill", u});
     for (const auto& u : decode_urls(t)) l.args.insert(l.args.end(), {"--decode", u});
+    if (!t.cluster_secret_file.empty()) l.args.insert(l.args.end(), {"--cluster-secret-file", t.cluster_secret_file});
     l.args.insert(l.args.end(), t.router_extra_args.begin(), t.router_extra_args.end());
     l.url = "http://" + l.node + ":" + std::to_string(t.router_port);
     out.push_back(std::move(l));

@@ -116,7 +116,8 @@ void RouterImpl::proxy_pd(ProxyRequest& pr, httplib::Response& res) {
     }
     // Both sides get the same bytes; decode learns where to fetch the KV from the bootstrap fields.
     Json body = pr.json;
-    add_bootstrap_fields(body, p->addr().host, p->addr().bootstrap_port, new_bootstrap_room());
+    const uint64_t room = new_bootstrap_room();
+    add_bootstrap_fields(body, p->addr().host, p->addr().bootstrap_port, room);
     std::string text = body.dump();
     auto ex = std::make_shared<Exchange>();
     auto pc = call(p, pr, text, /*drain=*/true, ex);
@@ -130,12 +131,15 @@ void RouterImpl::proxy_pd(ProxyRequest& pr, httplib::Response& res) {
       lk.unlock();
       pc->cancel();
       dc->cancel();
+      abort_prefill_room(*p, room, "decode worker " + d->url() + " did not answer within the request timeout");
       set_error(res, 504, "no answer from decode worker " + d->url() + " within the request timeout", "timeout_error",
                 "upstream_timeout");
       return;
     }
     const bool d_conn = dc->finished_locked() && dc->error_locked() == CallError::kConnect;
     const bool p_conn = pc->finished_locked() && pc->error_locked() == CallError::kConnect;
+    // Nobody else can tell prefill: decode never saw this room.
+    if (d_conn && !p_conn) abort_prefill_room(*p, room, "decode worker " + d->url() + " is unreachable");
     if ((d_conn || p_conn) && attempt < cfg_.max_connect_retries) {
       // A fresh pair and room: the other side may already have started on this one.
       if (d_conn) bad_d.push_back(d.get());

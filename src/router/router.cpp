@@ -9,6 +9,7 @@
 #include <sys/socket.h>
 
 #include "http_util.h"
+#include "pdserve/core/secret_file.h"
 #include "pdserve/net/http_listener.h"
 #include "pdserve/router/pd_body.h"
 #include "router_impl.h"
@@ -19,6 +20,11 @@ using HttpServer = net::HttpListener;
 
 Status RouterImpl::init() {
   PDS_RETURN_IF_ERROR(validate(cfg_));
+  if (cfg_.cluster_secret.empty() && !cfg_.cluster_secret_file.empty()) {
+    auto secret = read_secret_file(cfg_.cluster_secret_file);
+    if (!secret.is_ok()) return Status(secret.status().code(), "router: cluster_secret_file: " + secret.status().message());
+    cfg_.cluster_secret = std::move(secret).value();
+  }
   auto add = [&](const std::vector<std::string>& specs, WorkerRole role, Pool& pool) -> Status {
     for (const auto& s : specs) {
       PDS_ASSIGN_OR_RETURN(WorkerAddress a, parse_worker_address(s, role == WorkerRole::kPrefill));

@@ -91,6 +91,9 @@ class RouterImpl {
              httplib::Response& res);
   void fail_for_prefill(UpstreamCall& prefill, httplib::Response& res, const ProxyRequest& pr);
 
+  // prefill_abort.cpp: posts /abort for `room` to the prefill's bootstrap server, in the background.
+  void abort_prefill_room(const Worker& prefill, uint64_t room, const std::string& why);
+
   RouterConfig cfg_;
   Pool workers_, prefill_, decode_, all_;
   Policy dp_policy_, prefill_policy_, decode_policy_;
@@ -107,7 +110,8 @@ class RouterImpl {
 
   std::atomic<int64_t> in_flight_{0};
   std::atomic<int64_t> requests_total_{0}, rejected_total_{0}, retries_total_{0}, bad_requests_total_{0},
-      no_worker_total_{0}, prefill_failures_total_{0};
+      no_worker_total_{0}, prefill_failures_total_{0},
+      prefill_aborts_total_{0};
 };
 
 }  // namespace pdserve::router

@@ -36,7 +36,8 @@ Json RouterImpl::server_info() const {
         {"connect_retries", retries_total_.load()},
         {"bad_requests", bad_requests_total_.load()},
         {"no_healthy_worker", no_worker_total_.load()},
-        {"prefill_failures", prefill_failures_total_.load()}}},
+        {"prefill_failures", prefill_failures_total_.load()},
+        {"prefill_rooms_aborted", prefill_aborts_total_.load()}}},
       {"workers", workers},
   };
 }
@@ -69,6 +70,9 @@ std::string RouterImpl::metrics_text() const {
          no_worker_total_.load());
   scalar(out, "pdserve_router_prefill_failures_total", "counter", "PD requests failed because prefill failed.",
          prefill_failures_total_.load());
+  scalar(out, "pdserve_router_prefill_rooms_aborted_total", "counter",
+         "PD rooms the router told prefill to drop because their decode could not be reached.",
+         prefill_aborts_total_.load());
 
   // Prometheus wants each family's samples together, so iterate families, then workers.
   auto label = [](const Worker& w) { return "worker=\"" + w.url() + "\",role=\"" + role_name(w.role()) + "\""; };

@@ -62,6 +62,12 @@ struct RouterConfig {
   std::string worker_api_key;
   double drain_timeout_s = 30.0;         // SIGTERM: in-flight requests get this long to finish
   int max_idle_connections = 64;         // kept-alive connections per worker
+  // PD: the daemons' --cluster-secret-file. When a pair's decode cannot be reached, the router
+  // posts /abort for the room to the prefill's bootstrap server, so prefill frees it at once
+  // instead of waiting out its --bootstrap-timeout; with a secret those posts are signed.
+  // Empty: unsigned (accepted only by daemons that run without a secret).
+  std::string cluster_secret_file;
+  std::string cluster_secret;  // read from cluster_secret_file at startup; never printed
 };
 
 // Checks every field and every worker URL; the message names the first bad one.
