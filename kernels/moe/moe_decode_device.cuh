@@ -150,7 +150,8 @@ __device__ __forceinline__ void wa_store_partials(const float (&acc)[2][4], floa
 
 // CTAs to launch: as many as fit on the GPU at once, at most max_units. Cached per kernel
 // address and shared-memory size, so launches after the first make no attribute calls
-// (stream capture stays clean); the first raises the dynamic shared-memory limit.
+// (stream capture stays clean); the first raises the kernel's dynamic shared-memory limit to
+// all the SM allows, so that one size set first never caps another size of the same kernel.
 template <typename Kernel>
 Result<unsigned> grid_for(Kernel kernel, size_t smem, int64_t max_units, int threads) {
   struct Entry {
@@ -168,9 +169,15 @@ Result<unsigned> grid_for(Kernel kernel, size_t smem, int64_t max_units, int thr
     int dev = 0;
     PDS_RETURN_IF_ERROR(cuda_status(cudaGetDevice(&dev), "cudaGetDevice"));
     PDS_RETURN_IF_ERROR(cuda_status(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev), "sm count"));
-    if (smem > 48 * 1024)
-      PDS_RETURN_IF_ERROR(cuda_status(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)),
-                                      "dynamic shared memory"));
+    if (smem > 0) {  // allow all the dynamic shared memory the kernel's static part leaves (static + dynamic > 48 KB)
+      cudaFuncAttributes fa{};
+      int optin = 0;
+      PDS_RETURN_IF_ERROR(cuda_status(cudaFuncGetAttributes(&fa, kernel), "kernel attributes"));
+      PDS_RETURN_IF_ERROR(cuda_status(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev), "shared memory opt-in"));
+      const int most = optin - static_cast<int>(fa.sharedSizeBytes);
+      if (static_cast<int64_t>(smem) > most) return invalid_argument("moe_expert_mlp_decode: kernel needs more shared memory than an SM has");
+      PDS_RETURN_IF_ERROR(cuda_status(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, most), "dynamic shared memory"));
+    }
     PDS_RETURN_IF_ERROR(cuda_status(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, smem), "occupancy"));
     if (per_sm == 0) return invalid_argument("moe_expert_mlp_decode: kernel does not fit on an SM");
     if (used < 48) cache[used++] = {key, smem, per_sm};

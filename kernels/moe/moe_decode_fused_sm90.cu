@@ -29,6 +29,7 @@ namespace pdserve::cuda::moe_decode_detail {
 namespace {
 
 constexpr int kStages = 2;  // ring slots, each one unit (4 tiles x all chunks + scales)
+static_assert(kStages == 2, "the producer's last reclaim assumes one slot still out");
 constexpr int kMmaThreads = kWaWarps * 32;
 constexpr int kThreadsAll = kMmaThreads + 32;  // + the producer warp
 
@@ -96,6 +97,7 @@ template <bool kGated, bool kWide>
 __device__ __forceinline__ void run_unit(const uint8_t* slot, uint32_t cmax, uint32_t chunks, int e, uint32_t n, int begin, int end,
                                          const float* x, uint32_t cols, float* y, uint32_t y_cols, const Act& fn, uint16_t* x_s,
                                          float (*s_red2)[kWaWarps][4][kWaTokens][8], int& staged_key, int& buf, uint32_t gate_per_expert) {
+  // Gate/up units are published by the producer warp once the slot comes back (see there).
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, t = lane & 3;
   const uint4* packed = reinterpret_cast<const uint4*>(slot);
   const uint32_t* scales = reinterpret_cast<const uint32_t*>(slot + size_t(4) * cmax * 512);
@@ -112,18 +114,37 @@ __device__ __forceinline__ void run_unit(const uint8_t* slot, uint32_t cmax, uin
       staged_key = key;
       mma_warps_sync();
     }
+    // Two chunks a step into separate accumulators: two independent MMA chains per operand.
     float acc[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}};
+    float acc2[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}};
     const uint16_t* xg = x_s + g * stride + 8 * t;
-    for (uint32_t c = warp; c < chunks; c += kWaWarps) {
-      uint4 q[4];
-      uint32_t s[4];
+    const bool tok_ok = g < nrows;
+    auto load = [&](uint32_t c, uint4(&q)[4], uint32_t(&s)[4]) {
 #pragma unroll
       for (int k = 0; k < 4; ++k) {
         q[k] = packed[(k * chunks + c) * 32 + lane];
         s[k] = scales[(k * chunks + c) * 8 + g];
       }
-      wa_chunk<kWide>(q, s, xg + c * 128, g < nrows, acc);
+    };
+    uint32_t c = warp;
+    for (; c + kWaWarps < chunks; c += 2 * kWaWarps) {
+      uint4 q[4], q2[4];
+      uint32_t s[4], s2[4];
+      load(c, q, s);
+      load(c + kWaWarps, q2, s2);
+      wa_chunk<kWide>(q, s, xg + c * 128, tok_ok, acc);
+      wa_chunk<kWide>(q2, s2, xg + (c + kWaWarps) * 128, tok_ok, acc2);
     }
+    if (c < chunks) {
+      uint4 q[4];
+      uint32_t s[4];
+      load(c, q, s);
+      wa_chunk<kWide>(q, s, xg + c * 128, tok_ok, acc);
+    }
+#pragma unroll
+    for (int p = 0; p < 2; ++p)
+#pragma unroll
+      for (int j = 0; j < 4; ++j) acc[p][j] += acc2[p][j];
     float (*red)[4][kWaTokens][8] = s_red2[buf];
     buf ^= 1;  // the next pass writes the other half: one barrier a pass
     wa_store_partials(acc, red[warp], g, t);
@@ -137,14 +158,6 @@ __device__ __forceinline__ void run_unit(const uint8_t* slot, uint32_t cmax, uin
         if constexpr (kGated) vb += red[w][k + 2][tok][rr];
       }
       y[int64_t(r0 + tok) * y_cols + int64_t(n + k) * 8 + rr] = kGated ? fn(va, vb) : va;
-      if constexpr (kGated) __threadfence();
-    }
-  }
-  if constexpr (kGated) {  // publish: every writer fenced, then one release of the count
-    mma_warps_sync();
-    if (tid == 0) {
-      __threadfence();
-      atomicAdd(&g_sched.expert_done[e], 1u);
     }
   }
 }
@@ -172,22 +185,56 @@ __global__ void __launch_bounds__(kThreadsAll, 1)
   __syncthreads();
   const uint32_t gate_units = uint32_t(s_count) * sh.gate_per_expert;
   const uint32_t all_units = gate_units + uint32_t(s_count) * sh.down_per_expert;
+  // Units are handed out in runs of consecutive units of one expert (a "ticket"), so a CTA
+  // restages its token rows once a run rather than once a unit; runs are short enough
+  // (about a quarter of a CTA's fair share) that the tail stays small.
+  const uint32_t down_units = all_units - gate_units;
+  const uint32_t run_gate = min(sh.gate_per_expert, max(1u, gate_units / (gridDim.x * 4)));
+  const uint32_t run_down = min(sh.down_per_expert, max(1u, down_units / (gridDim.x * 4)));
+  const uint32_t tickets_gate_e = (sh.gate_per_expert + run_gate - 1) / run_gate;
+  const uint32_t tickets_down_e = (sh.down_per_expert + run_down - 1) / run_down;
+  const uint32_t tickets_gate = uint32_t(s_count) * tickets_gate_e, tickets_all = tickets_gate + uint32_t(s_count) * tickets_down_e;
   if (warp == kWaWarps) {  // producer
     if (lane == 0) {
-      for (uint32_t i = 0;; ++i) {
-        const uint32_t slot = i % kStages;
-        if (i >= kStages) mbar_wait(&empty[slot], (i / kStages - 1) & 1);
-        const uint32_t u = atomicAdd(&g_sched.next, 1u);
-        if (u >= all_units) {
-          s_unit[slot] = -1;
-          mbar_arrive(&full[slot]);
-          break;
+      // The slot's gate/up expert, published (counter + 1) once the MMA warps hand the slot
+      // back: their activation writes precede their arrivals on `empty`, which this thread
+      // acquires before its gpu-scope fence and the count (the cooperative-groups grid-sync
+      // pattern), so the MMA warps never stall on a fence.
+      int pending[kStages];
+      for (int j = 0; j < kStages; ++j) pending[j] = -1;
+      auto reclaim = [&](uint32_t slot, uint32_t use) {  // wait for use `use` of the slot to end
+        mbar_wait(&empty[slot], use & 1);
+        if (pending[slot] >= 0) {
+          __threadfence();
+          atomicAdd(&g_sched.expert_done[pending[slot]], 1u);
+          pending[slot] = -1;
         }
+      };
+      uint32_t run_next = 0, run_left = 0, i = 0;
+      for (;; ++i) {
+        const uint32_t slot = i % kStages;
+        if (i >= kStages) reclaim(slot, i / kStages - 1);
+        if (run_left == 0) {
+          const uint32_t ticket = atomicAdd(&g_sched.next, 1u);
+          if (ticket >= tickets_all) break;
+          if (ticket < tickets_gate) {
+            const uint32_t m0 = (ticket % tickets_gate_e) * run_gate;
+            run_next = (ticket / tickets_gate_e) * sh.gate_per_expert + m0;
+            run_left = min(run_gate, sh.gate_per_expert - m0);
+          } else {
+            const uint32_t d = ticket - tickets_gate, m0 = (d % tickets_down_e) * run_down;
+            run_next = gate_units + (d / tickets_down_e) * sh.down_per_expert + m0;
+            run_left = min(run_down, sh.down_per_expert - m0);
+          }
+        }
+        const uint32_t u = run_next++;
+        --run_left;
         s_unit[slot] = static_cast<int>(u);
         uint8_t* dst = ring + size_t(slot) * slot_bytes;
         uint8_t* dst_scales = dst + size_t(4) * sh.cmax * 512;
         if (u < gate_units) {
           const uint32_t e = s_list[u / sh.gate_per_expert], n = (u % sh.gate_per_expert) * 2;
+          pending[slot] = static_cast<int>(e);
           const size_t tile0 = (size_t(e) * sh.gate_tiles + n) * sh.gate_chunks;
           const uint32_t pb = 2 * sh.gate_chunks * 512, sb = 2 * sh.gate_chunks * 32;
           mbar_arrive_expect_tx(&full[slot], 2 * (pb + sb));
@@ -205,6 +252,12 @@ __global__ void __launch_bounds__(kThreadsAll, 1)
           bulk_copy(dst_scales, w2.scales + tile0 * 32, sb, &full[slot]);
         }
       }
+      // Sentinel in slot i % kStages (already reclaimed above when i >= kStages), then
+      // publish the one slot still out (use i - 1).
+      const uint32_t slot = i % kStages;
+      s_unit[slot] = -1;
+      mbar_arrive(&full[slot]);
+      if (i >= 1) reclaim((i - 1) % kStages, (i - 1) / kStages);
     }
     __syncwarp();
   } else {  // the MMA warps

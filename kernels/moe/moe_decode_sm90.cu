@@ -469,8 +469,7 @@ Status moe_expert_mlp_decode(const MoeDecodeWeights& w, const int32_t* offsets, 
   // 496 blocked and 386 streamed). Elsewhere staged up to 1024 pairs, else streamed.
   MoeDecodeKernel kind = kernel;
   if (kernel == MoeDecodeKernel::kAuto) {
-    if (fused_fits) kind = MoeDecodeKernel::kFused;
-    else if (wa_fits) kind = capacity <= 1024 ? MoeDecodeKernel::kWeightsANoPrefetch : MoeDecodeKernel::kWeightsAStrided;
+    if (wa_fits) kind = capacity <= 1024 ? MoeDecodeKernel::kWeightsANoPrefetch : MoeDecodeKernel::kWeightsAStrided;
     else kind = fits && capacity <= 1024 ? MoeDecodeKernel::kStaged : MoeDecodeKernel::kStreamed;
   }
   const Act a{w.activation, w.situ_beta, w.situ_linear_beta};
