@@ -1,7 +1,8 @@
 // Decode MoE on one EP32 rank (28 of 896 experts, top-16, expert 3584 -> 3072 -> 3584 in
 // MXFP4, SiTU(4, 25)) at batch 1, 4, 16, 64, 256: moe_expert_mlp_decode against the floor
 // (MXFP4 bytes of the touched experts, packed + scales, / --bw) and against the anchor in
-// the same run, moe_expert_mlp (moe.h) on the same bytes. Also the whole routed step
+// the same run, moe_expert_mlp (moe.h) on the same bytes. Every decode kernel is timed
+// (streamed, staged, weights-on-A in three schedules, the one-launch fused kernel). Also the whole routed step
 // (permute -> decode experts -> combine), eagerly and replayed from a CUDA graph, and a
 // device-to-device copy of the touched bytes as a bandwidth reference at that size. CUDA
 // events, warm-up first, median of --reps; weights rotate over 3 sets (1.5 GB) so repeats

@@ -465,11 +465,13 @@ Status moe_expert_mlp_decode(const MoeDecodeWeights& w, const int32_t* offsets, 
     return invalid_argument("moe_expert_mlp_decode: the fused kernel takes the weights-on-A shapes with a ring that fits shared memory");
   // kAuto, from the H200 measurements (docs/perf.md): weights on A wherever its shape rules
   // hold, blocked without the L2 prefetch up to 1024 pairs (B <= 64 at top-16; 1.2-1.6x
-  // the older kernels, the prefetch within noise), strided beyond (B = 256: 339 us against
-  // 496 blocked and 386 streamed). Elsewhere staged up to 1024 pairs, else streamed.
+  // the older kernels, the prefetch within noise; the fused kernel 0.87-1.01x of it there),
+  // beyond that the fused kernel where its ring fits (B = 256: 253 us against 340 strided,
+  // 491 blocked), else strided. Elsewhere staged up to 1024 pairs, else streamed.
   MoeDecodeKernel kind = kernel;
   if (kernel == MoeDecodeKernel::kAuto) {
-    if (wa_fits) kind = capacity <= 1024 ? MoeDecodeKernel::kWeightsANoPrefetch : MoeDecodeKernel::kWeightsAStrided;
+    if (fused_fits && capacity > 1024) kind = MoeDecodeKernel::kFused;
+    else if (wa_fits) kind = capacity <= 1024 ? MoeDecodeKernel::kWeightsANoPrefetch : MoeDecodeKernel::kWeightsAStrided;
     else kind = fits && capacity <= 1024 ? MoeDecodeKernel::kStaged : MoeDecodeKernel::kStreamed;
   }
   const Act a{w.activation, w.situ_beta, w.situ_linear_beta};
