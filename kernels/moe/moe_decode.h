@@ -87,9 +87,17 @@ Status mxfp4_unpack_decode(const uint8_t* packed, const uint8_t* scales, int64_t
 // kStaged: activation rows staged in shared memory as bf16 (8 a pass), the unit's weights
 // kept in registers across passes and the next unit's loaded during this one's MMAs;
 // needs dim, inter <= 4096. kAuto (the H200 measurements; docs/perf.md): where kWeightsA's
-// shape rules hold, kWeightsANoPrefetch up to capacity 1024 and kWeightsAStrided beyond;
-// elsewhere kStaged where it fits and capacity <= 1024, else kStreamed.
-enum class MoeDecodeKernel { kAuto, kStreamed, kStaged, kWeightsA, kWeightsANoPrefetch, kWeightsAStrided };
+// shape rules hold, kWeightsANoPrefetch up to capacity 1024 and beyond it kFused where its
+// ring fits, else kWeightsAStrided; elsewhere kStaged where it fits and capacity <= 1024,
+// else kStreamed.
+// kFused (moe_decode_fused_sm90.cu): the weights-on-A step in ONE launch for gate/up, the
+// activation and down; a producer warp per CTA claims units from a global queue and has
+// the TMA unit copy their tiles into a two-slot shared-memory ring; down units wait on a
+// per-expert counter of finished gate/up units only when they stage their activations, so
+// the down weights load while gate/up finishes. Needs the kWeightsA shapes and
+// max(dim, inter) <= 3840 (the ring); calls using it must not overlap on one device (one
+// queue per device, zeroed by each launch's last CTA).
+enum class MoeDecodeKernel { kAuto, kStreamed, kStaged, kWeightsA, kWeightsANoPrefetch, kWeightsAStrided, kFused };
 
 // moe_expert_mlp's contract (moe.h) on decode-layout weights: per local expert, over its
 // rows [offsets[e], offsets[e+1]): act = act_fn(x W1^T, x W3^T) (fp32 [*, inter]), then

@@ -7,82 +7,20 @@
 // and run two mma.m16n8k16 (tokens x 16 inputs x 8 rows, fp32 accumulators). The warps'
 // partial sums meet in shared memory; the gated launch applies the activation there.
 #include <algorithm>
+#include <string>
 
-#include "common/cuda_check.h"
-#include "common/reduce.cuh"
-#include "moe/moe_decode.h"
+#include "moe/moe_decode_device.cuh"
 
 namespace pdserve::cuda {
 
 namespace {
 
+using namespace moe_decode_detail;
+
 constexpr int kWarps = 8;
 constexpr int kThreads = kWarps * 32;
 constexpr int kTokens = 16;  // rows per pass: the MMA's M
 constexpr int kBatch = 4;    // chunks per warp in flight: 8 warps x 4 x 128 = 4096 inputs
-constexpr int kMaxExperts = 1024;
-
-struct Act {
-  MoeActivation kind;
-  float beta, linear_beta;
-  __device__ float operator()(float g, float u) const {
-    if (kind == MoeActivation::kSiLU) return g * sigmoid(g) * u;
-    const float a = beta * tanhf(g / beta) * sigmoid(g);
-    return a * (linear_beta > 0.0f ? linear_beta * tanhf(u / linear_beta) : u);
-  }
-};
-
-__device__ __forceinline__ uint32_t bf16x2_mul(uint32_t a, uint32_t b) {
-  uint32_t d;
-  asm("mul.rn.bf16x2 %0, %1, %2;" : "=r"(d) : "r"(a), "r"(b));
-  return d;
-}
-
-// (lo, hi) -> bf16x2, round to nearest even.
-__device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi) {
-  uint32_t d;
-  asm("cvt.rn.bf16x2.f32 %0, %2, %1;" : "=r"(d) : "f"(lo), "f"(hi));
-  return d;
-}
-
-__device__ __forceinline__ uint4 load_stream(const uint4* p) {
-  uint4 v;
-  asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
-               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-               : "l"(p));
-  return v;
-}
-
-__device__ __forceinline__ void mma_bf16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-      "{%0, %1, %2, %3};"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-
-__device__ __forceinline__ uint32_t word_of(const uint4& q, int i) { return i == 0 ? q.x : i == 1 ? q.y : i == 2 ? q.z : q.w; }
-
-// The four B registers of one word (moe_decode.h's bit shuffle), scaled by E8M0 byte s.
-template <bool kWide>
-__device__ __forceinline__ void dequant_word(uint32_t q, uint32_t s, uint32_t (&b)[4]) {
-  constexpr uint32_t kMask = 0x81C081C0u;
-  b[0] = q & kMask;
-  b[1] = (q << 3) & kMask;
-  b[2] = (q << 6) & kMask;
-  b[3] = ((q >> 4) & 0x00C000C0u) | ((q >> 6) & 0x01000100u) | ((q << 2) & 0x80008000u);
-  if constexpr (!kWide) {
-    const uint32_t c = ((s + 126u) << 7) * 0x10001u;  // 2^(s-1) = 2^126 * 2^(s-127), s <= 128
-#pragma unroll
-    for (int j = 0; j < 4; ++j) b[j] = bf16x2_mul(b[j], c);
-  } else {
-    const uint32_t lift = 0x7E807E80u;  // 2^126: the codes become normal bf16
-    const uint32_t one = s == 0 ? 0x0040u : s == 255 ? 0x7FC0u : (s << 7);  // 2^(s-127), as e8m0_to_f32
-    const uint32_t c = one * 0x10001u;
-#pragma unroll
-    for (int j = 0; j < 4; ++j) b[j] = bf16x2_mul(bf16x2_mul(b[j], lift), c);
-  }
-}
 
 // y[row, r] = act(x[row] . A[e, r], x[row] . B[e, r]) (gated) or x[row] . A[e, r], for
 // every row of every touched expert. x: [*, cols] fp32; y: [*, a.rows] fp32.
@@ -93,17 +31,7 @@ __global__ void __launch_bounds__(kThreads) decode_gemm(Mxfp4Decode a, Mxfp4Deco
   __shared__ int s_count;
   __shared__ float s_red[kWarps][kGated ? 2 : 1][kTokens][8];
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
-  if (warp == 0) {  // the touched experts, ascending
-    int n = 0;
-    for (int base = 0; base < experts; base += 32) {
-      const int e = base + lane;
-      const bool busy = e < experts && offsets[e + 1] > offsets[e];
-      const unsigned m = __ballot_sync(0xffffffffu, busy);
-      if (busy) s_list[n + __popc(m & ((1u << lane) - 1u))] = e;
-      n += __popc(m);
-    }
-    if (lane == 0) s_count = n;
-  }
+  list_touched_experts(offsets, experts, s_list, &s_count);
   __syncthreads();
   const int tiles = static_cast<int>(a.rows / 8), chunks = static_cast<int>(a.cols / 128);
   const int64_t units = int64_t(s_count) * tiles, cols = a.cols;
@@ -192,6 +120,26 @@ __global__ void __launch_bounds__(kThreads) decode_gemm(Mxfp4Decode a, Mxfp4Deco
 }
 
 
+// The register double buffer of the staged and weights-on-A kernels: unit u + step's
+// weights load into one register set while unit u computes from the other. before(u)
+// runs first each step (the L2 prefetch hook).
+template <typename Regs, typename Unit, typename Load, typename Compute, typename Before>
+__device__ __forceinline__ void ping_pong(Unit u, Unit units, Unit step, Load&& load, Compute&& compute, Before&& before) {
+  Regs ra, rb;
+  if (u < units) load(u, ra);
+  while (u < units) {
+    before(u);
+    if (u + step < units) load(u + step, rb);
+    compute(u, ra);
+    u += step;
+    if (u >= units) break;
+    before(u);
+    if (u + step < units) load(u + step, ra);
+    compute(u, rb);
+    u += step;
+  }
+}
+
 // ---- Staged variant: for cols <= kWarps * kBatch * 128 (one load batch per unit, K3's
 // 3584 and 3072). Each unit's weights stay in registers across its row passes, the next
 // unit's weights are loaded while this one computes (two register sets, ping-pong), and
@@ -200,7 +148,6 @@ __global__ void __launch_bounds__(kThreads) decode_gemm(Mxfp4Decode a, Mxfp4Deco
 // two 8-row tiles: gate and up of the same rows (kGatedPair), or two adjacent tiles of one
 // matrix (kPair, the down projection: twice the bytes in flight per unit).
 constexpr int kStagedRows = 8;
-constexpr int kStagedPad = 32;  // bf16 per row: rows 64 bytes apart mod 128, no bank conflicts
 
 enum StagedMode { kSingle = 0, kGatedPair = 1, kPair = 2 };  // kSingle: kept for shapes without pairs
 
@@ -253,16 +200,10 @@ __device__ __forceinline__ void compute_unit(const Mxfp4Decode& a, const UnitSpa
   int e, n;
   unit_at<kMode>(sp, u, &e, &n);
   const int begin = offsets[e], end = offsets[e + 1];
-  const int64_t cols = a.cols, stride = cols + kStagedPad, c4n = cols / 4;
+  const int64_t cols = a.cols, stride = cols + kStagedPad;
   for (int r0 = begin; r0 < end; r0 += kStagedRows) {
     const int nrows = min(kStagedRows, end - r0);
-    const int64_t n4 = nrows * c4n;
-#pragma unroll 4
-    for (int64_t idx = threadIdx.x; idx < n4; idx += kThreads) {
-      const int64_t row = idx / c4n, c4 = idx - row * c4n;
-      const float4 v = __ldg(reinterpret_cast<const float4*>(x + (r0 + row) * cols) + c4);
-      *reinterpret_cast<uint2*>(x_s + row * stride + 4 * c4) = make_uint2(pack_bf16x2(v.x, v.y), pack_bf16x2(v.z, v.w));
-    }
+    stage_rows<false>(x, r0, nrows, static_cast<uint32_t>(cols), static_cast<uint32_t>(stride), x_s, threadIdx.x, kThreads);
     __syncthreads();
     const bool row_lo = g < nrows;
     float acc_a[4] = {0.0f, 0.0f, 0.0f, 0.0f}, acc_b[4] = {0.0f, 0.0f, 0.0f, 0.0f};
@@ -317,33 +258,14 @@ __global__ void __launch_bounds__(kThreads, 2) decode_gemm_staged(Mxfp4Decode a,
   __shared__ int s_count;
   __shared__ float s_red[kWarps][2][kStagedRows][8];
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  if (warp == 0) {
-    int n = 0;
-    for (int base = 0; base < experts; base += 32) {
-      const int e = base + lane;
-      const bool busy = e < experts && offsets[e + 1] > offsets[e];
-      const unsigned m = __ballot_sync(0xffffffffu, busy);
-      if (busy) s_list[n + __popc(m & ((1u << lane) - 1u))] = e;
-      n += __popc(m);
-    }
-    if (lane == 0) s_count = n;
-  }
+  list_touched_experts(offsets, experts, s_list, &s_count);
   __syncthreads();
   const int tiles = static_cast<int>(a.rows / 8);
   const UnitSpace sp{s_list, tiles, static_cast<int>(a.cols / 128), kMode == kPair ? tiles / 2 : tiles};
   const int64_t units = int64_t(s_count) * sp.per_expert, step = gridDim.x;
-  UnitRegs<kMode> ra, rb;
-  int64_t u = blockIdx.x;
-  if (u < units) load_unit<kMode>(a, b, sp, u, lane, warp, ra);
-  while (u < units) {
-    if (u + step < units) load_unit<kMode>(a, b, sp, u + step, lane, warp, rb);
-    compute_unit<kMode, kWide>(a, sp, u, offsets, x, y, act, ra, x_s, s_red);
-    u += step;
-    if (u >= units) break;
-    if (u + step < units) load_unit<kMode>(a, b, sp, u + step, lane, warp, ra);
-    compute_unit<kMode, kWide>(a, sp, u, offsets, x, y, act, rb, x_s, s_red);
-    u += step;
-  }
+  ping_pong<UnitRegs<kMode>>(
+      int64_t(blockIdx.x), units, step, [&](int64_t u, UnitRegs<kMode>& r) { load_unit<kMode>(a, b, sp, u, lane, warp, r); },
+      [&](int64_t u, const UnitRegs<kMode>& r) { compute_unit<kMode, kWide>(a, sp, u, offsets, x, y, act, r, x_s, s_red); }, [](int64_t) {});
 }
 
 // ---- Weights-on-A variant (kWeightsA): mma.m16n8k16 with 16 weight rows as A and 8
@@ -361,10 +283,8 @@ __global__ void __launch_bounds__(kThreads, 2) decode_gemm_staged(Mxfp4Decode a,
 // contiguous run: packed and scales of each matrix), so the register loads of the next
 // unit wait on L2 rather than DRAM and DRAM sees more requests in flight. The reduction buffer
 // alternates between passes, so a pass needs one barrier (two where it restages tokens).
-constexpr int kWaWarps = 16;
 constexpr int kWaThreads = kWaWarps * 32;
 constexpr int kWaBatch = 2;   // chunks per warp: 16 x 2 x 128 = 4096 inputs
-constexpr int kWaTokens = 8;  // the MMA's N
 
 struct WaRegs {
   uint4 q[kWaBatch][4];
@@ -430,18 +350,11 @@ __device__ __forceinline__ void wa_compute(const Mxfp4Decode& a, const WaSpace& 
   uint32_t n;
   wa_unit<kGated>(sp, u, &e, &n);
   const int begin = offsets[e], end = offsets[e + 1];
-  const uint32_t cols = static_cast<uint32_t>(a.cols), stride = cols + kStagedPad, c4n = cols / 4;
+  const uint32_t cols = static_cast<uint32_t>(a.cols), stride = cols + kStagedPad;
   for (int r0 = begin; r0 < end; r0 += kWaTokens) {
     const int nrows = min(kWaTokens, end - r0);
     if (staged_e != e || staged_r0 != r0) {  // uniform; the last pass's barrier ended all x_s reads
-      const uint32_t n4 = nrows * c4n;
-      const float* xr = x + int64_t(r0) * cols;
-#pragma unroll 4
-      for (uint32_t idx = threadIdx.x; idx < n4; idx += kWaThreads) {
-        const uint32_t row = idx / c4n, c4 = idx - row * c4n;
-        const float4 v = __ldg(reinterpret_cast<const float4*>(xr) + idx);
-        *reinterpret_cast<uint2*>(x_s + row * stride + 4 * c4) = make_uint2(pack_bf16x2(v.x, v.y), pack_bf16x2(v.z, v.w));
-      }
+      stage_rows<false>(x, r0, nrows, cols, stride, x_s, threadIdx.x, kWaThreads);
       staged_e = e, staged_r0 = r0;
       __syncthreads();
     }
@@ -454,29 +367,9 @@ __device__ __forceinline__ void wa_compute(const Mxfp4Decode& a, const WaSpace& 
     for (int j = 0; j < kWaBatch; ++j) {
       const uint32_t c = warp + j * kWaWarps;
       if (c >= sp.chunks) break;
-#pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        uint4 v = make_uint4(0u, 0u, 0u, 0u);
-        if (tok_ok) v = *reinterpret_cast<const uint4*>(xg + c * 128 + 32 * i);
-#pragma unroll
-        for (int p = 0; p < 2; ++p) {
-          uint32_t lo[4], hi[4];
-          dequant_word<kWide>(word_of(r.q[j][2 * p], i), (r.s[j][2 * p] >> (8 * i)) & 0xffu, lo);
-          dequant_word<kWide>(word_of(r.q[j][2 * p + 1], i), (r.s[j][2 * p + 1] >> (8 * i)) & 0xffu, hi);
-          const uint32_t a0[4] = {lo[0], hi[0], lo[1], hi[1]}, a1[4] = {lo[2], hi[2], lo[3], hi[3]};
-          mma_bf16(acc[p], a0, v.x, v.y);
-          mma_bf16(acc[p], a1, v.z, v.w);
-        }
-      }
+      wa_chunk<kWide>(r.q[j], r.s[j], xg + c * 128, tok_ok, acc);
     }
-    // acc[p]: (row g of tile 2p, tokens 2t, 2t+1), (row g of tile 2p+1, same tokens).
-#pragma unroll
-    for (int p = 0; p < 2; ++p) {
-      s_red[warp][2 * p][2 * t][g] = acc[p][0];
-      s_red[warp][2 * p][2 * t + 1][g] = acc[p][1];
-      s_red[warp][2 * p + 1][2 * t][g] = acc[p][2];
-      s_red[warp][2 * p + 1][2 * t + 1][g] = acc[p][3];
-    }
+    wa_store_partials(acc, s_red[warp], g, t);
     __syncthreads();
     const int k = threadIdx.x / (kWaTokens * 8), tok = (threadIdx.x / 8) % kWaTokens, rr = threadIdx.x % 8;
     if (k < (kGated ? 2 : 4) && tok < nrows) {
@@ -499,17 +392,7 @@ __global__ void __launch_bounds__(kWaThreads, 1) decode_gemm_wa(Mxfp4Decode a, M
   __shared__ int s_count;
   __shared__ float s_red[2][kWaWarps][4][kWaTokens][8];
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  if (warp == 0) {
-    int n = 0;
-    for (int base = 0; base < experts; base += 32) {
-      const int e = base + lane;
-      const bool busy = e < experts && offsets[e + 1] > offsets[e];
-      const unsigned m = __ballot_sync(0xffffffffu, busy);
-      if (busy) s_list[n + __popc(m & ((1u << lane) - 1u))] = e;
-      n += __popc(m);
-    }
-    if (lane == 0) s_count = n;
-  }
+  list_touched_experts(offsets, experts, s_list, &s_count);
   __syncthreads();
   const uint32_t tiles = static_cast<uint32_t>(a.rows / 8);
   const WaSpace sp{s_list, tiles, static_cast<uint32_t>(a.cols / 128), kGated ? tiles / 2 : tiles / 4};
@@ -517,20 +400,13 @@ __global__ void __launch_bounds__(kWaThreads, 1) decode_gemm_wa(Mxfp4Decode a, M
   const uint32_t step = kBlocked ? 1u : gridDim.x;
   uint32_t u = kBlocked ? blockIdx.x * per : blockIdx.x;
   const uint32_t units = kBlocked ? min(all, u + per) : all;
-  WaRegs ra, rb;
   int staged_e = -1, staged_r0 = -1, buf = 0;  // the (expert, first row) in x_s; the s_red half to use
-  if (u < units) wa_load<kGated>(a, b, sp, u, lane, warp, ra);
-  while (u < units) {
-    if (kPrefetch && threadIdx.x < 4 && u + 2 * step < units) wa_prefetch<kGated>(a, b, sp, u + 2 * step, threadIdx.x);
-    if (u + step < units) wa_load<kGated>(a, b, sp, u + step, lane, warp, rb);
-    wa_compute<kGated, kWide>(a, sp, u, offsets, x, y, act, ra, x_s, s_red, staged_e, staged_r0, buf);
-    u += step;
-    if (u >= units) break;
-    if (kPrefetch && threadIdx.x < 4 && u + 2 * step < units) wa_prefetch<kGated>(a, b, sp, u + 2 * step, threadIdx.x);
-    if (u + step < units) wa_load<kGated>(a, b, sp, u + step, lane, warp, ra);
-    wa_compute<kGated, kWide>(a, sp, u, offsets, x, y, act, rb, x_s, s_red, staged_e, staged_r0, buf);
-    u += step;
-  }
+  ping_pong<WaRegs>(
+      u, units, step, [&](uint32_t v, WaRegs& r) { wa_load<kGated>(a, b, sp, v, lane, warp, r); },
+      [&](uint32_t v, const WaRegs& r) { wa_compute<kGated, kWide>(a, sp, v, offsets, x, y, act, r, x_s, s_red, staged_e, staged_r0, buf); },
+      [&](uint32_t v) {
+        if (kPrefetch && threadIdx.x < 4 && v + 2 * step < units) wa_prefetch<kGated>(a, b, sp, v + 2 * step, threadIdx.x);
+      });
 }
 
 Status check(const Mxfp4Decode& m, int64_t rows, int64_t cols, const char* what) {
@@ -540,72 +416,29 @@ Status check(const Mxfp4Decode& m, int64_t rows, int64_t cols, const char* what)
   return Status::ok();
 }
 
-// CTAs to launch: as many as fit on the GPU at once (each strides over the units), at
-// most one per unit of the largest possible work. Per kernel and shared-memory size.
-// Cached per kernel (template instantiation) and shared-memory size, so that launches
-// after the first make no attribute calls (stream capture stays clean).
-template <typename Kernel>
-Result<unsigned> grid_for(Kernel kernel, size_t smem, int64_t max_units, int threads = kThreads) {
-  // Keyed by the kernel's address too: the kernels share one signature, so the template
-  // alone would let one kernel reuse another's occupancy (and skip its smem attribute).
-  struct Entry {
-    const void* kernel;
-    size_t smem;
-    int per_sm;
-  };
-  static Entry cache[32];
-  static int used = 0, sms = 0;
-  const void* key = reinterpret_cast<const void*>(kernel);
-  int per_sm = 0;
-  for (int i = 0; i < used; ++i)
-    if (cache[i].kernel == key && cache[i].smem == smem) per_sm = cache[i].per_sm;
-  if (per_sm == 0) {
-    int dev = 0;
-    PDS_RETURN_IF_ERROR(cuda_status(cudaGetDevice(&dev), "cudaGetDevice"));
-    PDS_RETURN_IF_ERROR(cuda_status(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev), "sm count"));
-    if (smem > 48 * 1024)
-      PDS_RETURN_IF_ERROR(cuda_status(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)),
-                                      "dynamic shared memory"));
-    PDS_RETURN_IF_ERROR(cuda_status(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, smem), "occupancy"));
-    per_sm = std::max(per_sm, 1);
-    if (used < 32) cache[used++] = {key, smem, per_sm};
-  }
-  return static_cast<unsigned>(std::max<int64_t>(1, std::min<int64_t>(max_units, int64_t(per_sm) * sms)));
-}
-
 template <bool kGated, bool kWide>
 Status launch(const Mxfp4Decode& a, const Mxfp4Decode& b, const int32_t* offsets, int64_t experts, const float* x, float* y, Act act,
               MoeDecodeKernel kind, cudaStream_t stream, const char* what) {
   const int64_t tiles = a.rows / 8;
+  // Every kernel here shares one signature: size the grid (cached), launch, check.
+  auto run = [&](auto kernel, int threads, size_t smem, int64_t max_units, const Mxfp4Decode& ka, const Mxfp4Decode& kb) -> Status {
+    PDS_ASSIGN_OR_RETURN(unsigned grid, grid_for(kernel, smem, max_units, threads));
+    kernel<<<grid, threads, smem, stream>>>(ka, kb, offsets, static_cast<int>(experts), x, y, act);
+    return last_launch_status(what);
+  };
   if (kind == MoeDecodeKernel::kWeightsA || kind == MoeDecodeKernel::kWeightsANoPrefetch || kind == MoeDecodeKernel::kWeightsAStrided) {
     const size_t smem = size_t(kWaTokens) * (a.cols + kStagedPad) * sizeof(uint16_t);
     const int64_t units = experts * (kGated ? tiles / 2 : tiles / 4);
-    const int ex = static_cast<int>(experts);
-    if (kind == MoeDecodeKernel::kWeightsA) {
-      PDS_ASSIGN_OR_RETURN(unsigned grid, grid_for(decode_gemm_wa<kGated, kWide, true, true>, smem, units, kWaThreads));
-      decode_gemm_wa<kGated, kWide, true, true><<<grid, kWaThreads, smem, stream>>>(a, b, offsets, ex, x, y, act);
-    } else if (kind == MoeDecodeKernel::kWeightsANoPrefetch) {
-      PDS_ASSIGN_OR_RETURN(unsigned grid, grid_for(decode_gemm_wa<kGated, kWide, true, false>, smem, units, kWaThreads));
-      decode_gemm_wa<kGated, kWide, true, false><<<grid, kWaThreads, smem, stream>>>(a, b, offsets, ex, x, y, act);
-    } else {
-      PDS_ASSIGN_OR_RETURN(unsigned grid, grid_for(decode_gemm_wa<kGated, kWide, false, false>, smem, units, kWaThreads));
-      decode_gemm_wa<kGated, kWide, false, false><<<grid, kWaThreads, smem, stream>>>(a, b, offsets, ex, x, y, act);
-    }
-  } else if (kind == MoeDecodeKernel::kStaged) {
-    const size_t smem = size_t(kStagedRows) * (a.cols + kStagedPad) * sizeof(uint16_t);
-    const int ex = static_cast<int>(experts);
-    if constexpr (kGated) {
-      PDS_ASSIGN_OR_RETURN(unsigned grid, grid_for(decode_gemm_staged<kGatedPair, kWide>, smem, experts * tiles));
-      decode_gemm_staged<kGatedPair, kWide><<<grid, kThreads, smem, stream>>>(a, b, offsets, ex, x, y, act);
-    } else {  // down: rows = dim, a multiple of 128, so its tiles pair up
-      PDS_ASSIGN_OR_RETURN(unsigned grid, grid_for(decode_gemm_staged<kPair, kWide>, smem, experts * tiles / 2));
-      decode_gemm_staged<kPair, kWide><<<grid, kThreads, smem, stream>>>(a, a, offsets, ex, x, y, act);
-    }
-  } else {
-    PDS_ASSIGN_OR_RETURN(unsigned grid, grid_for(decode_gemm<kGated, kWide>, 0, experts * tiles));
-    decode_gemm<kGated, kWide><<<grid, kThreads, 0, stream>>>(a, b, offsets, static_cast<int>(experts), x, y, act);
+    if (kind == MoeDecodeKernel::kWeightsA) return run(decode_gemm_wa<kGated, kWide, true, true>, kWaThreads, smem, units, a, b);
+    if (kind == MoeDecodeKernel::kWeightsANoPrefetch) return run(decode_gemm_wa<kGated, kWide, true, false>, kWaThreads, smem, units, a, b);
+    return run(decode_gemm_wa<kGated, kWide, false, false>, kWaThreads, smem, units, a, b);
   }
-  return last_launch_status(what);
+  if (kind == MoeDecodeKernel::kStaged) {
+    const size_t smem = size_t(kStagedRows) * (a.cols + kStagedPad) * sizeof(uint16_t);
+    if constexpr (kGated) return run(decode_gemm_staged<kGatedPair, kWide>, kThreads, smem, experts * tiles, a, b);
+    return run(decode_gemm_staged<kPair, kWide>, kThreads, smem, experts * tiles / 2, a, a);  // down: rows % 128 == 0, tiles pair up
+  }
+  return run(decode_gemm<kGated, kWide>, kThreads, 0, experts * tiles, a, b);
 }
 
 }  // namespace
@@ -627,16 +460,22 @@ Status moe_expert_mlp_decode(const MoeDecodeWeights& w, const int32_t* offsets, 
                         kernel == MoeDecodeKernel::kWeightsAStrided;
   if (wants_wa && !wa_fits)
     return invalid_argument("moe_expert_mlp_decode: the weights-on-A kernel takes cols <= 4096, inter % 16 == 0, dim % 32 == 0");
+  const bool fused_fits = wa_fits && decode_fused_fits(dim, inter);
+  if (kernel == MoeDecodeKernel::kFused && !fused_fits)
+    return invalid_argument("moe_expert_mlp_decode: the fused kernel takes the weights-on-A shapes with a ring that fits shared memory");
   // kAuto, from the H200 measurements (docs/perf.md): weights on A wherever its shape rules
   // hold, blocked without the L2 prefetch up to 1024 pairs (B <= 64 at top-16; 1.2-1.6x
-  // the older kernels, the prefetch within noise), strided beyond (B = 256: 339 us against
-  // 496 blocked and 386 streamed). Elsewhere staged up to 1024 pairs, else streamed.
+  // the older kernels, the prefetch within noise; the fused kernel 0.87-1.01x of it there),
+  // beyond that the fused kernel where its ring fits (B = 256: 253 us against 340 strided,
+  // 491 blocked), else strided. Elsewhere staged up to 1024 pairs, else streamed.
   MoeDecodeKernel kind = kernel;
   if (kernel == MoeDecodeKernel::kAuto) {
-    if (wa_fits) kind = capacity <= 1024 ? MoeDecodeKernel::kWeightsANoPrefetch : MoeDecodeKernel::kWeightsAStrided;
+    if (fused_fits && capacity > 1024) kind = MoeDecodeKernel::kFused;
+    else if (wa_fits) kind = capacity <= 1024 ? MoeDecodeKernel::kWeightsANoPrefetch : MoeDecodeKernel::kWeightsAStrided;
     else kind = fits && capacity <= 1024 ? MoeDecodeKernel::kStaged : MoeDecodeKernel::kStreamed;
   }
   const Act a{w.activation, w.situ_beta, w.situ_linear_beta};
+  if (kind == MoeDecodeKernel::kFused) return launch_decode_fused(w, offsets, local_experts, x_sorted, act, out_sorted, a, stream);
   if (w.w1.wide_scales || w.w3.wide_scales)
     PDS_RETURN_IF_ERROR((launch<true, true>(w.w1, w.w3, offsets, local_experts, x_sorted, act, a, kind, stream, "moe decode gate/up")));
   else

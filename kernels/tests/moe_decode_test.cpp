@@ -7,10 +7,13 @@
 // random inputs: K3 expert shape with top-16 routing at batch 1, 4 and 64, skewed routing
 // (one expert with 40 rows, the rest empty), a single row, scales above 2^1 (the
 // two-multiply path), both activations; each case on every kernel (kStreamed, kStaged,
-// kWeightsA and its two schedule variants) and on kAuto.
+// kWeightsA and its two schedule variants, kFused) and on kAuto. kFused also: repeated
+// launches and CUDA-graph replays give the first launch's bits (its work queue and
+// per-expert counters must be zeroed by each launch), and the kernel choice is checked.
 // Bound: normalised error max|gpu - cpu| / max|cpu| < 1e-2. The kernel rounds the
 // activations (x, then act) to bf16 for the tensor cores (relative 2^-9 each) while the
 // weights are exact; fp32 accumulation. Measured values are printed by each run.
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
 
@@ -126,6 +129,19 @@ DevDecode upload_decode(const HostExperts& h, MoeActivation act, float beta, flo
   return d;
 }
 
+const char* kernel_name(MoeDecodeKernel k) {
+  switch (k) {
+    case MoeDecodeKernel::kAuto: return "auto";
+    case MoeDecodeKernel::kStreamed: return "streamed";
+    case MoeDecodeKernel::kStaged: return "staged";
+    case MoeDecodeKernel::kWeightsA: return "weights-A";
+    case MoeDecodeKernel::kWeightsANoPrefetch: return "weights-A no-prefetch";
+    case MoeDecodeKernel::kWeightsAStrided: return "weights-A strided";
+    case MoeDecodeKernel::kFused: return "fused";
+  }
+  return "?";
+}
+
 // permute -> decode experts -> combine on the GPU vs routed_reference; the error.
 double run_decode_with(const Routing& r, int64_t tokens, int64_t k, int64_t begin, const HostExperts& h, MoeActivation act,
                        uint32_t seed, const char* what, MoeDecodeKernel kernel) {
@@ -147,7 +163,7 @@ double run_decode_with(const Routing& r, int64_t tokens, int64_t k, int64_t begi
   for (int32_t id : r.ids) rows += id >= begin && id < begin + local;
   const double err = nerr(got, ref);
   std::printf("decode MoE %s %s: tokens=%lld local=%lld k=%lld rows=%lld dim=%lld inter=%lld: normalised error %.3g\n",
-              kernel == MoeDecodeKernel::kStaged ? "staged" : kernel == MoeDecodeKernel::kWeightsA ? "weights-A" : kernel == MoeDecodeKernel::kWeightsAStrided ? "weights-A strided" : kernel == MoeDecodeKernel::kWeightsANoPrefetch ? "weights-A no-prefetch" : kernel == MoeDecodeKernel::kAuto ? "auto" : "streamed", what,
+              kernel_name(kernel), what,
               (long long)tokens, (long long)local, (long long)k, (long long)rows, (long long)dim, (long long)inter, err);
   EXPECT_GT(rows, 0) << what << ": the case should route some rows here";
   return err;
@@ -158,7 +174,7 @@ double run_decode(const Routing& r, int64_t tokens, int64_t k, int64_t begin, co
                   const char* what) {
   double err = 0.0;
   for (MoeDecodeKernel kern : {MoeDecodeKernel::kStreamed, MoeDecodeKernel::kStaged, MoeDecodeKernel::kWeightsA, MoeDecodeKernel::kWeightsANoPrefetch, MoeDecodeKernel::kWeightsAStrided,
-                               MoeDecodeKernel::kAuto})
+                               MoeDecodeKernel::kFused, MoeDecodeKernel::kAuto})
     err = std::max(err, run_decode_with(r, tokens, k, begin, h, act, seed, what, kern));
   return err;
 }
@@ -197,6 +213,58 @@ TEST_F(MoeDecode, ScalesAboveTwoTakeTheTwoMultiplyPath) {
   const HostExperts h = make_experts(4, 128, 256, 60, false, 124, 10);  // scale bytes 124..133
   const Routing r = route(12, 4, 2, 61);
   EXPECT_LT(run_decode(r, 12, 2, 0, h, MoeActivation::kSiLU, 62, "wide scales"), 1e-2);
+}
+
+// The fused kernel's global queue and counters are reset by the last CTA of each launch: a
+// second, third (eager) and graph-replayed launch must redo all the work, bit for bit
+// (the reduction order is fixed, whichever CTA claims a unit). Skewed rows (several
+// passes), empty experts, and a different expert count between calls.
+TEST_F(MoeDecode, FusedKernelRepeatsAndReplaysFromAGraph) {
+  const int64_t local = 6, tokens = 20, k = 2, cap = tokens * k, dim = 384, inter = 256;
+  const HostExperts h = make_experts(local, inter, dim, 80, true);
+  Routing r{std::vector<int32_t>(cap), std::vector<float>(cap, 0.5f)};
+  for (int t = 0; t < tokens; ++t) r.ids[2 * t] = 1, r.ids[2 * t + 1] = t % 3 == 0 ? 4 : 9;  // experts 0, 2, 3, 5 empty
+  DevDecode dw = upload_decode(h, MoeActivation::kSiTU, 4.0f, 25.0f);
+  auto di = dev(r.ids);
+  auto dx = dev(randn(tokens * dim, 81));
+  DeviceBuffer<int32_t> off(local + 1), sorted(cap), prow(cap);
+  const MoePlan plan{off.get(), sorted.get(), prow.get()};
+  DeviceBuffer<float> xs(cap * dim), a(cap * inter), os(cap * dim);
+  ASSERT_TRUE(moe_permute(di.get(), tokens, k, 0, local, dx.get(), dim, plan, xs.get(), nullptr).is_ok());
+  auto decode = [&](cudaStream_t st, int64_t experts) {
+    return moe_expert_mlp_decode(dw.w, off.get(), experts, cap, xs.get(), a.get(), os.get(), st, MoeDecodeKernel::kFused);
+  };
+  ASSERT_TRUE(decode(nullptr, local).is_ok());
+  const auto first = host(os);
+  const auto first_act = host(a);
+  float peak = 0.0f;
+  for (float v : first) peak = std::max(peak, std::fabs(v));
+  ASSERT_GT(peak, 0.0f);
+  for (int i = 0; i < 2; ++i) {
+    ASSERT_TRUE(cudaMemset(os.get(), 0, cap * dim * sizeof(float)) == cudaSuccess);
+    ASSERT_TRUE(cudaMemset(a.get(), 0, cap * inter * sizeof(float)) == cudaSuccess);
+    ASSERT_TRUE(decode(nullptr, i == 0 ? local : 5).is_ok());  // expert 5 is empty: the same rows
+    EXPECT_EQ(host(os), first) << "eager launch " << i + 2;
+    EXPECT_EQ(host(a), first_act) << "eager launch " << i + 2;
+  }
+  cudaStream_t st;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking), cudaSuccess);
+  cudaGraph_t graph;
+  cudaGraphExec_t exec;
+  ASSERT_EQ(cudaStreamBeginCapture(st, cudaStreamCaptureModeGlobal), cudaSuccess);
+  const Status captured = decode(st, local);
+  ASSERT_EQ(cudaStreamEndCapture(st, &graph), cudaSuccess);
+  ASSERT_TRUE(captured.is_ok()) << captured.to_string();
+  ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
+  for (int i = 0; i < 3; ++i) {
+    ASSERT_EQ(cudaMemsetAsync(os.get(), 0, cap * dim * sizeof(float), st), cudaSuccess);
+    ASSERT_EQ(cudaGraphLaunch(exec, st), cudaSuccess);
+    ASSERT_EQ(cudaStreamSynchronize(st), cudaSuccess);
+    EXPECT_EQ(host(os), first) << "graph replay " << i + 1;
+  }
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+  cudaStreamDestroy(st);
 }
 
 TEST_F(MoeDecode, NoLocalRowsLeavesTheOutputZero) {

@@ -1,0 +1,194 @@
+// Pieces the decode-MoE kernels share (moe_decode_sm90.cu: streamed, staged, weights-on-A;
+// moe_decode_fused_sm90.cu: one launch through a TMA ring): dequantisation of the decode
+// layout (moe_decode.h), the MMA, the touched-expert list, token staging, the weights-on-A
+// chunk step, and the host's cached occupancy query. Internal to kernels/moe.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdint>
+
+#include "common/cuda_check.h"
+#include "common/reduce.cuh"
+#include "moe/moe_decode.h"
+
+namespace pdserve::cuda::moe_decode_detail {
+
+constexpr int kMaxExperts = 1024;
+constexpr int kStagedPad = 32;  // bf16 per staged row: rows 64 bytes apart mod 128, no bank conflicts
+constexpr int kWaWarps = 16;    // weights-on-A kernels: MMA warps per CTA
+constexpr int kWaTokens = 8;    // the MMA's N: tokens a pass
+
+struct Act {
+  MoeActivation kind;
+  float beta, linear_beta;
+  __device__ float operator()(float g, float u) const {
+    if (kind == MoeActivation::kSiLU) return g * sigmoid(g) * u;
+    const float a = beta * tanhf(g / beta) * sigmoid(g);
+    return a * (linear_beta > 0.0f ? linear_beta * tanhf(u / linear_beta) : u);
+  }
+};
+
+__device__ __forceinline__ uint32_t bf16x2_mul(uint32_t a, uint32_t b) {
+  uint32_t d;
+  asm("mul.rn.bf16x2 %0, %1, %2;" : "=r"(d) : "r"(a), "r"(b));
+  return d;
+}
+
+// (lo, hi) -> bf16x2, round to nearest even.
+__device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi) {
+  uint32_t d;
+  asm("cvt.rn.bf16x2.f32 %0, %2, %1;" : "=r"(d) : "f"(lo), "f"(hi));
+  return d;
+}
+
+__device__ __forceinline__ uint4 load_stream(const uint4* p) {
+  uint4 v;
+  asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+               : "l"(p));
+  return v;
+}
+
+__device__ __forceinline__ void mma_bf16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+      "{%0, %1, %2, %3};"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+__device__ __forceinline__ uint32_t word_of(const uint4& q, int i) { return i == 0 ? q.x : i == 1 ? q.y : i == 2 ? q.z : q.w; }
+
+// The four bf16x2 registers of one word (moe_decode.h's bit shuffle), scaled by E8M0 byte s.
+template <bool kWide>
+__device__ __forceinline__ void dequant_word(uint32_t q, uint32_t s, uint32_t (&b)[4]) {
+  constexpr uint32_t kMask = 0x81C081C0u;
+  b[0] = q & kMask;
+  b[1] = (q << 3) & kMask;
+  b[2] = (q << 6) & kMask;
+  b[3] = ((q >> 4) & 0x00C000C0u) | ((q >> 6) & 0x01000100u) | ((q << 2) & 0x80008000u);
+  if constexpr (!kWide) {
+    const uint32_t c = ((s + 126u) << 7) * 0x10001u;  // 2^(s-1) = 2^126 * 2^(s-127), s <= 128
+#pragma unroll
+    for (int j = 0; j < 4; ++j) b[j] = bf16x2_mul(b[j], c);
+  } else {
+    const uint32_t lift = 0x7E807E80u;  // 2^126: the codes become normal bf16
+    const uint32_t one = s == 0 ? 0x0040u : s == 255 ? 0x7FC0u : (s << 7);  // 2^(s-127), as e8m0_to_f32
+    const uint32_t c = one * 0x10001u;
+#pragma unroll
+    for (int j = 0; j < 4; ++j) b[j] = bf16x2_mul(bf16x2_mul(b[j], lift), c);
+  }
+}
+
+// Warp 0 of the CTA lists the touched experts (offsets[e+1] > offsets[e]) ascending into
+// list[0..*count); the caller syncs before reading them.
+__device__ __forceinline__ void list_touched_experts(const int32_t* __restrict__ offsets, int experts, int* list, int* count) {
+  if (threadIdx.x >= 32) return;
+  const int lane = threadIdx.x;
+  int n = 0;
+  for (int base = 0; base < experts; base += 32) {
+    const int e = base + lane;
+    const bool busy = e < experts && offsets[e + 1] > offsets[e];
+    const unsigned m = __ballot_sync(0xffffffffu, busy);
+    if (busy) list[n + __popc(m & ((1u << lane) - 1u))] = e;
+    n += __popc(m);
+  }
+  if (lane == 0) *count = n;
+}
+
+// Rows [r0, r0 + nrows) of x (fp32, `cols` wide) into x_s as bf16, `stride` apart; threads
+// tid = 0..nthreads-1 share the work. kCoherent reads through L2 only (data another CTA
+// of the same launch wrote), else the read-only path.
+template <bool kCoherent>
+__device__ __forceinline__ void stage_rows(const float* x, int64_t r0, uint32_t nrows, uint32_t cols, uint32_t stride, uint16_t* x_s,
+                                           uint32_t tid, uint32_t nthreads) {
+  const uint32_t c4n = cols / 4, n4 = nrows * c4n;
+  const float4* xr = reinterpret_cast<const float4*>(x + r0 * cols);
+#pragma unroll 4
+  for (uint32_t idx = tid; idx < n4; idx += nthreads) {
+    const uint32_t row = idx / c4n, c4 = idx - row * c4n;
+    const float4 v = kCoherent ? __ldcg(xr + idx) : __ldg(xr + idx);
+    *reinterpret_cast<uint2*>(x_s + row * stride + 4 * c4) = make_uint2(pack_bf16x2(v.x, v.y), pack_bf16x2(v.z, v.w));
+  }
+}
+
+// The weights-on-A step of one 128-input chunk: q[k] / s[k] are the lane's packed word quad
+// and scale word of tile k of a 4-tile unit (tiles 2p, 2p+1 form A operand p: lane (g, t)'s
+// word of tile 2p gives a0/a2, of tile 2p+1 a1/a3), xg the lane's 8 staged bf16 inputs of
+// token g at the chunk's start (inputs 32i + 8t.. for word i). acc[p] gets (row g of tile
+// 2p, tokens 2t, 2t+1), (row g of tile 2p+1, the same tokens).
+template <bool kWide>
+__device__ __forceinline__ void wa_chunk(const uint4 (&q)[4], const uint32_t (&s)[4], const uint16_t* xg, bool tok_ok, float (&acc)[2][4]) {
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    uint4 v = make_uint4(0u, 0u, 0u, 0u);
+    if (tok_ok) v = *reinterpret_cast<const uint4*>(xg + 32 * i);
+#pragma unroll
+    for (int p = 0; p < 2; ++p) {
+      uint32_t lo[4], hi[4];
+      dequant_word<kWide>(word_of(q[2 * p], i), (s[2 * p] >> (8 * i)) & 0xffu, lo);
+      dequant_word<kWide>(word_of(q[2 * p + 1], i), (s[2 * p + 1] >> (8 * i)) & 0xffu, hi);
+      const uint32_t a0[4] = {lo[0], hi[0], lo[1], hi[1]}, a1[4] = {lo[2], hi[2], lo[3], hi[3]};
+      mma_bf16(acc[p], a0, v.x, v.y);
+      mma_bf16(acc[p], a1, v.z, v.w);
+    }
+  }
+}
+
+// acc[p] of wa_chunk -> red[k][token][row] for k = 2p, 2p+1 (this warp's part of the sums).
+__device__ __forceinline__ void wa_store_partials(const float (&acc)[2][4], float (*red)[kWaTokens][8], int g, int t) {
+#pragma unroll
+  for (int p = 0; p < 2; ++p) {
+    red[2 * p][2 * t][g] = acc[p][0];
+    red[2 * p][2 * t + 1][g] = acc[p][1];
+    red[2 * p + 1][2 * t][g] = acc[p][2];
+    red[2 * p + 1][2 * t + 1][g] = acc[p][3];
+  }
+}
+
+// CTAs to launch: as many as fit on the GPU at once, at most max_units. Cached per kernel
+// address and shared-memory size, so launches after the first make no attribute calls
+// (stream capture stays clean); the first raises the kernel's dynamic shared-memory limit to
+// all the SM allows, so that one size set first never caps another size of the same kernel.
+template <typename Kernel>
+Result<unsigned> grid_for(Kernel kernel, size_t smem, int64_t max_units, int threads) {
+  struct Entry {
+    const void* kernel;
+    size_t smem;
+    int per_sm;
+  };
+  static Entry cache[48];
+  static int used = 0, sms = 0;
+  const void* key = reinterpret_cast<const void*>(kernel);
+  int per_sm = 0;
+  for (int i = 0; i < used; ++i)
+    if (cache[i].kernel == key && cache[i].smem == smem) per_sm = cache[i].per_sm;
+  if (per_sm == 0) {
+    int dev = 0;
+    PDS_RETURN_IF_ERROR(cuda_status(cudaGetDevice(&dev), "cudaGetDevice"));
+    PDS_RETURN_IF_ERROR(cuda_status(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev), "sm count"));
+    if (smem > 0) {  // allow all the dynamic shared memory the kernel's static part leaves (static + dynamic > 48 KB)
+      cudaFuncAttributes fa{};
+      int optin = 0;
+      PDS_RETURN_IF_ERROR(cuda_status(cudaFuncGetAttributes(&fa, kernel), "kernel attributes"));
+      PDS_RETURN_IF_ERROR(cuda_status(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev), "shared memory opt-in"));
+      const int most = optin - static_cast<int>(fa.sharedSizeBytes);
+      if (static_cast<int64_t>(smem) > most) return invalid_argument("moe_expert_mlp_decode: kernel needs more shared memory than an SM has");
+      PDS_RETURN_IF_ERROR(cuda_status(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, most), "dynamic shared memory"));
+    }
+    PDS_RETURN_IF_ERROR(cuda_status(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, smem), "occupancy"));
+    if (per_sm == 0) return invalid_argument("moe_expert_mlp_decode: kernel does not fit on an SM");
+    if (used < 48) cache[used++] = {key, smem, per_sm};
+  }
+  return static_cast<unsigned>(std::max<int64_t>(1, std::min<int64_t>(max_units, int64_t(per_sm) * sms)));
+}
+
+// The fused kernel (moe_decode_fused_sm90.cu): gate/up, activation and down in one launch.
+// Fits where its token rows and two ring slots fit in shared memory (K3: 3584 / 3072).
+bool decode_fused_fits(int64_t dim, int64_t inter);
+Status launch_decode_fused(const MoeDecodeWeights& w, const int32_t* offsets, int64_t experts, const float* x, float* act, float* out,
+                           const Act& fn, cudaStream_t stream);
+
+}  // namespace pdserve::cuda::moe_decode_detail

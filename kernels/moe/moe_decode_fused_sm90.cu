@@ -1,0 +1,332 @@
+// kFused (moe_decode.h): the whole expert MLP in one launch, weights through a TMA ring.
+//
+// Why: at decode sizes the two-launch kernels spend much of their time starting up (two
+// launches, two pipeline ramps, the down weights requested only after the gate/up launch
+// drained), and their register double buffer keeps at most two units of weights in flight
+// per SM through the load/store unit. Here:
+//  - one producer warp per CTA claims units from a global queue (all gate/up units first,
+//    then all down units) and has the TMA unit copy each unit's packed tiles and scales
+//    (2 or 4 contiguous runs: the layout keeps a unit's tiles adjacent) into a shared-
+//    memory ring (kStages units deep, an mbarrier pair per slot); nothing else of the CTA
+//    issues weight loads, so the 16 MMA warps hold no weights in registers;
+//  - the MMA warps run the weights-on-A step of moe_decode_sm90.cu on each slot and hand
+//    it back; a gate/up unit, once its activations are written, bumps its expert's counter;
+//  - a down unit's weights are copied as soon as it is claimed (they do not depend on the
+//    activations), and only the staging of its activation rows waits for the expert's
+//    counter to reach its gate/up unit count: the down weights stream in while the last
+//    gate/up units finish, with no second launch.
+// No deadlock whatever the residency: a down unit is claimed only after every gate/up
+// unit was claimed, each by a running CTA that finishes its gate/up units (in claim
+// order) before it waits on anything. The queue and counters live in one __device__
+// block that the last CTA to finish zeroes, so every launch (and every graph replay)
+// starts from zero; two fused calls on one device must therefore not run concurrently.
+#include <cstdint>
+
+#include "moe/moe_decode_device.cuh"
+
+namespace pdserve::cuda::moe_decode_detail {
+
+namespace {
+
+constexpr int kStages = 2;  // ring slots, each one unit (4 tiles x all chunks + scales)
+static_assert(kStages == 2, "the producer's last reclaim assumes one slot still out");
+constexpr int kMmaThreads = kWaWarps * 32;
+constexpr int kThreadsAll = kMmaThreads + 32;  // + the producer warp
+
+struct Sched {
+  unsigned next;                     // the unit queue
+  unsigned done;                     // CTAs finished
+  unsigned expert_done[kMaxExperts];  // gate/up units finished, per expert
+};
+__device__ Sched g_sched;  // zero at load; the last CTA of each launch zeroes it again
+
+__device__ __forceinline__ uint32_t smem_u32(const void* p) { return static_cast<uint32_t>(__cvta_generic_to_shared(p)); }
+
+__device__ __forceinline__ void mbar_init(uint64_t* bar, unsigned count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(smem_u32(bar)), "r"(count) : "memory");
+}
+
+__device__ __forceinline__ void mbar_arrive(uint64_t* bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(smem_u32(bar)) : "memory");
+}
+
+__device__ __forceinline__ void mbar_arrive_expect_tx(uint64_t* bar, unsigned bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_u32(bar)), "r"(bytes) : "memory");
+}
+
+__device__ __forceinline__ void mbar_wait(uint64_t* bar, unsigned parity) {
+  uint32_t done = 0;
+  while (!done) {
+    asm volatile(
+        "{\n .reg .pred p;\n mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n selp.u32 %0, 1, 0, p;\n}"
+        : "=r"(done)
+        : "r"(smem_u32(bar)), "r"(parity)
+        : "memory");
+  }
+}
+
+// Global -> shared bulk copy (TMA), completion counted in bytes on `bar`.
+__device__ __forceinline__ void bulk_copy(void* dst, const void* src, unsigned bytes, uint64_t* bar) {
+  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(smem_u32(dst)),
+               "l"(src), "r"(bytes), "r"(smem_u32(bar))
+               : "memory");
+}
+
+__device__ __forceinline__ void mma_warps_sync() { asm volatile("bar.sync 1, %0;" ::"n"(kMmaThreads) : "memory"); }
+
+__device__ __forceinline__ void wait_at_least(const unsigned* p, unsigned target) {
+  for (;;) {
+    unsigned v;
+    asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+    if (v >= target) break;
+    __nanosleep(100);
+  }
+  __threadfence();
+}
+
+struct Shape {
+  uint32_t gate_tiles, gate_chunks, gate_per_expert;  // w1/w3: inter / 8 tiles, dim / 128 chunks, 2 tiles a unit
+  uint32_t down_tiles, down_chunks, down_per_expert;  // w2: dim / 8 tiles, inter / 128 chunks, 4 tiles a unit
+  uint32_t cmax;                                      // chunks a slot is sized for
+};
+
+// One unit on the MMA warps: 4 tiles x `chunks` from the slot (tile k chunk c at packed
+// (k * chunks + c) * 512, scales (k * chunks + c) * 32 after 4 * cmax * 512 bytes), every
+// 8-token pass of the expert's rows; gated: tiles 0, 1 gate rows n, n+1, tiles 2, 3 up.
+template <bool kGated, bool kWide>
+__device__ __forceinline__ void run_unit(const uint8_t* slot, uint32_t cmax, uint32_t chunks, int e, uint32_t n, int begin, int end,
+                                         const float* x, uint32_t cols, float* y, uint32_t y_cols, const Act& fn, uint16_t* x_s,
+                                         float (*s_red2)[kWaWarps][4][kWaTokens][8], int& staged_key, int& buf, uint32_t gate_per_expert) {
+  // Gate/up units are published by the producer warp once the slot comes back (see there).
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, t = lane & 3;
+  const uint4* packed = reinterpret_cast<const uint4*>(slot);
+  const uint32_t* scales = reinterpret_cast<const uint32_t*>(slot + size_t(4) * cmax * 512);
+  const uint32_t stride = cols + kStagedPad;
+  for (int r0 = begin; r0 < end; r0 += kWaTokens) {
+    const int nrows = min(kWaTokens, end - r0);
+    const int key = kGated ? r0 : r0 | (1 << 30);  // rows of x_sorted or of act
+    if (staged_key != key) {  // uniform; the last pass's barrier ended all x_s reads
+      if constexpr (!kGated) {  // the activations of expert e: every gate/up unit of it done
+        if (tid == 0) wait_at_least(&g_sched.expert_done[e], gate_per_expert);
+        mma_warps_sync();
+      }
+      stage_rows<true>(x, r0, nrows, cols, stride, x_s, tid, kMmaThreads);
+      staged_key = key;
+      mma_warps_sync();
+    }
+    // Two chunks a step into separate accumulators: two independent MMA chains per operand.
+    float acc[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}};
+    float acc2[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}};
+    const uint16_t* xg = x_s + g * stride + 8 * t;
+    const bool tok_ok = g < nrows;
+    auto load = [&](uint32_t c, uint4(&q)[4], uint32_t(&s)[4]) {
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        q[k] = packed[(k * chunks + c) * 32 + lane];
+        s[k] = scales[(k * chunks + c) * 8 + g];
+      }
+    };
+    uint32_t c = warp;
+    for (; c + kWaWarps < chunks; c += 2 * kWaWarps) {
+      uint4 q[4], q2[4];
+      uint32_t s[4], s2[4];
+      load(c, q, s);
+      load(c + kWaWarps, q2, s2);
+      wa_chunk<kWide>(q, s, xg + c * 128, tok_ok, acc);
+      wa_chunk<kWide>(q2, s2, xg + (c + kWaWarps) * 128, tok_ok, acc2);
+    }
+    if (c < chunks) {
+      uint4 q[4];
+      uint32_t s[4];
+      load(c, q, s);
+      wa_chunk<kWide>(q, s, xg + c * 128, tok_ok, acc);
+    }
+#pragma unroll
+    for (int p = 0; p < 2; ++p)
+#pragma unroll
+      for (int j = 0; j < 4; ++j) acc[p][j] += acc2[p][j];
+    float (*red)[4][kWaTokens][8] = s_red2[buf];
+    buf ^= 1;  // the next pass writes the other half: one barrier a pass
+    wa_store_partials(acc, red[warp], g, t);
+    mma_warps_sync();
+    const int k = tid / (kWaTokens * 8), tok = (tid / 8) % kWaTokens, rr = tid % 8;
+    if (k < (kGated ? 2 : 4) && tok < nrows) {
+      float va = 0.0f, vb = 0.0f;
+#pragma unroll
+      for (int w = 0; w < kWaWarps; ++w) {
+        va += red[w][k][tok][rr];
+        if constexpr (kGated) vb += red[w][k + 2][tok][rr];
+      }
+      y[int64_t(r0 + tok) * y_cols + int64_t(n + k) * 8 + rr] = kGated ? fn(va, vb) : va;
+    }
+  }
+}
+
+template <bool kWide>
+__global__ void __launch_bounds__(kThreadsAll, 1)
+    decode_fused(Mxfp4Decode w1, Mxfp4Decode w3, Mxfp4Decode w2, Shape sh, const int32_t* __restrict__ offsets, int experts,
+                 const float* __restrict__ x, float* act, float* __restrict__ out, Act fn) {
+  extern __shared__ __align__(128) uint8_t smem[];
+  __shared__ int s_list[kMaxExperts];
+  __shared__ int s_count;
+  __shared__ int s_unit[kStages];
+  __shared__ __align__(8) uint64_t full[kStages], empty[kStages];
+  __shared__ float s_red[2][kWaWarps][4][kWaTokens][8];
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const uint32_t xcols = sh.cmax * 128;
+  uint16_t* x_s = reinterpret_cast<uint16_t*>(smem);
+  uint8_t* ring = smem + size_t(kWaTokens) * (xcols + kStagedPad) * sizeof(uint16_t);
+  const uint32_t slot_bytes = 4 * sh.cmax * (512 + 32);
+  list_touched_experts(offsets, experts, s_list, &s_count);
+  if (tid == 32) {
+    for (int i = 0; i < kStages; ++i) mbar_init(&full[i], 1), mbar_init(&empty[i], kWaWarps);
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+  }
+  __syncthreads();
+  const uint32_t gate_units = uint32_t(s_count) * sh.gate_per_expert;
+  const uint32_t all_units = gate_units + uint32_t(s_count) * sh.down_per_expert;
+  // Units are handed out in runs of consecutive units of one expert (a "ticket"), so a CTA
+  // restages its token rows once a run rather than once a unit; runs are short enough
+  // (about a quarter of a CTA's fair share) that the tail stays small.
+  const uint32_t down_units = all_units - gate_units;
+  const uint32_t run_gate = min(sh.gate_per_expert, max(1u, gate_units / (gridDim.x * 4)));
+  const uint32_t run_down = min(sh.down_per_expert, max(1u, down_units / (gridDim.x * 4)));
+  const uint32_t tickets_gate_e = (sh.gate_per_expert + run_gate - 1) / run_gate;
+  const uint32_t tickets_down_e = (sh.down_per_expert + run_down - 1) / run_down;
+  const uint32_t tickets_gate = uint32_t(s_count) * tickets_gate_e, tickets_all = tickets_gate + uint32_t(s_count) * tickets_down_e;
+  if (warp == kWaWarps) {  // producer
+    if (lane == 0) {
+      // The slot's gate/up expert, published (counter + 1) once the MMA warps hand the slot
+      // back: their activation writes precede their arrivals on `empty`, which this thread
+      // acquires before its gpu-scope fence and the count (the cooperative-groups grid-sync
+      // pattern), so the MMA warps never stall on a fence.
+      int pending[kStages];
+      for (int j = 0; j < kStages; ++j) pending[j] = -1;
+      auto reclaim = [&](uint32_t slot, uint32_t use) {  // wait for use `use` of the slot to end
+        mbar_wait(&empty[slot], use & 1);
+        if (pending[slot] >= 0) {
+          __threadfence();
+          atomicAdd(&g_sched.expert_done[pending[slot]], 1u);
+          pending[slot] = -1;
+        }
+      };
+      uint32_t run_next = 0, run_left = 0, i = 0;
+      for (;; ++i) {
+        const uint32_t slot = i % kStages;
+        if (i >= kStages) reclaim(slot, i / kStages - 1);
+        if (run_left == 0) {
+          const uint32_t ticket = atomicAdd(&g_sched.next, 1u);
+          if (ticket >= tickets_all) break;
+          if (ticket < tickets_gate) {
+            const uint32_t m0 = (ticket % tickets_gate_e) * run_gate;
+            run_next = (ticket / tickets_gate_e) * sh.gate_per_expert + m0;
+            run_left = min(run_gate, sh.gate_per_expert - m0);
+          } else {
+            const uint32_t d = ticket - tickets_gate, m0 = (d % tickets_down_e) * run_down;
+            run_next = gate_units + (d / tickets_down_e) * sh.down_per_expert + m0;
+            run_left = min(run_down, sh.down_per_expert - m0);
+          }
+        }
+        const uint32_t u = run_next++;
+        --run_left;
+        s_unit[slot] = static_cast<int>(u);
+        uint8_t* dst = ring + size_t(slot) * slot_bytes;
+        uint8_t* dst_scales = dst + size_t(4) * sh.cmax * 512;
+        if (u < gate_units) {
+          const uint32_t e = s_list[u / sh.gate_per_expert], n = (u % sh.gate_per_expert) * 2;
+          pending[slot] = static_cast<int>(e);
+          const size_t tile0 = (size_t(e) * sh.gate_tiles + n) * sh.gate_chunks;
+          const uint32_t pb = 2 * sh.gate_chunks * 512, sb = 2 * sh.gate_chunks * 32;
+          mbar_arrive_expect_tx(&full[slot], 2 * (pb + sb));
+          bulk_copy(dst, w1.packed + tile0 * 512, pb, &full[slot]);
+          bulk_copy(dst + pb, w3.packed + tile0 * 512, pb, &full[slot]);
+          bulk_copy(dst_scales, w1.scales + tile0 * 32, sb, &full[slot]);
+          bulk_copy(dst_scales + sb, w3.scales + tile0 * 32, sb, &full[slot]);
+        } else {
+          const uint32_t d = u - gate_units;
+          const uint32_t e = s_list[d / sh.down_per_expert], n = (d % sh.down_per_expert) * 4;
+          const size_t tile0 = (size_t(e) * sh.down_tiles + n) * sh.down_chunks;
+          const uint32_t pb = 4 * sh.down_chunks * 512, sb = 4 * sh.down_chunks * 32;
+          mbar_arrive_expect_tx(&full[slot], pb + sb);
+          bulk_copy(dst, w2.packed + tile0 * 512, pb, &full[slot]);
+          bulk_copy(dst_scales, w2.scales + tile0 * 32, sb, &full[slot]);
+        }
+      }
+      // Sentinel in slot i % kStages (already reclaimed above when i >= kStages), then
+      // publish the one slot still out (use i - 1).
+      const uint32_t slot = i % kStages;
+      s_unit[slot] = -1;
+      mbar_arrive(&full[slot]);
+      if (i >= 1) reclaim((i - 1) % kStages, (i - 1) / kStages);
+    }
+    __syncwarp();
+  } else {  // the MMA warps
+    int staged_key = -1, buf = 0;
+    for (uint32_t i = 0;; ++i) {
+      const uint32_t slot = i % kStages;
+      mbar_wait(&full[slot], (i / kStages) & 1);
+      const int u = s_unit[slot];
+      if (u < 0) break;
+      const uint8_t* src = ring + size_t(slot) * slot_bytes;
+      if (uint32_t(u) < gate_units) {
+        const int e = s_list[u / sh.gate_per_expert];
+        const uint32_t n = (u % sh.gate_per_expert) * 2;
+        run_unit<true, kWide>(src, sh.cmax, sh.gate_chunks, e, n, offsets[e], offsets[e + 1], x, sh.gate_chunks * 128, act,
+                              sh.gate_tiles * 8, fn, x_s, s_red, staged_key, buf, sh.gate_per_expert);
+      } else {
+        const uint32_t d = u - gate_units;
+        const int e = s_list[d / sh.down_per_expert];
+        const uint32_t n = (d % sh.down_per_expert) * 4;
+        run_unit<false, kWide>(src, sh.cmax, sh.down_chunks, e, n, offsets[e], offsets[e + 1], act, sh.down_chunks * 128, out,
+                               sh.down_tiles * 8, fn, x_s, s_red, staged_key, buf, sh.gate_per_expert);
+      }
+      __syncwarp();
+      if (lane == 0) mbar_arrive(&empty[slot]);  // this warp is done with the slot
+    }
+  }
+  __syncthreads();
+  if (tid == 0) {  // the last CTA out zeroes the queue and counters for the next launch
+    __threadfence();
+    if (atomicAdd(&g_sched.done, 1u) == gridDim.x - 1) {
+      g_sched.next = 0;
+      for (int e = 0; e < experts; ++e) g_sched.expert_done[e] = 0;
+      g_sched.done = 0;
+      __threadfence();
+    }
+  }
+}
+
+constexpr size_t kStaticSmem = sizeof(int) * (kMaxExperts + 1 + kStages) + 2 * kStages * sizeof(uint64_t) +
+                               sizeof(float) * 2 * kWaWarps * 4 * kWaTokens * 8;
+
+size_t dynamic_smem(int64_t dim, int64_t inter) {
+  const int64_t cmax = std::max(dim, inter) / 128;
+  return size_t(kWaTokens) * (cmax * 128 + kStagedPad) * sizeof(uint16_t) + size_t(kStages) * 4 * cmax * (512 + 32);
+}
+
+}  // namespace
+
+bool decode_fused_fits(int64_t dim, int64_t inter) {
+  constexpr size_t kOptin = 227 * 1024;  // sm_90's largest shared memory per CTA
+  return dynamic_smem(dim, inter) + kStaticSmem + 2048 <= kOptin;
+}
+
+Status launch_decode_fused(const MoeDecodeWeights& w, const int32_t* offsets, int64_t experts, const float* x, float* act, float* out,
+                           const Act& fn, cudaStream_t stream) {
+  const int64_t dim = w.w1.cols, inter = w.w1.rows;
+  if (!decode_fused_fits(dim, inter)) return invalid_argument("moe_expert_mlp_decode: the fused kernel's ring does not fit");
+  const Shape sh{static_cast<uint32_t>(inter / 8),  static_cast<uint32_t>(dim / 128),   static_cast<uint32_t>(inter / 16),
+                 static_cast<uint32_t>(dim / 8),    static_cast<uint32_t>(inter / 128), static_cast<uint32_t>(dim / 32),
+                 static_cast<uint32_t>(std::max(dim, inter) / 128)};
+  const size_t smem = dynamic_smem(dim, inter);
+  const int64_t max_units = experts * (sh.gate_per_expert + sh.down_per_expert);
+  const bool wide = w.w1.wide_scales || w.w3.wide_scales || w.w2.wide_scales;  // the two-multiply path is exact for any scale
+  auto run = [&](auto kernel) -> Status {
+    PDS_ASSIGN_OR_RETURN(unsigned grid, grid_for(kernel, smem, max_units, kThreadsAll));
+    kernel<<<grid, kThreadsAll, smem, stream>>>(w.w1, w.w3, w.w2, sh, offsets, static_cast<int>(experts), x, act, out, fn);
+    return last_launch_status("moe decode fused");
+  };
+  return wide ? run(decode_fused<true>) : run(decode_fused<false>);
+}
+
+}  // namespace pdserve::cuda::moe_decode_detail
