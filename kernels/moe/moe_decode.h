@@ -87,9 +87,9 @@ Status mxfp4_unpack_decode(const uint8_t* packed, const uint8_t* scales, int64_t
 // kStaged: activation rows staged in shared memory as bf16 (8 a pass), the unit's weights
 // kept in registers across passes and the next unit's loaded during this one's MMAs;
 // needs dim, inter <= 4096. kAuto (the H200 measurements; docs/perf.md): where kWeightsA's
-// shape rules hold, kWeightsANoPrefetch up to capacity 1024 and beyond it kFused where its
-// ring fits, else kWeightsAStrided; elsewhere kStaged where it fits and capacity <= 1024,
-// else kStreamed.
+// shape rules hold, kWeightsANoPrefetch up to capacity 1024 and kWeightsAStrided beyond;
+// elsewhere kStaged where it fits and capacity <= 1024, else kStreamed. kAuto never picks
+// kFused (see below: one queue per device).
 // kFused (moe_decode_fused_sm90.cu): the weights-on-A step in ONE launch for gate/up, the
 // activation and down; a producer warp per CTA claims units from a global queue and has
 // the TMA unit copy their tiles into a two-slot shared-memory ring; down units wait on a

@@ -466,12 +466,13 @@ Status moe_expert_mlp_decode(const MoeDecodeWeights& w, const int32_t* offsets, 
   // kAuto, from the H200 measurements (docs/perf.md): weights on A wherever its shape rules
   // hold, blocked without the L2 prefetch up to 1024 pairs (B <= 64 at top-16; 1.2-1.6x
   // the older kernels, the prefetch within noise; the fused kernel 0.87-1.01x of it there),
-  // beyond that the fused kernel where its ring fits (B = 256: 253 us against 340 strided,
-  // 491 blocked), else strided. Elsewhere staged up to 1024 pairs, else streamed.
+  // beyond that strided. Elsewhere staged up to 1024 pairs, else streamed. The fused kernel
+  // (B = 256: 253 us against 340 strided) is opt-in only: its unit queue is one per device,
+  // so two calls overlapping on one GPU (prefill and decode roles in one process, or two
+  // streams) would share it; kAuto may pick it once the queue is a per-call workspace.
   MoeDecodeKernel kind = kernel;
   if (kernel == MoeDecodeKernel::kAuto) {
-    if (fused_fits && capacity > 1024) kind = MoeDecodeKernel::kFused;
-    else if (wa_fits) kind = capacity <= 1024 ? MoeDecodeKernel::kWeightsANoPrefetch : MoeDecodeKernel::kWeightsAStrided;
+    if (wa_fits) kind = capacity <= 1024 ? MoeDecodeKernel::kWeightsANoPrefetch : MoeDecodeKernel::kWeightsAStrided;
     else kind = fits && capacity <= 1024 ? MoeDecodeKernel::kStaged : MoeDecodeKernel::kStreamed;
   }
   const Act a{w.activation, w.situ_beta, w.situ_linear_beta};
