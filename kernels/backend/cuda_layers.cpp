@@ -95,12 +95,9 @@ Status CudaModel::kda_layer(const DeviceLayer& l, const Step& st, const float* x
   PDS_ASSIGN_OR_RETURN(float* go, scratch<float>(kKdaGo, T * P));
   PDS_RETURN_IF_ERROR(linear(x, T, l.f_a, fa, stream_));
   PDS_RETURN_IF_ERROR(linear(fa, T, l.f_b, f, stream_));
-  // Eager decode (one token per sequence): one fused launch does conv, gates, norms, state and
-  // output norm. Decode graphs (st.slots set) keep the slot-table kernels below: the fused
-  // kernel has no padding rows yet, and its slot upload here is a host copy a graph cannot hold.
-  const bool fused_decode =
-      opts_.fused_kda_decode && !st.slots && T == static_cast<int64_t>(st.batch->seqs.size()) &&
-      (D == 32 || D == 64 || D == 128 || D == 256);
+  // Decode steps (one token per row, the step's slot table in st.slots; graph buckets pad
+  // with slot -1): one fused launch does conv, gates, norms, state and output norm.
+  const bool fused_decode = opts_.fused_kda_decode && st.slots && (D == 32 || D == 64 || D == 128 || D == 256);
   if (!fused_decode)
     PDS_RETURN_IF_ERROR(kda_gate(f, T, H, D, l.a_log, l.dt_bias, c.has_gate_lower_bound, static_cast<float>(c.gate_lower_bound), g, stream_));
   PDS_RETURN_IF_ERROR(linear(x, T, l.b, beta, stream_));
@@ -114,15 +111,12 @@ Status CudaModel::kda_layer(const DeviceLayer& l, const Step& st, const float* x
   }
   PDS_ASSIGN_OR_RETURN(float* o, scratch<float>(kKdaO, T * P));
   if (fused_decode) {
-    std::vector<int32_t> slots(T);
-    for (size_t s = 0; s < st.batch->seqs.size(); ++s) slots[st.row_begin[s]] = static_cast<int32_t>(st.batch->seqs[s].state_slot);
-    PDS_ASSIGN_OR_RETURN(int32_t* d_slots, upload_scratch(kKdaSlots, slots));
     KdaDecodeArgs a;
     a.q_raw = qr, a.k_raw = kr, a.v_raw = vr, a.f = f, a.beta_logit = beta, a.out_gate = go;
     a.conv_q = l.conv_q, a.conv_k = l.conv_k, a.conv_v = l.conv_v, a.a_log = l.a_log, a.dt_bias = l.dt_bias, a.o_norm = l.o_norm;
     a.has_lower_bound = c.has_gate_lower_bound, a.lower_bound = static_cast<float>(c.gate_lower_bound);
     a.norm_eps = static_cast<float>(c.rms_norm_eps);
-    a.slots = d_slots, a.state = state_, a.slot_stride = slot_floats_, a.layer_offset = l.pool_layer * kda_layer_floats_;
+    a.slots = st.slots, a.state = state_, a.slot_stride = slot_floats_, a.layer_offset = l.pool_layer * kda_layer_floats_;
     a.batch = T, a.heads = H, a.head_dim = D, a.conv_kernel = K, a.out = o;
     PDS_RETURN_IF_ERROR(kda_decode_step(a, stream_));
     return linear(o, T, l.ko, out, stream_);
@@ -130,7 +124,7 @@ Status CudaModel::kda_layer(const DeviceLayer& l, const Step& st, const float* x
   const int64_t conv_block = P * (K - 1);
   const float qscale = 1.0f / std::sqrt(static_cast<float>(D));
   if (st.slots) {
-    // Decode graph: every row one token of its own sequence, states through the slot table.
+    // Decode step: every row one token of its own sequence, states through the slot table.
     float* layer = state_ + l.pool_layer * kda_layer_floats_;
     PDS_RETURN_IF_ERROR(causal_conv1d_silu_step(qr, T, P, l.conv_q, K, layer, st.slots, slot_floats_, q, stream_));
     PDS_RETURN_IF_ERROR(causal_conv1d_silu_step(kr, T, P, l.conv_k, K, layer + conv_block, st.slots, slot_floats_, k, stream_));

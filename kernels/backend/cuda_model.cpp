@@ -169,6 +169,12 @@ Status CudaModel::forward(const ForwardBatch& batch, ForwardOutput* out) {
   PDS_ASSIGN_OR_RETURN(st.entry, upload_scratch(kEntry, entry));
   PDS_ASSIGN_OR_RETURN(st.ctx_len, upload_scratch(kCtxLen, ctx));
   PDS_ASSIGN_OR_RETURN(st.page_table, upload_scratch(kPageTable, table));
+  if (T == static_cast<int64_t>(batch.seqs.size()) && slot_floats_ > 0) {
+    // Eager decode step: one row -> slot table, uploaded once and shared by every KDA layer.
+    std::vector<int32_t> slots;
+    for (const SequenceInput& seq : batch.seqs) slots.push_back(seq.state_slot);
+    PDS_ASSIGN_OR_RETURN(st.slots, upload_scratch(kKdaSlots, slots));
+  }
 
   // Final norm and lm_head only for the rows the caller wants.
   out->vocab = cfg_.vocab_size;

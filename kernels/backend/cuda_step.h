@@ -16,8 +16,8 @@ struct CudaModel::Step {
   const int32_t* entry = nullptr;       // [T] page * page_size + offset of each new token (device)
   const int32_t* ctx_len = nullptr;     // [T] positions each row attends to, itself included (device)
   const int32_t* page_table = nullptr;  // [T][max_pages] each row's block table (device)
-  const int32_t* slots = nullptr;       // decode graphs: [T] each row's KDA slot, -1 padding (device);
-                                        // null: the per-sequence KDA path over `batch`
+  const int32_t* slots = nullptr;       // decode steps (eager or graph): [T] each row's KDA slot, -1 padding
+                                        // (device); null: the per-sequence KDA path over `batch`
 };
 
 // One buffer per purpose, so a pointer taken earlier in a forward stays valid.

@@ -5,10 +5,11 @@
 // L2), so state reads come from HBM. Effective bandwidth counts the recurrent state read and
 // written once (B*H*D*D*4*2 bytes), the floor is those bytes over 4.2 TB/s; the device copy
 // ceiling is measured in the same run.
-//   kda_decode_bench [heads=3]
+//   kda_decode_bench [heads=3] [batch] [variant]   (batch / variant: only that one, e.g. for ncu)
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <numeric>
 #include <random>
 #include <vector>
@@ -91,7 +92,9 @@ int main(int argc, char** argv) {
   cudaStream_t s;
   CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
 
-  {  // ceilings: a 1 GiB device copy (read + write), and a graph node's own cost
+  const int64_t only_batch = argc > 2 ? std::atoi(argv[2]) : 0;
+  const char* only_variant = argc > 3 ? argv[3] : nullptr;
+  if (only_batch == 0) {  // ceilings: a 1 GiB device copy (read + write), and a graph node's own cost
     const size_t n = size_t(1) << 28;
     float *x = alloc(n), *y = alloc(n);
     CHECK(cudaMemset(x, 1, n * 4));
@@ -136,6 +139,7 @@ int main(int argc, char** argv) {
     int rw;
     const char* name;
     int warps = 4;
+    int stages = 0, items = 0;  // stream plan: ring depth, items a block (0: defaults)
   };
   const Variant variants[] = {{KdaDecodePlan::kAuto, 0, "auto"},       {KdaDecodePlan::kCluster, 2, "cluster/2"},
                               {KdaDecodePlan::kCluster, 4, "cluster/4"}, {KdaDecodePlan::kCluster, 8, "cluster/8"},
@@ -147,18 +151,30 @@ int main(int argc, char** argv) {
                               {KdaDecodePlan::kPush, 8, "push/4x8", 4},  {KdaDecodePlan::kPush, 16, "push/4x16", 4},
                               {KdaDecodePlan::kPush, 2, "push/8x2", 8},  {KdaDecodePlan::kPush, 4, "push/8x4", 8},
                               {KdaDecodePlan::kPush, 8, "push/8x8", 8},  {KdaDecodePlan::kPush, 16, "push/8x16", 8},
-                              {KdaDecodePlan::kPush, 8, "push/16x8", 16}};
+                              {KdaDecodePlan::kPush, 8, "push/16x8", 16},
+                              {KdaDecodePlan::kStream, 4, "stream/4x4x4", 4, 4},
+                              {KdaDecodePlan::kStream, 4, "stream/4x4x6", 4, 6},
+                              {KdaDecodePlan::kStream, 2, "stream/4x2x6", 4, 6},
+                              {KdaDecodePlan::kStream, 8, "stream/4x8x3", 4, 3},
+                              {KdaDecodePlan::kStream, 4, "stream/8x4x3", 8, 3},
+                              {KdaDecodePlan::kStream, 4, "s/4x4x4/i1", 4, 4, 1},
+                              {KdaDecodePlan::kStream, 4, "s/4x4x4/i4", 4, 4, 4},
+                              {KdaDecodePlan::kStream, 4, "s/4x4x6/i1", 4, 6, 1}};
   for (int64_t B : {1, 3, 8, 16, 32, 64, 128, 256}) {
+    if (only_batch > 0 && B != only_batch) continue;
     const KdaDecodeShape pick = kda_decode_pick(B, H, D, K);
-    std::printf("B=%ld auto = plan %d, rows per warp %d, warps %d\n", long(B), static_cast<int>(pick.plan), pick.rows_per_warp, pick.warps);
+    std::printf("B=%ld auto = plan %d, rows per warp %d, warps %d, stages %d\n", long(B), static_cast<int>(pick.plan), pick.rows_per_warp,
+                pick.warps, pick.stages);
     const double bytes = double(B) * H * D * D * 4 * 2;
     for (const Variant& var : variants) {
+      if (only_variant && std::strcmp(only_variant, var.name) != 0) continue;
       KdaDecodeArgs a;
       a.q_raw = q, a.k_raw = k, a.v_raw = v, a.f = f, a.beta_logit = beta, a.out_gate = gate;
       a.conv_q = cq, a.conv_k = ck, a.conv_v = cv, a.a_log = alog, a.dt_bias = dt, a.o_norm = onorm;
       a.state = pool, a.slot_stride = layer_floats, a.layer_offset = 0;
       a.batch = B, a.heads = H, a.head_dim = D, a.conv_kernel = K, a.out = out;
       a.plan = var.plan, a.rows_per_warp = var.rw, a.warps = var.warps, a.tickets = tickets;
+      a.stages = var.stages, a.stream_items = var.items;
       bool ok = true;
       const double ms = graph_ms(s, [&] {
         for (int i = 0; i < kSteps; ++i) {

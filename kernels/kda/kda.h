@@ -63,17 +63,24 @@ Status kda_recurrent_step(const float* q, const float* k, const float* v, const 
 //             before the first store, conv taps unrolled, each block computes its channels'
 //             q, k, decays and pushes them (then its rows' outputs) into every peer's shared
 //             memory before a cluster barrier; each warp redoes the norms with shuffles.
+//   kStream   (D = 128, K = 4 only; kda_decode_stream_sm90.cu) large batches: a block owns a
+//             run of whole (row, head) items, `warps` warps of RW rows a pass, and keeps each
+//             warp's next rows in flight through a ring of `stages` cp.async shared-memory
+//             stages across item boundaries (the next item's inputs prefetched in registers).
 // kAuto picks between them by B*H and K (kda_decode_pick; measured choices in docs/perf.md).
 //
+// Padding rows: slots[b] < 0 makes row b's outputs zero and touches no state (every block of
+// the row leaves at once; CUDA-graph buckets pad with such rows).
 // Graph-safe: slot ids are read on the device, the launch shape depends only on (B, H, D)
 // and `tickets` ([B*H] int32, zero before the first call) is left at zero by every call.
 // Requires D in {32, 64, 128, 256}, K in 1..8, slots distinct within the batch, and the state
 // pointer, slot_stride and layer_offset 16-byte aligned (floats: multiples of 4).
-enum class KdaDecodePlan : int { kAuto, kCluster, kTickets, kOneBlock, kPush };
+enum class KdaDecodePlan : int { kAuto, kCluster, kTickets, kOneBlock, kPush, kStream };
 struct KdaDecodeShape {
   KdaDecodePlan plan = KdaDecodePlan::kAuto;
   int rows_per_warp = 0;
-  int warps = 4;  // warps per block: the push plan only (4, 8 or 16); the others use 4
+  int warps = 4;   // warps per block: the push (4, 8 or 16) and stream (4, 8) plans; the others use 4
+  int stages = 0;  // the stream plan's ring depth (0: the shape's default)
 };
 struct KdaDecodeArgs {
   const float* q_raw = nullptr;       // [B][P] q projection before the conv, P = H*D
@@ -98,7 +105,9 @@ struct KdaDecodeArgs {
   int64_t batch = 0, heads = 0, head_dim = 0, conv_kernel = 4;
   KdaDecodePlan plan = KdaDecodePlan::kAuto;  // kAuto: kda_decode_pick (rows_per_warp ignored)
   int rows_per_warp = 0;              // D = 128: 1, 2, 4, 8, 16 (cluster: 2..16); other D: 2, 8 (D = 256 cluster: 8)
-  int warps = 4;                      // push plan: warps per block (4, 8; 16 with 8 rows a warp)
+  int warps = 4;                      // push / stream plans: warps per block (4, 8; push: 16 with 8 rows a warp)
+  int stages = 0;                     // stream plan: ring depth (0: default)
+  int stream_items = 0;               // stream plan: items a block (0: fewest with every block resident)
   int32_t* tickets = nullptr;         // [B*H], zero; only the ticket plan uses it
   float* out = nullptr;               // [B][P] gated, normalised output (input to the o projection)
 };

@@ -9,6 +9,7 @@
 #include "common/cuda_check.h"
 #include "common/reduce.cuh"
 #include "kda/kda.h"
+#include "kda/kda_decode_common.cuh"
 #include "kda/kda_decode_push.h"
 
 namespace pdserve::cuda {
@@ -16,23 +17,17 @@ namespace pdserve::cuda {
 namespace {
 
 namespace cg = cooperative_groups;
+using namespace kda_decode;
 constexpr int kConv = 4;
-constexpr float kL2Eps = 1e-6f;  // the CPU layer's l2_normalize eps
 
 // Split cluster barrier: arrive early, wait late (.aligned: every thread of the warp calls it).
 __device__ __forceinline__ void cluster_arrive_relaxed() { asm volatile("barrier.cluster.arrive.relaxed.aligned;\n" ::: "memory"); }
 __device__ __forceinline__ void cluster_arrive_release() { asm volatile("barrier.cluster.arrive.release.aligned;\n" ::: "memory"); }
 __device__ __forceinline__ void cluster_wait() { asm volatile("barrier.cluster.wait.acquire.aligned;\n" ::: "memory"); }
 
-__device__ __forceinline__ float conv4_silu(float4 w, float s0, float s1, float s2, float x) {
-  float acc = 0.0f;
-  acc += w.x * s0, acc += w.y * s1, acc += w.z * s2, acc += w.w * x;  // the reference's order
-  return acc * sigmoid(acc);
-}
-
 // W warps of RW rows each; a head's D rows over CS = D / (W*RW) blocks of one cluster.
 template <int CPL, int RW, int W>
-__global__ void __launch_bounds__(32 * W) kda_decode_push_kernel(KdaDecodeArgs a) {
+__global__ void __launch_bounds__(32 * W) kda_decode_push_kernel(const __grid_constant__ KdaDecodeArgs a) {
   constexpr int D = 32 * CPL, R = W * RW, CS = D / R, T = 32 * W;
   static_assert(CPL == 4 && CS >= 1 && CS <= 16 && RW * CS <= 32, "one float4 per lane; a warp pushes its outputs at once");
   __shared__ __align__(16) float sq[D], sk[D], sdecay[D], so[D];
@@ -57,7 +52,13 @@ __global__ void __launch_bounds__(32 * W) kda_decode_push_kernel(KdaDecodeArgs a
   const float onorm = __ldg(a.o_norm + ci), ogate = __ldg(a.out_gate + row_base + ci);
 
   // The slot's state: recurrent rows (streamed), then the three conv windows.
-  float* layer = a.state + int64_t(__ldg(a.slots + b)) * a.slot_stride + a.layer_offset;
+  const int32_t slot = __ldg(a.slots + b);
+  if (slot < 0) {  // padding row, uniform over the cluster: zeros out, no state touched
+    if (tid < R) a.out[row_base + ci] = 0.0f;
+    if constexpr (CS > 1) cluster_wait();  // pairs the early arrive; no peer is written
+    return;
+  }
+  float* layer = a.state + int64_t(slot) * a.slot_stride + a.layer_offset;
   float* rec = layer + 3 * P * (kConv - 1) + hd * D;
   float4 s[RW];
 #pragma unroll
@@ -68,8 +69,7 @@ __global__ void __launch_bounds__(32 * W) kda_decode_push_kernel(KdaDecodeArgs a
   const float q0 = cq[0], q1 = cq[1], q2 = cq[2], k0 = ck[0], k1 = ck[1], k2 = ck[2], v0 = cv[0], v1 = cv[1], v2 = cv[2];
 
   const float q = conv4_silu(wq, q0, q1, q2, xq), k = conv4_silu(wk, k0, k1, k2, xk), v = conv4_silu(wv, v0, v1, v2, xv);
-  const float g = a.has_lower_bound ? a.lower_bound * sigmoid(alpha * fx) : -alpha * (fx > 20.0f ? fx : log1pf(expf(fx)));
-  const float decay = expf(g);
+  const float decay = gate_decay(a, alpha, fx);
   if constexpr (CS > 1) {
     cluster_wait();
     if (has_item) {

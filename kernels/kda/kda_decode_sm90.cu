@@ -4,95 +4,30 @@
 #include "common/cuda_check.h"
 #include "common/reduce.cuh"
 #include "kda/kda.h"
+#include "kda/kda_decode_common.cuh"
 #include "kda/kda_decode_push.h"
 
 namespace pdserve::cuda {
 
 namespace {
 
+using namespace kda_decode;
 constexpr int kWarps = 4, kThreads = 32 * kWarps;
 constexpr int kMaxHeadDim = 256;
-constexpr float kL2Eps = 1e-6f;  // the CPU layer's l2_normalize eps
-
-// silu(conv step): the window is the channel's K-1 stored inputs then the current one.
-__device__ __forceinline__ float conv_step(const float* st, const float* w, float x, int tail) {
-  float acc = 0.0f;
-  for (int j = 0; j < tail; ++j) acc += w[j] * st[j];
-  acc += w[tail] * x;
-  return acc * sigmoid(acc);
-}
-
-__device__ __forceinline__ void conv_shift(float* st, float x, int tail) {
-  for (int j = 0; j + 1 < tail; ++j) st[j] = st[j + 1];
-  if (tail > 0) st[tail - 1] = x;
-}
-
-// Columns a lane holds: CPL = D/32 floats as float4 chunks 128 columns apart (float2 for D = 64),
-// so each load/store instruction of a warp covers one contiguous 512 B span of a row
-// (float2 / float for D = 64 / 32: 256 / 128 B).
-template <int CPL>
-struct Cols {
-  static constexpr int kWidth = CPL >= 4 ? 4 : CPL, kChunks = CPL / kWidth;
-  __device__ static int at(int lane, int chunk) { return chunk * 32 * kWidth + lane * kWidth; }
-};
-
-template <int CPL>
-__device__ __forceinline__ void load_row(const float* row, int lane, float (&r)[CPL]) {
-  using C = Cols<CPL>;
-#pragma unroll
-  for (int j = 0; j < C::kChunks; ++j) {
-    if constexpr (C::kWidth == 4) {
-      const float4 t = __ldcs(reinterpret_cast<const float4*>(row + C::at(lane, j)));
-      r[4 * j] = t.x, r[4 * j + 1] = t.y, r[4 * j + 2] = t.z, r[4 * j + 3] = t.w;
-    } else if constexpr (C::kWidth == 1) {
-      r[j] = __ldcs(row + C::at(lane, j));
-    } else {
-      const float2 t = __ldcs(reinterpret_cast<const float2*>(row + C::at(lane, j)));
-      r[2 * j] = t.x, r[2 * j + 1] = t.y;
-    }
-  }
-}
-
-template <int CPL>
-__device__ __forceinline__ void store_row(float* row, int lane, const float (&r)[CPL]) {
-  using C = Cols<CPL>;
-#pragma unroll
-  for (int j = 0; j < C::kChunks; ++j) {
-    if constexpr (C::kWidth == 4)
-      __stcs(reinterpret_cast<float4*>(row + C::at(lane, j)), make_float4(r[4 * j], r[4 * j + 1], r[4 * j + 2], r[4 * j + 3]));
-    else if constexpr (C::kWidth == 1)
-      __stcs(row + C::at(lane, j), r[j]);
-    else
-      __stcs(reinterpret_cast<float2*>(row + C::at(lane, j)), make_float2(r[2 * j], r[2 * j + 1]));
-  }
-}
-
-template <int CPL>
-__device__ __forceinline__ void load_smem(const float* s, int lane, float (&r)[CPL]) {
-  using C = Cols<CPL>;
-#pragma unroll
-  for (int j = 0; j < C::kChunks; ++j)
-#pragma unroll
-    for (int e = 0; e < C::kWidth; ++e) r[C::kWidth * j + e] = s[C::at(lane, j) + e];
-}
 
 // RW rows at a time per warp (registers: RW * CPL floats of state), `passes` times.
 template <int CPL, int RW>
-__global__ void __launch_bounds__(kThreads) kda_decode_kernel(KdaDecodeArgs a, int passes) {
+__global__ void __launch_bounds__(kThreads) kda_decode_kernel(const __grid_constant__ KdaDecodeArgs a, int passes) {
   constexpr int D = 32 * CPL;
   __shared__ float sq[D], sk[D], sdecay[D], so[D];
   __shared__ float sv[kMaxHeadDim];
   __shared__ int s_last;
   const int split = blockIdx.x, h = blockIdx.y, b = blockIdx.z, splits = gridDim.x;
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-  const int64_t H = a.heads, P = H * D, hd = h * int64_t(D), row_base = b * P + hd;
-  const int K = static_cast<int>(a.conv_kernel), tail = K - 1;
   const int rows_per_block = kWarps * RW * passes, first_row = split * rows_per_block;
-  float* layer = a.state + a.slots[b] * a.slot_stride + a.layer_offset;
-  float* conv_q = layer + hd * tail;
-  float* conv_k = layer + (P + hd) * tail;
-  float* conv_v = layer + (2 * P + hd) * tail;
-  float* rec = layer + 3 * P * tail + hd * D;
+  const HeadRef hr(a, D, h, b);
+  if (!hr.layer) return hr.zero_out(first_row, rows_per_block);  // padding row (uniform per block)
+  float* rec = hr.rec(D);
 
   // The first pass's state rows go in flight before the preamble, which does not need them.
   float s[RW][CPL], next[RW][CPL];
@@ -100,36 +35,29 @@ __global__ void __launch_bounds__(kThreads) kda_decode_kernel(KdaDecodeArgs a, i
 #pragma unroll
   for (int i = 0; i < RW; ++i) load_row<CPL>(rec + int64_t(warp_row0 + i) * D, lane, s[i]);
 
-  // Preamble, per head: q/k conv + L2 norm, the decays, beta; v only for this block's rows.
+  // Preamble, per head: q/k conv + L2 norm, the decays, beta; v only for this block's rows
+  // (this block alone owns their conv state).
   float ssq = 0.0f, ssk = 0.0f;
   const float alpha = expf(a.a_log[h]);
   for (int c = tid; c < D; c += kThreads) {
-    const float q = conv_step(conv_q + c * tail, a.conv_q + (hd + c) * K, a.q_raw[row_base + c], tail);
-    const float k = conv_step(conv_k + c * tail, a.conv_k + (hd + c) * K, a.k_raw[row_base + c], tail);
-    const float x = a.f[row_base + c] + a.dt_bias[hd + c];
-    const float g = a.has_lower_bound ? a.lower_bound * sigmoid(alpha * x) : -alpha * (x > 20.0f ? x : log1pf(expf(x)));
-    sq[c] = q, sk[c] = k, sdecay[c] = expf(g);
+    float q, k, decay;
+    hr.qk_decay(c, hr.inputs(c), alpha, q, k, decay);
+    sq[c] = q, sk[c] = k, sdecay[c] = decay;
     ssq += q * q, ssk += k * k;
   }
-  for (int r = tid; r < rows_per_block; r += kThreads) {
-    const int row = first_row + r;  // this block alone owns these v channels' conv state
-    const float xv = a.v_raw[row_base + row];
-    sv[r] = conv_step(conv_v + row * tail, a.conv_v + (hd + row) * K, xv, tail);
-    conv_shift(conv_v + row * tail, xv, tail);
-  }
+  for (int r = tid; r < rows_per_block; r += kThreads) sv[r] = hr.v_shifted(first_row + r, a.v_raw[hr.row_base + first_row + r]);
   ssq = block_sum(ssq);
   ssk = block_sum(ssk);
   const float q_mul = 1.0f / sqrtf(ssq + kL2Eps) * (1.0f / sqrtf(static_cast<float>(D)));
   const float k_mul = 1.0f / sqrtf(ssk + kL2Eps);
   for (int c = tid; c < D; c += kThreads) sq[c] *= q_mul, sk[c] *= k_mul;
   __syncthreads();
-  const float beta = sigmoid(a.beta_logit[b * H + h]);
+  const float beta = sigmoid(a.beta_logit[b * hr.H + h]);
   float kk[CPL], qq[CPL], dd[CPL];
   load_smem<CPL>(sk, lane, kk);
   load_smem<CPL>(sq, lane, qq);
   load_smem<CPL>(sdecay, lane, dd);
 
-  // The delta rule on this warp's rows: decay, ks = S k, u = beta (v - ks), S += u k^T, o = S q.
   for (int p = 0; p < passes; ++p) {
     const int row0 = warp_row0 + p * RW;
     if (p > 0) {  // the rows prefetched during the previous pass
@@ -142,41 +70,12 @@ __global__ void __launch_bounds__(kThreads) kda_decode_kernel(KdaDecodeArgs a, i
 #pragma unroll
       for (int i = 0; i < RW; ++i) load_row<CPL>(rec + int64_t(row0 + RW + i) * D, lane, next[i]);
     }
-    float part[RW];
-#pragma unroll
-    for (int i = 0; i < RW; ++i) {
-      part[i] = 0.0f;
-#pragma unroll
-      for (int e = 0; e < CPL; ++e) {
-        s[i][e] *= dd[e];
-        part[i] += s[i][e] * kk[e];
-      }
-    }
-#pragma unroll
-    for (int i = 0; i < RW; ++i) part[i] = warp_sum(part[i]);
-    float out[RW];
-#pragma unroll
-    for (int i = 0; i < RW; ++i) {
-      const float u = beta * (sv[row0 - first_row + i] - part[i]);
-      out[i] = 0.0f;
-#pragma unroll
-      for (int e = 0; e < CPL; ++e) {
-        s[i][e] += kk[e] * u;
-        out[i] += s[i][e] * qq[e];
-      }
-      store_row<CPL>(rec + int64_t(row0 + i) * D, lane, s[i]);
-    }
-#pragma unroll
-    for (int i = 0; i < RW; ++i) out[i] = warp_sum(out[i]);
-    float mine = 0.0f;
-#pragma unroll
-    for (int i = 0; i < RW; ++i)
-      if (lane == i) mine = out[i];
+    const float mine = delta_rule_rows<CPL, RW>(s, kk, qq, dd, beta, sv + row0 - first_row, rec + int64_t(row0) * D, lane);
     if (lane < RW) {
       if (splits == 1)
         so[row0 + lane] = mine;
       else
-        a.out[row_base + row0 + lane] = mine;  // raw o; the head's last block normalises it
+        a.out[hr.row_base + row0 + lane] = mine;  // raw o; the head's last block normalises it
     }
   }
 
@@ -186,28 +85,27 @@ __global__ void __launch_bounds__(kThreads) kda_decode_kernel(KdaDecodeArgs a, i
     __threadfence();
     __syncthreads();
     if (tid == 0) {
-      int32_t* ticket = a.tickets + b * H + h;
+      int32_t* ticket = a.tickets + b * hr.H + h;
       s_last = atomicAdd(ticket, 1) == splits - 1;
       if (s_last) atomicExch(ticket, 0);  // zero again for the next launch
     }
     __syncthreads();
     if (!s_last) return;
     __threadfence();
-    for (int c = tid; c < D; c += kThreads) so[c] = __ldcg(a.out + row_base + c);
+    for (int c = tid; c < D; c += kThreads) so[c] = __ldcg(a.out + hr.row_base + c);
   }
   __syncthreads();
   float ss = 0.0f;
   for (int c = tid; c < D; c += kThreads) {
-    conv_shift(conv_q + c * tail, a.q_raw[row_base + c], tail);
-    conv_shift(conv_k + c * tail, a.k_raw[row_base + c], tail);
+    conv_shift(hr.conv_q(c), a.q_raw[hr.row_base + c], hr.tail);
+    conv_shift(hr.conv_k(c), a.k_raw[hr.row_base + c], hr.tail);
     ss += so[c] * so[c];
   }
   ss = block_sum(ss);
   const float inv = 1.0f / sqrtf(ss / D + a.norm_eps);
   for (int c = tid; c < D; c += kThreads)
-    a.out[row_base + c] = so[c] * inv * a.o_norm[c] * sigmoid(a.out_gate[row_base + c]);
+    a.out[hr.row_base + c] = so[c] * inv * a.o_norm[c] * sigmoid(a.out_gate[hr.row_base + c]);
 }
-
 
 namespace cg = cooperative_groups;
 
@@ -216,7 +114,7 @@ namespace cg = cooperative_groups;
 // and gate run once, in its owner; q, k, decays and the norms' partial sums travel through
 // distributed shared memory between three cluster barriers (no global fences, no atomics).
 template <int CPL, int RW>
-__global__ void __launch_bounds__(kThreads) kda_decode_cluster_kernel(KdaDecodeArgs a) {
+__global__ void __launch_bounds__(kThreads) kda_decode_cluster_kernel(const __grid_constant__ KdaDecodeArgs a) {
   constexpr int D = 32 * CPL, R = kWarps * RW;
   __shared__ float sq[D], sk[D], sdecay[D];
   __shared__ float own_q[R], own_k[R], own_decay[R], own_v[R], own_o[R], warp_ss[kWarps];
@@ -224,10 +122,14 @@ __global__ void __launch_bounds__(kThreads) kda_decode_cluster_kernel(KdaDecodeA
   cg::cluster_group cluster = cg::this_cluster();
   const int rank = blockIdx.x, cs = gridDim.x, h = blockIdx.y, b = blockIdx.z;
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, first = rank * R;
-  const int64_t H = a.heads, P = H * D, hd = h * int64_t(D), row_base = b * P + hd;
-  const int K = static_cast<int>(a.conv_kernel), tail = K - 1;
-  float* layer = a.state + a.slots[b] * a.slot_stride + a.layer_offset;
-  float* rec = layer + 3 * P * tail + hd * D;
+  const HeadRef hr(a, D, h, b);
+  // This block's channels' inputs go in flight with the slot id, before the padding test.
+  const int c = first + (tid < R ? tid : 0);
+  const HeadRef::Inputs x = hr.inputs(c);
+  const float alpha = expf(a.a_log[h]), beta = sigmoid(a.beta_logit[b * hr.H + h]);
+  // Padding row: the whole cluster (one head of one row) leaves before its first barrier.
+  if (!hr.layer) return hr.zero_out(first, R);
+  float* rec = hr.rec(D);
 
   float s[RW][CPL];
   const int row0 = first + warp * RW;
@@ -235,22 +137,12 @@ __global__ void __launch_bounds__(kThreads) kda_decode_cluster_kernel(KdaDecodeA
   for (int i = 0; i < RW; ++i) load_row<CPL>(rec + int64_t(row0 + i) * D, lane, s[i]);
 
   float q2 = 0.0f, k2 = 0.0f;
-  if (tid < R) {
-    const int c = first + tid;
-    float* cq = layer + (hd + c) * tail;
-    float* ck = layer + (P + hd + c) * tail;
-    float* cv = layer + (2 * P + hd + c) * tail;
-    const float xq = a.q_raw[row_base + c], xk = a.k_raw[row_base + c], xv = a.v_raw[row_base + c];
-    const float q = conv_step(cq, a.conv_q + (hd + c) * K, xq, tail);
-    const float k = conv_step(ck, a.conv_k + (hd + c) * K, xk, tail);
-    const float v = conv_step(cv, a.conv_v + (hd + c) * K, xv, tail);
-    conv_shift(cq, xq, tail);
-    conv_shift(ck, xk, tail);
-    conv_shift(cv, xv, tail);
-    const float alpha = expf(a.a_log[h]);
-    const float x = a.f[row_base + c] + a.dt_bias[hd + c];
-    const float g = a.has_lower_bound ? a.lower_bound * sigmoid(alpha * x) : -alpha * (x > 20.0f ? x : log1pf(expf(x)));
-    own_q[tid] = q, own_k[tid] = k, own_v[tid] = v, own_decay[tid] = expf(g);
+  if (tid < R) {  // this block's channels: conv steps, window shifts and gates run once, here
+    float q, k, decay;
+    hr.qk_decay(c, x, alpha, q, k, decay);
+    conv_shift(hr.conv_q(c), x.xq, hr.tail);
+    conv_shift(hr.conv_k(c), x.xk, hr.tail);
+    own_q[tid] = q, own_k[tid] = k, own_v[tid] = hr.v_shifted(c, x.xv), own_decay[tid] = decay;
     q2 = q * q, k2 = k * k;
   }
   q2 = block_sum(q2);
@@ -272,43 +164,13 @@ __global__ void __launch_bounds__(kThreads) kda_decode_cluster_kernel(KdaDecodeA
     sdecay[c] = cluster.map_shared_rank(own_decay, r)[i];
   }
   __syncthreads();
-  const float beta = sigmoid(a.beta_logit[b * H + h]);
   float kk[CPL], qq[CPL], dd[CPL];
   load_smem<CPL>(sk, lane, kk);
   load_smem<CPL>(sq, lane, qq);
   load_smem<CPL>(sdecay, lane, dd);
 
-  float part[RW];
-#pragma unroll
-  for (int i = 0; i < RW; ++i) {
-    part[i] = 0.0f;
-#pragma unroll
-    for (int e = 0; e < CPL; ++e) {
-      s[i][e] *= dd[e];
-      part[i] += s[i][e] * kk[e];
-    }
-  }
-#pragma unroll
-  for (int i = 0; i < RW; ++i) part[i] = warp_sum(part[i]);
-  float out[RW];
-#pragma unroll
-  for (int i = 0; i < RW; ++i) {
-    const float u = beta * (own_v[warp * RW + i] - part[i]);
-    out[i] = 0.0f;
-#pragma unroll
-    for (int e = 0; e < CPL; ++e) {
-      s[i][e] += kk[e] * u;
-      out[i] += s[i][e] * qq[e];
-    }
-    store_row<CPL>(rec + int64_t(row0 + i) * D, lane, s[i]);
-  }
-  float mine = 0.0f, oss = 0.0f;
-#pragma unroll
-  for (int i = 0; i < RW; ++i) {
-    out[i] = warp_sum(out[i]);
-    oss += out[i] * out[i];
-    if (lane == i) mine = out[i];
-  }
+  const float mine = delta_rule_rows<CPL, RW>(s, kk, qq, dd, beta, own_v + warp * RW, rec + int64_t(row0) * D, lane);
+  const float oss = warp_sum(lane < RW ? mine * mine : 0.0f);
   if (lane < RW) own_o[warp * RW + lane] = mine;
   if (lane == 0) warp_ss[warp] = oss;
   __syncthreads();
@@ -323,8 +185,7 @@ __global__ void __launch_bounds__(kThreads) kda_decode_cluster_kernel(KdaDecodeA
   for (int r = 0; r < cs; ++r) total += cluster.map_shared_rank(own_ss, r)[2];
   const float inv = 1.0f / sqrtf(total / D + a.norm_eps);
   if (tid < R) {
-    const int c = first + tid;
-    a.out[row_base + c] = own_o[tid] * inv * a.o_norm[c] * sigmoid(a.out_gate[row_base + c]);
+    a.out[hr.row_base + c] = own_o[tid] * inv * a.o_norm[c] * sigmoid(a.out_gate[hr.row_base + c]);
   }
   cluster.sync();  // 3: no block leaves while a peer may still read its shared memory
 }
@@ -360,14 +221,15 @@ Status launch(const KdaDecodeArgs& a, int passes, cudaStream_t stream) {
 
 bool aligned16(int64_t floats) { return floats % 4 == 0; }
 
-// D = 128, K = 4, from the H200 sweep (docs/perf.md, H = 3): the push plan while a step is
+// D = 128, K = 4, from the H200 sweeps (docs/perf.md, H = 3): the push plan while a step is
 // latency-bound (4 rows a warp = 8-block clusters below ~32 heads, then 8 rows a warp =
-// 4-block clusters), the one-block plan with its prefetching passes once bandwidth rules
-// (from ~384 heads; 4 rows a warp past ~512).
+// 4-block clusters), then the stream plan (8 warps x 4 rows, 3 stages below ~384 heads; then
+// 4 warps x 4 rows, 6 stages).
 KdaDecodeShape pick_push(int64_t head_rows) {
   if (head_rows < 32) return {KdaDecodePlan::kPush, 4, 4};
-  if (head_rows < 256) return {KdaDecodePlan::kPush, 8, 4};
-  return {KdaDecodePlan::kOneBlock, head_rows >= 512 ? 4 : 8};
+  if (head_rows < 96) return {KdaDecodePlan::kPush, 8, 4};
+  if (head_rows < 384) return {KdaDecodePlan::kStream, 4, 8, 3};
+  return {KdaDecodePlan::kStream, 4, 4, 6};
 }
 
 
@@ -391,14 +253,15 @@ Status kda_decode_step(const KdaDecodeArgs& a, cudaStream_t stream) {
   if (a.batch < 0 || a.batch > 65535 || a.heads < 0 || a.heads > 65535) return invalid_argument("kda_decode_step: batch/heads out of range");
   if (reinterpret_cast<uintptr_t>(a.state) % 16 != 0 || !aligned16(a.slot_stride) || !aligned16(a.layer_offset))
     return invalid_argument("kda_decode_step: state, slot_stride and layer_offset must be 16-byte aligned");
-  KdaDecodeShape shape{a.plan, a.rows_per_warp, a.warps};
+  KdaDecodeShape shape{a.plan, a.rows_per_warp, a.warps, a.stages};
   if (shape.plan == KdaDecodePlan::kAuto) shape = kda_decode_pick(a.batch, a.heads, D, a.conv_kernel);
-  if (shape.plan == KdaDecodePlan::kPush && (D != 128 || a.conv_kernel != 4))
-    return invalid_argument("kda_decode_step: the push plan needs head_dim 128 and conv kernel 4");
+  if ((shape.plan == KdaDecodePlan::kPush || shape.plan == KdaDecodePlan::kStream) && (D != 128 || a.conv_kernel != 4))
+    return invalid_argument("kda_decode_step: the push and stream plans need head_dim 128 and conv kernel 4");
   if (shape.plan == KdaDecodePlan::kTickets && !a.tickets) return invalid_argument("kda_decode_step: the ticket plan needs tickets");
   if (a.batch == 0 || a.heads == 0) return Status::ok();
   const int rw = shape.rows_per_warp;
   if (shape.plan == KdaDecodePlan::kPush) return kda_decode_push_step(a, shape.rows_per_warp, shape.warps, stream);
+  if (shape.plan == KdaDecodePlan::kStream) return kda_decode_stream_step(a, shape.rows_per_warp, shape.warps, shape.stages, stream);
   const Status bad = invalid_argument("kda_decode_step: no kernel for this plan, head_dim and rows_per_warp");
   if (shape.plan == KdaDecodePlan::kCluster) {
     if (D == 128) {

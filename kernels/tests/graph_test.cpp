@@ -29,17 +29,19 @@ int32_t argmax(const float* row, int64_t n) {
 class CudaGraphs : public GpuTest, public ::testing::WithParamInterface<const char*> {};
 
 // Device models with graphs on and off, fed the same batches: prefill, then decode steps whose
-// batch sizes walk through several buckets (padded and exact) and back. The graphs and the
-// eager model without the fused KDA step run the same kernels per row, so their logits must be
-// identical, not merely close; the default eager model (fused KDA decode step) sums in another
-// order, so it must stay within the forward tests' bound.
+// batch sizes walk through several buckets (padded and exact) and back. With the fused KDA
+// decode step (the default) and without it (the per-op slot-table kernels), the graphs run
+// the same kernels per row as the eager model (padding rows of a bucket are slot -1 rows), so
+// their logits must be identical, not merely close; fused and per-op sum in other orders, so
+// they must stay within the forward tests' bound.
 TEST_P(CudaGraphs, GraphDecodeEqualsEagerAcrossBuckets) {
   auto model = load(GetParam());
   constexpr int64_t kPages = 256, kPageSize = 16, kSlots = 24;
-  auto graphs = CudaModel::create(model, kPages, kPageSize, kSlots, CudaForwardOptions{true, 0});
-  auto eager = CudaModel::create(model, kPages, kPageSize, kSlots, CudaForwardOptions{false, 0, false});
+  auto graphs = CudaModel::create(model, kPages, kPageSize, kSlots, CudaForwardOptions{true, 0, true});
   auto fused = CudaModel::create(model, kPages, kPageSize, kSlots, CudaForwardOptions{false, 0, true});
-  ASSERT_TRUE(graphs.is_ok() && eager.is_ok() && fused.is_ok());
+  auto graphs_per_op = CudaModel::create(model, kPages, kPageSize, kSlots, CudaForwardOptions{true, 0, false});
+  auto eager = CudaModel::create(model, kPages, kPageSize, kSlots, CudaForwardOptions{false, 0, false});
+  ASSERT_TRUE(graphs.is_ok() && eager.is_ok() && fused.is_ok() && graphs_per_op.is_ok());
   auto kv = MlaKvPool::for_model(model->config(), kPages, kPageSize);  // page ids only
   const int64_t V = model->config().vocab_size;
   std::vector<SequenceInput> seqs(20);
@@ -49,21 +51,27 @@ TEST_P(CudaGraphs, GraphDecodeEqualsEagerAcrossBuckets) {
     seqs[i].pages = kv->allocate(kv->pages_for_tokens(len + 40)).value();
     seqs[i].state_slot = static_cast<int32_t>(i);
   }
+  auto identical = [](const ForwardOutput& a, const ForwardOutput& b, const char* what, size_t n) {
+    ASSERT_EQ(a.logits.size(), b.logits.size()) << what;
+    EXPECT_EQ(a.first_row, b.first_row) << what;
+    size_t differ = 0;
+    for (size_t j = 0; j < a.logits.size(); ++j) differ += a.logits[j] != b.logits[j];
+    EXPECT_EQ(differ, 0u) << n << " sequences, " << what << ": " << differ << " logits differ";
+  };
   auto run = [&](std::vector<size_t> which) {
     ForwardBatch b;
     for (size_t i : which) b.seqs.push_back(seqs[i]);
-    ForwardOutput go, eo, fo;
+    ForwardOutput go, eo, fo, po;
     Status s1 = (*graphs)->forward(b, &go), s2 = (*eager)->forward(b, &eo), s3 = (*fused)->forward(b, &fo);
+    Status s4 = (*graphs_per_op)->forward(b, &po);
     ASSERT_TRUE(s1.is_ok()) << s1.message();
     ASSERT_TRUE(s2.is_ok()) << s2.message();
     ASSERT_TRUE(s3.is_ok()) << s3.message();
+    ASSERT_TRUE(s4.is_ok()) << s4.message();
     ASSERT_EQ(fo.logits.size(), eo.logits.size());
-    EXPECT_LE(nerr(fo.logits, eo.logits), 1e-4) << which.size() << " sequences: fused KDA decode step";
-    ASSERT_EQ(go.logits.size(), eo.logits.size());
-    EXPECT_EQ(go.first_row, eo.first_row);
-    size_t differ = 0;
-    for (size_t j = 0; j < go.logits.size(); ++j) differ += go.logits[j] != eo.logits[j];
-    EXPECT_EQ(differ, 0u) << which.size() << " sequences: " << differ << " logits differ";
+    EXPECT_LE(nerr(fo.logits, eo.logits), 1e-4) << which.size() << " sequences: fused KDA decode step vs per-op";
+    identical(go, fo, "graphs vs eager (fused KDA step)", which.size());
+    identical(po, eo, "graphs vs eager (per-op KDA kernels)", which.size());
     for (size_t k = 0; k < which.size(); ++k) {
       SequenceInput& s = seqs[which[k]];
       s.cached_len += static_cast<int64_t>(s.tokens.size());
@@ -87,9 +95,12 @@ TEST_P(CudaGraphs, GraphDecodeEqualsEagerAcrossBuckets) {
   // retires another), every other decode step a replay.
   std::set<int64_t> buckets;
   for (size_t n : sizes) buckets.insert(n <= 1 ? 1 : int64_t{1} << (64 - __builtin_clzll(n - 1)));
-  EXPECT_EQ((*graphs)->graphs_captured(), static_cast<int64_t>(buckets.size()));
-  EXPECT_EQ((*graphs)->graphs_captured() + (*graphs)->graph_replays(), static_cast<int64_t>(sizes.size()));
+  for (auto* g : {&graphs, &graphs_per_op}) {
+    EXPECT_EQ((**g)->graphs_captured(), static_cast<int64_t>(buckets.size()));
+    EXPECT_EQ((**g)->graphs_captured() + (**g)->graph_replays(), static_cast<int64_t>(sizes.size()));
+  }
   EXPECT_EQ((*eager)->graphs_captured(), 0);
+  EXPECT_EQ((*fused)->graphs_captured(), 0);
 }
 
 // download then upload into a second device model reproduces the first one's next step: the

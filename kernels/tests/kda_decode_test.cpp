@@ -54,6 +54,7 @@ std::vector<float> cpu_step(const Shape& s, const Weights& w, const Inputs& in, 
   const int64_t P = s.P(), H = s.H, D = s.D, K = s.K, cb = P * (K - 1);
   std::vector<float> q(P), k(P), v(P), g(P), o(s.B * P);
   for (int64_t b = 0; b < s.B; ++b) {
+    if (slots[b] < 0) continue;  // padding row: output zero, no state
     float* conv = &pool[slots[b] * s.slot_floats() + s.layer * s.layer_floats()];
     ops::causal_conv1d_silu(&in.q[b * P], 1, P, w.conv_q.data(), K, conv, q.data());
     ops::causal_conv1d_silu(&in.k[b * P], 1, P, w.conv_k.data(), K, conv + cb, k.data());
@@ -69,12 +70,16 @@ std::vector<float> cpu_step(const Shape& s, const Weights& w, const Inputs& in, 
   return o;
 }
 
-// Distinct slots scattered over the pool.
-std::vector<int32_t> scattered_slots(const Shape& s, uint32_t seed) {
+// Distinct slots scattered over the pool; with `pad`, rows 1, 4, 7, ... and the last row are
+// padding (slot -1), as a CUDA-graph bucket pads a batch.
+std::vector<int32_t> scattered_slots(const Shape& s, uint32_t seed, bool pad = false) {
   std::vector<int32_t> all(s.slots);
   std::iota(all.begin(), all.end(), 0);
   std::shuffle(all.begin(), all.end(), std::mt19937(seed));
-  return {all.begin(), all.begin() + s.B};
+  std::vector<int32_t> slots(all.begin(), all.begin() + s.B);
+  for (int64_t b = 0; pad && b < s.B; ++b)
+    if (b % 3 == 1 || b == s.B - 1) slots[b] = -1;
+  return slots;
 }
 
 struct DeviceStep {
@@ -96,16 +101,19 @@ KdaDecodeArgs args_for(const Shape& s, const DeviceBuffer<float>* wq, DeviceStep
   a.has_lower_bound = s.lower_bound, a.lower_bound = -5.0f, a.norm_eps = 1e-6f;
   a.slots = st.slots.get(), a.state = pool, a.slot_stride = s.slot_floats(), a.layer_offset = s.layer * s.layer_floats();
   a.batch = s.B, a.heads = s.H, a.head_dim = s.D, a.conv_kernel = s.K, a.tickets = tickets;
-  a.plan = shape.plan, a.rows_per_warp = shape.rows_per_warp, a.warps = shape.warps;
+  a.plan = shape.plan, a.rows_per_warp = shape.rows_per_warp, a.warps = shape.warps, a.stages = shape.stages;
   a.out = st.out.get();
   return a;
 }
 
 // Runs `steps` consecutive steps (fresh inputs each) with one launch shape, optionally
 // replaying one captured graph, and checks outputs and the whole pool against the CPU.
-void check_steps(const Shape& s, KdaDecodeShape plan, bool graph, uint32_t seed) {
+// `pad`: some rows are padding (zero outputs, no state touched); `items`: the stream plan's
+// items a block (0: its default).
+void check_steps(const Shape& s, KdaDecodeShape plan, bool graph, uint32_t seed, bool pad = false, int items = 0) {
   SCOPED_TRACE(::testing::Message() << "B=" << s.B << " H=" << s.H << " D=" << s.D << " plan=" << static_cast<int>(plan.plan)
-                                    << " rw=" << plan.rows_per_warp << " warps=" << plan.warps << " graph=" << graph << " lb=" << s.lower_bound);
+                                    << " rw=" << plan.rows_per_warp << " warps=" << plan.warps << " stages=" << plan.stages
+                                    << " items=" << items << " graph=" << graph << " pad=" << pad << " lb=" << s.lower_bound);
   const bool tickets = plan.plan == KdaDecodePlan::kTickets;
   const Weights w = make_weights(s, seed);
   DeviceBuffer<float> wd[6];
@@ -117,11 +125,12 @@ void check_steps(const Shape& s, KdaDecodeShape plan, bool graph, uint32_t seed)
   auto dpool = dev(pool);
   DeviceBuffer<int32_t> dtickets;
   ASSERT_TRUE(dtickets.upload(std::vector<int32_t>(s.B * s.H, 0)).is_ok());
-  const std::vector<int32_t> slots = scattered_slots(s, seed + 11);
+  const std::vector<int32_t> slots = scattered_slots(s, seed + 11, pad);
   DeviceStep st;
   st.upload(make_inputs(s, seed + 20), slots);
   ASSERT_TRUE(st.out.resize(s.B * s.P()).is_ok());
-  const KdaDecodeArgs a = args_for(s, wd, st, dpool.get(), tickets ? dtickets.get() : nullptr, plan);
+  KdaDecodeArgs a = args_for(s, wd, st, dpool.get(), tickets ? dtickets.get() : nullptr, plan);
+  a.stream_items = items;
 
   cudaStream_t stream = nullptr;
   cudaGraphExec_t exec = nullptr;
@@ -142,7 +151,12 @@ void check_steps(const Shape& s, KdaDecodeShape plan, bool graph, uint32_t seed)
     ASSERT_TRUE(launched.is_ok()) << launched.message();
     ASSERT_TRUE(cuda_status(cudaStreamSynchronize(stream), "sync").is_ok());
     const std::vector<float> ref = cpu_step(s, w, in, slots, pool, 1e-6f);
-    EXPECT_LT(nerr(host(st.out), ref), 1e-4) << "step " << step;
+    const std::vector<float> got = host(st.out);
+    EXPECT_LT(nerr(got, ref), 1e-4) << "step " << step;
+    for (int64_t b = 0; b < s.B; ++b) {  // padding rows: exact zeros (nerr alone would pass a near-zero)
+      if (slots[b] >= 0) continue;
+      for (int64_t c = 0; c < s.P(); ++c) ASSERT_EQ(got[b * s.P() + c], 0.0f) << "padding row " << b << " step " << step;
+    }
   }
   EXPECT_LT(nerr(host(dpool), pool), 1e-4) << "pool after the steps";
   if (tickets) {
@@ -185,6 +199,46 @@ TEST_F(KdaDecode, PushPlanSmallBatches) {
 TEST_F(KdaDecode, PushPlanLargeBatch) {
   check_push_plans(256);
   check_steps(Shape{40, 1, 128, 4, false, 45}, {}, false, 402);  // past the push plan's switch
+}
+
+// The stream plan (D = 128, K = 4, large batches): every ring shape, one and several items a
+// block (a block's items cross head and row boundaries; 5 does not divide the items).
+TEST_F(KdaDecode, StreamPlan) {
+  const KdaDecodePlan kStream = KdaDecodePlan::kStream;
+  const KdaDecodeShape shapes[] = {{kStream, 4, 4, 4}, {kStream, 4, 4, 6}, {kStream, 2, 4, 6}, {kStream, 8, 4, 3}, {kStream, 4, 8, 3}};
+  for (int64_t B : {1, 3, 256}) {
+    const Shape s{B, 3, 128, 4, true, B == 256 ? 260 : 40};
+    const uint32_t seed = 900 + 1000 * static_cast<uint32_t>(B);
+    for (const KdaDecodeShape& shape : shapes) check_steps(s, shape, false, seed + 10 * shape.rows_per_warp + shape.warps + shape.stages);
+    for (int items : {1, 4, 5}) check_steps(s, shapes[0], false, seed + 100 + items, false, items);
+  }
+  check_steps(Shape{7, 2, 128, 4, false, 9}, {kStream, 4, 4, 4}, true, 950, false, 3);  // softplus gate, graph replays
+}
+
+// Padding rows (slot -1, as the decode graphs' buckets pad a batch): zero outputs, the pool
+// untouched apart from the real rows' slots, with every plan, as graph replays too, and a
+// batch of padding rows only (the graphs' scratch-sizing pass).
+TEST_F(KdaDecode, PaddingRowsEveryPlan) {
+  for (int64_t B : {5, 256}) {
+    const Shape s{B, 3, 128, 4, true, B == 256 ? 260 : 40};
+    const uint32_t seed = 1300 + static_cast<uint32_t>(B);
+    check_steps(s, {}, false, seed, true);
+    check_steps(s, {}, true, seed + 1, true);
+    check_steps(s, {kCluster, 4}, false, seed + 2, true);
+    check_steps(s, {kTickets, 4}, false, seed + 3, true);
+    check_steps(s, {kOneBlock, 4}, false, seed + 4, true);
+    check_steps(s, {kPush, 4, 4}, false, seed + 5, true);
+    check_steps(s, {kPush, 8, 8}, false, seed + 6, true);
+    check_steps(s, {kPush, 16, 8}, false, seed + 7, true);  // one block a head: no cluster
+    check_steps(s, {KdaDecodePlan::kStream, 4, 4, 4}, false, seed + 8, true);
+    check_steps(s, {KdaDecodePlan::kStream, 4, 4, 4}, false, seed + 9, true, 4);
+  }
+  check_steps(Shape{6, 4, 32, 4, true, 13}, {}, true, 1320, true);  // the tiny models' heads, as graphs
+  check_steps(Shape{6, 4, 32, 4, true, 13}, {kTickets, 2}, false, 1321, true);
+  check_steps(Shape{3, 2, 64, 4, true, 7}, {kOneBlock, 8}, false, 1322, true);
+  check_steps(Shape{4, 2, 256, 4, true, 7}, {kCluster, 8}, false, 1323, true);
+  check_steps(Shape{1, 3, 128, 4, true, 4}, {}, false, 1324, true);  // every row padding
+  check_steps(Shape{64, 3, 32, 4, true, 70}, {}, false, 1325, true);
 }
 
 TEST_F(KdaDecode, OtherHeadCountsDimsAndGateForms) {

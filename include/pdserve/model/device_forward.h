@@ -51,8 +51,8 @@ struct CudaForwardOptions {
   // Widest block table a decode graph holds (pages of the longest sequence); 0: the pool's
   // page count. Longer sequences run eagerly.
   int64_t graph_max_pages = 0;
-  // Eager decode steps run KDA layers through the fused step (kda_decode_step, one launch
-  // per layer); false keeps the per-op kernels the graphs use (tests compare them bit for bit).
+  // Decode steps (eager and graphs) run KDA layers through the fused step (kda_decode_step, one
+  // launch a layer); false: the per-op slot-table kernels (graphs == eager bit for bit in both).
   bool fused_kda_decode = true;
 };
 
