@@ -26,6 +26,10 @@ class DeviceCommunicator {
   virtual Status all_reduce_sum(float* data, int64_t n, cudaStream_t stream) = 0;
   // out = [rank 0's n values, rank 1's n values, ...] on every rank. Enqueued on `stream`.
   virtual Status all_gather(const float* in, int64_t n, float* out, cudaStream_t stream) = 0;
+  // Point to point (pipeline stages): `bytes` from this rank to `peer`, which posts the
+  // matching recv. Enqueued on `stream`; messages between one pair arrive in order.
+  virtual Status send(const void* data, size_t bytes, int peer, cudaStream_t stream) = 0;
+  virtual Status recv(void* data, size_t bytes, int peer, cudaStream_t stream) = 0;
 };
 
 // NCCL's unique id (128 bytes), made by rank 0 and handed to the others (in one process

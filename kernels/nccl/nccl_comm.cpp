@@ -24,6 +24,10 @@ struct NcclApi {
   decltype(&ncclCommAbort) comm_abort = nullptr;
   decltype(&ncclAllReduce) all_reduce = nullptr;
   decltype(&ncclAllGather) all_gather = nullptr;
+  decltype(&ncclSend) send = nullptr;
+  decltype(&ncclRecv) recv = nullptr;
+  decltype(&ncclGroupStart) group_start = nullptr;
+  decltype(&ncclGroupEnd) group_end = nullptr;
   decltype(&ncclGetErrorString) error_string = nullptr;
   std::string path;
   std::string error;  // why loading failed; empty when loaded
@@ -52,6 +56,10 @@ const NcclApi& api() {
     sym("ncclCommAbort", &r.comm_abort);
     sym("ncclAllReduce", &r.all_reduce);
     sym("ncclAllGather", &r.all_gather);
+    sym("ncclSend", &r.send);
+    sym("ncclRecv", &r.recv);
+    sym("ncclGroupStart", &r.group_start);
+    sym("ncclGroupEnd", &r.group_end);
     sym("ncclGetErrorString", &r.error_string);
     return r;
   }();
@@ -89,6 +97,21 @@ class NcclCommunicator final : public DeviceCommunicator {
   Status all_gather(const float* in, int64_t n, float* out, cudaStream_t stream) override {
     if (n <= 0) return Status::ok();
     return nccl_status(api().all_gather(in, out, static_cast<size_t>(n), ncclFloat32, comm_, stream), "ncclAllGather");
+  }
+  // Grouped so that a send and a recv on one rank (a middle pipeline stage) cannot deadlock.
+  Status send(const void* data, size_t bytes, int peer, cudaStream_t stream) override {
+    if (bytes == 0) return Status::ok();
+    api().group_start();
+    ncclResult_t r = api().send(data, bytes, ncclUint8, peer, comm_, stream);
+    ncclResult_t e = api().group_end();
+    return nccl_status(r != ncclSuccess ? r : e, "ncclSend");
+  }
+  Status recv(void* data, size_t bytes, int peer, cudaStream_t stream) override {
+    if (bytes == 0) return Status::ok();
+    api().group_start();
+    ncclResult_t r = api().recv(data, bytes, ncclUint8, peer, comm_, stream);
+    ncclResult_t e = api().group_end();
+    return nccl_status(r != ncclSuccess ? r : e, "ncclRecv");
   }
 
  private:

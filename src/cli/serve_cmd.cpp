@@ -91,6 +91,7 @@ void add_server_options(CLI::App* cmd, const std::shared_ptr<server::ServeConfig
   cmd->add_option("--model", cfg->model_dir, "Model directory (or MODEL_PATH of --config)");
   add_config_option(cmd, config_path);
   cmd->add_option("--tp", cfg->tp, "Tensor-parallel ranks (threads; with --device cuda, rank r on GPU r)")->capture_default_str();
+  cmd->add_option("--pp", cfg->pp, "Pipeline stages of --tp ranks each (CPU backend; prefill or unified role)")->capture_default_str();
   cmd->add_option("--device", cfg->device, "Backend: cpu or cuda (--tp GPUs)")->capture_default_str();
   cmd->add_flag("!--no-cuda-graphs", cfg->cuda_graphs, "--device cuda: run decode steps eagerly instead of replaying CUDA graphs");
   cmd->add_option("--served-model-name", cfg->served_model_name, "Model name in the API (default: directory name)");
@@ -126,6 +127,7 @@ int run_server_with_config(const CLI::App& cmd, server::ServeConfig cfg, const s
       role = cfg.role == server::ServerRole::kPrefill ? deploy::Role::kPrefill : deploy::Role::kDecode;
       f.port = &cfg.port;
       f.tp = &cfg.tp;
+      f.pp = &cfg.pp;
       f.cluster_secret_file = &cfg.disagg.cluster_secret_file;
       f.rdma_nics = &cfg.disagg.rdma_nics;
       if (cfg.role == server::ServerRole::kPrefill) f.bootstrap_port = &cfg.disagg.bootstrap_port;

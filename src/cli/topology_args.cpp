@@ -30,6 +30,7 @@ Status apply_topology_to_runtime(const CLI::App& cmd, const std::string& path, s
   if (side) {
     set("--port", f.port, side->port);
     set("--tp", f.tp, side->tp);
+    set("--pp", f.pp, side->pp);
     if (*role == deploy::Role::kPrefill) set("--bootstrap-port", f.bootstrap_port, t.bootstrap_port);
     if (!t.cluster_secret_file.empty()) set("--cluster-secret-file", f.cluster_secret_file, t.cluster_secret_file);
     if (!t.rdma_nics.empty()) set("--rdma-nics", f.rdma_nics, t.rdma_nics);

@@ -23,6 +23,7 @@ struct RoleFields {
   runtime::RuntimeConfig* runtime = nullptr;  // <SIDE>_PAGE_SIZE, CHUNK_SIZE, <SIDE>_MAX_RUNNING
   std::string* cluster_secret_file = nullptr;  // CLUSTER_SECRET_FILE (--cluster-secret-file), roles only
   std::vector<std::string>* rdma_nics = nullptr;  // RDMA_NICS (--rdma-nics), roles only
+  int* pp = nullptr;                 // <SIDE>_PP         (--pp)
 };
 
 // Adds `--config FILE` to a subcommand.

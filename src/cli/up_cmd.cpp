@@ -27,7 +27,7 @@ struct UpArgs {
   std::string model, config, host = "127.0.0.1", log_dir, exe;
   int router_port = 31000, prefill_port = 30000, decode_port = 30001, bootstrap_port = 8998;
   int64_t page_size = 64, chunk_size = 8192, max_running = 0;
-  int prefill_tp = 1, decode_tp = 1;
+  int prefill_tp = 1, decode_tp = 1, prefill_pp = 1;
   std::string device = "cpu";  // both roles
   double ready_timeout_s = 600, grace_s = 10;
   std::vector<std::string> prefill_args, decode_args, router_args;
@@ -114,6 +114,9 @@ class Up {
     t.bootstrap_port = a_.bootstrap_port;
     t.prefill.page_size = t.decode.page_size = a_.page_size;
     t.prefill.tp = a_.prefill_tp;
+    if (a_.prefill_pp > 1 && a_.device != "cpu")
+      return invalid_argument("--prefill-pp " + std::to_string(a_.prefill_pp) + ": pipeline stages run on the CPU backend only for now (--device cpu)");
+    t.prefill.pp = a_.prefill_pp;
     t.decode.tp = a_.decode_tp;
     t.chunk_size = a_.chunk_size;
     t.prefill.max_running = t.decode.max_running = a_.max_running;
@@ -229,6 +232,8 @@ void add_up_command(CLI::App& app) {
   cmd->add_option("--page-size", a->page_size, "Tokens per KV page (both sides)")->capture_default_str();
   cmd->add_option("--chunk-size", a->chunk_size, "Prefill chunk size")->capture_default_str();
   cmd->add_option("--prefill-tp", a->prefill_tp, "Prefill tensor-parallel ranks (with --device cuda: GPUs 0..N-1)")
+      ->check(CLI::PositiveNumber)->capture_default_str();
+  cmd->add_option("--prefill-pp", a->prefill_pp, "Prefill pipeline stages of --prefill-tp ranks each (CPU backend)")
       ->check(CLI::PositiveNumber)->capture_default_str();
   cmd->add_option("--decode-tp", a->decode_tp, "Decode tensor-parallel ranks (with --device cuda: GPUs 0..N-1)")
       ->check(CLI::PositiveNumber)->capture_default_str();

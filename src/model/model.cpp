@@ -3,13 +3,14 @@
 #include <set>
 
 #include "forward_internal.h"
+#include "pdserve/model/pipeline.h"
 #include "pdserve/ops/attn_res.h"
 #include "pdserve/ops/elementwise.h"
 #include "pdserve/ops/linear.h"
 
 namespace pdserve {
 
-Result<std::unique_ptr<Model>> Model::load(const std::string& dir, const ShardSpec& shard, Communicator* comm) {
+Result<std::unique_ptr<Model>> Model::load(const std::string& dir, const ShardSpec& shard, Communicator* comm, const LayerSpan& layers) {
   if (shard.size > 1 && (!comm || comm->size() != shard.size || comm->rank() != shard.rank))
     return invalid_argument("Model::load: a tensor-parallel shard needs a communicator of the same rank and size");
   std::unique_ptr<Model> m(new Model());
@@ -17,17 +18,24 @@ Result<std::unique_ptr<Model>> Model::load(const std::string& dir, const ShardSp
   m->comm_ = comm;
   PDS_ASSIGN_OR_RETURN(m->cfg_, load_model_config(dir));
   PDS_ASSIGN_OR_RETURN(m->store_, WeightStore::open_dir(dir));
-  PDS_ASSIGN_OR_RETURN(m->w_, load_model_weights(m->cfg_, m->store_, shard));
-  int64_t mla = 0, kda = 0;
-  for (LayerKind k : m->cfg_.layer_kinds) m->pool_layer_.push_back(k == LayerKind::kMla ? mla++ : kda++);
+  PDS_ASSIGN_OR_RETURN(m->w_, load_model_weights(m->cfg_, m->store_, shard, layers));
+  m->layers_ = LayerSpan{layers.begin, layers.resolved_end(m->cfg_.num_layers)};
+  // Pool indices count only this stage's layers: its pools hold nothing else.
+  int64_t& mla = m->stage_mla_;
+  int64_t& kda = m->stage_kda_;
+  for (int64_t i = 0; i < m->cfg_.num_layers; ++i) {
+    const bool mine = m->layers_.contains(i, m->cfg_.num_layers);
+    const bool is_mla = m->cfg_.layer_kinds[static_cast<size_t>(i)] == LayerKind::kMla;
+    m->pool_layer_.push_back(!mine ? -1 : is_mla ? mla++ : kda++);
+  }
   return m;
 }
 
 Status Model::validate(const ForwardBatch& batch, const ModelCaches& caches) const {
   if (!caches.kv || !caches.state) return invalid_argument("forward: caches are not set");
-  if (caches.kv->num_layers() != cfg_.num_mla_layers() || caches.kv->entry_dim() != cfg_.mla_cache_dim())
+  if (caches.kv->num_layers() != stage_mla_ || caches.kv->entry_dim() != cfg_.mla_cache_dim())
     return invalid_argument("forward: KV pool shape does not match the model");
-  if (caches.state->num_layers() != cfg_.num_kda_layers() || caches.state->heads() != shard_.local(cfg_.kda_num_heads) ||
+  if (caches.state->num_layers() != stage_kda_ || caches.state->heads() != shard_.local(cfg_.kda_num_heads) ||
       caches.state->head_dim() != cfg_.kda_head_dim)
     return invalid_argument("forward: KDA state pool shape does not match the model");
   std::set<int32_t> slots;
@@ -51,6 +59,17 @@ Status Model::validate(const ForwardBatch& batch, const ModelCaches& caches) con
 }
 
 Status Model::forward(const ForwardBatch& batch, ModelCaches& caches, ForwardOutput* out, const ForwardOptions& opts) const {
+  const bool staged = !first_stage() || !last_stage();
+  if (staged && !opts.channel) return invalid_argument("forward: a pipeline stage needs a stage channel");
+  bool sent = false;
+  Status st = forward_layers(batch, caches, out, opts, &sent);
+  // The next stage waits for exactly one message per forward: never leave it hanging.
+  if (!st.is_ok() && !last_stage() && !sent) (void)opts.channel->send_failure(opts.channel->stage() + 1, st);
+  return st;
+}
+
+Status Model::forward_layers(const ForwardBatch& batch, ModelCaches& caches, ForwardOutput* out, const ForwardOptions& opts,
+                             bool* sent) const {
   PDS_RETURN_IF_ERROR(validate(batch, caches));
   const ModelConfig& c = cfg_;
   const int64_t hd = c.hidden_size;
@@ -63,16 +82,26 @@ Status Model::forward(const ForwardBatch& batch, ModelCaches& caches, ForwardOut
   }
   const int64_t T = lay.total_rows;
 
+  const int64_t L0 = layers_.begin, L1 = layers_.end;
   std::vector<float> x(T * hd);
-  for (size_t s = 0; s < batch.seqs.size(); ++s)
-    for (size_t i = 0; i < batch.seqs[s].tokens.size(); ++i) {
-      const float* e = w_.embed.row(batch.seqs[s].tokens[i]);
-      std::copy(e, e + hd, &x[(lay.row_begin[s] + i) * hd]);
-    }
-
-  std::vector<float> normed(T * hd), block_out(T * hd), mixed(T * hd);
   // Attention residuals: bank of block snapshots; `partial` is the running block sum.
   std::vector<std::vector<float>> bank;
+  if (first_stage()) {
+    for (size_t s = 0; s < batch.seqs.size(); ++s)
+      for (size_t i = 0; i < batch.seqs[s].tokens.size(); ++i) {
+        const float* e = w_.embed.row(batch.seqs[s].tokens[i]);
+        std::copy(e, e + hd, &x[(lay.row_begin[s] + i) * hd]);
+      }
+  } else {
+    // The previous stage's residual stream, then its bank of snapshots (pipeline.h).
+    std::vector<float> msg(static_cast<size_t>(stage_activation_floats(c, L0, T)));
+    PDS_RETURN_IF_ERROR(opts.channel->recv(opts.channel->stage() - 1, msg.data(), static_cast<int64_t>(msg.size())));
+    std::copy(msg.begin(), msg.begin() + T * hd, x.begin());
+    for (size_t off = static_cast<size_t>(T * hd); off < msg.size(); off += static_cast<size_t>(T * hd))
+      bank.emplace_back(msg.begin() + static_cast<std::ptrdiff_t>(off), msg.begin() + static_cast<std::ptrdiff_t>(off + T * hd));
+  }
+
+  std::vector<float> normed(T * hd), block_out(T * hd), mixed(T * hd);
   auto mix = [&](const std::vector<float>& partial, const std::vector<float>& score, std::vector<float>& dst) {
     std::vector<const float*> src(bank.size() + 1);
     for (int64_t t = 0; t < T; ++t) {
@@ -85,7 +114,7 @@ Status Model::forward(const ForwardBatch& batch, ModelCaches& caches, ForwardOut
   auto trace = [&](const std::string& name, const float* data) {
     if (opts.trace) opts.trace(name, data, T, hd);
   };
-  trace("embed_tokens", x.data());
+  if (first_stage()) trace("embed_tokens", x.data());
   auto attention = [&](int64_t i, const float* in, float* o) {
     const LayerWeights& l = w_.layers[i];
     ops::rms_norm(in, T, hd, l.input_norm.data(), eps, normed.data());
@@ -110,7 +139,7 @@ Status Model::forward(const ForwardBatch& batch, ModelCaches& caches, ForwardOut
     trace("layers." + std::to_string(i) + (l.is_moe ? ".block_sparse_moe" : ".mlp"), o);
   };
 
-  for (int64_t i = 0; i < c.num_layers; ++i) {
+  for (int64_t i = L0; i < L1; ++i) {
     const LayerWeights& l = w_.layers[i];
     if (!c.attn_residuals()) {
       attention(i, x.data(), block_out.data());
@@ -138,6 +167,12 @@ Status Model::forward(const ForwardBatch& batch, ModelCaches& caches, ForwardOut
     ffn(i, mixed.data(), block_out.data());
     for (int64_t j = 0; j < T * hd; ++j) x[j] += block_out[j];
     trace("layers." + std::to_string(i), x.data());
+  }
+  if (!last_stage()) {
+    std::vector<float> msg = x;
+    for (const auto& b : bank) msg.insert(msg.end(), b.begin(), b.end());
+    *sent = true;
+    return opts.channel->send(opts.channel->stage() + 1, msg.data(), static_cast<int64_t>(msg.size()));
   }
   if (c.attn_residuals()) {
     mix(x, w_.output_res_score, mixed);

@@ -5,20 +5,35 @@
 namespace pdserve {
 
 Result<std::unique_ptr<TpModelGroup>> TpModelGroup::load(const std::string& dir, int tp_size, int64_t num_pages,
-                                                         int64_t page_size, int64_t num_slots) {
-  PDS_ASSIGN_OR_RETURN(auto g, load_models(dir, tp_size));
+                                                         int64_t page_size, int64_t num_slots, int pp_size) {
+  PDS_ASSIGN_OR_RETURN(auto g, load_models(dir, tp_size, pp_size));
   g->make_pools(num_pages, page_size, num_slots);
   return g;
 }
 
-Result<std::unique_ptr<TpModelGroup>> TpModelGroup::load_models(const std::string& dir, int tp_size) {
+Result<std::unique_ptr<TpModelGroup>> TpModelGroup::load_models(const std::string& dir, int tp_size, int pp_size) {
   if (tp_size < 1) return invalid_argument("tensor parallel size must be at least 1");
+  PDS_ASSIGN_OR_RETURN(ModelConfig cfg, load_model_config(dir));
+  PDS_ASSIGN_OR_RETURN(std::vector<LayerSpan> stages, plan_pipeline_stages(cfg, pp_size));
   std::unique_ptr<TpModelGroup> g(new TpModelGroup());
-  g->comms_ = make_in_process_group(tp_size);
-  for (int r = 0; r < tp_size; ++r) {
-    PDS_ASSIGN_OR_RETURN(auto m, Model::load(dir, ShardSpec{r, tp_size}, g->comms_[r].get()));
-    g->models_.push_back(std::move(m));
+  g->tp_ = tp_size;
+  g->pp_ = pp_size;
+  g->micro_batches_ = pp_size;
+  for (int s = 0; s < pp_size; ++s)
+    for (auto& c : make_in_process_group(tp_size)) g->comms_.push_back(std::move(c));
+  if (pp_size > 1) {
+    // One pipeline per TP rank: rank r of stage s talks to rank r of stages s - 1 and s + 1.
+    g->channels_.resize(static_cast<size_t>(pp_size * tp_size));
+    for (int r = 0; r < tp_size; ++r) {
+      auto pipe = make_in_process_pipeline(pp_size);
+      for (int s = 0; s < pp_size; ++s) g->channels_[s * tp_size + r] = std::move(pipe[s]);
+    }
   }
+  for (int s = 0; s < pp_size; ++s)
+    for (int r = 0; r < tp_size; ++r) {
+      PDS_ASSIGN_OR_RETURN(auto m, Model::load(dir, ShardSpec{r, tp_size}, g->comms_[s * tp_size + r].get(), stages[s]));
+      g->models_.push_back(std::move(m));
+    }
   return g;
 }
 
@@ -31,13 +46,35 @@ std::unique_ptr<TpModelGroup> TpModelGroup::from_model(std::shared_ptr<const Mod
 void TpModelGroup::make_pools(int64_t num_pages, int64_t page_size, int64_t num_slots) {
   kv_.clear();
   state_.clear();
+  stage_kv_.clear();
+  stage_state_.clear();
+  const ModelConfig& c = config();
   for (int r = 0; r < size(); ++r) {
-    kv_.push_back(MlaKvPool::for_model(config(), num_pages, page_size));
-    state_.push_back(KdaStatePool::for_model(config(), num_slots, size()));
+    kv_.push_back(MlaKvPool::for_model(c, num_pages, page_size));
+    state_.push_back(KdaStatePool::for_model(c, num_slots, size()));
   }
+  if (pp_ == 1) return;
+  for (int s = 0; s < pp_; ++s)
+    for (int r = 0; r < tp_; ++r) {
+      const Model& m = stage_model(s, r);
+      stage_kv_.push_back(std::make_unique<MlaKvPool>(m.stage_mla_layers(), num_pages, page_size, c.mla_cache_dim()));
+      stage_state_.push_back(std::make_unique<KdaStatePool>(m.stage_kda_layers(), num_slots, c.kda_num_heads / tp_, c.kda_head_dim, c.conv_kernel));
+    }
+}
+
+Status TpModelGroup::set_stage_channels(std::vector<std::unique_ptr<StageChannel>> channels) {
+  if (static_cast<int>(channels.size()) != pp_ * tp_ || pp_ == 1)
+    return invalid_argument("stage channels: " + std::to_string(channels.size()) + " endpoints for " + std::to_string(pp_) + " stages of " +
+                            std::to_string(tp_) + " ranks");
+  for (int i = 0; i < pp_ * tp_; ++i)
+    if (!channels[i] || channels[i]->stage() != i / tp_ || channels[i]->num_stages() != pp_)
+      return invalid_argument("stage channels: endpoint " + std::to_string(i) + " is not stage " + std::to_string(i / tp_) + "'s");
+  channels_ = std::move(channels);
+  return Status::ok();
 }
 
 Status TpModelGroup::forward(const ForwardBatch& batch, ForwardOutput* out, const ForwardOptions& opts) {
+  if (pp_ > 1) return forward_pipeline(batch, out, opts);
   // Validate once up front: a rank that refused a batch would leave the others waiting in a
   // collective forever.
   for (int r = 0; r < size(); ++r) PDS_RETURN_IF_ERROR(models_[r]->validate(batch, ModelCaches{kv_[r].get(), state_[r].get()}));
@@ -59,6 +96,7 @@ Status TpModelGroup::forward(const ForwardBatch& batch, ForwardOutput* out, cons
 }
 
 Status TpModelGroup::set_device_forward(std::unique_ptr<DeviceForward> device) {
+  if (pp_ > 1) return unsupported("device forward: pipeline parallelism runs on the CPU backend only for now");
   if (size() > 1)
     return invalid_argument("device forward: a group of " + std::to_string(size()) + " ranks needs one device forward per rank");
   devices_.clear();
@@ -67,6 +105,7 @@ Status TpModelGroup::set_device_forward(std::unique_ptr<DeviceForward> device) {
 }
 
 Status TpModelGroup::set_device_forwards(std::vector<std::unique_ptr<DeviceForward>> devices) {
+  if (pp_ > 1) return unsupported("device forward: pipeline parallelism runs on the CPU backend only for now");
   if (static_cast<int>(devices.size()) != size())
     return invalid_argument("device forward: " + std::to_string(devices.size()) + " device forwards for " + std::to_string(size()) + " ranks");
   for (const auto& d : devices)
@@ -76,12 +115,20 @@ Status TpModelGroup::set_device_forwards(std::vector<std::unique_ptr<DeviceForwa
 }
 
 Status TpModelGroup::cache_to_host(const CacheRegion& region) {
+  if (pp_ > 1) {
+    move_stage_region(region, true);
+    return Status::ok();
+  }
   if (devices_.empty() || (region.pages.empty() && region.slot < 0)) return Status::ok();
   for (size_t r = 0; r < devices_.size(); ++r) PDS_RETURN_IF_ERROR(devices_[r]->download(region, *kv_[r], *state_[r]));
   return Status::ok();
 }
 
 Status TpModelGroup::cache_to_device(const CacheRegion& region) {
+  if (pp_ > 1) {
+    move_stage_region(region, false);
+    return Status::ok();
+  }
   if (devices_.empty() || (region.pages.empty() && region.slot < 0)) return Status::ok();
   for (size_t r = 0; r < devices_.size(); ++r) PDS_RETURN_IF_ERROR(devices_[r]->upload(region, *kv_[r], *state_[r]));
   return Status::ok();
@@ -89,29 +136,39 @@ Status TpModelGroup::cache_to_device(const CacheRegion& region) {
 
 Result<std::vector<int32_t>> TpModelGroup::allocate_pages(int64_t n) {
   PDS_ASSIGN_OR_RETURN(auto pages, kv_[0]->allocate(n));
-  for (int r = 1; r < size(); ++r) {
-    auto mirror = kv_[r]->allocate(n);
-    if (!mirror.is_ok() || *mirror != pages) return internal_error("TP group: page pools out of step");
-  }
+  auto mirror_into = [&](MlaKvPool& kv) {
+    auto mirror = kv.allocate(n);
+    return mirror.is_ok() && *mirror == pages;
+  };
+  for (int r = 1; r < size(); ++r)
+    if (!mirror_into(*kv_[r])) return internal_error("TP group: page pools out of step");
+  for (auto& kv : stage_kv_)
+    if (!mirror_into(*kv)) return internal_error("PP group: stage page pools out of step");
   return pages;
 }
 
 Status TpModelGroup::free_pages(const std::vector<int32_t>& pages) {
   for (auto& kv : kv_) PDS_RETURN_IF_ERROR(kv->free(pages));
+  for (auto& kv : stage_kv_) PDS_RETURN_IF_ERROR(kv->free(pages));
   return Status::ok();
 }
 
 Result<int32_t> TpModelGroup::allocate_slot() {
   PDS_ASSIGN_OR_RETURN(int32_t slot, state_[0]->allocate());
-  for (int r = 1; r < size(); ++r) {
-    auto mirror = state_[r]->allocate();
-    if (!mirror.is_ok() || *mirror != slot) return internal_error("TP group: state pools out of step");
-  }
+  auto mirror_into = [&](KdaStatePool& st) {
+    auto mirror = st.allocate();
+    return mirror.is_ok() && *mirror == slot;
+  };
+  for (int r = 1; r < size(); ++r)
+    if (!mirror_into(*state_[r])) return internal_error("TP group: state pools out of step");
+  for (auto& st : stage_state_)
+    if (!mirror_into(*st)) return internal_error("PP group: stage state pools out of step");
   return slot;
 }
 
 Status TpModelGroup::free_slot(int32_t slot) {
   for (auto& s : state_) PDS_RETURN_IF_ERROR(s->free(slot));
+  for (auto& s : stage_state_) PDS_RETURN_IF_ERROR(s->free(slot));
   return Status::ok();
 }
 

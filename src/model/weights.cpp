@@ -8,7 +8,8 @@ bool is_float(DType t) { return t == DType::kF32 || t == DType::kBF16 || t == DT
 
 class Loader {
  public:
-  Loader(const ModelConfig& cfg, const WeightStore& s, const ShardSpec& shard) : cfg_(cfg), store_(s), sh_(shard) {}
+  Loader(const ModelConfig& cfg, const WeightStore& s, const ShardSpec& shard, const LayerSpan& span)
+      : cfg_(cfg), store_(s), sh_(shard), span_(span) {}
 
   // The [rows, cols] tensor `name`, keeping only rows [r0, r1) and columns [c0, c1) (the
   // rank's shard); only those bytes are read from the mapped file.
@@ -224,17 +225,28 @@ class Loader {
   Result<ModelWeights> all() const {
     const ModelConfig& c = cfg_;
     ModelWeights w;
-    PDS_ASSIGN_OR_RETURN(w.embed, dense(c.weight_prefix + "embed_tokens.weight", c.vocab_size, c.hidden_size));
-    PDS_ASSIGN_OR_RETURN(w.final_norm, vec(c.weight_prefix + "norm.weight", c.hidden_size));
-    // lm_head is split by vocabulary rows; the logits are gathered after it.
-    const int64_t v0 = sh_.begin(c.vocab_size), v1 = sh_.end(c.vocab_size);
-    const std::string head = (c.tie_word_embeddings && !store_.contains(c.lm_head_name))
-                                 ? c.weight_prefix + "embed_tokens.weight" : c.lm_head_name;
-    PDS_ASSIGN_OR_RETURN(w.lm_head, dense_rows(head, c.vocab_size, c.hidden_size, v0, v1));
-    if (c.attn_residuals()) {
-      PDS_ASSIGN_OR_RETURN(w.output_res_score, res_score(c.weight_prefix + "output_attn_res_norm.weight", c.weight_prefix + "output_attn_res_proj.weight"));
+    if (span_.first()) {
+      PDS_ASSIGN_OR_RETURN(w.embed, dense(c.weight_prefix + "embed_tokens.weight", c.vocab_size, c.hidden_size));
+    }
+    if (span_.last(c.num_layers)) {
+      PDS_ASSIGN_OR_RETURN(w.final_norm, vec(c.weight_prefix + "norm.weight", c.hidden_size));
+      // lm_head is split by vocabulary rows; the logits are gathered after it.
+      const int64_t v0 = sh_.begin(c.vocab_size), v1 = sh_.end(c.vocab_size);
+      const std::string head = (c.tie_word_embeddings && !store_.contains(c.lm_head_name))
+                                   ? c.weight_prefix + "embed_tokens.weight" : c.lm_head_name;
+      PDS_ASSIGN_OR_RETURN(w.lm_head, dense_rows(head, c.vocab_size, c.hidden_size, v0, v1));
+      if (c.attn_residuals()) {
+        PDS_ASSIGN_OR_RETURN(w.output_res_score, res_score(c.weight_prefix + "output_attn_res_norm.weight", c.weight_prefix + "output_attn_res_proj.weight"));
+      }
     }
     for (int64_t i = 0; i < c.num_layers; ++i) {
+      if (!span_.contains(i, c.num_layers)) {  // another stage's layer: only what it is
+        LayerWeights l;
+        l.kind = c.layer_kinds[i];
+        l.is_moe = c.layer_is_moe[i];
+        w.layers.push_back(std::move(l));
+        continue;
+      }
       PDS_ASSIGN_OR_RETURN(LayerWeights l, layer(i));
       w.layers.push_back(std::move(l));
     }
@@ -245,6 +257,7 @@ class Loader {
   const ModelConfig& cfg_;
   const WeightStore& store_;
   const ShardSpec& sh_;
+  const LayerSpan& span_;
 };
 
 }  // namespace
@@ -261,9 +274,14 @@ Status check_shardable(const ModelConfig& c, const ShardSpec& s) {
   return Status::ok();
 }
 
-Result<ModelWeights> load_model_weights(const ModelConfig& cfg, const WeightStore& store, const ShardSpec& shard) {
+Result<ModelWeights> load_model_weights(const ModelConfig& cfg, const WeightStore& store, const ShardSpec& shard,
+                                        const LayerSpan& span) {
   PDS_RETURN_IF_ERROR(check_shardable(cfg, shard));
-  return Loader(cfg, store, shard).all();
+  const int64_t end = span.resolved_end(cfg.num_layers);
+  if (span.begin < 0 || span.begin >= end || end > cfg.num_layers)
+    return invalid_argument("pipeline stage layers [" + std::to_string(span.begin) + ", " + std::to_string(end) + ") are not inside the model's " +
+                            std::to_string(cfg.num_layers) + " layers");
+  return Loader(cfg, store, shard, span).all();
 }
 
 }  // namespace pdserve

@@ -41,6 +41,13 @@ bool Engine::step() {
   for (size_t i = 0; i < plan.items.size(); ++i) {
     const StepItem& it = plan.items[i];
     Live& r = *live_.at(it.seq->id);
+    if (out.seq_failed(i)) {
+      // The pipeline's stages agreed this request failed (some stage failed it): it ends
+      // here, and finishing frees its pages and slot, which every stage indexes alike.
+      spdlog::error("request {} failed in the pipeline: {}", r.seq.id, out.seq_status[i].message());
+      finish(r, FinishReason::kError, out.seq_status[i]);
+      continue;
+    }
     if (r.req.disagg == DisaggMode::kPrefillOnly) {
       // The hooks below send from the host pools: bring this chunk's pages there first (and
       // the state slot with the last chunk, when the prompt's state is final).

@@ -37,7 +37,7 @@ Result<std::unique_ptr<HttpServer>> HttpServer::create(ServeConfig cfg, Transpor
   if (cfg.served_model_name.empty()) cfg.served_model_name = "pdserve";
   // Not with a test's device factory: it decides itself where its forward runs.
   if (cfg.device == "cuda" && !make_device) PDS_RETURN_IF_ERROR(check_cuda_devices(cfg.tp));  // before loading any weights
-  PDS_ASSIGN_OR_RETURN(std::unique_ptr<TpModelGroup> group, TpModelGroup::load_models(cfg.model_dir, cfg.tp));
+  PDS_ASSIGN_OR_RETURN(std::unique_ptr<TpModelGroup> group, TpModelGroup::load_models(cfg.model_dir, cfg.tp, cfg.pp));
   PDS_ASSIGN_OR_RETURN(tokenizer::Tokenizer tok, tokenizer::Tokenizer::load(cfg.model_dir));
   std::unique_ptr<HttpServer> s(new HttpServer());
   s->tok_ = std::make_shared<const tokenizer::Tokenizer>(std::move(tok));
@@ -197,7 +197,7 @@ void HttpServer::install_routes() {
     Json info = cfg_.to_json();
     info["version"] = "0.1.0";
     info["role"] = server_role_name(cfg_.role);
-    info["parallelism"] = {{"tp", cfg_.tp}, {"pp", 1}, {"dp", 1}, {"ep", cfg_.tp}};
+    info["parallelism"] = {{"tp", cfg_.tp}, {"pp", cfg_.pp}, {"dp", 1}, {"ep", cfg_.tp}};
     if (prefill_) info["disaggregation"] = prefill_->info();
     if (decode_) info["disaggregation"] = decode_->info();
     if (prefill_ || decode_) {

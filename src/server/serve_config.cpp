@@ -16,6 +16,11 @@ const char* server_role_name(ServerRole r) {
 Status ServeConfig::validate() const {
   if (model_dir.empty()) return invalid_argument("config model_dir: required (--model)");
   if (tp < 1 || tp > 64) return invalid_argument("config tp: must be in [1, 64]");
+  if (pp < 1 || pp > 64) return invalid_argument("config pp (--pp): must be in [1, 64], got " + std::to_string(pp));
+  if (pp * tp > 256) return invalid_argument("config pp (--pp) x tp (--tp): " + std::to_string(pp * tp) + " ranks, at most 256");
+  if (pp > 1 && role == ServerRole::kDecode)
+    return invalid_argument("config pp (--pp): pipeline parallelism is for the prefill (or unified) role; decode takes --tp only");
+  if (pp > 1 && device != "cpu") return invalid_argument("config pp (--pp): pipeline stages run on the CPU backend only for now (--device cpu)");
   if (device != "cpu" && device != "cuda") return invalid_argument("config device: must be \"cpu\" or \"cuda\", got \"" + device + "\"");
   if (role != ServerRole::kUnified)
     if (Status st = disagg.validate(); !st.is_ok()) return invalid_argument("config " + st.message());
@@ -45,6 +50,7 @@ Json ServeConfig::to_json() const {
   Json j{{"role", server_role_name(role)},
          {"model_dir", model_dir},
          {"tp", tp},
+         {"pp", pp},
          {"device", device},
          {"cuda_graphs", cuda_graphs},
          {"served_model_name", served_model_name},

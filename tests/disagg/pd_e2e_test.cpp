@@ -176,6 +176,58 @@ TEST(PdServe, UnifiedTp2MatchesTp1) {
   }
 }
 
+// Pipeline-parallel prefill: each stage computes its layers' pages and KDA state; the engine
+// gathers them into the whole-model pools before the hooks send, so decode (any TP) gets the
+// same bytes as from a one-stage prefill.
+TEST(PdServe, PipelinePrefillToDecodeMatchesUnified) {
+  LiveServer unified(pd_config(ServerRole::kUnified, 1));
+  for (auto [pp, ptp] : {std::pair{2, 1}, std::pair{3, 2}}) {
+    SCOPED_TRACE("prefill PP" + std::to_string(pp) + " x TP" + std::to_string(ptp));
+    ServeConfig pc = pd_config(ServerRole::kPrefill, ptp);
+    pc.pp = pp;
+    PdPair pd(ptp, 1, pc);
+    EXPECT_EQ(pd.prefill->info()["parallelism"]["pp"], pp);
+    uint64_t room = 5000;
+    for (size_t n : {5, 47, 100}) {
+      const Json body = completion_body(random_ids(n, static_cast<uint32_t>(n) + 7), 10);
+      auto [ustatus, ubody] = unified.post("/v1/completions", body.dump());
+      ASSERT_EQ(ustatus, 200) << ubody;
+      PdResult r = pd.request("/v1/completions", body, ++room);
+      ASSERT_EQ(r.decode_status, 200) << r.decode_body;
+      ASSERT_EQ(r.prefill_status, 200) << r.prefill_body;
+      // PP alone changes no arithmetic: bit for bit; with TP2 inside the stages, float noise.
+      expect_same_completion(r.decode_body, ubody, ptp == 1 ? 0.0 : 1e-4);
+      pd.expect_pools_free();
+    }
+  }
+}
+
+TEST(PdServe, UnifiedPp2MatchesPp1AndBadSplitsNameTheFlag) {
+  LiveServer pp1(pd_config(ServerRole::kUnified, 1));
+  ServeConfig c2 = pd_config(ServerRole::kUnified, 1);
+  c2.pp = 2;
+  LiveServer pp2(c2);
+  const Json body = completion_body(random_ids(40, 77), 10);
+  auto a = pp1.post("/v1/completions", body.dump());
+  auto b = pp2.post("/v1/completions", body.dump());
+  ASSERT_EQ(a.first, 200);
+  ASSERT_EQ(b.first, 200);
+  expect_same_completion(b.second, a.second, 0.0);
+  // More stages than layers, a decode role with stages, stages on CUDA: refused, naming --pp.
+  ServeConfig too_many = pd_config(ServerRole::kPrefill, 1);
+  too_many.pp = 64;
+  auto s = HttpServer::create(too_many);
+  ASSERT_FALSE(s.is_ok());
+  EXPECT_NE(s.status().message().find("--pp"), std::string::npos) << s.status().message();
+  ServeConfig decode = pd_config(ServerRole::kDecode, 1);
+  decode.pp = 2;
+  EXPECT_NE(decode.validate().message().find("--pp"), std::string::npos);
+  ServeConfig cuda = pd_config(ServerRole::kPrefill, 1);
+  cuda.pp = 2;
+  cuda.device = "cuda";
+  EXPECT_NE(cuda.validate().message().find("--pp"), std::string::npos);
+}
+
 TEST(PdServe, PageSizeMismatchIsRefusedBeforeAnyTransfer) {
   LiveServer prefill(pd_config(ServerRole::kPrefill, 1));
   ServeConfig dc = pd_config(ServerRole::kDecode, 1);

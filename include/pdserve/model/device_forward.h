@@ -71,4 +71,11 @@ Result<std::vector<std::unique_ptr<DeviceForward>>> make_cuda_tp_forwards(const 
                                                                           int64_t num_pages, int64_t page_size, int64_t num_slots,
                                                                           CudaForwardOptions opts = {});
 
+class StageChannel;  // pipeline.h
+
+// Pipeline stages over NCCL send/recv, stage s on CUDA device s (one TP rank per stage):
+// endpoint s for TpModelGroup::set_stage_channels. Each endpoint must be used from one
+// thread at a time. kUnsupported without CUDA, too few GPUs, or no NCCL.
+Result<std::vector<std::unique_ptr<StageChannel>>> make_nccl_pipeline(int stages);
+
 }  // namespace pdserve

@@ -24,6 +24,17 @@ struct ShardSpec {
   int64_t local(int64_t total) const { return total / size; }
 };
 
+// Pipeline parallelism: the layers [begin, end) one stage owns (end < 0: to the last layer).
+// The first stage also holds the embedding, the last the final norm and lm_head.
+struct LayerSpan {
+  int64_t begin = 0;
+  int64_t end = -1;
+  int64_t resolved_end(int64_t num_layers) const { return end < 0 ? num_layers : end; }
+  bool first() const { return begin == 0; }
+  bool last(int64_t num_layers) const { return resolved_end(num_layers) == num_layers; }
+  bool contains(int64_t layer, int64_t num_layers) const { return layer >= begin && layer < resolved_end(num_layers); }
+};
+
 class Communicator {
  public:
   virtual ~Communicator() = default;

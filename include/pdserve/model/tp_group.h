@@ -1,32 +1,44 @@
-// A tensor-parallel group on the CPU backend: one Model shard, KV pool and KDA state pool
-// per rank, ranks run as threads of this process and meet in an in-process communicator.
-// Page and slot ids are the same on every rank (allocation is mirrored), so one batch
-// description drives all ranks. A group of one rank is the plain single-model case, so the
-// engine always runs through a group.
+// A tensor- and pipeline-parallel group on the CPU backend: pp stages of tp ranks each, one
+// Model shard, KV pool and KDA state pool per rank; ranks run as threads of this process,
+// meet in an in-process communicator per stage and pass activations stage -> stage over an
+// in-process StageChannel per TP rank (pipeline.h). Page and slot ids are the same on every
+// rank (allocation is mirrored), so one batch description drives all ranks. A group of one
+// rank is the plain single-model case, so the engine always runs through a group.
+//
+// With pp > 1 each stage's pools hold only its own layers; kv(r) / state(r) are then
+// whole-model host pools (every layer at its global index) that keep the accounting and that
+// the transfer layer reads: cache_to_host gathers a region's bytes from the stages into them.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <vector>
 
 #include "pdserve/model/device_forward.h"
 #include "pdserve/model/model.h"
+#include "pdserve/model/pipeline.h"
 
 namespace pdserve {
 
 class TpModelGroup {
  public:
   static Result<std::unique_ptr<TpModelGroup>> load(const std::string& dir, int tp_size, int64_t num_pages,
-                                                    int64_t page_size, int64_t num_slots);
-  // The rank shards only; call make_pools() before forward().
-  static Result<std::unique_ptr<TpModelGroup>> load_models(const std::string& dir, int tp_size);
+                                                    int64_t page_size, int64_t num_slots, int pp_size = 1);
+  // The rank shards only; call make_pools() before forward(). `pp_size` stages of
+  // `tp_size` ranks each; the layers are split by plan_pipeline_stages.
+  static Result<std::unique_ptr<TpModelGroup>> load_models(const std::string& dir, int tp_size, int pp_size = 1);
   // A one-rank group around an already loaded (unsharded) model.
   static std::unique_ptr<TpModelGroup> from_model(std::shared_ptr<const Model> model);
   // Builds every rank's MLA page pool and KDA state pool (replacing earlier ones).
   void make_pools(int64_t num_pages, int64_t page_size, int64_t num_slots);
-  int size() const { return static_cast<int>(models_.size()); }
+  // Tensor-parallel ranks (per stage).
+  int size() const { return tp_; }
+  int pp() const { return pp_; }
   const ModelConfig& config() const { return models_[0]->config(); }
 
-  // Runs `batch` on every rank at once; `out` gets the (gathered, identical) logits of rank 0.
+  // Runs `batch` on every rank at once; `out` gets the (gathered, identical) logits of rank 0
+  // (of the last stage). With pp > 1 the batch flows through the stages in micro-batches and
+  // a sequence that any stage failed comes back in out->seq_status (the others are good).
   // With a device forward set, the batch is validated against the host pools (which keep
   // the accounting) and then runs on the device; `opts` is not used there.
   Status forward(const ForwardBatch& batch, ForwardOutput* out, const ForwardOptions& opts = {});
@@ -38,27 +50,52 @@ class TpModelGroup {
 
   MlaKvPool& kv(int rank) { return *kv_[rank]; }
   KdaStatePool& state(int rank) { return *state_[rank]; }
+  // One stage's own pools (its layers only); with pp == 1 these are kv(rank) / state(rank).
+  MlaKvPool& stage_kv(int stage, int rank) { return pp_ == 1 ? *kv_[rank] : *stage_kv_[stage * tp_ + rank]; }
+  KdaStatePool& stage_state(int stage, int rank) { return pp_ == 1 ? *state_[rank] : *stage_state_[stage * tp_ + rank]; }
   const Model& model(int rank) const { return *models_[rank]; }
+  const Model& stage_model(int stage, int rank) const { return *models_[stage * tp_ + rank]; }
   std::shared_ptr<const Model> model_ptr(int rank) const { return models_[rank]; }
+
+  // Pipeline knobs. Micro-batches per round (whole sequences each; at most one per sequence);
+  // default: one per stage.
+  void set_micro_batches(int n) { micro_batches_ = n < 1 ? 1 : n; }
+  // Replaces the in-process stage channels (e.g. with NCCL ones): channels[s * tp + r] is
+  // stage s's endpoint of TP rank r's pipeline.
+  Status set_stage_channels(std::vector<std::unique_ptr<StageChannel>> channels);
+  // Tests: a stage's verdict on one sequence after running it (not ok: that stage failed it
+  // mid-flight). Called by rank 0 of each stage.
+  using StageFault = std::function<Status(int stage, const SequenceInput& seq)>;
+  void set_stage_fault(StageFault f) { fault_ = std::move(f); }
 
   // Hands the forward to a device backend (its pools must have this group's geometry): one
   // DeviceForward for a one-rank group, or one per rank (rank r's at index r), which then run
-  // in the rank threads exactly as the CPU ranks do.
+  // in the rank threads exactly as the CPU ranks do. Not with pp > 1 yet.
   Status set_device_forward(std::unique_ptr<DeviceForward> device);
   Status set_device_forwards(std::vector<std::unique_ptr<DeviceForward>> devices);
   const DeviceForward* device_forward() const { return devices_.empty() ? nullptr : devices_[0].get(); }
   // With device forwards: copies `region` device -> host pools of every rank (before the
-  // transfer layer reads them) or host -> device (after it wrote them). Without them the host
-  // pools are the cache itself, so both do nothing.
+  // transfer layer reads them) or host -> device (after it wrote them). With pp > 1 the
+  // region moves between the stages' pools and the whole-model pools kv(r) / state(r).
+  // Otherwise the host pools are the cache itself, so both do nothing.
   Status cache_to_host(const CacheRegion& region);
   Status cache_to_device(const CacheRegion& region);
 
  private:
-  std::vector<std::unique_ptr<Communicator>> comms_;
-  std::vector<std::shared_ptr<const Model>> models_;
-  std::vector<std::unique_ptr<MlaKvPool>> kv_;
-  std::vector<std::unique_ptr<KdaStatePool>> state_;
+  Status forward_pipeline(const ForwardBatch& batch, ForwardOutput* out, const ForwardOptions& opts);
+  // Stage pools <-> whole-model pools for one region (to_global: gather, else scatter).
+  void move_stage_region(const CacheRegion& region, bool to_global);
+
+  int tp_ = 1, pp_ = 1, micro_batches_ = 1;
+  std::vector<std::unique_ptr<Communicator>> comms_;   // [stage * tp + rank]
+  std::vector<std::shared_ptr<const Model>> models_;   // [stage * tp + rank]
+  std::vector<std::unique_ptr<StageChannel>> channels_;  // [stage * tp + rank]; pp > 1 only
+  std::vector<std::unique_ptr<MlaKvPool>> kv_;         // [rank]
+  std::vector<std::unique_ptr<KdaStatePool>> state_;  // [rank]
+  std::vector<std::unique_ptr<MlaKvPool>> stage_kv_;   // [stage * tp + rank]; pp > 1 only
+  std::vector<std::unique_ptr<KdaStatePool>> stage_state_;
   std::vector<std::unique_ptr<DeviceForward>> devices_;
+  StageFault fault_;
 };
 
 }  // namespace pdserve

@@ -82,7 +82,10 @@ struct ModelWeights {
 
 // Reads and checks every tensor the forward needs, only this rank's shard of the split ones;
 // vision and unknown tensors are ignored.
-Result<ModelWeights> load_model_weights(const ModelConfig& cfg, const WeightStore& store, const ShardSpec& shard = {});
+// `span`: a pipeline stage loads only its layers (the others stay empty, kind and is_moe set)
+// and the embedding / final norm + lm_head only where it is the first / last stage.
+Result<ModelWeights> load_model_weights(const ModelConfig& cfg, const WeightStore& store, const ShardSpec& shard = {},
+                                        const LayerSpan& span = {});
 // Whether `shard` divides every split dimension of the model; the error names the field.
 Status check_shardable(const ModelConfig& cfg, const ShardSpec& shard);
 

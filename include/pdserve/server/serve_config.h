@@ -19,6 +19,7 @@ struct ServeConfig {
   ServerRole role = ServerRole::kUnified;
   std::string model_dir;                      // required
   int tp = 1;                                 // tensor-parallel ranks (threads on the CPU backend)
+  int pp = 1;                                 // pipeline stages of tp ranks each (CPU backend; unified or prefill role)
   std::string device = "cpu";                 // "cpu" or "cuda" (the CUDA backend: tp 1, any role)
   bool cuda_graphs = true;                    // cuda: decode steps replay a CUDA graph per batch bucket
   std::string served_model_name;              // "": the model directory's base name
