@@ -114,6 +114,16 @@ void bench_shape(const Shape& s, bool run_old) {
   cudaGraphExecDestroy(exec);
   cudaGraphDestroy(graph);
   cudaStreamDestroy(stream);
+  // The block variant (any head count) where the warp variant is the default, for comparison.
+  double block_us = NAN;
+  if (s.heads <= 3) {
+    w.variant = MlaDecodeVariant::kBlock;
+    block_us = median_us([&](int i) {
+      a.page_table = tables[i % copies].get();
+      check(mla_decode_run(a, w, nullptr), "mla_decode_run (block)");
+    });
+    w.variant = MlaDecodeVariant::kAuto;
+  }
   double old_us = NAN;
   if (run_old) {
     g_reps = 3;
@@ -123,9 +133,9 @@ void bench_shape(const Shape& s, bool run_old) {
     });
   }
   std::printf(
-      "| %2ld | %4ld | %6ld | %4ld | %5.1f | %9.1f | %8.2f | %8.2f | %5.2f TB/s | %8.2f | %5.2f TB/s | %5.2fx | %10.1f | %6.3f TB/s | %7.1fx |\n",
+      "| %2ld | %4ld | %6ld | %4ld | %5.1f | %9.1f | %8.2f | %8.2f | %5.2f TB/s | %8.2f | %5.2f TB/s | %5.2fx | %8.2f | %10.1f | %6.3f TB/s | %7.1fx |\n",
       static_cast<long>(s.heads), static_cast<long>(s.batch), static_cast<long>(s.ctx), static_cast<long>(plan.num_items), plan_us, bytes / 1e6,
-      floor_us, new_us, bytes / new_us * 1e-6, graph_us, bytes / graph_us * 1e-6, graph_us / floor_us, old_us, bytes / old_us * 1e-6,
+      floor_us, new_us, bytes / new_us * 1e-6, graph_us, bytes / graph_us * 1e-6, graph_us / floor_us, block_us, old_us, bytes / old_us * 1e-6,
       old_us / new_us);
   std::fflush(stdout);
 }
@@ -148,10 +158,11 @@ int main(int argc, char** argv) {
       for (int64_t b : {1, 32, 128}) shapes.push_back({h, b, 4096});
   }
   std::printf("MLA latent decode, fp32 cache (576 floats/token), page 64; floor = cache bytes / %.1f TB/s\n", g_bw / 1e12);
-  std::printf("split-KV us: one launch (run + merge) between events; graph us: per step, %d steps back to back in a CUDA graph\n",
+  std::printf("split-KV us: one launch (run + merge, default variant: warp for <= 3 heads) between events; graph us: per step, %d "
+              "steps back to back in a CUDA graph; block-variant us: one launch of the block variant\n",
               20);
-  std::printf("| H | batch | ctx | items | plan us (host) | MB | floor us | split-KV us | BW | graph us | BW | graph / floor | old us | old BW | old / split-KV |\n");
-  std::printf("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+  std::printf("| H | batch | ctx | items | plan us (host) | MB | floor us | split-KV us | BW | graph us | BW | graph / floor | block-variant us | old us | old BW | old / split-KV |\n");
+  std::printf("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
   for (const Shape& s : shapes) bench_shape(s, /*run_old=*/true);
   return 0;
 }

@@ -2,17 +2,18 @@
 // plan/run split.
 //
 // Plan (host, once per step, mla_decode_plan.cpp): from each row's ctx_len, a flat list of work
-// items (row, token begin, token end). One chunk length (whole granules) for the whole step, the
-// smallest that keeps the item count near kTargetItems (enough CTAs to fill the SMs at small
-// batch x long context); a row with a single item writes its output directly, a row with
-// several writes per-item partials (o normalised + log-sum-exp) that mla_decode_run's merge
-// combines. The plan is a flat int32 image for a device buffer of FIXED capacity, so a CUDA
-// graph can hold the launches and only the buffer's contents change from step to step.
+// items (row, token begin, token end). One chunk length (whole granules of 16 tokens) for the
+// whole step, chosen so that waves of kMlaTargetItems CTAs (2 per SM) finish first: at small
+// batch x long context rows split until the SMs are full, at large batch rows stay whole. A
+// row with a single item writes its output directly; a row with several writes per-item
+// partials (o normalised + log2-sum-exp) that mla_decode_run's merge combines. The plan is a
+// flat int32 image for a device buffer of FIXED capacity, so a CUDA graph can hold the
+// launches and only the buffer's contents change from step to step.
 //
 // Run (device, mla_decode_sm90.cu): one CTA per item, for ALL heads of its row, so each
-// cached token (latent + key, 576 floats for K3) is read from HBM once per row: page tiles
-// are streamed into shared memory with 16-byte cp.async, three stages deep, and every head's
-// online softmax runs over the shared tile.
+// cached token (latent + key, 576 floats for K3) is read from HBM once per row: tiles of 16
+// tokens are streamed into shared memory with 16-byte cp.async, three stages deep, and every
+// head's online softmax runs over the shared tile (two variants, MlaDecodeVariant below).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -51,6 +52,11 @@ inline int64_t mla_decode_plan_words(int64_t rows, int64_t capacity) { return 4 
 // ctx_len: [rows] host values. Deterministic: the same ctx_len give the same image.
 Status build_mla_decode_plan(const int32_t* ctx_len, int64_t rows, int64_t page_size, int64_t capacity, MlaDecodePlan* plan);
 
+// kBlock: any head count (<= 32), the block shares each tile's scores (three barriers a tile).
+// kWarp: <= 3 heads (the TP32 rank) and latent % 4 == 0, each warp its own online softmax over its tokens
+// (one barrier a tile), states combined at the end. kAuto: kWarp where it applies.
+enum class MlaDecodeVariant { kAuto, kBlock, kWarp };
+
 // Device side of one step's plan. part_o: [capacity][heads][latent_dim], part_lse:
 // [capacity][heads]. launch_items: CTAs to launch (the plan's num_items when known on the host,
 // its capacity inside a graph: surplus CTAs exit). merge: launch the merge (always, in a graph).
@@ -59,6 +65,7 @@ struct MlaDecodeWork {
   int64_t capacity = 0;
   int64_t launch_items = 0;
   bool merge = true;
+  MlaDecodeVariant variant = MlaDecodeVariant::kAuto;
   float* part_o = nullptr;
   float* part_lse = nullptr;
 };

@@ -36,7 +36,42 @@ __device__ __forceinline__ float warp_max(float v) {
   return v;
 }
 
+// Tile [t0, t0 + kTile) of a row into shared memory (one commit group). Tokens past `end` or
+// on a negative page are zero-filled (src size 0) and masked by the caller. Items start on a
+// tile boundary (mla_decode_granule), so with pages a multiple of the tile a tile is one run
+// of contiguous memory in one page: no per-chunk page lookup.
+__device__ __forceinline__ void load_tile_async(const MlaDecodeArgs& a, const int32_t* table, int end, int t0, float* dst) {
+  const int ps = static_cast<int>(a.page_size), entry = static_cast<int>(a.latent_dim + a.rope_dim);
+  const int chunks_per_token = entry / 4, tile_chunks = kTile * chunks_per_token;
+  if (ps % kTile == 0) {
+    const int page = table[t0 / ps];
+    const int valid_chunks = page < 0 ? 0 : min(kTile, end - t0) * chunks_per_token;
+    const float* base = a.cache + (static_cast<int64_t>(page < 0 ? 0 : page) * ps + t0 % ps) * entry;
+    for (int c = threadIdx.x; c < tile_chunks; c += kThreads) {
+      const bool ok = c < valid_chunks;
+      cp_async16(dst + c * 4, ok ? base + c * 4 : a.cache, ok ? 16 : 0);
+    }
+  } else {
+    for (int c = threadIdx.x; c < tile_chunks; c += kThreads) {
+      const int t = c / chunks_per_token, col = c - t * chunks_per_token, tok = t0 + t;
+      const float* src = a.cache;
+      int bytes = 0;
+      if (tok < end) {
+        const int page = table[tok / ps];
+        if (page >= 0) {
+          src = a.cache + (static_cast<int64_t>(page) * ps + tok % ps) * entry + col * 4;
+          bytes = 16;
+        }
+      }
+      cp_async16(dst + t * entry + col * 4, src, bytes);
+    }
+  }
+  cp_async_commit();
+}
+
 // Scores are kept in log2 units (q pre-scaled by scale * log2 e), so exp2f does the softmax.
+// The block variant: any head count up to 32; the block shares each tile's scores and
+// probabilities through shared memory (three barriers a tile).
 template <int HMAX>
 __global__ void __launch_bounds__(kThreads, HMAX <= 8 ? 2 : 1)
     mla_decode_kernel(const __grid_constant__ MlaDecodeArgs a, const int32_t* __restrict__ plan, float* __restrict__ part_o,
@@ -54,39 +89,8 @@ __global__ void __launch_bounds__(kThreads, HMAX <= 8 ? 2 : 1)
   const int ps = static_cast<int>(a.page_size);
   const int32_t* table = a.page_table + static_cast<int64_t>(row) * a.max_pages;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int chunks_per_token = entry / 4, tile_chunks = kTile * chunks_per_token;
 
-  // Tokens past the item or on a negative page are zero-filled (src size 0) and masked below.
-  // Items start on a tile boundary (mla_decode_granule), so with pages a multiple of the tile a
-  // tile is one run of contiguous memory in one page: no per-chunk page lookup.
-  const bool tile_in_page = ps % kTile == 0;
-  auto load_tile = [&](int t0, float* dst) {
-    if (tile_in_page) {
-      const int page = table[t0 / ps];
-      const int valid_chunks = page < 0 ? 0 : min(kTile, end - t0) * chunks_per_token;
-      const float* base = a.cache + (static_cast<int64_t>(page < 0 ? 0 : page) * ps + t0 % ps) * entry;
-      for (int c = threadIdx.x; c < tile_chunks; c += kThreads) {
-        const bool ok = c < valid_chunks;
-        cp_async16(dst + c * 4, ok ? base + c * 4 : a.cache, ok ? 16 : 0);
-      }
-      cp_async_commit();
-      return;
-    }
-    for (int c = threadIdx.x; c < tile_chunks; c += kThreads) {
-      const int t = c / chunks_per_token, col = c - t * chunks_per_token, tok = t0 + t;
-      const float* src = a.cache;
-      int bytes = 0;
-      if (tok < end) {
-        const int page = table[tok / ps];
-        if (page >= 0) {
-          src = a.cache + (static_cast<int64_t>(page) * ps + tok % ps) * entry + col * 4;
-          bytes = 16;
-        }
-      }
-      cp_async16(dst + t * entry + col * 4, src, bytes);
-    }
-    cp_async_commit();
-  };
+  auto load_tile = [&](int t0, float* dst) { load_tile_async(a, table, end, t0, dst); };
 
   if (threadIdx.x < HMAX) {
     s_m[threadIdx.x] = -INFINITY;
@@ -220,6 +224,158 @@ __global__ void __launch_bounds__(kThreads, HMAX <= 8 ? 2 : 1)
   }
 }
 
+// The warp variant (<= 3 heads, latent_dim % 4 == 0): each warp runs its own online softmax
+// over its two tokens of every tile, for all heads, with a private accumulator (lane = 16
+// latent dims x NH heads in registers), so a tile costs one barrier (its arrival) instead of
+// three; the 8 warps' states are combined once at the end of the item.
+template <int NH>
+__global__ void __launch_bounds__(kThreads, 2)
+    mla_decode_warp_kernel(const __grid_constant__ MlaDecodeArgs a, const int32_t* __restrict__ plan, float* __restrict__ part_o,
+                           float* __restrict__ part_lse) {
+  extern __shared__ float4 smem_raw[];
+  float* tiles = reinterpret_cast<float*>(smem_raw);  // [kStages][kTile][entry]; then the warps' states
+  __shared__ float s_m[kWarps][NH], s_l[kWarps][NH];
+  const int item = blockIdx.x;
+  if (item >= plan[0]) return;
+  const int4 it = reinterpret_cast<const int4*>(plan + 4)[item];
+  const int row = it.x, begin = it.y, end = it.z, slot = it.w;
+  const int lat = static_cast<int>(a.latent_dim), rope = static_cast<int>(a.rope_dim), entry = lat + rope;
+  const int ps = static_cast<int>(a.page_size);
+  const int32_t* table = a.page_table + static_cast<int64_t>(row) * a.max_pages;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+
+  const float qscale = a.scale * kLog2e;
+  float2 q[NH][kSlots];
+#pragma unroll
+  for (int h = 0; h < NH; ++h)
+#pragma unroll
+    for (int k = 0; k < kSlots; ++k) {
+      const int e = 64 * k + 2 * lane;
+      float2 v = make_float2(0.0f, 0.0f);
+      if (e < entry) v = e < lat ? *reinterpret_cast<const float2*>(a.q_lat + (static_cast<int64_t>(row) * NH + h) * lat + e)
+                                 : *reinterpret_cast<const float2*>(a.q_rot + (static_cast<int64_t>(row) * NH + h) * rope + (e - lat));
+      q[h][k] = make_float2(v.x * qscale, v.y * qscale);
+    }
+  constexpr int kDimGroups = 4;  // lane owns dims 128 k + 4 lane + [0, 4), k < 4 (latent <= 512)
+  float m[NH], l[NH];
+  float4 acc[NH][kDimGroups];
+#pragma unroll
+  for (int h = 0; h < NH; ++h) {
+    m[h] = -INFINITY;
+    l[h] = 0.0f;
+#pragma unroll
+    for (int k = 0; k < kDimGroups; ++k) acc[h][k] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+  }
+
+  const int ntiles = (end - begin + kTile - 1) / kTile;
+  load_tile_async(a, table, end, begin, tiles);
+  if (ntiles > 1) load_tile_async(a, table, end, begin + kTile, tiles + kTile * entry);
+  else cp_async_commit();
+  for (int i = 0; i < ntiles; ++i) {
+    const int t0 = begin + i * kTile;
+    const float* tile = tiles + (i % kStages) * kTile * entry;
+    cp_async_wait_one();
+    __syncthreads();  // tile i visible; every warp is past tile i-1, so its stage is free
+    if (i + 2 < ntiles) load_tile_async(a, table, end, t0 + 2 * kTile, tiles + ((i + 2) % kStages) * kTile * entry);
+    else cp_async_commit();
+    float s[2][NH];
+    bool valid[2];
+#pragma unroll
+    for (int u = 0; u < 2; ++u) {
+      const int t = warp + u * kWarps, tok = t0 + t;
+      valid[u] = tok < end && table[tok / ps] >= 0;
+      const float* r = tile + t * entry;
+#pragma unroll
+      for (int h = 0; h < NH; ++h) s[u][h] = 0.0f;
+#pragma unroll
+      for (int k = 0; k < kSlots; ++k) {
+        const int e = 64 * k + 2 * lane;
+        if (e < entry) {
+          const float2 v = *reinterpret_cast<const float2*>(r + e);
+#pragma unroll
+          for (int h = 0; h < NH; ++h) s[u][h] = fmaf(q[h][k].x, v.x, fmaf(q[h][k].y, v.y, s[u][h]));
+        }
+      }
+    }
+    // The xor butterfly leaves the same bits in every lane, so the branches below are uniform.
+#pragma unroll
+    for (int u = 0; u < 2; ++u)
+#pragma unroll
+      for (int h = 0; h < NH; ++h) s[u][h] = warp_sum(s[u][h]);
+#pragma unroll
+    for (int u = 0; u < 2; ++u) {
+      if (!valid[u]) continue;
+      const float* r = tile + (warp + u * kWarps) * entry;
+      float p[NH];
+#pragma unroll
+      for (int h = 0; h < NH; ++h) {
+        if (s[u][h] > m[h]) {  // rescale only when the running max moves
+          const float corr = exp2f(m[h] - s[u][h]);
+          m[h] = s[u][h];
+          l[h] *= corr;
+#pragma unroll
+          for (int k = 0; k < kDimGroups; ++k) acc[h][k] = make_float4(acc[h][k].x * corr, acc[h][k].y * corr, acc[h][k].z * corr, acc[h][k].w * corr);
+        }
+        p[h] = exp2f(s[u][h] - m[h]);
+        l[h] += p[h];
+      }
+#pragma unroll
+      for (int k = 0; k < kDimGroups; ++k) {
+        const int d = 128 * k + 4 * lane;
+        if (d >= lat) break;
+        const float4 v = *reinterpret_cast<const float4*>(r + d);
+#pragma unroll
+        for (int h = 0; h < NH; ++h)
+          acc[h][k] = make_float4(fmaf(p[h], v.x, acc[h][k].x), fmaf(p[h], v.y, acc[h][k].y), fmaf(p[h], v.z, acc[h][k].z),
+                                  fmaf(p[h], v.w, acc[h][k].w));
+      }
+    }
+  }
+
+  // Combine the warps: states through shared memory (the tile stages are free once drained).
+  asm volatile("cp.async.wait_all;\n" ::);
+  __syncthreads();
+  float* s_acc = tiles;  // [kWarps][NH][lat]; fits: 8 NH lat <= 3 x 16 x entry for NH <= 6
+#pragma unroll
+  for (int h = 0; h < NH; ++h) {
+    if (lane == 0) {
+      s_m[warp][h] = m[h];
+      s_l[warp][h] = l[h];
+    }
+#pragma unroll
+    for (int k = 0; k < kDimGroups; ++k) {
+      const int d = 128 * k + 4 * lane;
+      if (d < lat) *reinterpret_cast<float4*>(s_acc + (warp * NH + h) * lat + d) = acc[h][k];
+    }
+  }
+  __syncthreads();
+  const int col2 = 2 * threadIdx.x;
+#pragma unroll
+  for (int h = 0; h < NH; ++h) {
+    float mx = -INFINITY;
+#pragma unroll
+    for (int w = 0; w < kWarps; ++w) mx = fmaxf(mx, s_m[w][h]);
+    float L = 0.0f, wgt[kWarps];
+#pragma unroll
+    for (int w = 0; w < kWarps; ++w) {
+      wgt[w] = mx == -INFINITY ? 0.0f : exp2f(s_m[w][h] - mx);
+      L += s_l[w][h] * wgt[w];
+    }
+    if (col2 < lat) {
+      float2 o = make_float2(0.0f, 0.0f);
+#pragma unroll
+      for (int w = 0; w < kWarps; ++w) {
+        const float2 v = *reinterpret_cast<const float2*>(s_acc + (w * NH + h) * lat + col2);
+        o = make_float2(fmaf(wgt[w], v.x, o.x), fmaf(wgt[w], v.y, o.y));
+      }
+      const float inv = L > 0.0f ? 1.0f / L : 0.0f;
+      float* dst = slot < 0 ? a.o_lat + (static_cast<int64_t>(row) * NH + h) * lat : part_o + (static_cast<int64_t>(slot) * NH + h) * lat;
+      *reinterpret_cast<float2*>(dst + col2) = make_float2(o.x * inv, o.y * inv);
+    }
+    if (slot >= 0 && threadIdx.x == 0) part_lse[static_cast<int64_t>(slot) * NH + h] = L > 0.0f ? mx + log2f(L) : -INFINITY;
+  }
+}
+
 // Grid (row, head, 64-dim slice): rows with one item were written by the run; rows with none
 // get zeros; rows with several combine their partials weighted by 2^(lse - max). The 8 warps
 // split the items (a warp reads 256 contiguous bytes of each), lane = two dims.
@@ -273,6 +429,22 @@ __global__ void __launch_bounds__(kThreads) mla_merge_kernel(const __grid_consta
   }
 }
 
+template <typename Kernel>
+cudaError_t opt_in_shared(Kernel kernel) {
+  const cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kStages * kTile * kMaxEntry * sizeof(float));
+  if (e != cudaSuccess) return e;
+  return cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, 100);
+}
+
+template <int NH>
+Status launch_warp_run(const MlaDecodeArgs& a, const MlaDecodeWork& w, cudaStream_t stream) {
+  const size_t smem = kStages * kTile * (a.latent_dim + a.rope_dim) * sizeof(float);
+  static const cudaError_t opt_in = opt_in_shared(mla_decode_warp_kernel<NH>);  // first (eager) call, never in a capture
+  if (opt_in != cudaSuccess) return cuda_status(opt_in, "mla_decode_run (shared memory opt-in)");
+  mla_decode_warp_kernel<NH><<<static_cast<unsigned>(w.launch_items), kThreads, smem, stream>>>(a, w.plan, w.part_o, w.part_lse);
+  return last_launch_status("mla_decode_run (warp variant)");
+}
+
 template <int HMAX>
 Status launch_run(const MlaDecodeArgs& a, const MlaDecodeWork& w, cudaStream_t stream) {
   const size_t smem = kStages * kTile * (a.latent_dim + a.rope_dim) * sizeof(float);
@@ -295,7 +467,16 @@ Status mla_decode_run(const MlaDecodeArgs& a, const MlaDecodeWork& w, cudaStream
   if (!mla_decode_supported(a.heads, a.latent_dim, a.rope_dim)) return invalid_argument("mla_decode_run: unsupported shape");
   if (a.page_size <= 0 || w.launch_items > w.capacity) return invalid_argument("mla_decode_run: bad page size or launch count");
   if (a.rows == 0) return Status::ok();
-  if (w.launch_items > 0) {
+  const bool warp_variant = w.variant == MlaDecodeVariant::kWarp ||
+                            (w.variant == MlaDecodeVariant::kAuto && a.heads <= 3 && a.latent_dim % 4 == 0);
+  if (warp_variant && (a.heads > 3 || a.latent_dim % 4 != 0))
+    return invalid_argument("mla_decode_run: the warp variant takes <= 3 heads and latent_dim % 4 == 0");
+  if (w.launch_items > 0 && warp_variant) {
+    Status s = a.heads == 1   ? launch_warp_run<1>(a, w, stream)
+               : a.heads == 2 ? launch_warp_run<2>(a, w, stream)
+                              : launch_warp_run<3>(a, w, stream);
+    PDS_RETURN_IF_ERROR(s);
+  } else if (w.launch_items > 0) {
     Status s = a.heads <= 3    ? launch_run<3>(a, w, stream)
                : a.heads <= 4  ? launch_run<4>(a, w, stream)
                : a.heads <= 8  ? launch_run<8>(a, w, stream)

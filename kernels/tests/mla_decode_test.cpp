@@ -156,8 +156,7 @@ void run_case(const Case& c, uint32_t seed) {
   auto dc = dev(cache), dql = dev(ql), dqr = dev(qr);
   auto dplan = dev(plan.image), dt = dev(table), dctx = dev(c.ctx);
   DeviceBuffer<float> out(rows * c.heads * c.lat), part_o(cap * c.heads * c.lat), part_lse(cap * c.heads);
-  // Garbage in the output: every element must be written.
-  ASSERT_TRUE(out.upload(std::vector<float>(rows * c.heads * c.lat, NAN)).is_ok());
+  // Garbage (NaN) in the output before each run: every element must be written.
   MlaDecodeArgs a;
   a.q_lat = dql.get(), a.q_rot = dqr.get(), a.cache = dc.get(), a.page_table = dt.get(), a.ctx_len = dctx.get();
   a.rows = rows, a.heads = c.heads, a.latent_dim = c.lat, a.rope_dim = c.rope, a.page_size = c.page, a.max_pages = max_pages;
@@ -166,16 +165,22 @@ void run_case(const Case& c, uint32_t seed) {
   w.plan = dplan.get(), w.capacity = cap, w.part_o = part_o.get(), w.part_lse = part_lse.get();
   w.launch_items = c.graph_launch ? cap : plan.num_items;
   w.merge = c.graph_launch || plan.any_split || plan.any_empty;
-  ASSERT_TRUE(mla_decode_run(a, w, nullptr).is_ok());
-  const auto got = host(out);
-  EXPECT_LT(nerr(got, ref), 2e-5) << "heads " << c.heads << " items " << plan.num_items;
-  if (c.negative_row >= 0) {
-    for (int64_t i = 0; i < c.heads * c.lat; ++i) ASSERT_EQ(got[c.negative_row * c.heads * c.lat + i], 0.0f);
+  // Both kernels where both apply (kAuto is the warp variant for <= 3 heads).
+  for (MlaDecodeVariant variant : {MlaDecodeVariant::kBlock, MlaDecodeVariant::kAuto}) {
+    ASSERT_TRUE(out.upload(std::vector<float>(rows * c.heads * c.lat, NAN)).is_ok());
+    w.variant = variant;
+    ASSERT_TRUE(mla_decode_run(a, w, nullptr).is_ok());
+    const auto got = host(out);
+    EXPECT_LT(nerr(got, ref), 2e-5) << "heads " << c.heads << " items " << plan.num_items << " variant "
+                                    << static_cast<int>(variant);
+    if (c.negative_row >= 0) {
+      for (int64_t i = 0; i < c.heads * c.lat; ++i) ASSERT_EQ(got[c.negative_row * c.heads * c.lat + i], 0.0f);
+    }
   }
 }
 
 TEST_F(MlaDecode, RaggedRowsMatchTheCpuReference) {
-  for (int64_t heads : {3, 16, 24})
+  for (int64_t heads : {1, 3, 4, 16, 24})
     run_case({heads, 512, 64, 64, {1, 63, 64, 65, 4097, 32, 0, 2000}}, 100 + static_cast<uint32_t>(heads));
 }
 
@@ -211,6 +216,14 @@ TEST(MlaDecodeShapes, SupportedShapes) {
   EXPECT_FALSE(mla_decode_supported(33, 512, 64));   // more heads than one CTA holds
   EXPECT_FALSE(mla_decode_supported(3, 512, 66));    // a token row that is not 16-byte aligned
   EXPECT_FALSE(mla_decode_supported(3, 1024, 64));   // more latent dims than threads x 2
+}
+
+TEST_F(MlaDecode, WarpVariantRefusesShapesItCannotTake) {
+  MlaDecodeArgs a;
+  a.rows = 1, a.heads = 4, a.latent_dim = 512, a.rope_dim = 64, a.page_size = 64;
+  MlaDecodeWork w;
+  w.variant = MlaDecodeVariant::kWarp;
+  EXPECT_FALSE(mla_decode_run(a, w, nullptr).is_ok());
 }
 
 }  // namespace
