@@ -9,7 +9,9 @@
 // captures it; later steps upload the inputs and replay. Nothing inside the body allocates
 // or waits on the host (the MoE plan's offsets stay on the device), so the whole step is one
 // graph. A scratch buffer that moves (a larger prefill grew it) bumps scratch_generation_,
-// which retires every graph: they re-capture on their next use.
+// which retires every graph: they re-capture on their next use. The split-KV MLA plan
+// (mla_decode.h) is rebuilt from the context lengths every step and uploaded into a buffer
+// sized for the largest bucket's capacity; the captured launch covers the bucket's capacity.
 #include <algorithm>
 #include <array>
 
@@ -90,6 +92,7 @@ Status CudaModel::forward_graph(const ForwardBatch& batch, int64_t B, ForwardOut
       std::copy(seq.pages.begin(), seq.pages.end(), graph_host_.data() + L.table() + b * L.max_pages);
     }
     const int64_t used = L.table() + rows * L.max_pages;
+    PDS_RETURN_IF_ERROR(plan_mla(graph_host_.data() + L.ctx(), rows, /*in_graph=*/true, &st));
     return cuda_status(cudaMemcpyAsync(graph_inputs_, graph_host_.data(), used * sizeof(int32_t), cudaMemcpyHostToDevice, stream_),
                        "graph inputs");
   };

@@ -9,6 +9,7 @@
 #include "glue/glue.h"
 #include "kda/kda.h"
 #include "mla/mla.h"
+#include "mla/mla_decode.h"
 #include "moe/moe.h"
 #include "norm/norm.h"
 #include "routing/routing.h"
@@ -65,7 +66,14 @@ Status CudaModel::mla_layer(const DeviceLayer& l, const Step& st, const float* x
   a.max_pages = st.max_pages;
   a.scale = 1.0f / std::sqrt(static_cast<float>(qd));
   a.o_lat = o_lat;
-  PDS_RETURN_IF_ERROR(mla_attend_latent(a, stream_));
+  if (st.mla.plan && mla_decode_supported(nh, lat, rope)) {
+    MlaDecodeWork w = st.mla;
+    PDS_ASSIGN_OR_RETURN(w.part_o, scratch<float>(kMlaPartO, w.capacity * nh * lat));
+    PDS_ASSIGN_OR_RETURN(w.part_lse, scratch<float>(kMlaPartLse, w.capacity * nh));
+    PDS_RETURN_IF_ERROR(mla_decode_run(a, w, stream_));
+  } else {
+    PDS_RETURN_IF_ERROR(mla_attend_latent(a, stream_));
+  }
   PDS_ASSIGN_OR_RETURN(float* attn, scratch<float>(kMlaAttn, T * nh * vd));
   PDS_RETURN_IF_ERROR(mla_v_up(o_lat, l.kv_b.p, T, nh, nope, vd, lat, attn, stream_));
   if (c.mla_output_gate) {

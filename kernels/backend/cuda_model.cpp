@@ -113,6 +113,22 @@ template Result<float*> CudaModel::scratch<float>(int, size_t);
 template Result<int32_t*> CudaModel::scratch<int32_t>(int, size_t);
 template Result<int32_t*> CudaModel::upload_scratch<int32_t>(int, const std::vector<int32_t>&);
 
+Status CudaModel::plan_mla(const int32_t* ctx, int64_t rows, bool in_graph, Step* st) {
+  st->mla = MlaDecodeWork{};
+  if (!opts_.split_kv_mla || cfg_.num_mla_layers() == 0) return Status::ok();
+  const int64_t capacity = mla_decode_plan_capacity(rows);
+  MlaDecodePlan plan;
+  PDS_RETURN_IF_ERROR(build_mla_decode_plan(ctx, rows, page_size_, capacity, &plan));
+  // Grow-only: a graph's buffer was sized for the largest bucket, so its pointer stays put.
+  PDS_ASSIGN_OR_RETURN(int32_t* d_plan, upload_scratch(kMlaPlan, plan.image));
+  st->mla.plan = d_plan;
+  st->mla.capacity = capacity;
+  // A graph holds the launch: the capacity's CTAs (surplus ones exit) and the merge always.
+  st->mla.launch_items = in_graph ? capacity : plan.num_items;
+  st->mla.merge = in_graph || plan.any_split || plan.any_empty;
+  return Status::ok();
+}
+
 // The same checks as Model::validate, against the device pools' geometry: a bad batch is an
 // error before anything is touched.
 Status CudaModel::check(const ForwardBatch& batch) const {
@@ -175,6 +191,8 @@ Status CudaModel::forward(const ForwardBatch& batch, ForwardOutput* out) {
     for (const SequenceInput& seq : batch.seqs) slots.push_back(seq.state_slot);
     PDS_ASSIGN_OR_RETURN(st.slots, upload_scratch(kKdaSlots, slots));
   }
+  // Prefill chunks too: each query row is its own (row, prefix) item of the split-KV plan.
+  PDS_RETURN_IF_ERROR(plan_mla(ctx.data(), T, /*in_graph=*/false, &st));
 
   // Final norm and lm_head only for the rows the caller wants.
   out->vocab = cfg_.vocab_size;

@@ -77,6 +77,8 @@ class CudaModel final : public DeviceForward {
   Status forward_graph(const ForwardBatch& batch, int64_t bucket, ForwardOutput* out);
   void drop_graphs();
   Status mla_layer(const DeviceLayer& l, const Step& st, const float* x, float* out);
+  // Builds the step's split-KV MLA plan from the rows' ctx_len (host) and uploads it (cuda_model.cpp).
+  Status plan_mla(const int32_t* ctx, int64_t rows, bool in_graph, Step* st);
   Status kda_layer(const DeviceLayer& l, const Step& st, const float* x, float* out);
   Status mlp(const DeviceMlp& w, const float* x, int64_t rows, float* out);
   Status moe(const DeviceLayer& l, const float* x, int64_t rows, float* out);

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "backend/cuda_model.h"
+#include "mla/mla_decode.h"
 
 namespace pdserve::cuda {
 
@@ -18,6 +19,9 @@ struct CudaModel::Step {
   const int32_t* page_table = nullptr;  // [T][max_pages] each row's block table (device)
   const int32_t* slots = nullptr;       // decode steps (eager or graph): [T] each row's KDA slot, -1 padding
                                         // (device); null: the per-sequence KDA path over `batch`
+  // The split-KV MLA work list of this step, shared by every MLA layer (plan null: the layers
+  // use mla_attend_latent); part_o / part_lse are set per layer.
+  MlaDecodeWork mla;
 };
 
 // One buffer per purpose, so a pointer taken earlier in a forward stays valid.
@@ -30,6 +34,7 @@ enum ScratchSlot : int {
   kMoeLogits, kMoeIds, kMoeWeights, kMoeXl, kMoeOffsets, kMoeSorted, kMoePairRow, kMoeXSorted, kMoeAct, kMoeOut, kMoeY,
   kMoeShared,
   kTpGathered,
+  kMlaPlan, kMlaPartO, kMlaPartLse,
 };
 
 }  // namespace pdserve::cuda

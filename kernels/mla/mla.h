@@ -1,5 +1,7 @@
-// MLA latent attention over the paged cache on the device, correct-first (the split-KV
-// FlashMLA-class kernel is issue 12). Contract = ops/mla.h (absorbed form), batched:
+// MLA latent attention over the paged cache on the device, correct-first: one block per
+// (row, head). The fast split-KV kernel with the same contract is mla_decode.h (the backend's
+// default); this one stays as its correctness anchor and the fallback for shapes it does not
+// take. Contract = ops/mla.h (absorbed form), batched:
 // for query row b (a token of some sequence), head h:
 //   score_j = (q_lat[b,h] . latent_j + q_rot[b,h] . key_j) * scale, j < ctx_len[b]
 //   o_lat[b,h] = sum_j softmax(score)_j * latent_j

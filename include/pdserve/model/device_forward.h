@@ -54,6 +54,9 @@ struct CudaForwardOptions {
   // Decode steps (eager and graphs) run KDA layers through the fused step (kda_decode_step, one
   // launch a layer); false: the per-op slot-table kernels (graphs == eager bit for bit in both).
   bool fused_kda_decode = true;
+  // MLA attention runs through the split-KV plan/run kernel (kernels/mla/mla_decode.h) where
+  // the shape allows (<= 32 heads a rank); false keeps the one-block-per-head mla_attend_latent.
+  bool split_kv_mla = true;
 };
 
 // The whole (unsharded) model on CUDA device 0, pools of the given geometry.

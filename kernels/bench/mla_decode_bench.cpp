@@ -1,0 +1,168 @@
+// Split-KV MLA latent decode (mla/mla_decode.h) vs the old one-block-per-(row, head) kernel
+// (mla_attend_latent) at K3 decode shapes: latent 512 + key 64 fp32 per token, pages of 64,
+// random non-contiguous page tables. Effective bandwidth = cache bytes the step must read
+// (rows x ctx x 576 x 4) / device time; floor = those bytes / 4.2 TB/s. Inputs rotate over
+// enough copies of the page tables (distinct pages) that the 50 MB L2 never holds a step.
+//   mla_decode_bench [quick]    (quick: a few shapes, for a smoke run)
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <numeric>
+
+#include "bench/bench_util.h"
+#include "mla/mla_decode.h"
+
+using namespace pdserve::cuda;
+using namespace pdserve::cuda::bench;
+
+namespace {
+
+constexpr int64_t kLat = 512, kRope = 64, kEntry = kLat + kRope, kPage = 64;
+
+struct Shape {
+  int64_t heads, batch, ctx;
+};
+
+void bench_shape(const Shape& s, bool run_old) {
+  const int64_t pages_per_row = (s.ctx + kPage - 1) / kPage, step_pages = s.batch * pages_per_row;
+  const double bytes = static_cast<double>(s.batch) * s.ctx * kEntry * sizeof(float);
+  // Copies (of distinct pages) so consecutive reps read different memory: >= 256 MB rotated.
+  const int64_t copies = std::min<int64_t>(32, std::max<int64_t>(1, static_cast<int64_t>(std::ceil(256e6 / bytes))));
+  const int64_t pool_pages = copies * step_pages;
+  DeviceBuffer<float> cache;
+  check(cache.resize(pool_pages * kPage * kEntry), "cache");
+  {
+    // Random values in place, fast: fill one page pattern per 1 MB and copy device-side.
+    const auto block = randn(1 << 18, 5);
+    auto d = upload(block);
+    const int64_t total = pool_pages * kPage * kEntry;
+    for (int64_t off = 0; off < total; off += block.size())
+      cudaMemcpy(cache.get() + off, d.get(), std::min<int64_t>(block.size(), total - off) * sizeof(float), cudaMemcpyDeviceToDevice);
+  }
+  std::vector<int32_t> perm(pool_pages);
+  std::iota(perm.begin(), perm.end(), 0);
+  std::mt19937 gen(17);
+  std::shuffle(perm.begin(), perm.end(), gen);
+  std::vector<DeviceBuffer<int32_t>> tables;
+  for (int64_t c = 0; c < copies; ++c)
+    tables.push_back(upload(std::vector<int32_t>(perm.begin() + c * step_pages, perm.begin() + (c + 1) * step_pages)));
+  const std::vector<int32_t> ctx(s.batch, static_cast<int32_t>(s.ctx));
+  auto dctx = upload(ctx);
+  auto ql = upload(randn(s.batch * s.heads * kLat, 6)), qr = upload(randn(s.batch * s.heads * kRope, 7));
+  DeviceBuffer<float> out;
+  check(out.resize(s.batch * s.heads * kLat), "out");
+
+  const int64_t cap = mla_decode_plan_capacity(s.batch);
+  MlaDecodePlan plan;
+  std::vector<double> plan_times;
+  for (int r = 0; r < 21; ++r) {
+    const auto t0 = std::chrono::steady_clock::now();
+    check(build_mla_decode_plan(ctx.data(), s.batch, kPage, cap, &plan), "plan");
+    plan_times.push_back(std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count());
+  }
+  std::sort(plan_times.begin(), plan_times.end());
+  const double plan_us = plan_times[plan_times.size() / 2];
+  auto dplan = upload(plan.image);
+  DeviceBuffer<float> part_o, part_lse;
+  check(part_o.resize(cap * s.heads * kLat), "part_o");
+  check(part_lse.resize(cap * s.heads), "part_lse");
+  MlaDecodeArgs a;
+  a.q_lat = ql.get(), a.q_rot = qr.get(), a.cache = cache.get(), a.ctx_len = dctx.get();
+  a.rows = s.batch, a.heads = s.heads, a.latent_dim = kLat, a.rope_dim = kRope, a.page_size = kPage, a.max_pages = pages_per_row;
+  a.scale = 1.0f / std::sqrt(192.0f), a.o_lat = out.get();
+  MlaDecodeWork w;
+  w.plan = dplan.get(), w.capacity = cap, w.launch_items = plan.num_items, w.merge = plan.any_split || plan.any_empty;
+  w.part_o = part_o.get(), w.part_lse = part_lse.get();
+
+  const double floor_us = bytes / g_bw * 1e6;
+  g_reps = 20;
+  const double new_us = median_us([&](int i) {
+    a.page_table = tables[i % copies].get();
+    check(mla_decode_run(a, w, nullptr), "mla_decode_run");
+  });
+  // Back to back inside one CUDA graph (as the decode step runs it): no launch gaps.
+  constexpr int kInGraph = 20;
+  cudaStream_t stream;
+  cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking);
+  cudaGraph_t graph;
+  cudaGraphExec_t exec;
+  check(cuda_status(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), "capture"), "capture");
+  for (int i = 0; i < kInGraph; ++i) {
+    a.page_table = tables[i % copies].get();
+    check(mla_decode_run(a, w, stream), "mla_decode_run (capture)");
+  }
+  check(cuda_status(cudaStreamEndCapture(stream, &graph), "end capture"), "capture");
+  check(cuda_status(cudaGraphInstantiate(&exec, graph, 0), "instantiate"), "instantiate");
+  std::vector<double> graph_runs;
+  cudaEvent_t e0, e1;
+  cudaEventCreate(&e0);
+  cudaEventCreate(&e1);
+  for (int r = 0; r < 7; ++r) {
+    cudaEventRecord(e0, stream);
+    cudaGraphLaunch(exec, stream);
+    cudaEventRecord(e1, stream);
+    cudaEventSynchronize(e1);
+    float ms = 0;
+    cudaEventElapsedTime(&ms, e0, e1);
+    if (r > 0) graph_runs.push_back(ms * 1e3 / kInGraph);
+  }
+  std::sort(graph_runs.begin(), graph_runs.end());
+  const double graph_us = graph_runs[graph_runs.size() / 2];
+  cudaEventDestroy(e0);
+  cudaEventDestroy(e1);
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+  cudaStreamDestroy(stream);
+  // The block variant (any head count) where the warp variant is the default, for comparison.
+  double block_us = NAN;
+  if (s.heads <= 3) {
+    w.variant = MlaDecodeVariant::kBlock;
+    block_us = median_us([&](int i) {
+      a.page_table = tables[i % copies].get();
+      check(mla_decode_run(a, w, nullptr), "mla_decode_run (block)");
+    });
+    w.variant = MlaDecodeVariant::kAuto;
+  }
+  double old_us = NAN;
+  if (run_old) {
+    g_reps = 3;
+    old_us = median_us([&](int i) {
+      a.page_table = tables[i % copies].get();
+      check(mla_attend_latent(a, nullptr), "mla_attend_latent");
+    });
+  }
+  std::printf(
+      "| %2ld | %4ld | %6ld | %4ld | %5.1f | %9.1f | %8.2f | %8.2f | %5.2f TB/s | %8.2f | %5.2f TB/s | %5.2fx | %8.2f | %10.1f | %6.3f TB/s | %7.1fx |\n",
+      static_cast<long>(s.heads), static_cast<long>(s.batch), static_cast<long>(s.ctx), static_cast<long>(plan.num_items), plan_us, bytes / 1e6,
+      floor_us, new_us, bytes / new_us * 1e-6, graph_us, bytes / graph_us * 1e-6, graph_us / floor_us, block_us, old_us, bytes / old_us * 1e-6,
+      old_us / new_us);
+  std::fflush(stdout);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const bool quick = argc > 1 && std::strcmp(argv[1], "quick") == 0;
+  std::vector<Shape> shapes;
+  if (quick) {
+    shapes = {{3, 1, 1024}, {3, 64, 4096}};
+  } else {
+    for (int64_t b : {1, 8, 32, 64, 128, 256})
+      for (int64_t c : {1024, 4096, 16384}) shapes.push_back({3, b, c});
+    for (int64_t b : {1, 8}) {
+      shapes.push_back({3, b, 32768});
+      shapes.push_back({3, b, 65536});
+    }
+    for (int64_t h : {16, 24})
+      for (int64_t b : {1, 32, 128}) shapes.push_back({h, b, 4096});
+  }
+  std::printf("MLA latent decode, fp32 cache (576 floats/token), page 64; floor = cache bytes / %.1f TB/s\n", g_bw / 1e12);
+  std::printf("split-KV us: one launch (run + merge, default variant: warp for <= 3 heads) between events; graph us: per step, %d "
+              "steps back to back in a CUDA graph; block-variant us: one launch of the block variant\n",
+              20);
+  std::printf("| H | batch | ctx | items | plan us (host) | MB | floor us | split-KV us | BW | graph us | BW | graph / floor | block-variant us | old us | old BW | old / split-KV |\n");
+  std::printf("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+  for (const Shape& s : shapes) bench_shape(s, /*run_old=*/true);
+  return 0;
+}

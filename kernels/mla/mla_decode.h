@@ -1,0 +1,81 @@
+// Split-KV MLA latent decode (issue 12): the same contract as mla_attend_latent (mla.h), in a
+// plan/run split.
+//
+// Plan (host, once per step, mla_decode_plan.cpp): from each row's ctx_len, a flat list of work
+// items (row, token begin, token end). One chunk length (whole granules of 16 tokens) for the
+// whole step, chosen so that waves of kMlaTargetItems CTAs (2 per SM) finish first: at small
+// batch x long context rows split until the SMs are full, at large batch rows stay whole. A
+// row with a single item writes its output directly; a row with several writes per-item
+// partials (o normalised + log2-sum-exp) that mla_decode_run's merge combines. The plan is a
+// flat int32 image for a device buffer of FIXED capacity, so a CUDA graph can hold the
+// launches and only the buffer's contents change from step to step.
+//
+// Run (device, mla_decode_sm90.cu): one CTA per item, for ALL heads of its row, so each
+// cached token (latent + key, 576 floats for K3) is read from HBM once per row: tiles of 16
+// tokens are streamed into shared memory with 16-byte cp.async, three stages deep, and every
+// head's online softmax runs over the shared tile (two variants, MlaDecodeVariant below).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <vector>
+
+#include "mla/mla.h"
+#include "pdserve/core/status.h"
+
+namespace pdserve::cuda {
+
+// Image layout (int32): [0] num_items, [1] rows, [2] capacity, [3] unused;
+// items from word 4: capacity x {row, token_begin, token_end, partial_slot (-1: direct)};
+// then rows x {first_item, num_items} (num_items 0: the row's output is zero).
+struct MlaDecodePlan {
+  int64_t rows = 0, capacity = 0, num_items = 0;
+  bool any_split = false;     // some row has >= 2 items: the merge has work
+  bool any_empty = false;     // some row has no item (ctx_len <= 0): the merge writes its zeros
+  std::vector<int32_t> image; // mla_decode_plan_words(rows, capacity) words
+};
+
+inline constexpr int64_t kMlaTargetItems = 264;  // 2 CTAs on each of the H200's 132 SMs
+inline constexpr int64_t kMlaTileTokens = 16;    // tokens per shared-memory tile of the run
+
+// Items start and end (except at ctx_len) on multiples of this many tokens: the tile when
+// pages hold whole tiles (a tile then never crosses a page), else the page.
+inline int64_t mla_decode_granule(int64_t page_size) {
+  return page_size % kMlaTileTokens == 0 ? kMlaTileTokens : page_size;
+}
+
+// Items can never exceed rows + target (each row rounds up at most one chunk): the capacity.
+inline int64_t mla_decode_plan_capacity(int64_t rows) { return rows + kMlaTargetItems; }
+inline int64_t mla_decode_plan_words(int64_t rows, int64_t capacity) { return 4 + 4 * capacity + 2 * rows; }
+
+// ctx_len: [rows] host values. Deterministic: the same ctx_len give the same image.
+Status build_mla_decode_plan(const int32_t* ctx_len, int64_t rows, int64_t page_size, int64_t capacity, MlaDecodePlan* plan);
+
+// kBlock: any head count (<= 32), the block shares each tile's scores (three barriers a tile).
+// kWarp: <= 3 heads (the TP32 rank) and latent % 4 == 0, each warp its own online softmax over its tokens
+// (one barrier a tile), states combined at the end. kAuto: kWarp where it applies.
+enum class MlaDecodeVariant { kAuto, kBlock, kWarp };
+
+// Device side of one step's plan. part_o: [capacity][heads][latent_dim], part_lse:
+// [capacity][heads]. launch_items: CTAs to launch (the plan's num_items when known on the host,
+// its capacity inside a graph: surplus CTAs exit). merge: launch the merge (always, in a graph).
+struct MlaDecodeWork {
+  const int32_t* plan = nullptr;  // the image on the device
+  int64_t capacity = 0;
+  int64_t launch_items = 0;
+  bool merge = true;
+  MlaDecodeVariant variant = MlaDecodeVariant::kAuto;
+  float* part_o = nullptr;
+  float* part_lse = nullptr;
+};
+
+// Shapes the split-KV kernel takes (else use mla_attend_latent): heads <= 32, latent_dim even
+// and <= 512, (latent_dim + rope_dim) % 4 == 0 and <= 576.
+bool mla_decode_supported(int64_t heads, int64_t latent_dim, int64_t rope_dim);
+
+// a: the usual arguments (a.rows must equal the plan's rows). Page ids < 0 are masked out; a
+// row with nothing to attend to writes zeros.
+Status mla_decode_run(const MlaDecodeArgs& a, const MlaDecodeWork& w, cudaStream_t stream);
+
+}  // namespace pdserve::cuda

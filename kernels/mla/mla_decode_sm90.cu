@@ -1,0 +1,493 @@
+// Device half of the split-KV MLA decode (mla_decode.h): the run kernel (one CTA per plan
+// item, all heads of its row over shared page tiles) and the merge of split rows.
+#include <cmath>
+
+#include "common/cuda_check.h"
+#include "mla/mla_decode.h"
+
+namespace pdserve::cuda {
+
+namespace {
+
+constexpr int kThreads = 256;
+constexpr int kWarps = kThreads / 32;
+constexpr int kTile = kMlaTileTokens;         // tokens per shared-memory stage (2 per warp when scoring)
+constexpr int kStages = 3;                    // tiles in shared memory: two in flight while one is used
+constexpr int kMaxEntry = 576;                // latent + key floats per token, at most
+constexpr int kSlots = kMaxEntry / 64;        // float2 per lane covering one token's entry
+constexpr int kMaxHeadGroup = 4;              // heads scored together (their q in registers)
+constexpr float kLog2e = 1.4426950408889634f;
+
+__device__ __forceinline__ void cp_async16(void* smem, const void* gmem, int src_bytes) {
+  const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(gmem), "r"(src_bytes));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+__device__ __forceinline__ void cp_async_wait_one() { asm volatile("cp.async.wait_group 1;\n" ::); }
+
+__device__ __forceinline__ float warp_sum(float v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+__device__ __forceinline__ float warp_max(float v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+  return v;
+}
+
+// Tile [t0, t0 + kTile) of a row into shared memory (one commit group). Tokens past `end` or
+// on a negative page are zero-filled (src size 0) and masked by the caller. Items start on a
+// tile boundary (mla_decode_granule), so with pages a multiple of the tile a tile is one run
+// of contiguous memory in one page: no per-chunk page lookup.
+__device__ __forceinline__ void load_tile_async(const MlaDecodeArgs& a, const int32_t* table, int end, int t0, float* dst) {
+  const int ps = static_cast<int>(a.page_size), entry = static_cast<int>(a.latent_dim + a.rope_dim);
+  const int chunks_per_token = entry / 4, tile_chunks = kTile * chunks_per_token;
+  if (ps % kTile == 0) {
+    const int page = table[t0 / ps];
+    const int valid_chunks = page < 0 ? 0 : min(kTile, end - t0) * chunks_per_token;
+    const float* base = a.cache + (static_cast<int64_t>(page < 0 ? 0 : page) * ps + t0 % ps) * entry;
+    for (int c = threadIdx.x; c < tile_chunks; c += kThreads) {
+      const bool ok = c < valid_chunks;
+      cp_async16(dst + c * 4, ok ? base + c * 4 : a.cache, ok ? 16 : 0);
+    }
+  } else {
+    for (int c = threadIdx.x; c < tile_chunks; c += kThreads) {
+      const int t = c / chunks_per_token, col = c - t * chunks_per_token, tok = t0 + t;
+      const float* src = a.cache;
+      int bytes = 0;
+      if (tok < end) {
+        const int page = table[tok / ps];
+        if (page >= 0) {
+          src = a.cache + (static_cast<int64_t>(page) * ps + tok % ps) * entry + col * 4;
+          bytes = 16;
+        }
+      }
+      cp_async16(dst + t * entry + col * 4, src, bytes);
+    }
+  }
+  cp_async_commit();
+}
+
+// Scores are kept in log2 units (q pre-scaled by scale * log2 e), so exp2f does the softmax.
+// The block variant: any head count up to 32; the block shares each tile's scores and
+// probabilities through shared memory (three barriers a tile).
+template <int HMAX>
+__global__ void __launch_bounds__(kThreads, HMAX <= 8 ? 2 : 1)
+    mla_decode_kernel(const __grid_constant__ MlaDecodeArgs a, const int32_t* __restrict__ plan, float* __restrict__ part_o,
+                      float* __restrict__ part_lse) {
+  extern __shared__ float4 smem_raw[];
+  float* tiles = reinterpret_cast<float*>(smem_raw);  // [kStages][kTile][entry]
+  constexpr int kHeadGroup = HMAX < kMaxHeadGroup ? HMAX : kMaxHeadGroup;
+  __shared__ __align__(16) float s_p[HMAX][kTile];    // scores, then probabilities, of the tile
+  __shared__ float s_m[HMAX], s_l[HMAX], s_corr[HMAX];
+  const int item = blockIdx.x;
+  if (item >= plan[0]) return;  // a graph launches the capacity; the step may use fewer items
+  const int4 it = reinterpret_cast<const int4*>(plan + 4)[item];
+  const int row = it.x, begin = it.y, end = it.z, slot = it.w;
+  const int H = static_cast<int>(a.heads), lat = static_cast<int>(a.latent_dim), entry = lat + static_cast<int>(a.rope_dim);
+  const int ps = static_cast<int>(a.page_size);
+  const int32_t* table = a.page_table + static_cast<int64_t>(row) * a.max_pages;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+
+  auto load_tile = [&](int t0, float* dst) { load_tile_async(a, table, end, t0, dst); };
+
+  if (threadIdx.x < HMAX) {
+    s_m[threadIdx.x] = -INFINITY;
+    s_l[threadIdx.x] = 0.0f;
+  }
+  const float qscale = a.scale * kLog2e;
+  const float* q_lat = a.q_lat + static_cast<int64_t>(row) * H * lat;
+  const float* q_rot = a.q_rot + static_cast<int64_t>(row) * H * a.rope_dim;
+  float2 q[kHeadGroup][kSlots];
+  auto load_q = [&](int g) {
+#pragma unroll
+    for (int hh = 0; hh < kHeadGroup; ++hh)
+#pragma unroll
+      for (int k = 0; k < kSlots; ++k) {
+        const int h = g + hh, e = 64 * k + 2 * lane;
+        float2 v = make_float2(0.0f, 0.0f);
+        if (h < H && e < entry) v = e < lat ? *reinterpret_cast<const float2*>(q_lat + h * lat + e)
+                                            : *reinterpret_cast<const float2*>(q_rot + h * a.rope_dim + (e - lat));
+        q[hh][k] = make_float2(v.x * qscale, v.y * qscale);
+      }
+  };
+  if constexpr (HMAX <= kMaxHeadGroup) load_q(0);
+
+  const int col2 = 2 * threadIdx.x;  // this thread's two latent dims of every head's output
+  float2 acc[HMAX];
+#pragma unroll
+  for (int h = 0; h < HMAX; ++h) acc[h] = make_float2(0.0f, 0.0f);
+
+  // Group g = tile g (empty groups past the end keep the count exact): before tile i is used,
+  // tiles 0..i+1 are committed and "all but the newest one" means tile i has landed.
+  const int ntiles = (end - begin + kTile - 1) / kTile;
+  load_tile(begin, tiles);
+  if (ntiles > 1) load_tile(begin + kTile, tiles + kTile * entry);
+  else cp_async_commit();
+  for (int i = 0; i < ntiles; ++i) {
+    const int t0 = begin + i * kTile;
+    const float* tile = tiles + (i % kStages) * kTile * entry;
+    cp_async_wait_one();
+    __syncthreads();  // tile i visible; everyone is past iteration i-1, so its stage and s_p are free
+    if (i + 2 < ntiles) load_tile(t0 + 2 * kTile, tiles + ((i + 2) % kStages) * kTile * entry);
+    else cp_async_commit();
+
+    // Scores: warp w takes tokens w and w + kWarps, all heads, kHeadGroup at a time.
+    const float* r0 = tile + warp * entry;
+    const float* r1 = tile + (warp + kWarps) * entry;
+#pragma unroll
+    for (int g = 0; g < HMAX; g += kHeadGroup) {
+      if (g >= H) break;
+      if constexpr (HMAX > kMaxHeadGroup) load_q(g);
+      float s0[kHeadGroup] = {}, s1[kHeadGroup] = {};
+#pragma unroll
+      for (int k = 0; k < kSlots; ++k) {
+        const int e = 64 * k + 2 * lane;
+        if (e < entry) {
+          const float2 v0 = *reinterpret_cast<const float2*>(r0 + e), v1 = *reinterpret_cast<const float2*>(r1 + e);
+#pragma unroll
+          for (int hh = 0; hh < kHeadGroup; ++hh) {
+            s0[hh] = fmaf(q[hh][k].x, v0.x, fmaf(q[hh][k].y, v0.y, s0[hh]));
+            s1[hh] = fmaf(q[hh][k].x, v1.x, fmaf(q[hh][k].y, v1.y, s1[hh]));
+          }
+        }
+      }
+#pragma unroll
+      for (int hh = 0; hh < kHeadGroup; ++hh) {
+        s0[hh] = warp_sum(s0[hh]);
+        s1[hh] = warp_sum(s1[hh]);
+        if (lane == 0 && g + hh < H) {
+          s_p[g + hh][warp] = s0[hh];
+          s_p[g + hh][warp + kWarps] = s1[hh];
+        }
+      }
+    }
+    __syncthreads();
+
+    // Online softmax: warp w owns heads w, w + kWarps, ...; lane t owns token t of the tile.
+    bool valid = false;
+    if (lane < kTile) {
+      const int tok = t0 + lane;
+      valid = tok < end && table[tok / ps] >= 0;
+    }
+    for (int h = warp; h < H; h += kWarps) {
+      const float s = valid ? s_p[h][lane] : -INFINITY;
+      const float m_old = s_m[h], m_new = fmaxf(m_old, warp_max(s));
+      const float corr = m_new == -INFINITY ? 1.0f : exp2f(m_old - m_new);
+      const float p = valid ? exp2f(s - m_new) : 0.0f;
+      const float sum = warp_sum(p);
+      if (lane < kTile) s_p[h][lane] = p;
+      if (lane == 0) {
+        s_m[h] = m_new;
+        s_l[h] = s_l[h] * corr + sum;
+        s_corr[h] = corr;
+      }
+    }
+    __syncthreads();
+
+    // Accumulate: every head's o over the tile's latents, this thread's two dims.
+    if (col2 < lat) {
+#pragma unroll
+      for (int h = 0; h < HMAX; ++h)
+        if (h < H) acc[h] = make_float2(acc[h].x * s_corr[h], acc[h].y * s_corr[h]);
+#pragma unroll 2
+      for (int t = 0; t < kTile; t += 4) {
+        float2 v[4];
+#pragma unroll
+        for (int u = 0; u < 4; ++u) v[u] = *reinterpret_cast<const float2*>(tile + (t + u) * entry + col2);
+#pragma unroll
+        for (int h = 0; h < HMAX; ++h)
+          if (h < H) {
+            const float4 p = *reinterpret_cast<const float4*>(&s_p[h][t]);
+            acc[h].x = fmaf(p.x, v[0].x, fmaf(p.y, v[1].x, fmaf(p.z, v[2].x, fmaf(p.w, v[3].x, acc[h].x))));
+            acc[h].y = fmaf(p.x, v[0].y, fmaf(p.y, v[1].y, fmaf(p.z, v[2].y, fmaf(p.w, v[3].y, acc[h].y))));
+          }
+      }
+    }
+  }
+
+  if (col2 < lat) {
+#pragma unroll
+    for (int h = 0; h < HMAX; ++h) {
+      if (h >= H) break;
+      const float l = s_l[h], inv = l > 0.0f ? 1.0f / l : 0.0f;
+      const float2 o = make_float2(acc[h].x * inv, acc[h].y * inv);
+      float* dst = slot < 0 ? a.o_lat + (static_cast<int64_t>(row) * H + h) * lat
+                            : part_o + (static_cast<int64_t>(slot) * H + h) * lat;
+      *reinterpret_cast<float2*>(dst + col2) = o;
+    }
+  }
+  if (slot >= 0 && threadIdx.x < H) {
+    const float l = s_l[threadIdx.x];
+    part_lse[static_cast<int64_t>(slot) * H + threadIdx.x] = l > 0.0f ? s_m[threadIdx.x] + log2f(l) : -INFINITY;
+  }
+}
+
+// The warp variant (<= 3 heads, latent_dim % 4 == 0): each warp runs its own online softmax
+// over its two tokens of every tile, for all heads, with a private accumulator (lane = 16
+// latent dims x NH heads in registers), so a tile costs one barrier (its arrival) instead of
+// three; the 8 warps' states are combined once at the end of the item.
+template <int NH>
+__global__ void __launch_bounds__(kThreads, 2)
+    mla_decode_warp_kernel(const __grid_constant__ MlaDecodeArgs a, const int32_t* __restrict__ plan, float* __restrict__ part_o,
+                           float* __restrict__ part_lse) {
+  extern __shared__ float4 smem_raw[];
+  float* tiles = reinterpret_cast<float*>(smem_raw);  // [kStages][kTile][entry]; then the warps' states
+  __shared__ float s_m[kWarps][NH], s_l[kWarps][NH];
+  const int item = blockIdx.x;
+  if (item >= plan[0]) return;
+  const int4 it = reinterpret_cast<const int4*>(plan + 4)[item];
+  const int row = it.x, begin = it.y, end = it.z, slot = it.w;
+  const int lat = static_cast<int>(a.latent_dim), rope = static_cast<int>(a.rope_dim), entry = lat + rope;
+  const int ps = static_cast<int>(a.page_size);
+  const int32_t* table = a.page_table + static_cast<int64_t>(row) * a.max_pages;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+
+  const float qscale = a.scale * kLog2e;
+  float2 q[NH][kSlots];
+#pragma unroll
+  for (int h = 0; h < NH; ++h)
+#pragma unroll
+    for (int k = 0; k < kSlots; ++k) {
+      const int e = 64 * k + 2 * lane;
+      float2 v = make_float2(0.0f, 0.0f);
+      if (e < entry) v = e < lat ? *reinterpret_cast<const float2*>(a.q_lat + (static_cast<int64_t>(row) * NH + h) * lat + e)
+                                 : *reinterpret_cast<const float2*>(a.q_rot + (static_cast<int64_t>(row) * NH + h) * rope + (e - lat));
+      q[h][k] = make_float2(v.x * qscale, v.y * qscale);
+    }
+  constexpr int kDimGroups = 4;  // lane owns dims 128 k + 4 lane + [0, 4), k < 4 (latent <= 512)
+  float m[NH], l[NH];
+  float4 acc[NH][kDimGroups];
+#pragma unroll
+  for (int h = 0; h < NH; ++h) {
+    m[h] = -INFINITY;
+    l[h] = 0.0f;
+#pragma unroll
+    for (int k = 0; k < kDimGroups; ++k) acc[h][k] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+  }
+
+  const int ntiles = (end - begin + kTile - 1) / kTile;
+  load_tile_async(a, table, end, begin, tiles);
+  if (ntiles > 1) load_tile_async(a, table, end, begin + kTile, tiles + kTile * entry);
+  else cp_async_commit();
+  for (int i = 0; i < ntiles; ++i) {
+    const int t0 = begin + i * kTile;
+    const float* tile = tiles + (i % kStages) * kTile * entry;
+    cp_async_wait_one();
+    __syncthreads();  // tile i visible; every warp is past tile i-1, so its stage is free
+    if (i + 2 < ntiles) load_tile_async(a, table, end, t0 + 2 * kTile, tiles + ((i + 2) % kStages) * kTile * entry);
+    else cp_async_commit();
+    float s[2][NH];
+    bool valid[2];
+#pragma unroll
+    for (int u = 0; u < 2; ++u) {
+      const int t = warp + u * kWarps, tok = t0 + t;
+      valid[u] = tok < end && table[tok / ps] >= 0;
+      const float* r = tile + t * entry;
+#pragma unroll
+      for (int h = 0; h < NH; ++h) s[u][h] = 0.0f;
+#pragma unroll
+      for (int k = 0; k < kSlots; ++k) {
+        const int e = 64 * k + 2 * lane;
+        if (e < entry) {
+          const float2 v = *reinterpret_cast<const float2*>(r + e);
+#pragma unroll
+          for (int h = 0; h < NH; ++h) s[u][h] = fmaf(q[h][k].x, v.x, fmaf(q[h][k].y, v.y, s[u][h]));
+        }
+      }
+    }
+    // The xor butterfly leaves the same bits in every lane, so the branches below are uniform.
+#pragma unroll
+    for (int u = 0; u < 2; ++u)
+#pragma unroll
+      for (int h = 0; h < NH; ++h) s[u][h] = warp_sum(s[u][h]);
+#pragma unroll
+    for (int u = 0; u < 2; ++u) {
+      if (!valid[u]) continue;
+      const float* r = tile + (warp + u * kWarps) * entry;
+      float p[NH];
+#pragma unroll
+      for (int h = 0; h < NH; ++h) {
+        if (s[u][h] > m[h]) {  // rescale only when the running max moves
+          const float corr = exp2f(m[h] - s[u][h]);
+          m[h] = s[u][h];
+          l[h] *= corr;
+#pragma unroll
+          for (int k = 0; k < kDimGroups; ++k) acc[h][k] = make_float4(acc[h][k].x * corr, acc[h][k].y * corr, acc[h][k].z * corr, acc[h][k].w * corr);
+        }
+        p[h] = exp2f(s[u][h] - m[h]);
+        l[h] += p[h];
+      }
+#pragma unroll
+      for (int k = 0; k < kDimGroups; ++k) {
+        const int d = 128 * k + 4 * lane;
+        if (d >= lat) break;
+        const float4 v = *reinterpret_cast<const float4*>(r + d);
+#pragma unroll
+        for (int h = 0; h < NH; ++h)
+          acc[h][k] = make_float4(fmaf(p[h], v.x, acc[h][k].x), fmaf(p[h], v.y, acc[h][k].y), fmaf(p[h], v.z, acc[h][k].z),
+                                  fmaf(p[h], v.w, acc[h][k].w));
+      }
+    }
+  }
+
+  // Combine the warps: states through shared memory (the tile stages are free once drained).
+  asm volatile("cp.async.wait_all;\n" ::);
+  __syncthreads();
+  float* s_acc = tiles;  // [kWarps][NH][lat]; fits: 8 NH lat <= 3 x 16 x entry for NH <= 6
+#pragma unroll
+  for (int h = 0; h < NH; ++h) {
+    if (lane == 0) {
+      s_m[warp][h] = m[h];
+      s_l[warp][h] = l[h];
+    }
+#pragma unroll
+    for (int k = 0; k < kDimGroups; ++k) {
+      const int d = 128 * k + 4 * lane;
+      if (d < lat) *reinterpret_cast<float4*>(s_acc + (warp * NH + h) * lat + d) = acc[h][k];
+    }
+  }
+  __syncthreads();
+  const int col2 = 2 * threadIdx.x;
+#pragma unroll
+  for (int h = 0; h < NH; ++h) {
+    float mx = -INFINITY;
+#pragma unroll
+    for (int w = 0; w < kWarps; ++w) mx = fmaxf(mx, s_m[w][h]);
+    float L = 0.0f, wgt[kWarps];
+#pragma unroll
+    for (int w = 0; w < kWarps; ++w) {
+      wgt[w] = mx == -INFINITY ? 0.0f : exp2f(s_m[w][h] - mx);
+      L += s_l[w][h] * wgt[w];
+    }
+    if (col2 < lat) {
+      float2 o = make_float2(0.0f, 0.0f);
+#pragma unroll
+      for (int w = 0; w < kWarps; ++w) {
+        const float2 v = *reinterpret_cast<const float2*>(s_acc + (w * NH + h) * lat + col2);
+        o = make_float2(fmaf(wgt[w], v.x, o.x), fmaf(wgt[w], v.y, o.y));
+      }
+      const float inv = L > 0.0f ? 1.0f / L : 0.0f;
+      float* dst = slot < 0 ? a.o_lat + (static_cast<int64_t>(row) * NH + h) * lat : part_o + (static_cast<int64_t>(slot) * NH + h) * lat;
+      *reinterpret_cast<float2*>(dst + col2) = make_float2(o.x * inv, o.y * inv);
+    }
+    if (slot >= 0 && threadIdx.x == 0) part_lse[static_cast<int64_t>(slot) * NH + h] = L > 0.0f ? mx + log2f(L) : -INFINITY;
+  }
+}
+
+// Grid (row, head, 64-dim slice): rows with one item were written by the run; rows with none
+// get zeros; rows with several combine their partials weighted by 2^(lse - max). The 8 warps
+// split the items (a warp reads 256 contiguous bytes of each), lane = two dims.
+__global__ void __launch_bounds__(kThreads) mla_merge_kernel(const __grid_constant__ MlaDecodeArgs a, const int32_t* __restrict__ plan,
+                                                             const float* __restrict__ part_o, const float* __restrict__ part_lse) {
+  __shared__ float s_max, s_inv;
+  __shared__ float2 s_acc[kWarps][32];
+  const int row = blockIdx.x, h = blockIdx.y, capacity = plan[2];
+  const int32_t* info = plan + 4 + 4 * capacity + 2 * row;
+  const int first = info[0], n = info[1];
+  if (n == 1) return;
+  const int H = static_cast<int>(a.heads), lat = static_cast<int>(a.latent_dim);
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, d = blockIdx.z * 64 + 2 * lane;
+  float* out = a.o_lat + (static_cast<int64_t>(row) * H + h) * lat;
+  if (n == 0) {
+    if (warp == 0 && d < lat) *reinterpret_cast<float2*>(out + d) = make_float2(0.0f, 0.0f);
+    return;
+  }
+  const float* lse = part_lse + static_cast<int64_t>(first) * H + h;
+  if (warp == 0) {
+    float m = -INFINITY;
+    for (int i = lane; i < n; i += 32) m = fmaxf(m, lse[static_cast<int64_t>(i) * H]);
+    m = warp_max(m);
+    float sum = 0.0f;
+    if (m != -INFINITY)
+      for (int i = lane; i < n; i += 32) sum += exp2f(lse[static_cast<int64_t>(i) * H] - m);
+    sum = warp_sum(sum);
+    if (lane == 0) {
+      s_max = m;
+      s_inv = m == -INFINITY ? 0.0f : 1.0f / sum;
+    }
+  }
+  __syncthreads();
+  const float m = s_max;
+  float2 acc = make_float2(0.0f, 0.0f);
+  if (d < lat && m != -INFINITY) {
+#pragma unroll 4
+    for (int i = warp; i < n; i += kWarps) {
+      const float w = exp2f(lse[static_cast<int64_t>(i) * H] - m);
+      const float2 v = *reinterpret_cast<const float2*>(part_o + ((static_cast<int64_t>(first) + i) * H + h) * lat + d);
+      acc = make_float2(fmaf(w, v.x, acc.x), fmaf(w, v.y, acc.y));
+    }
+  }
+  s_acc[warp][lane] = acc;
+  __syncthreads();
+  if (warp == 0 && d < lat) {
+    float2 o = make_float2(0.0f, 0.0f);
+#pragma unroll
+    for (int k = 0; k < kWarps; ++k) o = make_float2(o.x + s_acc[k][lane].x, o.y + s_acc[k][lane].y);
+    *reinterpret_cast<float2*>(out + d) = make_float2(o.x * s_inv, o.y * s_inv);
+  }
+}
+
+template <typename Kernel>
+cudaError_t opt_in_shared(Kernel kernel) {
+  const cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kStages * kTile * kMaxEntry * sizeof(float));
+  if (e != cudaSuccess) return e;
+  return cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, 100);
+}
+
+template <int NH>
+Status launch_warp_run(const MlaDecodeArgs& a, const MlaDecodeWork& w, cudaStream_t stream) {
+  const size_t smem = kStages * kTile * (a.latent_dim + a.rope_dim) * sizeof(float);
+  static const cudaError_t opt_in = opt_in_shared(mla_decode_warp_kernel<NH>);  // first (eager) call, never in a capture
+  if (opt_in != cudaSuccess) return cuda_status(opt_in, "mla_decode_run (shared memory opt-in)");
+  mla_decode_warp_kernel<NH><<<static_cast<unsigned>(w.launch_items), kThreads, smem, stream>>>(a, w.plan, w.part_o, w.part_lse);
+  return last_launch_status("mla_decode_run (warp variant)");
+}
+
+template <int HMAX>
+Status launch_run(const MlaDecodeArgs& a, const MlaDecodeWork& w, cudaStream_t stream) {
+  const size_t smem = kStages * kTile * (a.latent_dim + a.rope_dim) * sizeof(float);
+  // Above the 48 KiB default (two CTAs of 108 KiB fit an SM): opted in once, on the first
+  // (eager) call, never inside a capture.
+  static const cudaError_t opt_in = [] {
+    const cudaError_t e = cudaFuncSetAttribute(mla_decode_kernel<HMAX>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                               kStages * kTile * kMaxEntry * sizeof(float));
+    if (e != cudaSuccess) return e;
+    return cudaFuncSetAttribute(mla_decode_kernel<HMAX>, cudaFuncAttributePreferredSharedMemoryCarveout, 100);
+  }();
+  if (opt_in != cudaSuccess) return cuda_status(opt_in, "mla_decode_run (shared memory opt-in)");
+  mla_decode_kernel<HMAX><<<static_cast<unsigned>(w.launch_items), kThreads, smem, stream>>>(a, w.plan, w.part_o, w.part_lse);
+  return last_launch_status("mla_decode_run");
+}
+
+}  // namespace
+
+Status mla_decode_run(const MlaDecodeArgs& a, const MlaDecodeWork& w, cudaStream_t stream) {
+  if (!mla_decode_supported(a.heads, a.latent_dim, a.rope_dim)) return invalid_argument("mla_decode_run: unsupported shape");
+  if (a.page_size <= 0 || w.launch_items > w.capacity) return invalid_argument("mla_decode_run: bad page size or launch count");
+  if (a.rows == 0) return Status::ok();
+  const bool warp_variant = w.variant == MlaDecodeVariant::kWarp ||
+                            (w.variant == MlaDecodeVariant::kAuto && a.heads <= 3 && a.latent_dim % 4 == 0);
+  if (warp_variant && (a.heads > 3 || a.latent_dim % 4 != 0))
+    return invalid_argument("mla_decode_run: the warp variant takes <= 3 heads and latent_dim % 4 == 0");
+  if (w.launch_items > 0 && warp_variant) {
+    Status s = a.heads == 1   ? launch_warp_run<1>(a, w, stream)
+               : a.heads == 2 ? launch_warp_run<2>(a, w, stream)
+                              : launch_warp_run<3>(a, w, stream);
+    PDS_RETURN_IF_ERROR(s);
+  } else if (w.launch_items > 0) {
+    Status s = a.heads <= 3    ? launch_run<3>(a, w, stream)
+               : a.heads <= 4  ? launch_run<4>(a, w, stream)
+               : a.heads <= 8  ? launch_run<8>(a, w, stream)
+               : a.heads <= 16 ? launch_run<16>(a, w, stream)
+                               : launch_run<32>(a, w, stream);
+    PDS_RETURN_IF_ERROR(s);
+  }
+  if (!w.merge) return Status::ok();
+  const dim3 grid(static_cast<unsigned>(a.rows), static_cast<unsigned>(a.heads), static_cast<unsigned>((a.latent_dim + 63) / 64));
+  mla_merge_kernel<<<grid, kThreads, 0, stream>>>(a, w.plan, w.part_o, w.part_lse);
+  return last_launch_status("mla_decode_run (merge)");
+}
+
+}  // namespace pdserve::cuda

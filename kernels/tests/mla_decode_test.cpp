@@ -1,0 +1,230 @@
+// The split-KV MLA decode (mla/mla_decode.h): the plan builder on the CPU (runs everywhere),
+// and the run + merge against the CPU reference ops::mla_attend_latent on fresh random
+// inputs (skips itself, saying so, without an sm_90 GPU).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <random>
+#include <vector>
+
+#include "mla/mla_decode.h"
+#include "pdserve/ops/mla.h"
+#include "test_util.h"
+
+namespace pdserve::cuda {
+namespace {
+
+using ktest::dev;
+using ktest::host;
+using ktest::nerr;
+using ktest::randn;
+
+struct PlanView {
+  const MlaDecodePlan& p;
+  const int32_t* item(int64_t i) const { return p.image.data() + 4 + 4 * i; }
+  const int32_t* row(int64_t b) const { return p.image.data() + 4 + 4 * p.capacity + 2 * b; }
+};
+
+// Every row's items are consecutive, in token order, granule-aligned, and cover [0, ctx) once.
+void expect_plan_covers(const MlaDecodePlan& plan, const std::vector<int32_t>& ctx, int64_t page) {
+  PlanView v{plan};
+  ASSERT_EQ(plan.image[0], plan.num_items);
+  ASSERT_LE(plan.num_items, plan.capacity);
+  int64_t next_item = 0;
+  for (size_t b = 0; b < ctx.size(); ++b) {
+    const int32_t first = v.row(b)[0], n = v.row(b)[1];
+    EXPECT_EQ(first, next_item) << "row " << b;
+    next_item += n;
+    if (ctx[b] <= 0) {
+      EXPECT_EQ(n, 0) << "row " << b;
+      continue;
+    }
+    int32_t pos = 0;
+    for (int32_t i = first; i < first + n; ++i) {
+      const int32_t* it = v.item(i);
+      EXPECT_EQ(it[0], static_cast<int32_t>(b));
+      EXPECT_EQ(it[1], pos) << "row " << b << " item " << i;
+      EXPECT_GT(it[2], it[1]);
+      EXPECT_EQ(it[1] % mla_decode_granule(page), 0);
+      EXPECT_EQ(it[3], n > 1 ? i : -1);
+      pos = it[2];
+    }
+    EXPECT_EQ(pos, ctx[b]) << "row " << b;
+  }
+  EXPECT_EQ(next_item, plan.num_items);
+}
+
+TEST(MlaDecodePlan, SplitsCoverEachRowOnceWithinCapacity) {
+  const int64_t page = 64;
+  const std::vector<std::vector<int32_t>> cases = {
+      {1}, {131072}, {0, 0}, {1, 63, 64, 65, 4097, 0, 32, 100000}, std::vector<int32_t>(256, 1024), std::vector<int32_t>(256, 65537)};
+  for (const auto& ctx : cases) {
+    const int64_t rows = ctx.size(), cap = mla_decode_plan_capacity(rows);
+    MlaDecodePlan plan;
+    ASSERT_TRUE(build_mla_decode_plan(ctx.data(), rows, page, cap, &plan).is_ok());
+    EXPECT_EQ(static_cast<int64_t>(plan.image.size()), mla_decode_plan_words(rows, cap));
+    expect_plan_covers(plan, ctx, page);
+    MlaDecodePlan again;
+    ASSERT_TRUE(build_mla_decode_plan(ctx.data(), rows, page, cap, &again).is_ok());
+    EXPECT_EQ(plan.image, again.image);  // deterministic
+  }
+}
+
+TEST(MlaDecodePlan, SmallBatchLongContextSplitsToFillTheGpu) {
+  const std::vector<int32_t> ctx = {32768};
+  MlaDecodePlan plan;
+  ASSERT_TRUE(build_mla_decode_plan(ctx.data(), 1, 64, mla_decode_plan_capacity(1), &plan).is_ok());
+  EXPECT_GE(plan.num_items, kMlaTargetItems / 2);
+  // A short single row still spreads: 1K tokens -> 64 items of one 16-token tile.
+  const std::vector<int32_t> short_row = {1024};
+  MlaDecodePlan small;
+  ASSERT_TRUE(build_mla_decode_plan(short_row.data(), 1, 64, mla_decode_plan_capacity(1), &small).is_ok());
+  EXPECT_EQ(small.num_items, 1024 / kMlaTileTokens);
+  EXPECT_LE(plan.num_items, kMlaTargetItems);
+  EXPECT_TRUE(plan.any_split);
+  // Many rows of short context: one item each, nothing to merge.
+  const std::vector<int32_t> many(256, 1024);
+  ASSERT_TRUE(build_mla_decode_plan(many.data(), 256, 64, mla_decode_plan_capacity(256), &plan).is_ok());
+  EXPECT_EQ(plan.num_items, 256);
+  EXPECT_FALSE(plan.any_split);
+  EXPECT_FALSE(plan.any_empty);
+}
+
+TEST(MlaDecodePlan, RandomRaggedBatchesStayWithinCapacity) {
+  std::mt19937 gen(41);
+  for (int trial = 0; trial < 200; ++trial) {
+    const int64_t rows = 1 + gen() % 300, page = int64_t{1} << (gen() % 7);
+    std::vector<int32_t> ctx(rows);
+    for (auto& c : ctx) c = static_cast<int32_t>(gen() % 5 == 0 ? 0 : gen() % (1 + (gen() % 2 ? 200 : 70000)));
+    MlaDecodePlan plan;
+    ASSERT_TRUE(build_mla_decode_plan(ctx.data(), rows, page, mla_decode_plan_capacity(rows), &plan).is_ok());
+    expect_plan_covers(plan, ctx, page);
+  }
+}
+
+TEST(MlaDecodePlan, ASmallerCapacityMeansLongerChunksAndTooSmallIsAnError) {
+  const std::vector<int32_t> one = {64 * 1000};
+  MlaDecodePlan plan;
+  ASSERT_TRUE(build_mla_decode_plan(one.data(), 1, 64, 10, &plan).is_ok());
+  EXPECT_LE(plan.num_items, 10);
+  expect_plan_covers(plan, one, 64);
+  const std::vector<int32_t> three = {5, 6, 7};  // three busy rows need three items at least
+  EXPECT_FALSE(build_mla_decode_plan(three.data(), 3, 64, 2, &plan).is_ok());
+}
+
+class MlaDecode : public ktest::GpuTest {};
+
+struct Case {
+  int64_t heads, lat, rope, page;
+  std::vector<int32_t> ctx;
+  bool graph_launch = false;     // launch the full capacity and always merge, as a graph does
+  int64_t negative_row = -1;     // this row's page table is all -1: its output must be zero
+};
+
+void run_case(const Case& c, uint32_t seed) {
+  const int64_t rows = c.ctx.size(), entry = c.lat + c.rope;
+  int64_t max_pages = 1, used_pages = 0;
+  for (int32_t n : c.ctx) {
+    max_pages = std::max<int64_t>(max_pages, (n + c.page - 1) / c.page);
+    used_pages += (n + c.page - 1) / c.page;
+  }
+  // Non-contiguous tables: a shuffled pool with spare pages in between.
+  const int64_t pages = 2 * used_pages + 3;
+  std::vector<int32_t> perm(pages);
+  std::iota(perm.begin(), perm.end(), 0);
+  std::mt19937 gen(seed);
+  std::shuffle(perm.begin(), perm.end(), gen);
+  std::vector<int32_t> table(rows * max_pages, -1);
+  int64_t next = 0;
+  for (int64_t b = 0; b < rows; ++b)
+    for (int64_t p = 0; p < (c.ctx[b] + c.page - 1) / c.page; ++p) table[b * max_pages + p] = b == c.negative_row ? -1 : perm[next++];
+  const auto cache = randn(pages * c.page * entry, seed + 1);
+  const auto ql = randn(rows * c.heads * c.lat, seed + 2), qr = randn(rows * c.heads * c.rope, seed + 3);
+  const float scale = 1.0f / std::sqrt(192.0f);
+  std::vector<float> ref(rows * c.heads * c.lat, 0.0f);
+  for (int64_t b = 0; b < rows; ++b) {
+    if (b == c.negative_row || c.ctx[b] <= 0) continue;  // nothing to attend to: zeros
+    ops::PagedLatentView view{cache.data(), c.page, entry, &table[b * max_pages]};
+    ops::mla_attend_latent(&ql[b * c.heads * c.lat], &qr[b * c.heads * c.rope], c.heads, c.lat, c.rope, view, c.ctx[b], scale,
+                           &ref[b * c.heads * c.lat]);
+  }
+  const int64_t cap = mla_decode_plan_capacity(rows);
+  MlaDecodePlan plan;
+  ASSERT_TRUE(build_mla_decode_plan(c.ctx.data(), rows, c.page, cap, &plan).is_ok());
+  auto dc = dev(cache), dql = dev(ql), dqr = dev(qr);
+  auto dplan = dev(plan.image), dt = dev(table), dctx = dev(c.ctx);
+  DeviceBuffer<float> out(rows * c.heads * c.lat), part_o(cap * c.heads * c.lat), part_lse(cap * c.heads);
+  // Garbage (NaN) in the output before each run: every element must be written.
+  MlaDecodeArgs a;
+  a.q_lat = dql.get(), a.q_rot = dqr.get(), a.cache = dc.get(), a.page_table = dt.get(), a.ctx_len = dctx.get();
+  a.rows = rows, a.heads = c.heads, a.latent_dim = c.lat, a.rope_dim = c.rope, a.page_size = c.page, a.max_pages = max_pages;
+  a.scale = scale, a.o_lat = out.get();
+  MlaDecodeWork w;
+  w.plan = dplan.get(), w.capacity = cap, w.part_o = part_o.get(), w.part_lse = part_lse.get();
+  w.launch_items = c.graph_launch ? cap : plan.num_items;
+  w.merge = c.graph_launch || plan.any_split || plan.any_empty;
+  // Both kernels where both apply (kAuto is the warp variant for <= 3 heads).
+  for (MlaDecodeVariant variant : {MlaDecodeVariant::kBlock, MlaDecodeVariant::kAuto}) {
+    ASSERT_TRUE(out.upload(std::vector<float>(rows * c.heads * c.lat, NAN)).is_ok());
+    w.variant = variant;
+    ASSERT_TRUE(mla_decode_run(a, w, nullptr).is_ok());
+    const auto got = host(out);
+    EXPECT_LT(nerr(got, ref), 2e-5) << "heads " << c.heads << " items " << plan.num_items << " variant "
+                                    << static_cast<int>(variant);
+    if (c.negative_row >= 0) {
+      for (int64_t i = 0; i < c.heads * c.lat; ++i) ASSERT_EQ(got[c.negative_row * c.heads * c.lat + i], 0.0f);
+    }
+  }
+}
+
+TEST_F(MlaDecode, RaggedRowsMatchTheCpuReference) {
+  for (int64_t heads : {1, 3, 4, 16, 24})
+    run_case({heads, 512, 64, 64, {1, 63, 64, 65, 4097, 32, 0, 2000}}, 100 + static_cast<uint32_t>(heads));
+}
+
+TEST_F(MlaDecode, GraphLaunchOfTheFullCapacityMatches) {
+  run_case({3, 512, 64, 64, {65, 4097, 1, 0, 777}, true}, 7);
+}
+
+TEST_F(MlaDecode, NegativePageTableRowWritesZeros) {
+  run_case({3, 512, 64, 64, {300, 130, 5000}, false, 1}, 8);
+}
+
+TEST_F(MlaDecode, ManyRowsMixOfSingleAndSplitRows) {
+  std::mt19937 gen(9);
+  std::vector<int32_t> ctx(40);
+  for (auto& n : ctx) n = static_cast<int32_t>(gen() % 1500);
+  run_case({3, 512, 64, 64, ctx}, 10);
+  run_case({8, 512, 64, 64, ctx, true}, 11);
+}
+
+TEST_F(MlaDecode, LongSingleRowManySplits) {
+  run_case({3, 512, 64, 64, {40000}}, 12);
+}
+
+TEST_F(MlaDecode, TinyModelShapes) {
+  // The engine's tiny test models: latent 32, rope 16, small pages.
+  run_case({2, 32, 16, 4, {1, 3, 4, 5, 17, 0, 100}}, 13);
+  run_case({4, 32, 16, 16, {1, 15, 16, 33, 260}, true}, 14);
+}
+
+TEST(MlaDecodeShapes, SupportedShapes) {
+  EXPECT_TRUE(mla_decode_supported(3, 512, 64));
+  EXPECT_TRUE(mla_decode_supported(32, 32, 16));
+  EXPECT_FALSE(mla_decode_supported(33, 512, 64));   // more heads than one CTA holds
+  EXPECT_FALSE(mla_decode_supported(3, 512, 66));    // a token row that is not 16-byte aligned
+  EXPECT_FALSE(mla_decode_supported(3, 1024, 64));   // more latent dims than threads x 2
+}
+
+TEST_F(MlaDecode, WarpVariantRefusesShapesItCannotTake) {
+  MlaDecodeArgs a;
+  a.rows = 1, a.heads = 4, a.latent_dim = 512, a.rope_dim = 64, a.page_size = 64;
+  MlaDecodeWork w;
+  w.variant = MlaDecodeVariant::kWarp;
+  EXPECT_FALSE(mla_decode_run(a, w, nullptr).is_ok());
+}
+
+}  // namespace
+}  // namespace pdserve::cuda
