@@ -38,6 +38,11 @@ Result<std::vector<uint8_t>> nccl_unique_id();
 // One rank of a group: binds `device` to the calling thread and joins. Blocks until all
 // `size` ranks have called it with the same id.
 Result<std::unique_ptr<DeviceCommunicator>> nccl_join(int rank, int size, const std::vector<uint8_t>& id, int device);
+// This node's share of a group that may span nodes: local index i on device i joins as global
+// rank first_rank + i of world_size, all with the one `id` (handed out by node 0 through
+// pdserve/transfer/dist_init.h). Returns once every rank of every node has joined.
+Result<std::vector<std::unique_ptr<DeviceCommunicator>>> make_nccl_node_group(const std::vector<uint8_t>& id, int world_size,
+                                                                               int first_rank, int local_ranks);
 // Ranks as threads of this process, rank r on device r: one communicator per rank (each
 // joined from its own thread, one unique id). Use rank r's only from a thread bound to device r.
 Result<std::vector<std::unique_ptr<DeviceCommunicator>>> make_nccl_group(int size);

@@ -148,26 +148,35 @@ Result<std::unique_ptr<DeviceCommunicator>> nccl_join(int rank, int size, const 
   return std::unique_ptr<DeviceCommunicator>(new NcclCommunicator(comm, rank, size, device));
 }
 
-Result<std::vector<std::unique_ptr<DeviceCommunicator>>> make_nccl_group(int size) {
-  PDS_ASSIGN_OR_RETURN(std::vector<uint8_t> id, nccl_unique_id());
+Result<std::vector<std::unique_ptr<DeviceCommunicator>>> make_nccl_node_group(const std::vector<uint8_t>& id, int world_size,
+                                                                               int first_rank, int local_ranks) {
+  PDS_RETURN_IF_ERROR(loaded());
+  if (local_ranks < 1 || first_rank < 0 || first_rank + local_ranks > world_size)
+    return invalid_argument("nccl: ranks " + std::to_string(first_rank) + ".." + std::to_string(first_rank + local_ranks - 1) + " of " +
+                            std::to_string(world_size));
   int devices = 0;
   PDS_RETURN_IF_ERROR(cuda_status(cudaGetDeviceCount(&devices), "cudaGetDeviceCount"));
-  if (devices < size)
-    return invalid_argument("tensor parallelism " + std::to_string(size) + " needs " + std::to_string(size) + " GPUs, this machine has " +
-                            std::to_string(devices));
-  // ncclCommInitRank blocks until every rank joined: one thread per rank.
-  std::vector<Status> st(size);
-  std::vector<std::unique_ptr<DeviceCommunicator>> out(size);
+  if (devices < local_ranks)
+    return invalid_argument("tensor parallelism: " + std::to_string(local_ranks) + " ranks on this node need " + std::to_string(local_ranks) +
+                            " GPUs, this machine has " + std::to_string(devices));
+  // ncclCommInitRank blocks until every rank joined: one thread per local rank.
+  std::vector<Status> st(local_ranks);
+  std::vector<std::unique_ptr<DeviceCommunicator>> out(local_ranks);
   std::vector<std::thread> threads;
-  for (int r = 0; r < size; ++r)
-    threads.emplace_back([&, r] {
-      auto j = nccl_join(r, size, id, r);
-      if (j.is_ok()) out[r] = std::move(j).value();
-      else st[r] = j.status();
+  for (int i = 0; i < local_ranks; ++i)
+    threads.emplace_back([&, i] {
+      auto j = nccl_join(first_rank + i, world_size, id, i);
+      if (j.is_ok()) out[i] = std::move(j).value();
+      else st[i] = j.status();
     });
   for (auto& t : threads) t.join();
   for (const Status& s : st) PDS_RETURN_IF_ERROR(s);
   return out;
+}
+
+Result<std::vector<std::unique_ptr<DeviceCommunicator>>> make_nccl_group(int size) {
+  PDS_ASSIGN_OR_RETURN(std::vector<uint8_t> id, nccl_unique_id());
+  return make_nccl_node_group(id, size, 0, size);
 }
 
 }  // namespace pdserve::cuda

@@ -20,6 +20,7 @@ void add_print_launch_command(CLI::App& app);
 void add_preflight_command(CLI::App& app);
 void add_up_command(CLI::App& app);
 void add_transfer_bench_command(CLI::App& app);
+void add_dist_check_command(CLI::App& app);
 
 // Shared by serve, prefill and decode (serve_cmd.cpp): the options every server takes
 // (--config FILE included), and the run loop (apply the topology file, bind, print

@@ -19,6 +19,7 @@ int main(int argc, char** argv) {
   pdserve::cli::add_preflight_command(app);
   pdserve::cli::add_up_command(app);
   pdserve::cli::add_transfer_bench_command(app);
+  pdserve::cli::add_dist_check_command(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

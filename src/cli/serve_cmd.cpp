@@ -93,6 +93,10 @@ void add_server_options(CLI::App* cmd, const std::shared_ptr<server::ServeConfig
   cmd->add_option("--tp", cfg->tp, "Tensor-parallel ranks (threads; with --device cuda, rank r on GPU r)")->capture_default_str();
   cmd->add_option("--pp", cfg->pp, "Pipeline stages of --tp ranks each (CPU backend; prefill or unified role)")->capture_default_str();
   cmd->add_option("--device", cfg->device, "Backend: cpu or cuda (--tp GPUs)")->capture_default_str();
+  cmd->add_option("--nnodes", cfg->nnodes, "Nodes this instance spans (--tp splits evenly over them; see docs/operations.md)")
+      ->capture_default_str();
+  cmd->add_option("--node-rank", cfg->node_rank, "This node's rank in the instance (0: the leader)")->capture_default_str();
+  cmd->add_option("--dist-init-addr", cfg->dist_init_addr, "HOST:PORT where node 0 hands out the NCCL unique id (--nnodes > 1)");
   cmd->add_flag("!--no-cuda-graphs", cfg->cuda_graphs, "--device cuda: run decode steps eagerly instead of replaying CUDA graphs");
   cmd->add_option("--served-model-name", cfg->served_model_name, "Model name in the API (default: directory name)");
   cmd->add_option("--host", cfg->host, "Address to listen on")->capture_default_str();

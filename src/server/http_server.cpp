@@ -32,6 +32,11 @@ void refuse_room(disagg::DecodeCoordinator& decode, const std::string& body, con
 
 Result<std::unique_ptr<HttpServer>> HttpServer::create(ServeConfig cfg, TransportFactory make_transport, DeviceFactory make_device) {
   PDS_RETURN_IF_ERROR(cfg.validate());
+  if (cfg.nnodes > 1)
+    return unsupported("--nnodes " + std::to_string(cfg.nnodes) +
+                       ": serving one instance across nodes is not wired yet (issue 10); the flags are checked, and `pdserve "
+                       "dist-check` with the same --nnodes/--node-rank/--dist-init-addr joins the nodes' GPUs through NCCL. "
+                       "Run each instance on one node for now (docs/operations.md)");
   if (cfg.served_model_name.empty())
     cfg.served_model_name = std::filesystem::path(cfg.model_dir).lexically_normal().filename().string();
   if (cfg.served_model_name.empty()) cfg.served_model_name = "pdserve";

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "pdserve/transfer/dist_init.h"
+
 namespace pdserve::server {
 
 const char* server_role_name(ServerRole r) {
@@ -22,6 +24,10 @@ Status ServeConfig::validate() const {
     return invalid_argument("config pp (--pp): pipeline parallelism is for the prefill (or unified) role; decode takes --tp only");
   if (pp > 1 && device != "cpu") return invalid_argument("config pp (--pp): pipeline stages run on the CPU backend only for now (--device cpu)");
   if (device != "cpu" && device != "cuda") return invalid_argument("config device: must be \"cpu\" or \"cuda\", got \"" + device + "\"");
+  if (Status st = transfer::validate_dist_init({nnodes, node_rank, dist_init_addr}, tp); !st.is_ok())
+    return invalid_argument("config " + st.message());
+  if (nnodes > 1 && device != "cuda")
+    return invalid_argument("config nnodes (--nnodes): an instance across nodes joins its GPUs through NCCL; it needs --device cuda");
   if (role != ServerRole::kUnified)
     if (Status st = disagg.validate(); !st.is_ok()) return invalid_argument("config " + st.message());
   if (host.empty()) return invalid_argument("config host: must not be empty");
@@ -53,6 +59,9 @@ Json ServeConfig::to_json() const {
          {"pp", pp},
          {"device", device},
          {"cuda_graphs", cuda_graphs},
+         {"nnodes", nnodes},
+         {"node_rank", node_rank},
+         {"dist_init_addr", dist_init_addr},
          {"served_model_name", served_model_name},
          {"host", host},
          {"port", port},

@@ -21,6 +21,9 @@ struct ServeConfig {
   int tp = 1;                                 // tensor-parallel ranks (threads on the CPU backend)
   int pp = 1;                                 // pipeline stages of tp ranks each (CPU backend; unified or prefill role)
   std::string device = "cpu";                 // "cpu" or "cuda" (the CUDA backend: tp 1, any role)
+  int nnodes = 1;                             // nodes one instance spans (--nnodes; tp splits evenly over them)
+  int node_rank = 0;                          // this node's place, 0 = the leader (--node-rank)
+  std::string dist_init_addr;                 // HOST:PORT of the leader's NCCL-id bootstrap (--dist-init-addr)
   bool cuda_graphs = true;                    // cuda: decode steps replay a CUDA graph per batch bucket
   std::string served_model_name;              // "": the model directory's base name
   std::string host = "127.0.0.1";

@@ -1,0 +1,62 @@
+// --nnodes / --node-rank / --dist-init-addr in the role's config: inconsistent values are
+// refused naming the flag, and a consistent multi-node config is refused plainly by the
+// server (serving across nodes is not wired; `pdserve dist-check` checks the join).
+#include <gtest/gtest.h>
+
+#include "pdserve/server/http_server.h"
+#include "pdserve/server/serve_config.h"
+
+namespace pdserve::server {
+namespace {
+
+ServeConfig two_node_config() {
+  ServeConfig c;
+  c.model_dir = "/nonexistent-model";
+  c.device = "cuda";
+  c.tp = 4;
+  c.nnodes = 2;
+  c.node_rank = 1;
+  c.dist_init_addr = "10.0.0.1:29500";
+  return c;
+}
+
+std::string why(const ServeConfig& c) { return c.validate().message(); }
+
+TEST(DistFlags, AConsistentTwoNodeConfigValidates) {
+  EXPECT_TRUE(two_node_config().validate().is_ok()) << why(two_node_config());
+  for (ServerRole role : {ServerRole::kPrefill, ServerRole::kDecode}) {
+    ServeConfig c = two_node_config();
+    c.role = role;
+    EXPECT_TRUE(c.validate().is_ok()) << why(c);
+  }
+}
+
+TEST(DistFlags, InconsistentValuesAreRefusedNamingTheFlag) {
+  ServeConfig c = two_node_config();
+  c.node_rank = 2;
+  EXPECT_NE(why(c).find("--node-rank"), std::string::npos) << why(c);
+  c = two_node_config();
+  c.tp = 3;
+  EXPECT_NE(why(c).find("--tp 3 does not split evenly over --nnodes 2"), std::string::npos) << why(c);
+  c = two_node_config();
+  c.dist_init_addr.clear();
+  EXPECT_NE(why(c).find("--dist-init-addr: required"), std::string::npos) << why(c);
+  c = two_node_config();
+  c.dist_init_addr = "10.0.0.1:port";
+  EXPECT_NE(why(c).find("--dist-init-addr"), std::string::npos) << why(c);
+  c = two_node_config();
+  c.device = "cpu";
+  EXPECT_NE(why(c).find("--nnodes"), std::string::npos) << why(c);
+  EXPECT_NE(why(c).find("--device cuda"), std::string::npos) << why(c);
+}
+
+TEST(DistFlags, TheServerRefusesAMultiNodeInstancePlainly) {
+  auto s = HttpServer::create(two_node_config());
+  ASSERT_FALSE(s.is_ok());
+  EXPECT_EQ(s.status().code(), ErrorCode::kUnsupported);
+  EXPECT_NE(s.status().message().find("not wired yet"), std::string::npos) << s.status().message();
+  EXPECT_NE(s.status().message().find("pdserve dist-check"), std::string::npos) << s.status().message();
+}
+
+}  // namespace
+}  // namespace pdserve::server
