@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # One call on nvidia-h200-x2 after the session's merges (NCCL TP + device roles + decode graphs
-# + fused KDA / MoE decode kernels): every GPU test binary on GPU 0 (cuda_tp_test on both),
+# + fused KDA / MoE decode kernels + split-KV MLA decode; PP over NCCL is in cuda_tp_test): every GPU test binary on GPU 0 (cuda_tp_test on both),
 # memcheck of the backend forward and the device-role tests on GPU 1 meanwhile, then end to end:
 # a CPU `serve`, `serve --device cuda` (graphs), `serve --device cuda --tp 2`, and `pdserve up`
 # with prefill on CUDA at TP2 (GPUs 0 and 1) and decode on CUDA at TP1 (GPU 0), every reply
@@ -17,7 +17,7 @@ export LD_LIBRARY_PATH="$BIN/lib:$NCCLDIR:${LD_LIBRARY_PATH:-}"
 chmod +x "$BIN"/* 2>/dev/null
 exec > >(tee -a "$OUT/run.log") 2>&1
 date -u; nvidia-smi --query-gpu=index,name,driver_version --format=csv,noheader
-MC=(cuda_forward_test pd_device_test)
+MC=(cuda_forward_test pd_device_test mla_decode_test)
 MC_PIDS=()
 for b in "${MC[@]}"; do
   CUDA_VISIBLE_DEVICES=1 timeout 200 compute-sanitizer --tool memcheck --leak-check full --error-exitcode 9 "$BIN/$b" \
@@ -25,8 +25,8 @@ for b in "${MC[@]}"; do
   MC_PIDS+=($!)
 done
 echo "== tests (GPU 0; cuda_tp_test on 0 and 1)"
-for b in kernels_test kda_decode_kernels_test moe_kernels_test moe_decode_test transfer_kernels_test cuda_forward_test \
-  pd_device_test cuda_tp_test; do
+for b in kernels_test mla_decode_test kda_decode_kernels_test moe_kernels_test moe_decode_test transfer_kernels_test \
+  cuda_forward_test pd_device_test cuda_tp_test; do
   vis=0; [ "$b" = cuda_tp_test ] && vis=0,1
   CUDA_VISIBLE_DEVICES=$vis timeout 150 "$BIN/$b" >"/tmp/test_$b.log" 2>&1
   echo "$b rc=$? $(grep -cE '^\[       OK' "/tmp/test_$b.log") ok, $(grep -cE '^\[  SKIPPED' "/tmp/test_$b.log") skipped"
@@ -81,6 +81,8 @@ grep -h "device:" /tmp/serve_cuda.log /tmp/serve_tp2.log /tmp/uplogs/* 2>/dev/nu
 curl -sf localhost:18132/metrics | grep -E '^pdserve_decode_transfer_(succeeded|failed|bytes|runs)_total '
 curl -sf "localhost:18131/transfers?limit=2" | head -c 600; echo
 kill -INT $UP; kill $CPU $GPU $TP2; wait $UP $CPU $GPU $TP2 2>/dev/null
+echo "== decode step, eager vs graphs (GPU 0)"
+CUDA_VISIBLE_DEVICES=0 timeout 120 "$BIN/decode_bench" --preset tiny-k3 --ctx 128 --steps 50
 echo "== memcheck (GPU 1)"
 for i in "${!MC[@]}"; do
   wait "${MC_PIDS[$i]}"; rc=$?
