@@ -35,9 +35,10 @@ Status check_side(const Topology& t, const SideSpec& s, const std::string& p) {
     if (!valid_name(n)) return invalid_argument(src + ": " + p + "NODES has an invalid host name '" + n + "'");
     if (!seen.insert(n).second) return invalid_argument(src + ": " + p + "NODES lists " + n + " twice");
   }
-  if (s.tp % s.ep != 0)
-    return invalid_argument(src + ": " + p + "EP=" + std::to_string(s.ep) + " must divide " + p +
-                            "TP=" + std::to_string(s.tp) + " (experts are split inside a TP group)");
+  // pdserve splits the routed experts over the TP ranks (docs/design.md), so EP is TP.
+  if (s.ep != 0 && s.ep != s.tp)
+    return invalid_argument(src + ": " + p + "EP=" + std::to_string(s.ep) + " must equal " + p + "TP=" +
+                            std::to_string(s.tp) + " (pdserve splits the experts over the TP ranks)");
   if (t.gpus_per_node > 0) {
     const int gpus = s.pp * s.tp;
     if (gpus > t.gpus_per_node && gpus % t.gpus_per_node != 0)
@@ -193,7 +194,6 @@ Result<std::vector<LaunchSpec>> launch_specs(const Topology& t, Role role) {
     if (s.max_running > 0) a.insert(a.end(), {"--max-running", std::to_string(s.max_running)});
     // Flags past this point only appear when the topology needs them (multi-GPU deployments).
     if (s.pp > 1) a.insert(a.end(), {"--pp", std::to_string(s.pp)});
-    if (s.ep > 1) a.insert(a.end(), {"--ep", std::to_string(s.ep)});
     if (npi > 1)
       a.insert(a.end(), {"--nnodes", std::to_string(npi), "--node-rank", std::to_string(i % npi), "--dist-init-addr",
                          leader + ":" + std::to_string(t.dist_port + (prefill ? 0 : 1))});

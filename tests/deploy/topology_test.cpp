@@ -61,8 +61,8 @@ TEST(Topology, CrossKeyRules) {
             "t.env: DECODE_PP=2 is not supported: decode runs every token through all layers, so it must be 1");
   EXPECT_EQ(error_of(kOneHost + "PREFILL_TP=4\nDECODE_TP=6\n"),
             "t.env: PREFILL_TP=4 and DECODE_TP=6: one must divide the other for the state to be sliced between them");
-  EXPECT_EQ(error_of(kOneHost + "PREFILL_TP=4\nPREFILL_EP=3\n"),
-            "t.env: PREFILL_EP=3 must divide PREFILL_TP=4 (experts are split inside a TP group)");
+  EXPECT_EQ(error_of(kOneHost + "PREFILL_TP=4\nPREFILL_EP=2\n"),
+            "t.env: PREFILL_EP=2 must equal PREFILL_TP=4 (pdserve splits the experts over the TP ranks)");
   EXPECT_EQ(error_of(kOneHost + "DECODE_PORT=30000\n"), "t.env: PREFILL_PORT and DECODE_PORT are both 30000 on node 127.0.0.1");
   EXPECT_EQ(error_of(kOneHost + "ROUTER_PORT=8998\n"), "t.env: BOOTSTRAP_PORT and ROUTER_PORT are both 8998 on node 127.0.0.1");
   EXPECT_EQ(error_of("MODEL_PATH=/m\nPREFILL_NODES='a a'\nDECODE_NODES=b\n"), "t.env: PREFILL_NODES lists a twice");
@@ -90,7 +90,7 @@ TEST(Topology, SeedEightNodeLaunch) {
   const LaunchSpec& p2 = (*p)[2];
   EXPECT_TRUE(has(p2.args, {"--pp", "8"}));
   EXPECT_TRUE(has(p2.args, {"--tp", "4"}));
-  EXPECT_TRUE(has(p2.args, {"--ep", "4"}));
+  EXPECT_FALSE(has(p2.args, {"--ep", "4"}));  // EP is TP: no role takes --ep
   EXPECT_TRUE(has(p2.args, {"--chunk-size", "8192"}));
   EXPECT_TRUE(has(p2.args, {"--page-size", "64"}));
   EXPECT_TRUE(has(p2.args, {"--nnodes", "4", "--node-rank", "2", "--dist-init-addr", (*p)[0].node + ":29500"}));
@@ -102,7 +102,7 @@ TEST(Topology, SeedEightNodeLaunch) {
   ASSERT_TRUE(d.is_ok());
   EXPECT_TRUE(has(d->front().args, {"decode", "--model"}));
   EXPECT_TRUE(has(d->front().args, {"--tp", "32"}));
-  EXPECT_TRUE(has(d->front().args, {"--ep", "32"}));
+  EXPECT_FALSE(has(d->front().args, {"--ep", "32"}));
   EXPECT_FALSE(has(d->front().args, {"--pp", "1"}));
   auto r = launch_specs(*t, Role::kRouter);
   ASSERT_TRUE(r.is_ok());

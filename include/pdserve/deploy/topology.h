@@ -20,7 +20,8 @@ Result<Role> parse_role(std::string_view s);
 // One side (prefill or decode) of the deployment.
 struct SideSpec {
   std::vector<std::string> nodes;  // hosts, in node-rank order
-  int pp = 1, tp = 1, ep = 1;
+  int pp = 1, tp = 1;
+  int ep = 0;  // 0: not given. Given, it must equal tp: pdserve splits the experts over the TP ranks
   int64_t page_size = 64;
   int port = 30000;                // HTTP port on the first node of each instance
   int64_t max_running = 0;         // 0: the role's default

@@ -49,7 +49,8 @@ class RankBootstrapServer {
 };
 
 // A rank > 0: connects to rank 0 (retrying until the timeout: rank 0 may start later) and
-// returns the id. kPermissionDenied when rank 0 refuses us or its answer fails the MAC.
+// returns the id. kInvalidArgument (naming the address) when rank 0 refuses us or its answer
+// fails the MAC: a configuration error, so retrying does not help.
 Result<std::vector<uint8_t>> fetch_rank_id(const std::string& host, uint16_t port, int rank, const RankBootstrapConfig& cfg);
 
 }  // namespace pdserve::transfer
