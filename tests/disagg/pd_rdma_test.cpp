@@ -130,6 +130,37 @@ TEST_P(PdRdma, DecodesTheSameTokensAsTheTcpPair) {
 INSTANTIATE_TEST_SUITE_P(TpPairs, PdRdma, ::testing::Values(std::pair{1, 1}, std::pair{2, 1}),
                          [](const auto& info) { return "P" + std::to_string(info.param.first) + "_D" + std::to_string(info.param.second); });
 
+// A NIC failing mid-transfer (the fake wire's "retry counter exceeded": error completion,
+// both QPs in error) fails the room on both sides with every page and slot back, and the
+// next request goes through on a new session (the peer re-registered).
+TEST(PdRdmaFailure, ANicFailingMidTransferFailsTheRoomAndTheNextOneWorks) {
+  FakeNics nics;
+  auto quick = [](ServerRole role) {
+    ServeConfig c = rdma_config(role, 1);
+    c.disagg.bootstrap_timeout_s = 2.0;
+    c.disagg.waiting_timeout_s = 2.0;
+    c.disagg.release_wait_s = 0.5;
+    return c;
+  };
+  LiveServer rp(quick(ServerRole::kPrefill), {}, {}, nics.hooks());
+  LiveServer rd(quick(ServerRole::kDecode), {}, {}, nics.hooks());
+  const Json body = completion_body(random_ids(100, 11), 6);
+  nics.wire.fail_nic_after(0, 1);  // NIC 0: one write lands, the next fails
+  PdResult r = run_pair(rp, rd, body, 901);
+  EXPECT_NE(r.decode_status, 200) << r.decode_body;
+  EXPECT_NE(r.prefill_status, 200) << r.prefill_body;
+  // Decode heard it from the sender (kRoomFailed), not by waiting out waiting_timeout_s.
+  EXPECT_NE(r.decode_body.find("RDMA writes for room 901 failed"), std::string::npos) << r.decode_body;
+  EXPECT_TRUE(PdPair::pools_free(rp)) << "prefill still holds pages or slots";
+  EXPECT_TRUE(PdPair::pools_free(rd)) << "decode still holds pages or slots";
+  EXPECT_GE(rd.info()["disaggregation"]["transfer"]["rooms_failed"].get<int64_t>(), 1);
+  PdResult ok = run_pair(rp, rd, body, 902);
+  EXPECT_EQ(ok.decode_status, 200) << ok.decode_body;
+  EXPECT_EQ(ok.prefill_status, 200) << ok.prefill_body;
+  EXPECT_TRUE(PdPair::pools_free(rp));
+  EXPECT_TRUE(PdPair::pools_free(rd));
+}
+
 TEST(PdRdmaStartup, NoUsableNicIsOneClearErrorNamingIt) {
   FakeNics nics;
   ServeConfig c = rdma_config(ServerRole::kDecode, 1);
@@ -149,7 +180,9 @@ TEST(PdRdmaStartup, NoUsableNicIsOneClearErrorNamingIt) {
 
 TEST(PdRdmaStartup, ATcpPrefillAndAnRdmaDecodeAreRefusedByTheLayoutCheck) {
   FakeNics nics;
-  LiveServer tp(pd_config(ServerRole::kPrefill, 1));
+  ServeConfig pc = pd_config(ServerRole::kPrefill, 1);
+  pc.disagg.bootstrap_timeout_s = 5.0;  // decode's abort should end it sooner
+  LiveServer tp(pc);
   LiveServer rd(rdma_config(ServerRole::kDecode, 1), {}, {}, nics.hooks());
   PdResult r = run_pair(tp, rd, completion_body(random_ids(20, 3), 4), 42);
   EXPECT_NE(r.decode_status, 200);

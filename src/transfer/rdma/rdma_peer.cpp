@@ -77,14 +77,37 @@ Status RdmaPeer::setup() {
   std::vector<SendQueue*> lanes;
   for (auto& q : qps_) lanes.push_back(q.get());
   poster_ = std::make_unique<WritePoster>(lanes, std::move(keys), cfg.rdma.max_outstanding_wrs);
-  poster_->set_finish_hook([this](int slot, const Status& st, uint64_t bytes, Clock::time_point submitted) {
+  poster_->set_finish_hook([this](int slot, RoomId room, Generation gen, const Status& st, uint64_t bytes, Clock::time_point submitted) {
     env_.metrics->batch_finished(st.is_ok(), bytes, submitted);
     inflight_--;
     if (!st.is_ok() && slot >= 0) free_slot(slot);  // no credit will come for it
+    // Called under the poster's lock: the message goes out from the poller (report_failures).
+    if (!st.is_ok()) {
+      std::lock_guard fl(failed_mu_);
+      failed_rooms_.emplace_back(room, gen);
+    }
   });
   reader_ = std::thread([this] { control_loop(); });
-  for (int n = 0; n < nics; ++n) poller_ids_.push_back(env_.pollers->add(n, [this, n] { return poster_->progress(n); }));
+  for (int n = 0; n < nics; ++n)
+    poller_ids_.push_back(env_.pollers->add(n, [this, n] {
+      const int done = poster_->progress(n);
+      report_failures();
+      return done;
+    }));
   return Status::ok();
+}
+
+// Decode cannot see a one-sided write fail: without this it would wait out its
+// waiting_timeout for a notification that never comes (TCP's receiver sees the stream drop).
+void RdmaPeer::report_failures() {
+  std::vector<std::pair<RoomId, Generation>> rooms;
+  {
+    std::lock_guard fl(failed_mu_);
+    if (failed_rooms_.empty()) return;
+    rooms.swap(failed_rooms_);
+  }
+  for (auto [room, gen] : rooms)
+    if (!writer_->send(control::Type::kRoomFailed, control::put_u64(room) + control::put_u32(gen)).is_ok()) break;  // gone: decode kills the session
 }
 
 void RdmaPeer::free_slot(int slot) {

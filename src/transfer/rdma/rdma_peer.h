@@ -47,6 +47,7 @@ class RdmaPeer {
   Status setup();
   void control_loop();
   void free_slot(int slot);
+  void report_failures();  // tells decode of rooms whose batches failed here (kRoomFailed)
   // One round trip on the control connection: afterwards every grant decode made before the
   // caller heard of the room has arrived (decode told prefill of the room after granting).
   Status sync_grants();
@@ -74,6 +75,9 @@ class RdmaPeer {
   std::condition_variable synced_;  // with mu_
   std::set<uint64_t> sync_acks_;
   uint64_t next_sync_ = 1;
+
+  std::mutex failed_mu_;  // taken inside the poster's finish hook; never held while sending
+  std::vector<std::pair<RoomId, Generation>> failed_rooms_;
 
   std::mutex slots_mu_;  // never held while calling the poster
   std::vector<bool> slot_busy_;
