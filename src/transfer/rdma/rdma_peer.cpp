@@ -148,6 +148,7 @@ void RdmaPeer::control_loop() {
         {
           std::lock_guard lk(mu_);  // no submit of the room passes the grant check after this
           grants_.erase(room);
+          rooms_synced_.erase(room);
         }
         poster_->wait_room_idle(room);  // what was posted has landed or failed
         st = writer_->send(control::Type::kRevokeAck, control::put_u64(token));
@@ -197,13 +198,14 @@ Result<std::shared_ptr<TransferBatch>> RdmaPeer::submit(const BatchRequest& req,
     StripeOptions opt{cfg.rdma.stripe_alignment, cfg.rdma.min_stripe_bytes, cfg.rdma.max_wr_bytes};
     PDS_ASSIGN_OR_RETURN(plan, plan_stripes(req.writes, static_cast<int>(qps_.size()), opt));
   }
-  bool known;
+  bool synced;
   {
     std::lock_guard lk(mu_);
-    known = grants_.count(req.room) > 0;
+    synced = rooms_synced_.count(req.room) > 0;
   }
-  if (!known) PDS_RETURN_IF_ERROR(sync_grants());
+  if (!synced) PDS_RETURN_IF_ERROR(sync_grants());
   std::lock_guard lk(mu_);
+  if (grants_.count(req.room)) rooms_synced_.insert(req.room);  // not if revoked meanwhile
   if (closed_) return unavailable("rdma session to " + addr_.to_string() + " closed");
   if (!control_failed_.is_ok()) return control_failed_;
   if (inflight_.load() >= cfg.control.max_outstanding_batches)

@@ -10,6 +10,7 @@
 #include <set>
 #include <thread>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "../socket_io.h"
@@ -69,6 +70,9 @@ class RdmaPeer {
 
   mutable std::mutex mu_;  // grants_, control_failed_, closed_; held across poster submit
   std::unordered_map<RoomId, std::vector<Grant>> grants_;
+  // Rooms whose first submit synced: every grant decode made for them is in grants_. Having
+  // some grant of a room is not enough: its grants arrive one by one (pages, state, aux).
+  std::unordered_set<RoomId> rooms_synced_;
   Status control_failed_;
   bool closed_ = false;
 
