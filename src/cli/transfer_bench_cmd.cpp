@@ -64,7 +64,7 @@ Status register_side(transfer::Transport& t, Buffers& b) {
 }
 
 Result<std::unique_ptr<transfer::Transport>> make_backend(const std::string& backend, const BenchOptions& o, uint16_t port) {
-  if (backend == "rdma") {  // reached only once the policy allows rdma (kRdmaDataPathBuilt)
+  if (backend == "rdma") {  // the policy allowed it: asked for, every NIC usable
     PDS_ASSIGN_OR_RETURN(std::vector<rdma::NicName> nics, rdma::parse_nic_list(o.nics));
     PDS_ASSIGN_OR_RETURN(std::unique_ptr<rdma::Fabric> fabric, rdma::make_verbs_fabric(nics, o.gid_index));
     rdma::RdmaTransportConfig cfg;

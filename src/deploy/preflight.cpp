@@ -18,6 +18,7 @@
 #include "pdserve/model/config.h"
 #include "pdserve/model/safetensors.h"
 #include "pdserve/transfer/rdma/nic_probe.h"
+#include "pdserve/transfer/rdma/transport_policy.h"
 
 namespace pdserve::deploy {
 namespace {
@@ -120,14 +121,17 @@ Status check_port_free(const std::string& host, int port, const std::string& key
   return st;
 }
 
-void check_rdma_nics(const std::vector<std::string>& nics, PreflightReport* r) {
+void check_rdma_nics(const std::vector<std::string>& nics, PreflightReport* r, int gid_index, const std::string& backend) {
   namespace rdma = transfer::rdma;
   ++r->checks;
   const rdma::DeviceList here = rdma::list_devices();
   auto parsed = rdma::parse_nic_list(nics);
   if (!parsed.is_ok()) return r->problems.push_back("RDMA_NICS: " + parsed.status().message());
   if (parsed->empty()) return r->notes.push_back("rdma: RDMA_NICS is empty (TCP transfer); " + rdma::describe_devices(here));
-  const std::vector<rdma::PortReport> reports = rdma::probe_nics(*parsed, rdma::kAutoGidIndex);
+  // The roles' own decision on these reports, so preflight says what they will run on.
+  const std::vector<rdma::PortReport> reports = rdma::probe_nics(*parsed, gid_index);
+  auto decision = rdma::decide_transport(backend.empty() ? "auto" : backend, *parsed, reports, here);
+  if (decision.is_ok()) r->notes.push_back("rdma: the roles will transfer over " + decision->reason);
   for (const auto& rep : reports)
     if (rep.usable()) r->notes.push_back("rdma: " + rep.describe(here));  // the others are problems, below
   for (auto& p : rdma::nic_problems(reports, here)) r->problems.push_back(p);
@@ -170,7 +174,7 @@ PreflightReport run_preflight(const Topology& t, const PreflightOptions& opt) {
   if (runs_model) {
     ++r.checks;
     for (auto& p : model_dir_problems(t.model_path)) r.problems.push_back(p);
-    check_rdma_nics(t.rdma_nics, &r);
+    check_rdma_nics(t.rdma_nics, &r, t.rdma_gid_index, t.transfer_backend);
   }
   return r;
 }

@@ -103,6 +103,10 @@ std::vector<std::string> topology_problems(const Topology& t) {
         " (decode refuses every transfer from a prefill with another page size)");
   for (const std::string& nic : t.rdma_nics)
     if (!valid_name(nic)) add("RDMA_NICS has an invalid device name '" + nic + "'");
+  if (!t.transfer_backend.empty() && t.transfer_backend != "tcp" && t.transfer_backend != "rdma" && t.transfer_backend != "auto")
+    add("TRANSFER_BACKEND must be tcp, rdma or auto (got '" + t.transfer_backend + "')");
+  if (t.transfer_backend == "rdma" && t.rdma_nics.empty())
+    add("TRANSFER_BACKEND=rdma needs RDMA_NICS (the NICs both roles transfer over)");
   if (!ps.is_ok() || !ds.is_ok()) return out;  // the rules below need both node lists sound
   if (!valid_name(t.router_host())) add("ROUTER_NODE='" + t.router_node + "' is not a host name");
 
@@ -198,6 +202,9 @@ Result<std::vector<LaunchSpec>> launch_specs(const Topology& t, Role role) {
       a.insert(a.end(), {"--nnodes", std::to_string(npi), "--node-rank", std::to_string(i % npi), "--dist-init-addr",
                          leader + ":" + std::to_string(t.dist_port + (prefill ? 0 : 1))});
     if (!t.rdma_nics.empty()) a.insert(a.end(), {"--rdma-nics", join(t.rdma_nics, ",")});
+    // Both roles get the same transfer settings: the pair check refuses a TCP/RDMA mix.
+    if (!t.transfer_backend.empty()) a.insert(a.end(), {"--transfer-backend", t.transfer_backend});
+    if (t.rdma_gid_index >= 0) a.insert(a.end(), {"--rdma-gid-index", std::to_string(t.rdma_gid_index)});
     if (!t.cluster_secret_file.empty()) a.insert(a.end(), {"--cluster-secret-file", t.cluster_secret_file});
     a.insert(a.end(), s.extra_args.begin(), s.extra_args.end());
     if (t.gpus_per_node > 0) {

@@ -27,8 +27,50 @@ std::string hex16(uint64_t v) {
 }
 }  // namespace
 
+Json TransferInfo::to_json() const {
+  Json j{{"version", version}, {"backend", backend}};
+  if (backend == "rdma") {
+    j["nics"] = nics;
+    j["notify_slots"] = notify_slots;
+  }
+  return j;
+}
+
+Result<TransferInfo> TransferInfo::from_json(const Json& j) {
+  if (!j.is_object()) return invalid_argument("layout.transfer: must be a JSON object");
+  JsonFields f(j, "layout.transfer");
+  TransferInfo t;
+  PDS_ASSIGN_OR_RETURN(int64_t version, f.get_int("version"));
+  if (version < 1 || version > 1000000) return f.error("version", "must be in [1, 1000000]");
+  t.version = static_cast<int>(version);
+  PDS_ASSIGN_OR_RETURN(t.backend, f.get_string("backend"));
+  if (t.backend != "tcp" && t.backend != "rdma") return f.error("backend", "must be tcp or rdma");
+  if (t.backend == "rdma") {
+    PDS_ASSIGN_OR_RETURN(int64_t nics, f.get_int("nics"));
+    if (nics < 1 || nics > 16) return f.error("nics", "must be in [1, 16]");
+    t.nics = static_cast<int>(nics);
+    PDS_ASSIGN_OR_RETURN(int64_t slots, f.get_int("notify_slots"));
+    if (slots < 0 || slots > 4096) return f.error("notify_slots", "must be in [0, 4096]");
+    t.notify_slots = static_cast<int>(slots);
+  }
+  return t;
+}
+
+TransferInfo transfer_info_of(const transfer::TransportCaps& caps) {
+  TransferInfo t;
+  std::string name = caps.name;
+  const std::string wrap = "fault(";
+  if (name.rfind(wrap, 0) == 0 && !name.empty() && name.back() == ')') name = name.substr(wrap.size(), name.size() - wrap.size() - 1);
+  if (name == "rdma") {
+    t.backend = "rdma";
+    t.nics = caps.max_streams;
+    t.notify_slots = caps.notify_slots;
+  }
+  return t;
+}
+
 Json KvLayout::to_json() const {
-  return Json{{"protocol_version", protocol_version},
+  Json j{{"protocol_version", protocol_version},
               {"role", role},
               {"instance_id", instance_id},
               {"model_fingerprint", model_fingerprint},
@@ -46,6 +88,9 @@ Json KvLayout::to_json() const {
               {"state_layout", state_layout},
               {"num_slots", num_slots},
               {"checksum", checksum}};
+  // Only a non-TCP transport says so: a TCP layout stays what older builds send and expect.
+  if (transfer.backend != "tcp") j["transfer"] = transfer.to_json();
+  return j;
 }
 
 Result<KvLayout> KvLayout::from_json(const Json& j) {
@@ -73,6 +118,9 @@ Result<KvLayout> KvLayout::from_json(const Json& j) {
   PDS_ASSIGN_OR_RETURN(l.state_layout, f.get_string("state_layout"));
   PDS_ASSIGN_OR_RETURN(l.num_slots, f.get_int("num_slots"));
   PDS_ASSIGN_OR_RETURN(l.checksum, f.get_bool("checksum", true));
+  if (j.contains("transfer")) {
+    PDS_ASSIGN_OR_RETURN(l.transfer, TransferInfo::from_json(j.at("transfer")));
+  }
   // Sizes feed offset arithmetic: keep them in ranges where products cannot overflow.
   auto in = [&](const char* k, int64_t v, int64_t lo, int64_t hi) -> Status {
     if (v < lo || v > hi) return f.error(k, "must be in [" + std::to_string(lo) + ", " + std::to_string(hi) + "]");
@@ -176,6 +224,11 @@ Status check_pair(const KvLayout& p, const KvLayout& d) {
   if (p.kda.conv_tail != d.kda.conv_tail) return differ("kda_conv_tail", num(p.kda.conv_tail), num(d.kda.conv_tail));
   if (p.checksum != d.checksum)
     return differ("checksum", p.checksum ? "on" : "off", d.checksum ? "on" : "off");
+  if (p.transfer.backend != d.transfer.backend)
+    return invalid_argument("prefill/decode mismatch: transfer backend: prefill " + p.transfer.backend + ", decode " +
+                            d.transfer.backend + "; launch both roles with the same --transfer-backend (and --rdma-nics)");
+  if (p.transfer.backend == "rdma" && p.transfer.nics != d.transfer.nics)
+    return differ("RDMA NIC count (--rdma-nics)", num(p.transfer.nics), num(d.transfer.nics));
   if (p.kda.heads % p.tp != 0 || p.kda.heads % d.tp != 0)
     return invalid_argument("prefill/decode mismatch: tp: prefill " + num(p.tp) + ", decode " + num(d.tp) +
                             "; both must divide the " + num(p.kda.heads) + " KDA heads");

@@ -30,7 +30,8 @@ void refuse_room(disagg::DecodeCoordinator& decode, const std::string& body, con
   decode.refuse(j["bootstrap_host"].get<std::string>(), static_cast<int>(port), j["bootstrap_room"].get<uint64_t>(), why);
 }
 
-Result<std::unique_ptr<HttpServer>> HttpServer::create(ServeConfig cfg, TransportFactory make_transport, DeviceFactory make_device) {
+Result<std::unique_ptr<HttpServer>> HttpServer::create(ServeConfig cfg, TransportFactory make_transport, DeviceFactory make_device,
+                                                      RdmaHooks rdma) {
   PDS_RETURN_IF_ERROR(cfg.validate());
   if (cfg.nnodes > 1)
     return unsupported("--nnodes " + std::to_string(cfg.nnodes) +
@@ -67,12 +68,10 @@ Result<std::unique_ptr<HttpServer>> HttpServer::create(ServeConfig cfg, Transpor
     }
   }
   if (cfg.role != ServerRole::kUnified) {
-    PDS_ASSIGN_OR_RETURN(TransportChoice choice, choose_transport(cfg.disagg));
+    PDS_ASSIGN_OR_RETURN(TransportChoice choice, choose_transport(cfg.disagg, rdma));
     s->transport_choice_ = choice.reason;
     s->transport_rdma_ = std::move(choice.rdma);
     spdlog::info("transfer backend: {}", s->transport_choice_);
-    // The policy picks rdma only once kRdmaDataPathBuilt is true; until then this is tcp.
-    if (choice.backend != "tcp") return internal_error("transport policy chose " + choice.backend + ", which this build cannot create");
     if (!cfg.disagg.cluster_secret_file.empty()) {
       PDS_ASSIGN_OR_RETURN(cfg.disagg.cluster_secret, read_secret_file(cfg.disagg.cluster_secret_file));
     }
@@ -81,7 +80,7 @@ Result<std::unique_ptr<HttpServer>> HttpServer::create(ServeConfig cfg, Transpor
     tcp.listen_host = cfg.disagg.transfer_host;
     tcp.listen_port = static_cast<uint16_t>(cfg.role == ServerRole::kDecode ? cfg.disagg.transfer_port : 0);
     tcp.streams_per_peer = cfg.disagg.transfer_streams;
-    PDS_ASSIGN_OR_RETURN(auto transport, make_transport ? make_transport(tcp) : transfer::make_tcp_transport(tcp));
+    PDS_ASSIGN_OR_RETURN(auto transport, make_role_transport(choice, cfg.disagg, tcp, make_transport, rdma));
     if (cfg.role == ServerRole::kPrefill) {
       PDS_ASSIGN_OR_RETURN(s->prefill_, disagg::PrefillCoordinator::create(cfg.disagg, *s->engine_, std::move(transport), cfg.model_dir));
       cfg.disagg.bootstrap_port = s->prefill_->bootstrap_port();

@@ -6,6 +6,7 @@
 
 #include "pdserve/core/json_util.h"
 #include "pdserve/disagg/disagg_config.h"
+#include "pdserve/server/http_server.h"
 
 namespace pdserve::server {
 
@@ -16,6 +17,15 @@ struct TransportChoice {
 };
 
 // kUnavailable when --transfer-backend rdma cannot be had (names the NIC and what is wrong).
-Result<TransportChoice> choose_transport(const disagg::DisaggConfig& d);
+// hooks' list_devices / probe_nics replace libibverbs' where set (tests).
+Result<TransportChoice> choose_transport(const disagg::DisaggConfig& d, const HttpServer::RdmaHooks& hooks = {});
+
+// The role's transport as chosen: TCP (through make_tcp where set), or RDMA over the fabric
+// hooks.make_fabric opens (default: the verbs fabric on --rdma-nics), its control listener
+// configured like TCP's. A fabric that cannot be opened is a startup error naming the NICs.
+Result<std::unique_ptr<transfer::Transport>> make_role_transport(const TransportChoice& choice, const disagg::DisaggConfig& d,
+                                                                 const transfer::TcpConfig& tcp,
+                                                                 const HttpServer::TransportFactory& make_tcp,
+                                                                 const HttpServer::RdmaHooks& hooks);
 
 }  // namespace pdserve::server

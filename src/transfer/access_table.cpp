@@ -113,6 +113,18 @@ Result<Pin> AccessTable::pin_source(RegionId region, uint64_t offset, uint64_t l
   return p;
 }
 
+Result<std::vector<Pin>> AccessTable::pin_sources(const BatchRequest& req) {
+  std::vector<Pin> pins;
+  pins.reserve(req.writes.size());
+  for (const WriteOp& w : req.writes) {
+    if (w.length == 0) return invalid_argument("write of 0 bytes for room " + std::to_string(req.room));
+    if (w.remote_offset > UINT64_MAX - w.length) return invalid_argument("remote offset + length wraps");
+    PDS_ASSIGN_OR_RETURN(Pin p, pin_source(w.local_region, w.local_offset, w.length));
+    pins.push_back(std::move(p));
+  }
+  return pins;
+}
+
 Status AccessTable::covered(const RegionEntry& e, RoomId room, Generation gen, uint64_t offset, uint64_t length) const {
   uint64_t end = offset + length;  // caller checked it does not wrap
   // Walk adjacent grants of this room (pages granted one by one, written as one run).

@@ -80,14 +80,7 @@ class TcpTransport final : public Transport {
     if (req.notify && req.notify->size() > cfg_.limits.max_notify_bytes)
       return invalid_argument("notification of " + std::to_string(req.notify->size()) + " bytes exceeds " +
                               std::to_string(cfg_.limits.max_notify_bytes));
-    std::vector<Pin> srcs;
-    srcs.reserve(req.writes.size());
-    for (const WriteOp& w : req.writes) {
-      if (w.length == 0) return invalid_argument("write of 0 bytes for room " + std::to_string(req.room));
-      if (w.remote_offset > UINT64_MAX - w.length) return invalid_argument("remote offset + length wraps");
-      PDS_ASSIGN_OR_RETURN(Pin p, access_.pin_source(w.local_region, w.local_offset, w.length));
-      srcs.push_back(std::move(p));
-    }
+    PDS_ASSIGN_OR_RETURN(std::vector<Pin> srcs, access_.pin_sources(req));
     std::lock_guard lk(mu_);
     auto it = peers_.find(id);
     if (it == peers_.end()) return not_found("no peer " + std::to_string(id));

@@ -126,7 +126,13 @@ TEST_F(Preflight, ReportsRdmaNicsAndNamesAMissingOne) {
   ASSERT_EQ(r.problems.size(), 2u);
   EXPECT_EQ(r.problems[0].rfind("RDMA NIC pdsnone_0:1 not found (", 0), 0u) << r.problems[0];
   EXPECT_EQ(r.problems[1].rfind("RDMA NIC pdsnone_1:2 not found (", 0), 0u) << r.problems[1];
-  EXPECT_TRUE(r.notes.empty());  // unusable NICs are problems, not notes
+  // Unusable NICs are problems, not notes; the one note says what the roles will do about it.
+  ASSERT_EQ(r.notes.size(), 1u);
+  EXPECT_EQ(r.notes[0].rfind("rdma: the roles will transfer over tcp (auto: RDMA NIC pdsnone_0:1 not found", 0), 0u) << r.notes[0];
+  t.transfer_backend = "rdma";  // asked for: no note, the roles would refuse to start
+  r = run_preflight(t, {});
+  EXPECT_EQ(r.problems.size(), 2u);
+  EXPECT_TRUE(r.notes.empty());
   PreflightReport bad;
   check_rdma_nics({"mlx5_0", "mlx5_0"}, &bad);
   ASSERT_EQ(bad.problems.size(), 1u);

@@ -125,6 +125,35 @@ TEST(Topology, OneHostConfigLaunch) {
   EXPECT_TRUE(has(p->front().args, {"--bootstrap-port", "8998"}));
 }
 
+TEST(Topology, TransferBackendAndGidIndexReachBothRoles) {
+  const std::string base = "MODEL_PATH=/m\nPREFILL_NODES=a\nDECODE_NODES=b\nRDMA_NICS=mlx5_0,mlx5_1\n";
+  auto t = parse_topology(base + "TRANSFER_BACKEND=rdma\nRDMA_GID_INDEX=3\n", "t.env");
+  ASSERT_TRUE(t.is_ok()) << t.status().to_string();
+  EXPECT_TRUE(topology_problems(*t).empty());
+  for (Role role : {Role::kPrefill, Role::kDecode}) {
+    auto l = launch_specs(*t, role);
+    ASSERT_TRUE(l.is_ok());
+    EXPECT_TRUE(has(l->front().args, {"--transfer-backend", "rdma"}));
+    EXPECT_TRUE(has(l->front().args, {"--rdma-gid-index", "3"}));
+  }
+  auto bad = parse_topology_fields(base + "TRANSFER_BACKEND=pigeon\n", "t.env");
+  ASSERT_TRUE(bad.is_ok());
+  auto problems = topology_problems(*bad);
+  ASSERT_EQ(problems.size(), 1u);
+  EXPECT_NE(problems[0].find("TRANSFER_BACKEND must be tcp, rdma or auto"), std::string::npos) << problems[0];
+  auto no_nics = parse_topology_fields("MODEL_PATH=/m\nPREFILL_NODES=a\nDECODE_NODES=b\nTRANSFER_BACKEND=rdma\n", "t.env");
+  ASSERT_TRUE(no_nics.is_ok());
+  problems = topology_problems(*no_nics);
+  ASSERT_EQ(problems.size(), 1u);
+  EXPECT_NE(problems[0].find("needs RDMA_NICS"), std::string::npos) << problems[0];
+  EXPECT_FALSE(parse_topology_fields(base + "RDMA_GID_INDEX=300\n", "t.env").is_ok());
+  EXPECT_FALSE(parse_topology(base + "TRANSFER_BACKEND=pigeon\n", "t.env").is_ok());
+  // Not set: not passed, so the roles keep their own default.
+  auto plain = parse_topology(base, "t.env");
+  auto l = launch_specs(*plain, Role::kPrefill);
+  EXPECT_EQ(std::find(l->front().args.begin(), l->front().args.end(), "--transfer-backend"), l->front().args.end());
+}
+
 TEST(Topology, SharedNodeSplitsGpus) {
   auto t = parse_topology("MODEL_PATH=/m\nPREFILL_NODES=a\nDECODE_NODES=a\nPREFILL_TP=2\nDECODE_TP=4\n", "t.env");
   ASSERT_TRUE(t.is_ok()) << t.status().to_string();

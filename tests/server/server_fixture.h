@@ -33,8 +33,8 @@ inline ServeConfig tiny_config() {
 class LiveServer {
  public:
   explicit LiveServer(ServeConfig cfg = tiny_config(), HttpServer::TransportFactory make_transport = {},
-                      HttpServer::DeviceFactory make_device = {}) {
-    auto s = HttpServer::create(std::move(cfg), std::move(make_transport), std::move(make_device));
+                      HttpServer::DeviceFactory make_device = {}, HttpServer::RdmaHooks rdma = {}) {
+    auto s = HttpServer::create(std::move(cfg), std::move(make_transport), std::move(make_device), std::move(rdma));
     if (!s.is_ok()) throw std::runtime_error(s.status().message());
     server_ = std::move(s).value();
     port_ = server_->bind().value();

@@ -97,5 +97,26 @@ TEST_F(AccessTableTest, SourcePinsAreBoundsChecked) {
   EXPECT_FALSE(t.pin_source(3, 0, 1).is_ok());
 }
 
+TEST_F(AccessTableTest, BatchSourcePinsRefuseBadWritesAndReleaseWhatTheyTook) {
+  BatchRequest req;
+  req.room = 10;
+  req.writes = {{1, 0, 1, 0, 4096}, {1, 4096, 1, 8192, 4096}};
+  auto pins = t.pin_sources(req);
+  ASSERT_TRUE(pins.is_ok()) << pins.status().message();
+  ASSERT_EQ(pins->size(), 2u);
+  EXPECT_EQ((*pins)[1].data(), mem.data() + 4096);
+  pins->clear();
+
+  req.writes.push_back({1, 0, 1, 0, 0});
+  EXPECT_EQ(t.pin_sources(req).status().code(), ErrorCode::kInvalidArgument) << "empty write";
+  req.writes.back() = {1, 0, 1, UINT64_MAX - 10, 100};
+  EXPECT_EQ(t.pin_sources(req).status().code(), ErrorCode::kInvalidArgument) << "remote range wraps";
+  req.writes.back() = {1, 1 << 16, 1, 0, 1};
+  EXPECT_EQ(t.pin_sources(req).status().code(), ErrorCode::kOutOfRange) << "source past the region";
+  // The refused batches pinned their first writes; had they kept them, this would hang.
+  ASSERT_TRUE(t.revoke(10).is_ok());
+  EXPECT_TRUE(t.unregister_region(1).is_ok());
+}
+
 }  // namespace
 }  // namespace pdserve::transfer

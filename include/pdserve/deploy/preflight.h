@@ -32,6 +32,7 @@ std::vector<std::string> model_dir_problems(const std::string& dir);
 Status check_port_free(const std::string& host, int port, const std::string& key);
 // RDMA_NICS on this node: a note per usable NIC (state, link layer, GID) or "empty" and the
 // device list; a problem per NIC that is missing, has no active port or no usable GID.
-void check_rdma_nics(const std::vector<std::string>& nics, PreflightReport* r);
+void check_rdma_nics(const std::vector<std::string>& nics, PreflightReport* r, int gid_index = -1,
+                     const std::string& backend = "");
 
 }  // namespace pdserve::deploy

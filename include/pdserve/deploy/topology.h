@@ -38,6 +38,8 @@ struct Topology {
   int dist_port = 29500;  // multi-node instances: rendezvous on the instance's first node
   int64_t chunk_size = 8192;
   std::vector<std::string> rdma_nics;  // empty: TCP transport
+  std::string transfer_backend;        // tcp | rdma | auto; "": not passed (the roles' default, auto)
+  int rdma_gid_index = -1;             // -1: automatic choice (not passed)
   std::string cluster_secret_file;     // "": no authentication between prefill and decode
   std::string router_node;             // "": the first decode node
   int router_port = 31000;

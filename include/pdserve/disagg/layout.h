@@ -12,10 +12,28 @@
 #include "pdserve/disagg/state_slicing.h"
 #include "pdserve/model/cache_pools.h"
 #include "pdserve/model/config.h"
+#include "pdserve/transfer/types.h"
 
 namespace pdserve::disagg {
 
 inline constexpr int kProtocolVersion = 1;
+inline constexpr int kTransferInfoVersion = 1;
+
+// How this side moves bytes, so a pair whose transports cannot talk is refused by the layout
+// check (clear message) instead of failing inside the first transfer. Travels as the optional
+// "transfer" object of the layout (absent: tcp, so TCP peers of older builds are unaffected).
+// The per-connection RDMA details (QP numbers, GIDs, rkeys, the notification ring) follow on
+// the transport's own authenticated control connection, at the transfer address the target
+// names (rdma_transport.h): they exist per peer, which the bootstrap messages are not.
+struct TransferInfo {
+  int version = kTransferInfoVersion;  // a reader ignores fields of newer versions it does not know
+  std::string backend = "tcp";         // "tcp" or "rdma"
+  int nics = 0;                        // rdma: NICs per side (both sides must use the same count)
+  int notify_slots = 0;                // rdma: decode's notification ring slots per sender (informational)
+
+  Json to_json() const;
+  static Result<TransferInfo> from_json(const Json& j);
+};
 
 struct KvLayout {
   int protocol_version = kProtocolVersion;
@@ -33,12 +51,16 @@ struct KvLayout {
   std::string state_layout = "conv[q,k,v][H*D][K-1],recurrent[H][V][K]";
   int64_t num_slots = 0;
   bool checksum = true;          // every room's units are hashed and compared
+  TransferInfo transfer;         // set by the coordinators from their transport
 
   Json to_json() const;
   static Result<KvLayout> from_json(const Json& j);
   int64_t page_floats() const { return page_size * entry_dim; }
   int64_t slot_floats_per_rank() const { return slot_floats(kda, tp); }
 };
+
+// What a transport says of itself, as the layout carries it ("fault(rdma)" counts as rdma).
+TransferInfo transfer_info_of(const transfer::TransportCaps& caps);
 
 // This process's layout from its config and pools (rank 0's pools; all ranks match).
 KvLayout describe_layout(const std::string& role, const ModelConfig& cfg, const std::string& model_fingerprint,

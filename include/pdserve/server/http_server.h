@@ -14,6 +14,8 @@
 #include "pdserve/disagg/decode_coordinator.h"
 #include "pdserve/disagg/prefill_coordinator.h"
 #include "pdserve/runtime/engine.h"
+#include "pdserve/transfer/rdma/fabric.h"
+#include "pdserve/transfer/rdma/nic_probe.h"
 #include "pdserve/transfer/tcp_transport.h"
 #include "pdserve/server/serve_config.h"
 
@@ -31,9 +33,19 @@ class HttpServer {
   using TransportFactory = std::function<Result<std::unique_ptr<transfer::Transport>>(const transfer::TcpConfig&)>;
   // Builds the device forward of `--device cuda` (tests hand in a stand-in; default: make_cuda_forward).
   using DeviceFactory = std::function<Result<std::unique_ptr<DeviceForward>>(TpModelGroup&, const ServeConfig&)>;
+  // The RDMA NICs as the prefill / decode roles see them when the transport policy may pick
+  // rdma: the device list, the per-NIC probe, and opening them as a Fabric. Each left empty
+  // is libibverbs (list_devices, probe_nics, make_verbs_fabric); tests hand in a fake fabric
+  // with probe reports that say its NICs are up, and run the roles end to end over it.
+  struct RdmaHooks {
+    std::function<transfer::rdma::DeviceList()> list_devices;
+    std::function<std::vector<transfer::rdma::PortReport>(const std::vector<transfer::rdma::NicName>&, int gid_index)> probe_nics;
+    std::function<Result<std::unique_ptr<transfer::rdma::Fabric>>(const std::vector<transfer::rdma::NicName>&, int gid_index)> make_fabric;
+  };
   // Loads the model and tokenizer, builds and starts the engine. Not listening yet.
+  // make_transport builds the TCP transport only; the RDMA one comes from rdma's fabric.
   static Result<std::unique_ptr<HttpServer>> create(ServeConfig cfg, TransportFactory make_transport = {},
-                                                    DeviceFactory make_device = {});
+                                                    DeviceFactory make_device = {}, RdmaHooks rdma = {});
   ~HttpServer();
 
   // Binds host:port (port 0: any free port) and returns the port.

@@ -55,6 +55,9 @@ class AccessTable {
 
   // Sender side: a local source range, pinned until the batch finishes.
   Result<Pin> pin_source(RegionId region, uint64_t offset, uint64_t length);
+  // Sender side, a whole batch: refuses empty writes and remote ranges that wrap, then pins
+  // every source (in write order); on the first refusal the pins taken so far are released.
+  Result<std::vector<Pin>> pin_sources(const BatchRequest& req);
   // Receiver side: the full check for one incoming write; the pin gives the destination.
   Result<Pin> admit_write(RoomId room, Generation gen, RegionId region, uint64_t offset, uint64_t length);
   // A notification is admitted if the room holds a grant under gen and has not failed.

@@ -62,6 +62,7 @@ struct TransportCaps {
   int max_streams = 1;          // parallel connections / NICs one peer can use
   bool zero_copy = false;       // payload moves without a bounce buffer on either side
   bool receiver_checks_each_write = false;  // two-sided: the receiver validates every write
+  int notify_slots = 0;         // rdma: the receiver's notification ring slots per sender
 };
 
 // Called on transport threads; keep them short (hand work to a queue).

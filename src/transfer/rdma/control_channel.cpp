@@ -41,7 +41,7 @@ Result<Message> receive(int fd, const std::atomic<bool>& stop) {
   Reader r{head};
   const auto type = static_cast<uint32_t>(r.get(4));
   const auto length = static_cast<uint32_t>(r.get(4));
-  if (type < 1 || type > static_cast<uint32_t>(Type::kSyncAck)) return data_loss("rdma control: unknown message type " + std::to_string(type));
+  if (type < 1 || type > static_cast<uint32_t>(Type::kRoomFailed)) return data_loss("rdma control: unknown message type " + std::to_string(type));
   if (length > kMaxControlBytes) return data_loss("rdma control: message of " + std::to_string(length) + " bytes");
   Message m{static_cast<Type>(type), std::string(length, '\0')};
   if (length) PDS_RETURN_IF_ERROR(net::recv_exact(fd, m.payload.data(), length, net::RecvMode::kMidMessage, [] { return false; }));

@@ -61,6 +61,19 @@ void RdmaInbound::control_loop() {
       break;
     }
     control::Reader r{m->payload};
+    if (m->type == control::Type::kRoomFailed) {
+      const RoomId room = r.get(8);
+      const Generation gen = static_cast<Generation>(r.get(4));
+      if (!r.done()) {
+        st = data_loss("rdma control: bad room failure report");
+        break;
+      }
+      // Only a room granted here under that generation: a stale report must not fail the
+      // room's next use.
+      if (env_.access->admit_notify(room, gen).is_ok())
+        refuse(room, Status(ErrorCode::kUnavailable, "the sender's RDMA writes for room " + std::to_string(room) + " failed (a queue pair in error)"));
+      continue;
+    }
     const uint64_t token = r.get(8);
     if ((m->type != control::Type::kRevokeAck && m->type != control::Type::kSync) || !r.done()) {
       st = data_loss("rdma control: unexpected message from the sender");

@@ -77,14 +77,37 @@ Status RdmaPeer::setup() {
   std::vector<SendQueue*> lanes;
   for (auto& q : qps_) lanes.push_back(q.get());
   poster_ = std::make_unique<WritePoster>(lanes, std::move(keys), cfg.rdma.max_outstanding_wrs);
-  poster_->set_finish_hook([this](int slot, const Status& st, uint64_t bytes, Clock::time_point submitted) {
+  poster_->set_finish_hook([this](int slot, RoomId room, Generation gen, const Status& st, uint64_t bytes, Clock::time_point submitted) {
     env_.metrics->batch_finished(st.is_ok(), bytes, submitted);
     inflight_--;
     if (!st.is_ok() && slot >= 0) free_slot(slot);  // no credit will come for it
+    // Called under the poster's lock: the message goes out from the poller (report_failures).
+    if (!st.is_ok()) {
+      std::lock_guard fl(failed_mu_);
+      failed_rooms_.emplace_back(room, gen);
+    }
   });
   reader_ = std::thread([this] { control_loop(); });
-  for (int n = 0; n < nics; ++n) poller_ids_.push_back(env_.pollers->add(n, [this, n] { return poster_->progress(n); }));
+  for (int n = 0; n < nics; ++n)
+    poller_ids_.push_back(env_.pollers->add(n, [this, n] {
+      const int done = poster_->progress(n);
+      report_failures();
+      return done;
+    }));
   return Status::ok();
+}
+
+// Decode cannot see a one-sided write fail: without this it would wait out its
+// waiting_timeout for a notification that never comes (TCP's receiver sees the stream drop).
+void RdmaPeer::report_failures() {
+  std::vector<std::pair<RoomId, Generation>> rooms;
+  {
+    std::lock_guard fl(failed_mu_);
+    if (failed_rooms_.empty()) return;
+    rooms.swap(failed_rooms_);
+  }
+  for (auto [room, gen] : rooms)
+    if (!writer_->send(control::Type::kRoomFailed, control::put_u64(room) + control::put_u32(gen)).is_ok()) break;  // gone: decode kills the session
 }
 
 void RdmaPeer::free_slot(int slot) {
@@ -125,6 +148,7 @@ void RdmaPeer::control_loop() {
         {
           std::lock_guard lk(mu_);  // no submit of the room passes the grant check after this
           grants_.erase(room);
+          rooms_synced_.erase(room);
         }
         poster_->wait_room_idle(room);  // what was posted has landed or failed
         st = writer_->send(control::Type::kRevokeAck, control::put_u64(token));
@@ -174,13 +198,14 @@ Result<std::shared_ptr<TransferBatch>> RdmaPeer::submit(const BatchRequest& req,
     StripeOptions opt{cfg.rdma.stripe_alignment, cfg.rdma.min_stripe_bytes, cfg.rdma.max_wr_bytes};
     PDS_ASSIGN_OR_RETURN(plan, plan_stripes(req.writes, static_cast<int>(qps_.size()), opt));
   }
-  bool known;
+  bool synced;
   {
     std::lock_guard lk(mu_);
-    known = grants_.count(req.room) > 0;
+    synced = rooms_synced_.count(req.room) > 0;
   }
-  if (!known) PDS_RETURN_IF_ERROR(sync_grants());
+  if (!synced) PDS_RETURN_IF_ERROR(sync_grants());
   std::lock_guard lk(mu_);
+  if (grants_.count(req.room)) rooms_synced_.insert(req.room);  // not if revoked meanwhile
   if (closed_) return unavailable("rdma session to " + addr_.to_string() + " closed");
   if (!control_failed_.is_ok()) return control_failed_;
   if (inflight_.load() >= cfg.control.max_outstanding_batches)

@@ -10,6 +10,7 @@
 #include <set>
 #include <thread>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "../socket_io.h"
@@ -47,6 +48,7 @@ class RdmaPeer {
   Status setup();
   void control_loop();
   void free_slot(int slot);
+  void report_failures();  // tells decode of rooms whose batches failed here (kRoomFailed)
   // One round trip on the control connection: afterwards every grant decode made before the
   // caller heard of the room has arrived (decode told prefill of the room after granting).
   Status sync_grants();
@@ -68,12 +70,18 @@ class RdmaPeer {
 
   mutable std::mutex mu_;  // grants_, control_failed_, closed_; held across poster submit
   std::unordered_map<RoomId, std::vector<Grant>> grants_;
+  // Rooms whose first submit synced: every grant decode made for them is in grants_. Having
+  // some grant of a room is not enough: its grants arrive one by one (pages, state, aux).
+  std::unordered_set<RoomId> rooms_synced_;
   Status control_failed_;
   bool closed_ = false;
 
   std::condition_variable synced_;  // with mu_
   std::set<uint64_t> sync_acks_;
   uint64_t next_sync_ = 1;
+
+  std::mutex failed_mu_;  // taken inside the poster's finish hook; never held while sending
+  std::vector<std::pair<RoomId, Generation>> failed_rooms_;
 
   std::mutex slots_mu_;  // never held while calling the poster
   std::vector<bool> slot_busy_;

@@ -42,17 +42,22 @@ class RdmaTransport final : public Transport {
     TransportCaps c;
     c.name = "rdma";
     c.host_memory = true;
-    c.gpu_memory = false;  // GPU registration (dma-buf / peermem) is not written
+    c.gpu_memory = fabric_->gpu_registration().is_ok();  // dma-buf or nvidia-peermem (gpu_registration.h)
     c.max_streams = fabric_->nics();
     c.zero_copy = true;
     c.receiver_checks_each_write = false;  // one-sided: the sender checks against pushed grants
+    c.notify_slots = cfg_.notify_slots;
     return c;
   }
   PeerAddress local_address() const override { return {cfg_.control.listen_host, port_}; }
 
   Status register_region(const MemoryRegion& r) override {
     if (r.id >= kFirstReservedRegion) return invalid_argument("region ids from " + std::to_string(kFirstReservedRegion) + " are the rdma transport's");
-    if (r.gpu) return unsupported("the rdma transport registers host memory only (GPU memory through dma-buf / nvidia-peermem is not written); region '" + r.name + "'");
+    if (r.gpu) {
+      Result<std::string> how = fabric_->gpu_registration();
+      if (!how.is_ok()) return Status(how.status().code(), "GPU region '" + r.name + "': " + how.status().message());
+      spdlog::info("transfer(rdma): region '{}': {}", r.name, *how);
+    }
     PDS_RETURN_IF_ERROR(access_.register_region(r));
     Result<std::unique_ptr<Registration>> mr = fabric_->register_memory(r);
     if (!mr.is_ok()) {
@@ -132,14 +137,7 @@ class RdmaTransport final : public Transport {
   }
 
   Result<std::shared_ptr<TransferBatch>> submit(PeerId id, const BatchRequest& req) override {
-    std::vector<Pin> pins;
-    pins.reserve(req.writes.size());
-    for (const WriteOp& w : req.writes) {
-      if (w.length == 0) return invalid_argument("write of 0 bytes for room " + std::to_string(req.room));
-      if (w.remote_offset > UINT64_MAX - w.length) return invalid_argument("remote offset + length wraps");
-      PDS_ASSIGN_OR_RETURN(Pin p, access_.pin_source(w.local_region, w.local_offset, w.length));
-      pins.push_back(std::move(p));
-    }
+    PDS_ASSIGN_OR_RETURN(std::vector<Pin> pins, access_.pin_sources(req));
     std::lock_guard lk(peers_mu_);
     auto it = peers_.find(id);
     if (it == peers_.end()) return not_found("no peer " + std::to_string(id));

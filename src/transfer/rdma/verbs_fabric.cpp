@@ -5,6 +5,8 @@
 
 #include <cerrno>
 #include <cstring>
+#include <mutex>
+#include <optional>
 
 #include "pdserve/transfer/rdma/nic_probe.h"
 #include "verbs_qp.h"
@@ -43,12 +45,21 @@ class VerbsFabric final : public Fabric {
     for (const Nic& n : nics_) s += (s.size() > 6 ? " " : "") + n.name;
     return s + ")";
   }
+  Result<std::string> gpu_registration() override {
+    PDS_ASSIGN_OR_RETURN(GpuRegChoice c, gpu_choice());
+    return c.reason;
+  }
   Result<std::unique_ptr<Registration>> register_memory(const MemoryRegion& region) override {
+    std::optional<GpuRegPath> gpu_path;
+    if (region.gpu) {
+      PDS_ASSIGN_OR_RETURN(GpuRegChoice c, gpu_choice());
+      gpu_path = c.path;
+    }
     auto r = std::make_unique<VerbsRegistration>();
     r->k.addr = reinterpret_cast<uint64_t>(region.base);
     r->k.size = region.size;
     for (Nic& n : nics_) {
-      PDS_ASSIGN_OR_RETURN(MrPtr mr, register_region(n.pd, region));
+      PDS_ASSIGN_OR_RETURN(MrPtr mr, gpu_path ? register_gpu_region(n.pd, region, *gpu_path) : register_region(n.pd, region));
       r->k.keys.push_back(mr->lkey);
       r->r.push_back(mr->rkey);
       r->mrs.push_back(std::move(mr));
@@ -62,6 +73,16 @@ class VerbsFabric final : public Fabric {
   }
 
   std::vector<Nic> nics_;
+
+ private:
+  // Probed once, at the first question (capabilities() or a GPU region).
+  Result<GpuRegChoice> gpu_choice() {
+    std::lock_guard lk(gpu_mu_);
+    if (!gpu_) gpu_ = choose_gpu_registration(probe_gpu_registration());
+    return *gpu_;
+  }
+  std::mutex gpu_mu_;
+  std::optional<Result<GpuRegChoice>> gpu_;
 };
 
 }  // namespace

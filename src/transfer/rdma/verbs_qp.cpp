@@ -171,10 +171,7 @@ void VerbsQp::set_error() {
 }
 
 Result<MrPtr> register_region(ibv_pd* pd, const MemoryRegion& region) {
-  if (region.gpu)
-    return unsupported("region '" + region.name +
-                       "' is GPU memory: RDMA registration of GPU memory (dma-buf through ibv_reg_dmabuf_mr, or "
-                       "nvidia-peermem) is not written yet; use host pools");
+  if (region.gpu) return internal_error("region '" + region.name + "' is GPU memory: register_gpu_region registers it");
   MrPtr mr(ibv_reg_mr(pd, region.base, region.size, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE));
   if (!mr)
     return verbs_error("ibv_reg_mr of region '" + region.name + "' (" + std::to_string(region.size) +

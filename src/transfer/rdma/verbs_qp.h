@@ -11,6 +11,7 @@
 
 #include "pdserve/transfer/rdma/conn_info.h"
 #include "pdserve/transfer/rdma/fabric.h"
+#include "pdserve/transfer/rdma/gpu_registration.h"
 #include "pdserve/transfer/rdma/send_queue.h"
 #include "pdserve/transfer/types.h"
 
@@ -57,8 +58,9 @@ struct MrDeleter {
 };
 using MrPtr = std::unique_ptr<ibv_mr, MrDeleter>;
 
-// Registers a region for local reads and remote writes. GPU regions are refused with what
-// would make them work (dma-buf / nvidia-peermem): GPU registration is not written yet.
+// Registers a host region for local reads and remote writes (GPU regions: register_gpu_region).
 Result<MrPtr> register_region(ibv_pd* pd, const MemoryRegion& region);
+// Registers a GPU region the way gpu_registration.h chose (verbs_gpu_mr.cpp).
+Result<MrPtr> register_gpu_region(ibv_pd* pd, const MemoryRegion& region, GpuRegPath path);
 
 }  // namespace pdserve::transfer::rdma

@@ -79,6 +79,7 @@ Result<std::shared_ptr<TransferBatch>> WritePoster::submit(RoomId room, Generati
                                                            uint32_t imm, std::vector<Pin> pins, int tag) {
   auto b = std::make_shared<RdmaBatch>();
   b->room_ = room;
+  b->gen_ = gen;
   b->tag_ = tag;
   b->submitted_ = Clock::now();
   std::vector<std::pair<int, RdmaWrite>> wrs;
@@ -184,7 +185,7 @@ void WritePoster::finish_locked(const std::shared_ptr<RdmaBatch>& b, Status st) 
       if (o->room_ == b->room_ && !o->done_ && o->completion_)
         finish_locked(o, Status(ErrorCode::kAborted, "an earlier batch of room " + std::to_string(b->room_) + " failed: " + st.message()));
   }
-  if (on_finish_) on_finish_(b->tag_, st, b->bytes_, b->submitted_);
+  if (on_finish_) on_finish_(b->tag_, b->room_, b->gen_, st, b->bytes_, b->submitted_);
   auto it = room_inflight_.find(b->room_);
   if (it != room_inflight_.end() && --it->second <= 0) {
     room_inflight_.erase(it);

@@ -73,6 +73,7 @@ class RdmaTransportTest : public ::testing::Test {
     cb.on_room_failed = [this](RoomId room, const Status& why) {
       std::lock_guard lk(notes.mu);
       notes.failed.push_back({room, why.message()});
+      notes.cv.notify_all();
     };
     decode->set_callbacks(cb);
     ASSERT_TRUE(decode->register_region({kDst, dst.data(), dst.size(), "kv"}).is_ok());
@@ -204,10 +205,20 @@ TEST_F(RdmaTransportTest, NicFailingMidBatchFailsItAndBlocksThePeerUntilItReRegi
   EXPECT_EQ(again.status().code(), ErrorCode::kUnavailable);
   EXPECT_EQ(notes.count(), 0u) << "a failed batch must not notify";
   EXPECT_EQ(prefill->metrics().batches_failed, 1u);
+  // Decode hears of it from the sender (kRoomFailed) instead of waiting for a notification.
+  {
+    std::unique_lock lk(notes.mu);
+    ASSERT_TRUE(notes.cv.wait_for(lk, kWait, [&] { return !notes.failed.empty(); })) << "decode never learned the room failed";
+    EXPECT_EQ(notes.failed[0].first, 5u);
+    EXPECT_NE(notes.failed[0].second.find("RDMA writes for room 5 failed"), std::string::npos) << notes.failed[0].second;
+  }
+  // As decode does with a failed room: revoke it, grant the retry under a new generation.
+  ASSERT_TRUE(decode->revoke(5).is_ok());
+  ASSERT_TRUE(decode->grant({5, kDst, 0, 8 * MiB, 2}).is_ok());
   // Re-registration: opening the peer again builds a new session (new QPs, new exchange).
   const PeerId fresh = open();
   EXPECT_NE(fresh, peer);
-  auto b2 = prefill->submit(fresh, {5, 1, {{kSrc, 0, kDst, 0, 4 * MiB}}, std::string("second try")});
+  auto b2 = prefill->submit(fresh, {5, 2, {{kSrc, 0, kDst, 0, 4 * MiB}}, std::string("second try")});
   ASSERT_TRUE(b2.is_ok()) << b2.status().message();
   ASSERT_TRUE((*b2)->wait(Clock::now() + kWait).is_ok());
   ASSERT_TRUE(notes.wait_for(1));

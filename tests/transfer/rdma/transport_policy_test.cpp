@@ -35,7 +35,7 @@ TEST(TransportPolicy, TcpIsAlwaysTcp) {
 
 TEST(TransportPolicy, AutoPicksRdmaOnlyWhenEveryNicIsReadyAndSaysWhy) {
   Fixture f;
-  auto d = decide_transport("auto", f.nics, f.reports, f.here, true);
+  auto d = decide_transport("auto", f.nics, f.reports, f.here, true, true);
   ASSERT_TRUE(d.is_ok());
   EXPECT_EQ(d->backend, "rdma");
   EXPECT_NE(d->reason.find("mlx5_1:1"), std::string::npos) << d->reason;
@@ -43,10 +43,24 @@ TEST(TransportPolicy, AutoPicksRdmaOnlyWhenEveryNicIsReadyAndSaysWhy) {
   EXPECT_NE(d->reason.find("10.0.0.2"), std::string::npos) << d->reason;
   f.reports[1].active = false;
   f.reports[1].state = "PORT_DOWN";
-  d = decide_transport("auto", f.nics, f.reports, f.here, true);
+  d = decide_transport("auto", f.nics, f.reports, f.here, true, true);
   ASSERT_TRUE(d.is_ok());
   EXPECT_EQ(d->backend, "tcp");
   EXPECT_NE(d->reason.find("mlx5_1:1 port is PORT_DOWN"), std::string::npos) << d->reason;
+}
+
+TEST(TransportPolicy, AutoStaysOnTcpUntilTheDataPathHasRunOnRealNics) {
+  Fixture f;
+  auto d = decide_transport("auto", f.nics, f.reports, f.here, true, false);
+  ASSERT_TRUE(d.is_ok());
+  EXPECT_EQ(d->backend, "tcp");
+  EXPECT_NE(d->reason.find("never run on a real NIC"), std::string::npos) << d->reason;
+  EXPECT_NE(d->reason.find("--transfer-backend rdma"), std::string::npos) << d->reason;
+  // Asked for explicitly, it is honoured, and the log line says it is a first.
+  d = decide_transport("rdma", f.nics, f.reports, f.here, true, false);
+  ASSERT_TRUE(d.is_ok());
+  EXPECT_EQ(d->backend, "rdma");
+  EXPECT_NE(d->reason.find("never run on a real NIC"), std::string::npos) << d->reason;
 }
 
 TEST(TransportPolicy, AutoWithoutNicsOrDataPathIsTcpAndSaysSo) {

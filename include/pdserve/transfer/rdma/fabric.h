@@ -52,8 +52,12 @@ class Fabric {
   virtual ~Fabric() = default;
   virtual int nics() const = 0;
   virtual std::string describe() const = 0;  // for logs: "fake(2 NICs)", "verbs(mlx5_0:1 ...)"
-  // Registers for local reads and remote writes on every NIC.
+  // Registers for local reads and remote writes on every NIC (GPU regions too where
+  // gpu_registration() is ok).
   virtual Result<std::unique_ptr<Registration>> register_memory(const MemoryRegion& region) = 0;
+  // How GPU memory would be registered (a line for the log), or why it cannot be
+  // (gpu_registration.h). Host memory needs nothing of this.
+  virtual Result<std::string> gpu_registration() { return unsupported("this fabric registers host memory only"); }
   // depth: most send work requests in flight; recv_depth: receives it may hold.
   virtual Result<std::unique_ptr<QueuePair>> create_qp(int nic, int depth, int recv_depth) = 0;
 };

@@ -58,6 +58,7 @@ class RdmaBatch final : public TransferBatch {
   friend class WritePoster;
   void publish(Status st);
   RoomId room_ = 0;
+  Generation gen_ = 0;
   uint64_t bytes_ = 0;
   int tag_ = -1;                 // the caller's (the transport's notification slot)
   Clock::time_point submitted_;
@@ -87,7 +88,7 @@ class WritePoster {
                                                 const std::vector<Grant>& grants, std::optional<WriteOp> completion, uint32_t imm,
                                                 std::vector<Pin> pins = {}, int tag = -1);
   // Called under the poster's lock as each batch finishes (keep it short: counters).
-  using FinishHook = std::function<void(int tag, const Status& st, uint64_t bytes, Clock::time_point submitted)>;
+  using FinishHook = std::function<void(int tag, RoomId room, Generation gen, const Status& st, uint64_t bytes, Clock::time_point submitted)>;
   void set_finish_hook(FinishHook hook);
   // Returns once no batch of the room is in flight here (the revoke handshake's wait).
   void wait_room_idle(RoomId room);
