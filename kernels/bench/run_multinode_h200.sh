@@ -18,9 +18,9 @@ date -u; nvidia-smi --query-gpu=index,name,driver_version --format=csv,noheader
 # two PORT ARGS...: node 1 on GPU 1 in the background (it retries until node 0 listens), node 0 on GPU 0.
 two() {
   local port=$1; shift
-  CUDA_VISIBLE_DEVICES=1 timeout 60 "$P" dist-check --nnodes 2 --node-rank 1 --dist-init-addr 127.0.0.1:$port "$@" >/tmp/n1.log 2>&1 &
+  CUDA_VISIBLE_DEVICES=1 timeout 60 "$P" dist-check --nnodes 2 --node-rank 1 --dist-init-addr "127.0.0.1:$port" "$@" >/tmp/n1.log 2>&1 &
   local f=$!
-  CUDA_VISIBLE_DEVICES=0 timeout 60 "$P" dist-check --nnodes 2 --node-rank 0 --dist-init-addr 127.0.0.1:$port "$@" >/tmp/n0.log 2>&1
+  CUDA_VISIBLE_DEVICES=0 timeout 60 "$P" dist-check --nnodes 2 --node-rank 0 --dist-init-addr "127.0.0.1:$port" "$@" >/tmp/n0.log 2>&1
   local l=$?
   wait $f; local fr=$?
   cat /tmp/n0.log /tmp/n1.log
