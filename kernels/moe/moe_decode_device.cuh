@@ -12,6 +12,7 @@
 #include "common/cuda_check.h"
 #include "common/reduce.cuh"
 #include "moe/moe_decode.h"
+#include "moe/moe_activation.cuh"
 
 namespace pdserve::cuda::moe_decode_detail {
 
@@ -19,16 +20,6 @@ constexpr int kMaxExperts = 1024;
 constexpr int kStagedPad = 32;  // bf16 per staged row: rows 64 bytes apart mod 128, no bank conflicts
 constexpr int kWaWarps = 16;    // weights-on-A kernels: MMA warps per CTA
 constexpr int kWaTokens = 8;    // the MMA's N: tokens a pass
-
-struct Act {
-  MoeActivation kind;
-  float beta, linear_beta;
-  __device__ float operator()(float g, float u) const {
-    if (kind == MoeActivation::kSiLU) return g * sigmoid(g) * u;
-    const float a = beta * tanhf(g / beta) * sigmoid(g);
-    return a * (linear_beta > 0.0f ? linear_beta * tanhf(u / linear_beta) : u);
-  }
-};
 
 __device__ __forceinline__ uint32_t bf16x2_mul(uint32_t a, uint32_t b) {
   uint32_t d;
@@ -189,6 +180,6 @@ Result<unsigned> grid_for(Kernel kernel, size_t smem, int64_t max_units, int thr
 // Fits where its token rows and two ring slots fit in shared memory (K3: 3584 / 3072).
 bool decode_fused_fits(int64_t dim, int64_t inter);
 Status launch_decode_fused(const MoeDecodeWeights& w, const int32_t* offsets, int64_t experts, const float* x, float* act, float* out,
-                           const Act& fn, cudaStream_t stream);
+                           const MoeAct& fn, cudaStream_t stream);
 
 }  // namespace pdserve::cuda::moe_decode_detail

@@ -95,7 +95,7 @@ struct Shape {
 // 8-token pass of the expert's rows; gated: tiles 0, 1 gate rows n, n+1, tiles 2, 3 up.
 template <bool kGated, bool kWide>
 __device__ __forceinline__ void run_unit(const uint8_t* slot, uint32_t cmax, uint32_t chunks, int e, uint32_t n, int begin, int end,
-                                         const float* x, uint32_t cols, float* y, uint32_t y_cols, const Act& fn, uint16_t* x_s,
+                                         const float* x, uint32_t cols, float* y, uint32_t y_cols, const MoeAct& fn, uint16_t* x_s,
                                          float (*s_red2)[kWaWarps][4][kWaTokens][8], int& staged_key, int& buf, uint32_t gate_per_expert) {
   // Gate/up units are published by the producer warp once the slot comes back (see there).
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, t = lane & 3;
@@ -165,7 +165,7 @@ __device__ __forceinline__ void run_unit(const uint8_t* slot, uint32_t cmax, uin
 template <bool kWide>
 __global__ void __launch_bounds__(kThreadsAll, 1)
     decode_fused(Mxfp4Decode w1, Mxfp4Decode w3, Mxfp4Decode w2, Shape sh, const int32_t* __restrict__ offsets, int experts,
-                 const float* __restrict__ x, float* act, float* __restrict__ out, Act fn) {
+                 const float* __restrict__ x, float* act, float* __restrict__ out, MoeAct fn) {
   extern __shared__ __align__(128) uint8_t smem[];
   __shared__ int s_list[kMaxExperts];
   __shared__ int s_count;
@@ -312,7 +312,7 @@ bool decode_fused_fits(int64_t dim, int64_t inter) {
 }
 
 Status launch_decode_fused(const MoeDecodeWeights& w, const int32_t* offsets, int64_t experts, const float* x, float* act, float* out,
-                           const Act& fn, cudaStream_t stream) {
+                           const MoeAct& fn, cudaStream_t stream) {
   const int64_t dim = w.w1.cols, inter = w.w1.rows;
   if (!decode_fused_fits(dim, inter)) return invalid_argument("moe_expert_mlp_decode: the fused kernel's ring does not fit");
   const Shape sh{static_cast<uint32_t>(inter / 8),  static_cast<uint32_t>(dim / 128),   static_cast<uint32_t>(inter / 16),

@@ -26,7 +26,7 @@ constexpr int kBatch = 4;    // chunks per warp in flight: 8 warps x 4 x 128 = 4
 // every row of every touched expert. x: [*, cols] fp32; y: [*, a.rows] fp32.
 template <bool kGated, bool kWide>
 __global__ void __launch_bounds__(kThreads) decode_gemm(Mxfp4Decode a, Mxfp4Decode b, const int32_t* __restrict__ offsets, int experts,
-                                                        const float* __restrict__ x, float* __restrict__ y, Act act) {
+                                                        const float* __restrict__ x, float* __restrict__ y, MoeAct act) {
   __shared__ int s_list[kMaxExperts];
   __shared__ int s_count;
   __shared__ float s_red[kWarps][kGated ? 2 : 1][kTokens][8];
@@ -193,7 +193,7 @@ __device__ __forceinline__ void load_unit(const Mxfp4Decode& a, const Mxfp4Decod
 
 template <int kMode, bool kWide>
 __device__ __forceinline__ void compute_unit(const Mxfp4Decode& a, const UnitSpace& sp, int64_t u, const int32_t* __restrict__ offsets,
-                                             const float* __restrict__ x, float* __restrict__ y, const Act& act, const UnitRegs<kMode>& r,
+                                             const float* __restrict__ x, float* __restrict__ y, const MoeAct& act, const UnitRegs<kMode>& r,
                                              uint16_t* x_s, float (*s_red)[2][kStagedRows][8]) {
   constexpr bool kTwo = kMode != kSingle;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
@@ -252,7 +252,7 @@ __device__ __forceinline__ void compute_unit(const Mxfp4Decode& a, const UnitSpa
 
 template <int kMode, bool kWide>
 __global__ void __launch_bounds__(kThreads, 2) decode_gemm_staged(Mxfp4Decode a, Mxfp4Decode b, const int32_t* __restrict__ offsets,
-                                                                  int experts, const float* __restrict__ x, float* __restrict__ y, Act act) {
+                                                                  int experts, const float* __restrict__ x, float* __restrict__ y, MoeAct act) {
   extern __shared__ __align__(16) uint16_t x_s[];
   __shared__ int s_list[kMaxExperts];
   __shared__ int s_count;
@@ -343,7 +343,7 @@ __device__ __forceinline__ void wa_prefetch(const Mxfp4Decode& a, const Mxfp4Dec
 
 template <bool kGated, bool kWide>
 __device__ __forceinline__ void wa_compute(const Mxfp4Decode& a, const WaSpace& sp, uint32_t u, const int32_t* __restrict__ offsets,
-                                           const float* __restrict__ x, float* __restrict__ y, const Act& act, const WaRegs& r,
+                                           const float* __restrict__ x, float* __restrict__ y, const MoeAct& act, const WaRegs& r,
                                            uint16_t* x_s, float (*s_red2)[kWaWarps][4][kWaTokens][8], int& staged_e, int& staged_r0, int& buf) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
   int e;
@@ -386,7 +386,7 @@ __device__ __forceinline__ void wa_compute(const Mxfp4Decode& a, const WaSpace& 
 
 template <bool kGated, bool kWide, bool kBlocked, bool kPrefetch>
 __global__ void __launch_bounds__(kWaThreads, 1) decode_gemm_wa(Mxfp4Decode a, Mxfp4Decode b, const int32_t* __restrict__ offsets,
-                                                                int experts, const float* __restrict__ x, float* __restrict__ y, Act act) {
+                                                                int experts, const float* __restrict__ x, float* __restrict__ y, MoeAct act) {
   extern __shared__ __align__(16) uint16_t x_s[];
   __shared__ int s_list[kMaxExperts];
   __shared__ int s_count;
@@ -417,7 +417,7 @@ Status check(const Mxfp4Decode& m, int64_t rows, int64_t cols, const char* what)
 }
 
 template <bool kGated, bool kWide>
-Status launch(const Mxfp4Decode& a, const Mxfp4Decode& b, const int32_t* offsets, int64_t experts, const float* x, float* y, Act act,
+Status launch(const Mxfp4Decode& a, const Mxfp4Decode& b, const int32_t* offsets, int64_t experts, const float* x, float* y, MoeAct act,
               MoeDecodeKernel kind, cudaStream_t stream, const char* what) {
   const int64_t tiles = a.rows / 8;
   // Every kernel here shares one signature: size the grid (cached), launch, check.
@@ -475,7 +475,7 @@ Status moe_expert_mlp_decode(const MoeDecodeWeights& w, const int32_t* offsets, 
     if (wa_fits) kind = capacity <= 1024 ? MoeDecodeKernel::kWeightsANoPrefetch : MoeDecodeKernel::kWeightsAStrided;
     else kind = fits && capacity <= 1024 ? MoeDecodeKernel::kStaged : MoeDecodeKernel::kStreamed;
   }
-  const Act a{w.activation, w.situ_beta, w.situ_linear_beta};
+  const MoeAct a{w.activation, w.situ_beta, w.situ_linear_beta};
   if (kind == MoeDecodeKernel::kFused) return launch_decode_fused(w, offsets, local_experts, x_sorted, act, out_sorted, a, stream);
   if (w.w1.wide_scales || w.w3.wide_scales)
     PDS_RETURN_IF_ERROR((launch<true, true>(w.w1, w.w3, offsets, local_experts, x_sorted, act, a, kind, stream, "moe decode gate/up")));

@@ -9,6 +9,7 @@
 #include "common/cuda_check.h"
 #include "common/reduce.cuh"
 #include "moe/moe.h"
+#include "moe/moe_activation.cuh"
 
 namespace pdserve::cuda {
 
@@ -45,23 +46,13 @@ __device__ __forceinline__ float dot8(const float* w, float4 u, float4 v) {
   return w[0] * u.x + w[1] * u.y + w[2] * u.z + w[3] * u.w + w[4] * v.x + w[5] * v.y + w[6] * v.z + w[7] * v.w;
 }
 
-struct Act {
-  MoeActivation kind;
-  float beta, linear_beta;
-  __device__ float operator()(float g, float u) const {
-    if (kind == MoeActivation::kSiLU) return g * sigmoid(g) * u;
-    const float a = beta * tanhf(g / beta) * sigmoid(g);
-    return a * (linear_beta > 0.0f ? linear_beta * tanhf(u / linear_beta) : u);
-  }
-};
-
 // y[row, r] = act(x[row] . A[e, r], x[row] . B[e, r]) (gated) or x[row] . A[e, r], for the
 // rows of expert e = blockIdx.y. x: [*, cols]; y: [*, a.rows]. A lane's groups are
 // lane, lane + 32, ...: up to kIters of them are loaded before any is used, so a warp has
 // its whole row (cols <= 4096) in flight at once; longer rows take several passes.
 template <bool kGated>
 __global__ void __launch_bounds__(kThreads) grouped_gemv(Mxfp4Experts a, Mxfp4Experts b, const int32_t* __restrict__ offsets,
-                                                         const float* __restrict__ x, float* __restrict__ y, Act act) {
+                                                         const float* __restrict__ x, float* __restrict__ y, MoeAct act) {
   const int64_t e = blockIdx.y;
   const int lane = threadIdx.x & 31;
   const int64_t r = int64_t(blockIdx.x) * kRowsPerBlock + (threadIdx.x >> 5);
@@ -149,7 +140,7 @@ Status moe_expert_mlp(const MoeExpertWeights& w, const int32_t* offsets, int64_t
   PDS_RETURN_IF_ERROR(check(w.w2, dim, inter, "w2"));
   if (local_experts <= 0 || local_experts > 65535) return invalid_argument("moe_expert_mlp: local_experts must be 1..65535");
   if (capacity == 0) return Status::ok();
-  const Act a{w.activation, w.situ_beta, w.situ_linear_beta};
+  const MoeAct a{w.activation, w.situ_beta, w.situ_linear_beta};
   const dim3 grid_up(static_cast<unsigned>((inter + kRowsPerBlock - 1) / kRowsPerBlock), static_cast<unsigned>(local_experts));
   grouped_gemv<true><<<grid_up, kThreads, 0, stream>>>(w.w1, w.w3, offsets, x_sorted, act, a);
   PDS_RETURN_IF_ERROR(last_launch_status("moe_expert_mlp gate/up"));

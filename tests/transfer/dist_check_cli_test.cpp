@@ -1,43 +1,21 @@
 // `pdserve dist-check --device cpu` as two processes on one host, node 0 and node 1: the
 // leader hands its id to the follower through the real rank bootstrap (with and without the
 // cluster secret), a wrong secret is refused, and `serve` checks the multi-node flags.
-#include <arpa/inet.h>
 #include <gtest/gtest.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include <array>
-#include <cstdio>
 #include <fstream>
 #include <future>
 #include <regex>
 #include <string>
 
+#include "cli_test_util.h"
+
 namespace {
 
-std::pair<int, std::string> run(const std::string& args) {
-  const std::string cmd = std::string(PDSERVE_BINARY) + " " + args + " 2>&1";
-  FILE* p = popen(cmd.c_str(), "r");
-  std::string out;
-  std::array<char, 4096> buf;
-  while (size_t n = fread(buf.data(), 1, buf.size(), p)) out.append(buf.data(), n);
-  const int rc = pclose(p);
-  return {WIFEXITED(rc) ? WEXITSTATUS(rc) : -1, out};
-}
-
-uint16_t free_port() {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a));
-  socklen_t n = sizeof(a);
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &n);
-  ::close(fd);
-  return ntohs(a.sin_port);
-}
+using pdserve::testing::free_loopback_port;
+using pdserve::testing::run_pdserve;
 
 std::string secret_file(const std::string& name, const std::string& secret) {
   const std::string path = ::testing::TempDir() + "/pdserve_dist_" + name + "_" + std::to_string(::getpid());
@@ -53,10 +31,10 @@ std::string digest(const std::string& out) {
 
 // Node 0 and node 1 as two processes; returns (leader, follower) results.
 std::pair<std::pair<int, std::string>, std::pair<int, std::string>> two_nodes(const std::string& leader_extra, const std::string& follower_extra) {
-  const std::string flags = "dist-check --device cpu --nnodes 2 --dist-init-addr 127.0.0.1:" + std::to_string(free_port());
+  const std::string flags = "dist-check --device cpu --nnodes 2 --dist-init-addr 127.0.0.1:" + std::to_string(free_loopback_port());
   // The follower starts first: it retries until the leader listens.
-  auto follower = std::async(std::launch::async, [&] { return run(flags + " --node-rank 1 --timeout 20 " + follower_extra); });
-  auto leader = run(flags + " --node-rank 0 " + leader_extra);
+  auto follower = std::async(std::launch::async, [&] { return run_pdserve(flags + " --node-rank 1 --timeout 20 " + follower_extra); });
+  auto leader = run_pdserve(flags + " --node-rank 0 " + leader_extra);
   return {leader, follower.get()};
 }
 
@@ -91,25 +69,25 @@ TEST(DistCheckCli, AFollowerWithAnotherSecretIsRefused) {
 }
 
 TEST(DistCheckCli, AFollowerWithoutALeaderNamesTheAddress) {
-  const std::string addr = "127.0.0.1:" + std::to_string(free_port());
-  auto [rc, out] = run("dist-check --device cpu --nnodes 2 --node-rank 1 --timeout 0.3 --dist-init-addr " + addr);
+  const std::string addr = "127.0.0.1:" + std::to_string(free_loopback_port());
+  auto [rc, out] = run_pdserve("dist-check --device cpu --nnodes 2 --node-rank 1 --timeout 0.3 --dist-init-addr " + addr);
   EXPECT_EQ(rc, 1) << out;
   EXPECT_NE(out.find("no NCCL unique id from the leader at --dist-init-addr " + addr), std::string::npos) << out;
 }
 
 TEST(DistCheckCli, ServeChecksTheMultiNodeFlags) {
   const std::string base = "serve --model /nonexistent-model --device cuda --tp 2 --nnodes 2 ";
-  auto [rc, out] = run(base + "--node-rank 2 --dist-init-addr 127.0.0.1:29500");
+  auto [rc, out] = run_pdserve(base + "--node-rank 2 --dist-init-addr 127.0.0.1:29500");
   EXPECT_EQ(rc, 2) << out;
   EXPECT_NE(out.find("--node-rank"), std::string::npos) << out;
-  std::tie(rc, out) = run(base + "--node-rank 1");
+  std::tie(rc, out) = run_pdserve(base + "--node-rank 1");
   EXPECT_EQ(rc, 2) << out;
   EXPECT_NE(out.find("--dist-init-addr: required"), std::string::npos) << out;
-  std::tie(rc, out) = run("decode --model /nonexistent-model --device cpu --tp 2 --nnodes 2 --node-rank 1 --dist-init-addr 127.0.0.1:29500");
+  std::tie(rc, out) = run_pdserve("decode --model /nonexistent-model --device cpu --tp 2 --nnodes 2 --node-rank 1 --dist-init-addr 127.0.0.1:29500");
   EXPECT_EQ(rc, 2) << out;
   EXPECT_NE(out.find("needs --device cuda"), std::string::npos) << out;
   // Consistent flags: refused plainly, not silently served on one node.
-  std::tie(rc, out) = run(base + "--node-rank 1 --dist-init-addr 127.0.0.1:29500");
+  std::tie(rc, out) = run_pdserve(base + "--node-rank 1 --dist-init-addr 127.0.0.1:29500");
   EXPECT_NE(rc, 0) << out;
   EXPECT_NE(out.find("not wired yet"), std::string::npos) << out;
 }

@@ -2,11 +2,9 @@
 // rank bootstrap over loopback TCP, with nodes as threads.
 #include "pdserve/transfer/dist_init.h"
 
-#include <arpa/inet.h>
 #include <gtest/gtest.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
-#include <unistd.h>
+
+#include "cli_test_util.h"
 
 #include <atomic>
 #include <future>
@@ -16,18 +14,7 @@ namespace {
 
 using namespace std::chrono_literals;
 
-// A port nobody listens on right now (the kernel's pick, released again).
-uint16_t free_port() {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a));
-  socklen_t n = sizeof(a);
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &n);
-  ::close(fd);
-  return ntohs(a.sin_port);
-}
+using pdserve::testing::free_loopback_port;
 
 bool mentions(const Status& st, const std::string& what) { return st.message().find(what) != std::string::npos; }
 
@@ -59,7 +46,7 @@ TEST(DistInit, InconsistentFlagsAreRefusedNamingTheFlag) {
 
 // Three nodes: only the leader makes the id; every node ends with the same bytes.
 void expect_three_nodes_share_one_id(const std::string& secret) {
-  const std::string addr = "127.0.0.1:" + std::to_string(free_port());
+  const std::string addr = "127.0.0.1:" + std::to_string(free_loopback_port());
   std::atomic<int> made{0};
   auto make = [&]() -> Result<std::vector<uint8_t>> {
     ++made;
@@ -84,7 +71,7 @@ TEST(DistInit, NodesShareTheLeadersIdWithoutASecret) { expect_three_nodes_share_
 TEST(DistInit, NodesShareTheLeadersIdWithTheClusterSecret) { expect_three_nodes_share_one_id("cluster-s3cret"); }
 
 TEST(DistInit, AFollowerWithAnotherSecretIsRefusedAndTheLeaderSaysWhy) {
-  const std::string addr = "127.0.0.1:" + std::to_string(free_port());
+  const std::string addr = "127.0.0.1:" + std::to_string(free_loopback_port());
   auto make = []() -> Result<std::vector<uint8_t>> { return std::vector<uint8_t>(128, 1); };
   auto leader = std::async(std::launch::async, [&] { return share_group_id({2, 0, addr}, "right", 2s, make); });
   auto follower = share_group_id({2, 1, addr}, "wrong", 10s, make);
@@ -99,7 +86,7 @@ TEST(DistInit, AFollowerWithAnotherSecretIsRefusedAndTheLeaderSaysWhy) {
 }
 
 TEST(DistInit, AFollowerWithoutALeaderTimesOutNamingTheAddress) {
-  const std::string addr = "127.0.0.1:" + std::to_string(free_port());
+  const std::string addr = "127.0.0.1:" + std::to_string(free_loopback_port());
   int made = 0;
   auto r = share_group_id({2, 1, addr}, "", 300ms, [&]() -> Result<std::vector<uint8_t>> {
     ++made;

@@ -7,19 +7,12 @@
 #include <cstdio>
 #include <string>
 
+#include "cli_test_util.h"
 #include "pdserve/disagg/transfer_plan.h"
 
 namespace {
 
-std::pair<int, std::string> run(const std::string& args) {
-  const std::string cmd = std::string(PDSERVE_BINARY) + " transfer-bench " + args + " 2>&1";
-  FILE* p = popen(cmd.c_str(), "r");
-  std::string out;
-  std::array<char, 4096> buf;
-  while (size_t n = fread(buf.data(), 1, buf.size(), p)) out.append(buf.data(), n);
-  const int rc = pclose(p);
-  return {WIFEXITED(rc) ? WEXITSTATUS(rc) : -1, out};
-}
+std::pair<int, std::string> run(const std::string& args) { return pdserve::testing::run_pdserve("transfer-bench " + args); }
 
 TEST(TransferBench, TcpMovesTheFormulasBytesPerRequest) {
   auto [rc, out] = run("--backend tcp --tokens 200 --page-size 64 --requests 2 --decode-run-pages 2");
