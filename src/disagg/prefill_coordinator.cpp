@@ -239,11 +239,22 @@ void PrefillCoordinator::drop(uint64_t room, const Status& why) {
         r.has_peer = true;
       }
     }
-    if (r.has_peer)
-      (void)transport_->submit(r.peer, {room, r.target->generation, {}, "fail:" + why.message()});
+    if (r.has_peer) send_failure_notice(r, "fail:" + why.message());
   }
   if (r.metrics_open) record(r, false, why.message());
   rooms_.erase(it);
+}
+
+// mu_ held. Best effort: the room is being dropped either way. When the notice cannot go as a
+// batch (the peer's batch credits or notification slots are used up, often the very reason
+// the room failed), the transport reports the failure out of band where it can (RDMA).
+void PrefillCoordinator::send_failure_notice(Room& r, std::string notice) {
+  auto sent = transport_->submit(r.peer, {r.room, r.target->generation, {}, std::move(notice)});
+  if (sent.is_ok()) return;
+  Status st = transport_->report_room_failure(r.peer, r.room, r.target->generation);
+  if (!st.is_ok())
+    spdlog::warn("room {}: decode was not told the room failed ({}; then {}); it frees the room at its timeout", r.room,
+                 sent.status().message(), st.message());
 }
 
 // mu_ held.
@@ -371,7 +382,7 @@ void PrefillCoordinator::on_release(uint64_t id, uint64_t room, const runtime::S
   bool ok = r.done && !r.aborted;
   for (auto& b : r.batches) ok = ok && b->poll() && b->poll()->is_ok();
   if (!ok && r.target && r.has_peer && !r.aborted)
-    (void)transport_->submit(r.peer, {room, r.target->generation, {}, std::string("fail:prefill dropped the request")});
+    send_failure_notice(r, "fail:prefill dropped the request");
   if (r.metrics_open) record(r, ok, ok ? std::string() : (r.aborted ? r.why.message() : "transfer did not complete"));
   rooms_.erase(it);
 }

@@ -61,6 +61,7 @@ class PrefillCoordinator {
   void on_prefill_done(uint64_t id, uint64_t room, const runtime::Sequence& seq, const runtime::FirstToken& first);
   void on_release(uint64_t id, uint64_t room, const runtime::Sequence& seq);
   Status send(Room& r, uint64_t id, std::vector<transfer::WriteOp> writes, std::optional<std::string> notify);
+  void send_failure_notice(Room& r, std::string notice);
   void fail_room(uint64_t room, const Status& why);  // mu_ held
   void record(const Room& r, bool ok, const std::string& error);  // mu_ held: the room ended
   void watch();

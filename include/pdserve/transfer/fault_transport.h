@@ -50,6 +50,9 @@ class FaultInjectingTransport final : public Transport {
   Result<PeerId> open_peer(const PeerAddress& address) override;
   Status close_peer(PeerId peer) override;
   Result<std::shared_ptr<TransferBatch>> submit(PeerId peer, const BatchRequest& batch) override;
+  Status report_room_failure(PeerId peer, RoomId room, Generation generation) override {
+    return inner_->report_room_failure(peer, room, generation);
+  }
   MetricsSnapshot metrics() const override { return inner_->metrics(); }
   void shutdown() override;
 

@@ -49,6 +49,14 @@ class Transport {
   // Checks every write against the local regions before anything is sent.
   // kResourceExhausted when the peer already has its maximum of batches in flight.
   virtual Result<std::shared_ptr<TransferBatch>> submit(PeerId peer, const BatchRequest& batch) = 0;
+  // Sender side, out of band: tells the peer that `room` (under `generation`) failed here, for
+  // when the failure notice itself could not be submitted (no batch credit or notification slot
+  // left), so the receiver frees the room now instead of waiting out its timeout.
+  // kUnsupported where the transport has no channel beside its batches.
+  virtual Status report_room_failure(PeerId peer, RoomId room, Generation generation) {
+    (void)peer, (void)room, (void)generation;
+    return unsupported("this transport cannot report a room failure out of band");
+  }
 
   virtual MetricsSnapshot metrics() const = 0;
   // Stops listening, closes every peer and connection, joins threads. Idempotent.

@@ -21,7 +21,7 @@ enum class Type : uint32_t {
   kCredit = 6,     // decode -> sender: u32 slot, consumed
   kSync = 7,       // sender -> decode: u64 token; sent when a room has no grant here yet
   kSyncAck = 8,    // decode -> sender: u64 token; every grant made before it was sent first
-  kRoomFailed = 9, // sender -> decode: u64 room, u32 generation; a batch of the room failed
+  kRoomFailed = 9, // sender -> decode: u64 room, u32 generation; a batch of the room failed, or the room did
                    // here (a queue pair in error): its notification will never come
 };
 

@@ -71,7 +71,7 @@ void RdmaInbound::control_loop() {
       // Only a room granted here under that generation: a stale report must not fail the
       // room's next use.
       if (env_.access->admit_notify(room, gen).is_ok())
-        refuse(room, Status(ErrorCode::kUnavailable, "the sender's RDMA writes for room " + std::to_string(room) + " failed (a queue pair in error)"));
+        refuse(room, Status(ErrorCode::kUnavailable, "the sender failed room " + std::to_string(room) + " (an RDMA write failed, or its failure notice found no free slot)"));
       continue;
     }
     const uint64_t token = r.get(8);

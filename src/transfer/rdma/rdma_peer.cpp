@@ -110,6 +110,15 @@ void RdmaPeer::report_failures() {
     if (!writer_->send(control::Type::kRoomFailed, control::put_u64(room) + control::put_u32(gen)).is_ok()) break;  // gone: decode kills the session
 }
 
+Status RdmaPeer::report_room_failure(RoomId room, Generation generation) {
+  {
+    std::lock_guard lk(mu_);
+    if (closed_) return unavailable("rdma session to " + addr_.to_string() + " closed");
+    if (!control_failed_.is_ok()) return control_failed_;
+  }
+  return writer_->send(control::Type::kRoomFailed, control::put_u64(room) + control::put_u32(generation));
+}
+
 void RdmaPeer::free_slot(int slot) {
   std::lock_guard lk(slots_mu_);
   if (slot < 0 || static_cast<uint32_t>(slot) >= slots_ || !slot_busy_[slot]) return;

@@ -37,6 +37,8 @@ class RdmaPeer {
 
   // pins[i] is the pinned source of req.writes[i] (checked by the caller).
   Result<std::shared_ptr<TransferBatch>> submit(const BatchRequest& req, std::vector<Pin> pins);
+  // kRoomFailed on the control connection: needs no notification slot or batch credit.
+  Status report_room_failure(RoomId room, Generation generation);
   // Fails what is in flight and stops the threads; afterwards no source byte is read again.
   void close();
   // Not ok once the control connection or a queue pair failed: the session must be replaced.

@@ -144,6 +144,13 @@ class RdmaTransport final : public Transport {
     return it->second->submit(req, std::move(pins));
   }
 
+  Status report_room_failure(PeerId id, RoomId room, Generation generation) override {
+    std::lock_guard lk(peers_mu_);
+    auto it = peers_.find(id);
+    if (it == peers_.end()) return not_found("no peer " + std::to_string(id));
+    return it->second->report_room_failure(room, generation);
+  }
+
   MetricsSnapshot metrics() const override { return metrics_.snapshot(); }
 
   void shutdown() override {

@@ -2,7 +2,8 @@
 // decode receives) over the fake fabric, with the real control connection (TCP loopback,
 // authenticated with the cluster secret). Bytes land exactly and only in granted ranges,
 // notifications arrive after their data, the sender enforces decode's grants, a NIC failing
-// mid-batch fails the batch and blocks the peer until it re-registers, revoke stops delivery.
+// mid-batch fails the batch and blocks the peer until it re-registers, a room failure reported
+// out of band fails only that room's generation, revoke stops delivery.
 #include "pdserve/transfer/rdma/rdma_transport.h"
 
 #include <gtest/gtest.h>
@@ -210,7 +211,7 @@ TEST_F(RdmaTransportTest, NicFailingMidBatchFailsItAndBlocksThePeerUntilItReRegi
     std::unique_lock lk(notes.mu);
     ASSERT_TRUE(notes.cv.wait_for(lk, kWait, [&] { return !notes.failed.empty(); })) << "decode never learned the room failed";
     EXPECT_EQ(notes.failed[0].first, 5u);
-    EXPECT_NE(notes.failed[0].second.find("RDMA writes for room 5 failed"), std::string::npos) << notes.failed[0].second;
+    EXPECT_NE(notes.failed[0].second.find("sender failed room 5"), std::string::npos) << notes.failed[0].second;
   }
   // As decode does with a failed room: revoke it, grant the retry under a new generation.
   ASSERT_TRUE(decode->revoke(5).is_ok());
@@ -224,6 +225,34 @@ TEST_F(RdmaTransportTest, NicFailingMidBatchFailsItAndBlocksThePeerUntilItReRegi
   ASSERT_TRUE(notes.wait_for(1));
   EXPECT_EQ(notes.got[0].second, "second try");
   EXPECT_TRUE(landed(0, 0, 4 * MiB));
+}
+
+// The out-of-band report (what prefill falls back to when its failure notice finds no batch
+// credit or slot): decode fails exactly the granted room under that generation; reports for a
+// stale generation or an ungranted room are ignored. The control stream is ordered, so once
+// the valid report arrived the two before it were already handled.
+TEST_F(RdmaTransportTest, OutOfBandRoomFailureFailsOnlyTheGrantedGeneration) {
+  ASSERT_TRUE(decode->grant({7, kDst, 0, MiB, 3}).is_ok());
+  const PeerId peer = open();
+  ASSERT_TRUE(prefill->report_room_failure(peer, 7, 2).is_ok());  // stale generation
+  ASSERT_TRUE(prefill->report_room_failure(peer, 8, 3).is_ok());  // never granted
+  ASSERT_TRUE(prefill->report_room_failure(peer, 7, 3).is_ok());
+  {
+    std::unique_lock lk(notes.mu);
+    ASSERT_TRUE(notes.cv.wait_for(lk, kWait, [&] { return !notes.failed.empty(); })) << "decode never learned the room failed";
+    ASSERT_EQ(notes.failed.size(), 1u);
+    EXPECT_EQ(notes.failed[0].first, 7u);
+    EXPECT_NE(notes.failed[0].second.find("sender failed room 7"), std::string::npos) << notes.failed[0].second;
+  }
+  EXPECT_EQ(prefill->report_room_failure(peer + 100, 7, 3).code(), ErrorCode::kNotFound);
+  // The session is still good for the room's retry under a new generation.
+  ASSERT_TRUE(decode->revoke(7).is_ok());
+  ASSERT_TRUE(decode->grant({7, kDst, 0, MiB, 4}).is_ok());
+  auto b = prefill->submit(peer, {7, 4, {{kSrc, 0, kDst, 0, 64 * KiB}}, std::string("retry")});
+  ASSERT_TRUE(b.is_ok()) << b.status().message();
+  ASSERT_TRUE((*b)->wait(Clock::now() + kWait).is_ok());
+  ASSERT_TRUE(notes.wait_for(1));
+  EXPECT_EQ(notes.got[0].second, "retry");
 }
 
 TEST_F(RdmaTransportTest, RevokeStopsDelivery) {
