@@ -56,6 +56,23 @@ void set_call_error(httplib::Response& res, UpstreamCall& c) {  // ex mu held
 
 }  // namespace
 
+// Waits for `ready` under lk until the deadline, checking every 100 ms whether the client
+// hung up. A client that left gets nothing more: the caller cancels the worker calls, whose
+// closed sockets tell the workers to abort (they watch their clients the same way).
+enum class WaitEnd { kReady, kDeadline, kClientGone };
+template <class Pred>
+WaitEnd wait_for_answer(Exchange& ex, std::unique_lock<std::mutex>& lk, const ProxyRequest& pr, Pred ready) {
+  for (;;) {
+    const auto until = std::min(pr.deadline, Clock::now() + std::chrono::milliseconds(100));
+    if (ex.cv.wait_until(lk, until, ready)) return WaitEnd::kReady;
+    if (Clock::now() >= pr.deadline) return WaitEnd::kDeadline;
+    lk.unlock();
+    const bool gone = pr.client_gone();
+    lk.lock();
+    if (gone && !ready()) return WaitEnd::kClientGone;
+  }
+}
+
 void RouterImpl::proxy_single(const Pool& pool, Policy& policy, ProxyRequest& pr, httplib::Response& res) {
   std::vector<Worker*> failed;
   for (int attempt = 0;; ++attempt) {
@@ -70,7 +87,12 @@ void RouterImpl::proxy_single(const Pool& pool, Policy& policy, ProxyRequest& pr
     auto c = call(w, pr, pr.body, false, ex);
     {
       std::unique_lock lk(ex->mu);
-      ex->cv.wait_until(lk, pr.deadline, [&] { return c->has_headers_locked() || c->finished_locked(); });
+      if (wait_for_answer(*ex, lk, pr, [&] { return c->has_headers_locked() || c->finished_locked(); }) == WaitEnd::kClientGone) {
+        lk.unlock();
+        c->cancel();
+        client_gone_total_++;
+        return;
+      }
       const bool connect_failed = c->finished_locked() && c->error_locked() == CallError::kConnect;
       if (connect_failed && attempt < cfg_.max_connect_retries) {
         failed.push_back(w.get());
@@ -124,10 +146,17 @@ void RouterImpl::proxy_pd(ProxyRequest& pr, httplib::Response& res) {
     auto dc = call(d, pr, std::move(text), /*drain=*/false, ex);
 
     std::unique_lock lk(ex->mu);
-    const bool answered = ex->cv.wait_until(lk, pr.deadline, [&] {
+    const WaitEnd end = wait_for_answer(*ex, lk, pr, [&] {
       return dc->has_headers_locked() || dc->finished_locked() || pc->failed_locked();
     });
-    if (!answered) {
+    if (end == WaitEnd::kClientGone) {
+      lk.unlock();
+      pc->cancel();
+      dc->cancel();
+      client_gone_total_++;
+      return;
+    }
+    if (end == WaitEnd::kDeadline) {
       lk.unlock();
       pc->cancel();
       dc->cancel();
@@ -279,9 +308,14 @@ void RouterImpl::relay(std::shared_ptr<UpstreamCall> main, std::shared_ptr<Upstr
 
   // Buffered: a JSON answer or an error body. Small, and buffering lets a failure become a
   // clean error instead of a truncated body.
-  ex.cv.wait_until(lk, pr.deadline, [&] {
-    return main->finished_locked() || (prefill && ok_status && prefill->failed_locked());
-  });
+  if (wait_for_answer(ex, lk, pr, [&] { return main->finished_locked() || (prefill && ok_status && prefill->failed_locked()); }) ==
+      WaitEnd::kClientGone) {
+    lk.unlock();
+    main->cancel();
+    if (prefill) prefill->cancel();
+    client_gone_total_++;
+    return;
+  }
   if (!main->finished_locked() && prefill && prefill->failed_locked()) {
     fail_for_prefill(*prefill, res, pr);
     lk.unlock();

@@ -10,6 +10,7 @@
 
 #include "http_util.h"
 #include "pdserve/core/secret_file.h"
+#include "pdserve/net/client_connection.h"
 #include "pdserve/net/http_listener.h"
 #include "pdserve/router/pd_body.h"
 #include "router_impl.h"
@@ -136,6 +137,11 @@ ProxyRequest RouterImpl::make_request(const httplib::Request& req, httplib::Resp
   pr.headers.emplace("X-Request-Id", pr.request_id);
   if (!cfg_.worker_api_key.empty()) pr.headers.emplace("Authorization", "Bearer " + cfg_.worker_api_key);
   pr.deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(cfg_.request_timeout_s));
+  // Found at the first check (100 ms in); httplib 0.11.4 hands the handler no socket.
+  pr.client_gone = [&req, conn = std::optional<ClientConnection>()]() mutable {
+    if (!conn) conn = ClientConnection::find(req.local_addr, req.local_port, req.remote_addr, req.remote_port);
+    return conn->gone();
+  };
   res.set_header("X-Request-Id", pr.request_id);
   return pr;
 }

@@ -5,6 +5,7 @@
 #include <httplib.h>
 
 #include <atomic>
+#include <functional>
 #include <memory>
 #include <string>
 #include <thread>
@@ -42,6 +43,8 @@ struct ProxyRequest {
   std::string request_id;
   Clock::time_point deadline;
   std::shared_ptr<InFlightToken> token;
+  // True once the client hung up (checked while the router waits for a worker's answer).
+  std::function<bool()> client_gone = [] { return false; };
 };
 
 class RouterImpl {
@@ -111,7 +114,7 @@ class RouterImpl {
   std::atomic<int64_t> in_flight_{0};
   std::atomic<int64_t> requests_total_{0}, rejected_total_{0}, retries_total_{0}, bad_requests_total_{0},
       no_worker_total_{0}, prefill_failures_total_{0},
-      prefill_aborts_total_{0};
+      prefill_aborts_total_{0}, client_gone_total_{0};
 };
 
 }  // namespace pdserve::router

@@ -37,7 +37,8 @@ Json RouterImpl::server_info() const {
         {"bad_requests", bad_requests_total_.load()},
         {"no_healthy_worker", no_worker_total_.load()},
         {"prefill_failures", prefill_failures_total_.load()},
-        {"prefill_rooms_aborted", prefill_aborts_total_.load()}}},
+        {"prefill_rooms_aborted", prefill_aborts_total_.load()},
+        {"client_gone", client_gone_total_.load()}}},
       {"workers", workers},
   };
 }
@@ -73,6 +74,9 @@ std::string RouterImpl::metrics_text() const {
   scalar(out, "pdserve_router_prefill_rooms_aborted_total", "counter",
          "PD rooms the router told prefill to drop because their decode could not be reached.",
          prefill_aborts_total_.load());
+  scalar(out, "pdserve_router_client_gone_total", "counter",
+         "Non-streaming requests whose client hung up before the answer; the worker calls were cancelled.",
+         client_gone_total_.load());
 
   // Prometheus wants each family's samples together, so iterate families, then workers.
   auto label = [](const Worker& w) { return "worker=\"" + w.url() + "\",role=\"" + role_name(w.role()) + "\""; };

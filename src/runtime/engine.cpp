@@ -46,10 +46,22 @@ std::optional<RequestEvent> RequestHandle::next(std::chrono::milliseconds timeou
   return ev;
 }
 
-RequestEvent RequestHandle::wait() {
+RequestEvent RequestHandle::wait() { return *wait_unless([] { return false; }); }
+
+std::optional<RequestEvent> RequestHandle::wait_unless(const std::function<bool()>& abandoned) {
+  constexpr auto kCheckEvery = std::chrono::milliseconds(100);
   RequestEvent all;
+  auto next_check = std::chrono::steady_clock::now() + kCheckEvery;
   while (!finished_) {
-    auto ev = next(std::chrono::milliseconds(1000));
+    auto ev = next(kCheckEvery);
+    // Tokens may arrive faster than the check interval: check by the clock, not on idle.
+    if (!finished_ && std::chrono::steady_clock::now() >= next_check) {
+      if (abandoned()) {
+        abort();
+        return std::nullopt;
+      }
+      next_check = std::chrono::steady_clock::now() + kCheckEvery;
+    }
     if (!ev) continue;
     all.token_ids.insert(all.token_ids.end(), ev->token_ids.begin(), ev->token_ids.end());
     all.text += ev->text;

@@ -1,6 +1,8 @@
 // The generation endpoints: parse -> submit -> (stream | wait) -> format.
+#include <functional>
 #include <memory>
 
+#include "pdserve/net/client_connection.h"
 #include "handlers.h"
 #include "pdserve/server/openai_response.h"
 
@@ -27,6 +29,15 @@ struct StreamState {
   std::unique_ptr<ResponseFormatter> fmt;
 };
 
+// For a non-streaming wait: true once the client hung up. The socket is looked up at the
+// first check (100 ms in), so short requests never pay for the search.
+std::function<bool()> client_gone(const httplib::Request& req) {
+  return [&req, conn = std::optional<ClientConnection>()]() mutable {
+    if (!conn) conn = ClientConnection::find(req.local_addr, req.local_port, req.remote_addr, req.remote_port);
+    return conn->gone();
+  };
+}
+
 bool stream_events(StreamState& st, httplib::DataSink& sink) {
   for (;;) {
     auto ev = st.handle.next(std::chrono::milliseconds(100));
@@ -51,7 +62,7 @@ bool stream_events(StreamState& st, httplib::DataSink& sink) {
 
 // Prefill role: wait for decode's target, fold the prompt in, send the KV; the reply (one
 // token, never streamed) only tells the router that prefill did its part.
-void handle_prefill(const HandlerContext& ctx, ParsedRequest& p, httplib::Response& res) {
+void handle_prefill(const HandlerContext& ctx, const httplib::Request& req, ParsedRequest& p, httplib::Response& res) {
   const uint64_t room = p.bootstrap->room;
   p.gen.disagg = runtime::DisaggMode::kPrefillOnly;
   p.gen.room = room;
@@ -64,7 +75,9 @@ void handle_prefill(const HandlerContext& ctx, ParsedRequest& p, httplib::Respon
     ctx.prefill->drop(room, handle.status());
     return send_error(res, api_error_from_status(handle.status()));
   }
-  runtime::RequestEvent all = handle->wait();
+  std::optional<runtime::RequestEvent> done = handle->wait_unless(client_gone(req));
+  if (!done) return;  // the router hung up: the abort released the room's pages and slot
+  runtime::RequestEvent& all = *done;
   if (all.finish_reason == runtime::FinishReason::kError) return send_error(res, api_error_from_status(all.error));
   if (all.finish_reason == runtime::FinishReason::kAbort)
     return send_error(res, api_error_from_status(Status(ErrorCode::kUnavailable, "request aborted: the server is shutting down")));
@@ -107,7 +120,7 @@ void handle_generate(const HandlerContext& ctx, ApiKind kind, const httplib::Req
     if (Status st = require_bootstrap(*parsed, ctx.prefill ? "prefill" : "decode"); !st.is_ok())
       return send_error(res, api_error_from_status(st));
   }
-  if (ctx.prefill) return handle_prefill(ctx, *parsed, res);
+  if (ctx.prefill) return handle_prefill(ctx, req, *parsed, res);
   if (ctx.decode) {
     const BootstrapInfo& b = *parsed->bootstrap;
     // The pair is checked (page size, dtype, model, ...) before anything is reserved or moved.
@@ -129,7 +142,9 @@ void handle_generate(const HandlerContext& ctx, ApiKind kind, const httplib::Req
   }
 
   if (!parsed->stream) {
-    runtime::RequestEvent all = handle->wait();
+    std::optional<runtime::RequestEvent> done = handle->wait_unless(client_gone(req));
+    if (!done) return;  // nobody to answer; the abort freed the request's pages and slot
+    runtime::RequestEvent& all = *done;
     if (all.finish_reason == runtime::FinishReason::kError) return send_error(res, api_error_from_status(all.error));
     if (all.finish_reason == runtime::FinishReason::kAbort)
       return send_error(res, api_error_from_status(Status(ErrorCode::kUnavailable, "request aborted: the server is shutting down")));

@@ -1,8 +1,14 @@
 // DP mode against in-process fake workers: equality with direct calls, errors the router
 // owns, worker errors passed through, retries, health eviction and the in-flight bound.
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <condition_variable>
 #include <future>
 
+#include "pdserve/net/client_connection.h"
 #include "router_test_util.h"
 
 namespace pdserve::router::testing {
@@ -271,6 +277,43 @@ TEST(RouterDp, InFlightBoundGivesAClear503) {
   EXPECT_EQ(f2.get(), 200);
   EXPECT_TRUE(eventually([&] { return r->server_info()["in_flight"] == 0; }));
   EXPECT_EQ(post(r->port(), "/v1/completions", kBody)->status, 200);  // slots came back
+}
+
+// A non-streaming client that hangs up while the worker is still working: the router notices
+// (it polls the client's socket), cancels the worker call, and the worker sees its own client
+// (the router) hang up, which is how a real worker knows to abort (ServerApi tests that half).
+TEST(RouterDp, ClientHangingUpCancelsTheWorkerCall) {
+  std::atomic<bool> worker_saw_hangup{false};
+  FakeWorker w("slow");
+  w.on_generate([&](const httplib::Request& req, httplib::Response& res) {
+    auto conn = ClientConnection::find(req.local_addr, req.local_port, req.remote_addr, req.remote_port);
+    for (int i = 0; i < 1000 && !worker_saw_hangup; ++i) {
+      if (conn.gone()) worker_saw_hangup = true;
+      else std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    res.set_content(FakeWorker::json_answer("slow", req.body, ""), "application/json");
+  });
+  w.start();
+  auto cfg = fast_config();
+  cfg.workers = {w.url()};
+  auto r = start_router(cfg);
+
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  ASSERT_GE(fd, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(r->port()));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
+  const std::string req = "POST /v1/completions HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nContent-Length: " +
+                          std::to_string(kBody.size()) + "\r\n\r\n" + kBody;
+  ASSERT_EQ(::send(fd, req.data(), req.size(), 0), static_cast<ssize_t>(req.size()));
+  ASSERT_TRUE(eventually([&] { return w.in_flight.load() == 1; }));
+  ::close(fd);
+  EXPECT_TRUE(eventually([&] { return worker_saw_hangup.load(); })) << "the router kept the worker call open";
+  EXPECT_TRUE(eventually([&] { return r->server_info()["counters"]["client_gone"] == 1; }));
+  EXPECT_TRUE(eventually([&] { return r->server_info()["in_flight"] == 0; }));
+  EXPECT_EQ(post(r->port(), "/v1/completions", kBody)->status, 200);  // and it still serves
 }
 
 TEST(RouterDp, MetricsAndServerInfo) {

@@ -115,6 +115,20 @@ class RawStream {
     }
     return true;
   }
+  // Sends the request and returns at once, reading nothing (a non-streaming client that
+  // will hang up before the answer).
+  bool send_only(int port, const std::string& path, const std::string& body) {
+    fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
+    if (fd_ < 0) return false;
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_port = htons(static_cast<uint16_t>(port));
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (::connect(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) return false;
+    const std::string req = "POST " + path + " HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n" +
+                            "Content-Length: " + std::to_string(body.size()) + "\r\n\r\n" + body;
+    return ::send(fd_, req.data(), req.size(), 0) == static_cast<ssize_t>(req.size());
+  }
   // Reads until the server ends the stream ("[DONE]") or closes the connection.
   const std::string& read_to_end() {
     char buf[4096];

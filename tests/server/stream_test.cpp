@@ -179,6 +179,26 @@ TEST(ServerApi, DisconnectMidStreamFreesPagesAndSlot) {
   EXPECT_EQ(s.post("/v1/completions", R"({"prompt": "hi", "max_tokens": 2})").first, 200);
 }
 
+// A non-streaming client that hangs up before its answer: the handler sees the hang-up on
+// the socket (httplib 0.11.4 cannot tell it) and aborts, instead of decoding to max_tokens.
+TEST(ServerApi, NonStreamingClientHangingUpAbortsTheRequest) {
+  LiveServer s;
+  const double aborted_before = s.metric("pdserve_request_finished_total{reason=\"abort\"}");
+  RawStream client;
+  ASSERT_TRUE(client.send_only(s.port(), "/v1/completions", R"({"prompt": "Tell me a long story", "max_tokens": 1000, "ignore_eos": true})"));
+  bool admitted = false;
+  for (int i = 0; i < 2000 && !admitted; ++i) {
+    admitted = s.info()["pools"]["kda_slots_used"] == 1;
+    if (!admitted) std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  ASSERT_TRUE(admitted);
+  client.close();
+  EXPECT_TRUE(wait_pools_free(s));
+  EXPECT_EQ(s.metric("pdserve_request_finished_total{reason=\"abort\"}"), aborted_before + 1);
+  EXPECT_LT(s.metric("pdserve_generation_tokens_total"), 1000);
+  EXPECT_EQ(s.post("/v1/completions", R"({"prompt": "hi", "max_tokens": 2})").first, 200);
+}
+
 TEST(ServerApi, OverloadGets503NotAnUnboundedQueue) {
   ServeConfig cfg = tiny_config();
   cfg.runtime.max_running = 1;

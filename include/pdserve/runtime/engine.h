@@ -66,6 +66,9 @@ class RequestHandle {
   std::optional<RequestEvent> next(std::chrono::milliseconds timeout = std::chrono::milliseconds(100));
   // Blocks until the end and merges every event into one (non-streaming responses).
   RequestEvent wait();
+  // As wait(), but checks `abandoned` between events (at least every 100 ms): once it says
+  // true (the client left), aborts the request and returns nullopt.
+  std::optional<RequestEvent> wait_unless(const std::function<bool()>& abandoned);
   // Asks the engine to drop the request; no-op once finished.
   void abort();
 
