@@ -13,7 +13,8 @@
 // - Decode steps (every sequence one new token, at most 64 of them) replay a CUDA graph per
 //   batch-size bucket (1, 2, 4, ..., 64 rows, padded) over fixed input buffers (cuda_graphs.cpp);
 //   the KDA state is reached through a device slot table, so a graph serves any slots.
-// Numbers differ from the CPU by fp32 summation order only (measured in docs/perf.md).
+// Numbers differ from the CPU by fp32 summation order only (measured in docs/perf.md), unless
+// bf16_mla_prefill puts the prefill attention on bf16 tensor cores.
 #pragma once
 
 #include <cuda_runtime.h>

@@ -17,8 +17,8 @@
 //   1. gather: every context token's cache entry -> latent bf16 [ctx][lat] + key part into K;
 //      kv_b -> bf16; q -> bf16
 //   2. expand: [ctx][lat] x kv_b^T on mma.sync (bf16, fp32 acc) -> K nope part and V, bf16
-//   3. attend: flash attention, mma.sync m16n8k16 bf16, fp32 online softmax; CTA = 64 query
-//      rows x one head, 4 warps of 16 rows; K/V tiles of 64 tokens double-buffered with
+//   3. attend: flash attention, mma.sync m16n8k16 bf16, fp32 online softmax; CTA = 128 query
+//      rows x one head, 8 warps of 16 rows; K/V tiles of 64 tokens double-buffered with
 //      cp.async; key tiles past the tile's last query position are never visited (causal
 //      skipping), masking only on tiles that cross the diagonal.
 #pragma once
@@ -32,7 +32,10 @@
 
 namespace pdserve::cuda {
 
-inline constexpr int64_t kMlaPrefillTileRows = 64;  // query rows per CTA (and keys per tile)
+// Query rows per CTA (16 per warp): 128 (8 warps, one CTA an SM) or 64 (4 warps, two an SM).
+// Keys per K/V tile: 64 in both.
+inline constexpr int64_t kMlaPrefillTileRows = 128;
+inline constexpr int64_t kMlaPrefillKeyTile = 64;
 
 struct MlaPrefillSeq {
   int64_t row_begin = 0;   // first row of its new tokens in q / out
@@ -47,9 +50,12 @@ struct MlaPrefillSeq {
 // Tiles are ordered by descending keys visited so long tiles start first.
 struct MlaPrefillPlan {
   int64_t seqs = 0, tiles = 0, ctx_total = 0, rows = 0;
+  int64_t tile_rows = kMlaPrefillTileRows;  // the kernel variant runs tiles of this many rows
   std::vector<int32_t> image;
 };
-Status build_mla_prefill_plan(const std::vector<MlaPrefillSeq>& seqs, int64_t page_size, MlaPrefillPlan* plan);
+// tile_rows: 128 or 64 (the kernel variant; 64 kept for comparison and small chunks).
+Status build_mla_prefill_plan(const std::vector<MlaPrefillSeq>& seqs, int64_t page_size, MlaPrefillPlan* plan,
+                              int64_t tile_rows = kMlaPrefillTileRows);
 
 struct MlaPrefillArgs {
   const float* q = nullptr;      // [rows][heads][nope + rope]

@@ -6,8 +6,9 @@
 
 namespace pdserve::cuda {
 
-Status build_mla_prefill_plan(const std::vector<MlaPrefillSeq>& seqs, int64_t page_size, MlaPrefillPlan* plan) {
+Status build_mla_prefill_plan(const std::vector<MlaPrefillSeq>& seqs, int64_t page_size, MlaPrefillPlan* plan, int64_t tile_rows) {
   if (page_size <= 0) return invalid_argument("mla prefill plan: page_size must be positive");
+  if (tile_rows != 64 && tile_rows != 128) return invalid_argument("mla prefill plan: tile_rows must be 64 or 128");
   struct Tile {
     int32_t seq, row0;
     int64_t keys;
@@ -18,8 +19,8 @@ Status build_mla_prefill_plan(const std::vector<MlaPrefillSeq>& seqs, int64_t pa
     const MlaPrefillSeq& q = seqs[s];
     if (q.new_len <= 0 || q.cached_len < 0 || q.row_begin < 0 || !q.pages)
       return invalid_argument("mla prefill plan: sequence " + std::to_string(s) + " has no new tokens, a negative length or no pages");
-    for (int64_t r = 0; r < q.new_len; r += kMlaPrefillTileRows) {
-      const int64_t last = q.cached_len + std::min(q.new_len, r + kMlaPrefillTileRows) - 1;  // last position of the tile
+    for (int64_t r = 0; r < q.new_len; r += tile_rows) {
+      const int64_t last = q.cached_len + std::min(q.new_len, r + tile_rows) - 1;  // last position of the tile
       tiles.push_back({static_cast<int32_t>(s), static_cast<int32_t>(r), last + 1});
     }
     ctx_total += q.cached_len + q.new_len;
@@ -31,6 +32,7 @@ Status build_mla_prefill_plan(const std::vector<MlaPrefillSeq>& seqs, int64_t pa
   plan->tiles = static_cast<int64_t>(tiles.size());
   plan->ctx_total = ctx_total;
   plan->rows = rows;
+  plan->tile_rows = tile_rows;
   std::vector<int32_t>& im = plan->image;
   im.assign(4 + 4 * plan->seqs + 2 * plan->tiles + ctx_total, 0);
   im[0] = static_cast<int32_t>(plan->seqs), im[1] = static_cast<int32_t>(plan->tiles);

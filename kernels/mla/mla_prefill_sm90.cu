@@ -14,27 +14,27 @@ namespace {
 
 using bf16 = __nv_bfloat16;
 using namespace mma;
-constexpr int kRows = static_cast<int>(kMlaPrefillTileRows);  // query rows per CTA = keys per tile
-constexpr int kThreads = 128;                                  // 4 warps x 16 query rows
+constexpr int kKeys = static_cast<int>(kMlaPrefillKeyTile);  // keys per K/V tile
 
-template <int QK, int VD>
+template <int QK, int VD, int WARPS>
 struct Layout {
+  static constexpr int kQRows = 16 * WARPS;  // query rows per CTA
   // Rows padded by 16 bytes: an odd number of 16-byte chunks per row, so the 8 row addresses
   // of every ldmatrix fall in distinct bank groups.
   static constexpr int kQS = QK + 8, kVS = VD + 8;
-  static constexpr int kBytes = (kRows * kQS + 2 * kRows * kQS + 2 * kRows * kVS) * 2;
+  static constexpr int kBytes = (kQRows * kQS + 2 * kKeys * kQS + 2 * kKeys * kVS) * 2;
 };
 
-template <int QK, int VD>
-__global__ void __launch_bounds__(kThreads, 2)
+template <int QK, int VD, int WARPS>
+__global__ void __launch_bounds__(32 * WARPS, WARPS == 4 ? 2 : 1)
     attend_kernel(const bf16* __restrict__ qb, const bf16* __restrict__ kb, const bf16* __restrict__ vb, int heads, float scale_log2,
                   const int32_t* __restrict__ plan, float* __restrict__ out) {
-  using L = Layout<QK, VD>;
-  constexpr int kQS = L::kQS, kVS = L::kVS, kQC = QK / 8, kVC = VD / 8;
+  using L = Layout<QK, VD, WARPS>;
+  constexpr int kQS = L::kQS, kVS = L::kVS, kQC = QK / 8, kVC = VD / 8, kQRows = L::kQRows, kThreads = 32 * WARPS;
   extern __shared__ __align__(16) unsigned char smem_raw[];
   bf16* qs = reinterpret_cast<bf16*>(smem_raw);
-  bf16* ks_base = qs + kRows * kQS;
-  bf16* vs_base = ks_base + 2 * kRows * kQS;
+  bf16* ks_base = qs + kQRows * kQS;
+  bf16* vs_base = ks_base + 2 * kKeys * kQS;
 
   const int seqs = plan[0];
   const int32_t* tw = plan + 4 + 4 * seqs + 2 * blockIdx.x;
@@ -42,25 +42,25 @@ __global__ void __launch_bounds__(kThreads, 2)
   const int32_t* sw = plan + 4 + 4 * s;
   const int row_begin = sw[0], n = sw[1], cached = sw[2], kv_begin = sw[3];
   const int ctx = cached + n;
-  const int first_pos = cached + row0, last_pos = cached + min(n, row0 + kRows) - 1;
-  const int num_kt = last_pos / kRows + 1;  // causal skipping: no tile past the last position
+  const int first_pos = cached + row0, last_pos = cached + min(n, row0 + kQRows) - 1;
+  const int num_kt = last_pos / kKeys + 1;  // causal skipping: no tile past the last position
 
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, g = lane / 4, c4 = lane % 4;
-  for (int i = tid; i < kRows * kQC; i += kThreads) {
+  for (int i = tid; i < kQRows * kQC; i += kThreads) {
     const int r = i / kQC, c = i % kQC, qi = row0 + r;
     const bool ok = qi < n;
     cp_async16(qs + r * kQS + c * 8, qb + (int64_t(row_begin + (ok ? qi : 0)) * heads + h) * QK + c * 8, ok ? 16 : 0);
   }
   auto load_kv = [&](int kt, int buf) {
-    bf16* ks = ks_base + buf * kRows * kQS;
-    bf16* vs = vs_base + buf * kRows * kVS;
-    for (int i = tid; i < kRows * kQC; i += kThreads) {
-      const int r = i / kQC, c = i % kQC, kj = kt * kRows + r;
+    bf16* ks = ks_base + buf * kKeys * kQS;
+    bf16* vs = vs_base + buf * kKeys * kVS;
+    for (int i = tid; i < kKeys * kQC; i += kThreads) {
+      const int r = i / kQC, c = i % kQC, kj = kt * kKeys + r;
       const bool ok = kj < ctx;  // zeros past the context: masked scores must not meet NaN values
       cp_async16(ks + r * kQS + c * 8, kb + (int64_t(kv_begin + (ok ? kj : 0)) * heads + h) * QK + c * 8, ok ? 16 : 0);
     }
-    for (int i = tid; i < kRows * kVC; i += kThreads) {
-      const int r = i / kVC, c = i % kVC, kj = kt * kRows + r;
+    for (int i = tid; i < kKeys * kVC; i += kThreads) {
+      const int r = i / kVC, c = i % kVC, kj = kt * kKeys + r;
       const bool ok = kj < ctx;
       cp_async16(vs + r * kVS + c * 8, vb + (int64_t(kv_begin + (ok ? kj : 0)) * heads + h) * VD + c * 8, ok ? 16 : 0);
     }
@@ -84,30 +84,30 @@ __global__ void __launch_bounds__(kThreads, 2)
     }
     if (kt + 1 < num_kt) load_kv(kt + 1, (kt + 1) & 1);
     cp_async_commit();
-    const bf16* ks = ks_base + (kt & 1) * kRows * kQS;
-    const bf16* vs = vs_base + (kt & 1) * kRows * kVS;
+    const bf16* ks = ks_base + (kt & 1) * kKeys * kQS;
+    const bf16* vs = vs_base + (kt & 1) * kKeys * kVS;
 
-    float sc[kRows / 8][4];
+    float sc[kKeys / 8][4];
 #pragma unroll
-    for (int t = 0; t < kRows / 8; ++t) sc[t][0] = sc[t][1] = sc[t][2] = sc[t][3] = 0.0f;
+    for (int t = 0; t < kKeys / 8; ++t) sc[t][0] = sc[t][1] = sc[t][2] = sc[t][3] = 0.0f;
 #pragma unroll
     for (int k = 0; k < QK / 16; ++k) {
 #pragma unroll
-      for (int np = 0; np < kRows / 16; ++np) {
+      for (int np = 0; np < kKeys / 16; ++np) {
         uint32_t b[4];
         ldmatrix_x4(b, ks + (np * 16 + lane % 8 + (lane / 16) * 8) * kQS + k * 16 + ((lane / 8) % 2) * 8);
         mma_bf16(sc[2 * np], qf[k], b[0], b[1]);
         mma_bf16(sc[2 * np + 1], qf[k], b[2], b[3]);
       }
     }
-    const bool mask = kt * kRows + kRows - 1 > first_pos;  // the tile crosses some row's diagonal
+    const bool mask = kt * kKeys + kKeys - 1 > first_pos;  // the tile crosses some row's diagonal
     float mx0 = m0, mx1 = m1;
 #pragma unroll
-    for (int t = 0; t < kRows / 8; ++t) {
+    for (int t = 0; t < kKeys / 8; ++t) {
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         float v = sc[t][e] * scale_log2;
-        if (mask && kt * kRows + t * 8 + c4 * 2 + (e & 1) > (e < 2 ? qpos0 : qpos1)) v = -INFINITY;
+        if (mask && kt * kKeys + t * 8 + c4 * 2 + (e & 1) > (e < 2 ? qpos0 : qpos1)) v = -INFINITY;
         sc[t][e] = v;
       }
       mx0 = fmaxf(mx0, fmaxf(sc[t][0], sc[t][1]));
@@ -124,14 +124,14 @@ __global__ void __launch_bounds__(kThreads, 2)
 #pragma unroll
     for (int d = 0; d < VD / 8; ++d) o[d][0] *= a0, o[d][1] *= a0, o[d][2] *= a1, o[d][3] *= a1;
 #pragma unroll
-    for (int t = 0; t < kRows / 8; ++t) {
+    for (int t = 0; t < kKeys / 8; ++t) {
       sc[t][0] = exp2f(sc[t][0] - m0), sc[t][1] = exp2f(sc[t][1] - m0);
       sc[t][2] = exp2f(sc[t][2] - m1), sc[t][3] = exp2f(sc[t][3] - m1);
       l0 += sc[t][0] + sc[t][1], l1 += sc[t][2] + sc[t][3];
     }
     // The C fragments of two adjacent 8-key tiles are the A fragment of one 16-key step.
 #pragma unroll
-    for (int kk = 0; kk < kRows / 16; ++kk) {
+    for (int kk = 0; kk < kKeys / 16; ++kk) {
       const uint32_t a[4] = {pack_bf16(sc[2 * kk][0], sc[2 * kk][1]), pack_bf16(sc[2 * kk][2], sc[2 * kk][3]),
                              pack_bf16(sc[2 * kk + 1][0], sc[2 * kk + 1][1]), pack_bf16(sc[2 * kk + 1][2], sc[2 * kk + 1][3])};
 #pragma unroll
@@ -159,15 +159,15 @@ __global__ void __launch_bounds__(kThreads, 2)
   }
 }
 
-template <int QK, int VD>
+template <int QK, int VD, int WARPS>
 Status launch(const void* qb, const void* kb, const void* vb, int64_t heads, float scale, const MlaPrefillPlan& p, const int32_t* plan,
               float* out, cudaStream_t stream) {
-  constexpr int bytes = Layout<QK, VD>::kBytes;
+  constexpr int bytes = Layout<QK, VD, WARPS>::kBytes;
   // Per call: the attribute belongs to the current device (TP ranks each own one); not a stream op.
-  PDS_RETURN_IF_ERROR(cuda_status(cudaFuncSetAttribute(attend_kernel<QK, VD>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes),
+  PDS_RETURN_IF_ERROR(cuda_status(cudaFuncSetAttribute(attend_kernel<QK, VD, WARPS>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes),
                                   "mla prefill: shared memory attribute"));
   const dim3 grid(static_cast<unsigned>(p.tiles), static_cast<unsigned>(heads));
-  attend_kernel<QK, VD><<<grid, kThreads, bytes, stream>>>(static_cast<const bf16*>(qb), static_cast<const bf16*>(kb),
+  attend_kernel<QK, VD, WARPS><<<grid, 32 * WARPS, bytes, stream>>>(static_cast<const bf16*>(qb), static_cast<const bf16*>(kb),
                                                          static_cast<const bf16*>(vb), static_cast<int>(heads),
                                                          scale * 1.4426950408889634f, plan, out);
   return last_launch_status("mla_prefill_attend");
@@ -179,8 +179,14 @@ Status mla_prefill_attend(const void* qb, const void* kb, const void* vb, int64_
                           const MlaPrefillPlan& plan_host, const int32_t* plan, float* out, cudaStream_t stream) {
   if (plan_host.tiles == 0) return Status::ok();
   if (heads <= 0 || heads > 65535 || plan_host.tiles > INT32_MAX) return invalid_argument("mla_prefill_attend: bad grid");
-  if (qk == 192 && v_dim == 128) return launch<192, 128>(qb, kb, vb, heads, scale, plan_host, plan, out, stream);
-  if (qk == 32 && v_dim == 16) return launch<32, 16>(qb, kb, vb, heads, scale, plan_host, plan, out, stream);
+  const bool wide = plan_host.tile_rows == 128;
+  if (!wide && plan_host.tile_rows != 64) return invalid_argument("mla_prefill_attend: tile_rows must be 64 or 128");
+  if (qk == 192 && v_dim == 128)
+    return wide ? launch<192, 128, 8>(qb, kb, vb, heads, scale, plan_host, plan, out, stream)
+                : launch<192, 128, 4>(qb, kb, vb, heads, scale, plan_host, plan, out, stream);
+  if (qk == 32 && v_dim == 16)
+    return wide ? launch<32, 16, 8>(qb, kb, vb, heads, scale, plan_host, plan, out, stream)
+                : launch<32, 16, 4>(qb, kb, vb, heads, scale, plan_host, plan, out, stream);
   return invalid_argument("mla_prefill_attend: no kernel for qk " + std::to_string(qk) + " x v " + std::to_string(v_dim));
 }
 

@@ -67,7 +67,7 @@ std::vector<float> reference(const Dims& d, const std::vector<SeqSpec>& specs, c
 
 // Random pages (shuffled ids, so no sequence's pages are contiguous), random cache, q and kv_b;
 // runs both sides and returns the normalised error.
-double run_case(const Dims& d, const std::vector<SeqSpec>& specs, uint32_t seed) {
+double run_case(const Dims& d, const std::vector<SeqSpec>& specs, uint32_t seed, int64_t tile_rows) {
   const int64_t qk = d.nope + d.rope, ed = d.lat + d.rope;
   int64_t total_pages = 0, rows = 0;
   for (const SeqSpec& s : specs) total_pages += (s.cached + s.fresh + d.page - 1) / d.page, rows += s.fresh;
@@ -95,7 +95,7 @@ double run_case(const Dims& d, const std::vector<SeqSpec>& specs, uint32_t seed)
   const auto want = reference(d, specs, pages, q, cache, kv_b, scale);
 
   MlaPrefillPlan plan;
-  EXPECT_TRUE(build_mla_prefill_plan(seqs, d.page, &plan).is_ok());
+  EXPECT_TRUE(build_mla_prefill_plan(seqs, d.page, &plan, tile_rows).is_ok());
   auto dq = dev(q), dcache = dev(cache), dkvb = dev(kv_b);
   auto dplan = dev(plan.image);
   auto dout = dev(std::vector<float>(rows * d.heads * d.v, NAN));  // NaN: a row never written fails
@@ -114,7 +114,7 @@ TEST(MlaPrefillPlan, TilesCoverEveryRowLongestFirst) {
   // Seq 0: 1 new token after 100 cached (pages of 64); seq 1: 130 new tokens after 65 cached.
   std::vector<MlaPrefillSeq> seqs = {{0, 1, 100, p0.data()}, {1, 130, 65, p1.data()}};
   MlaPrefillPlan plan;
-  ASSERT_TRUE(build_mla_prefill_plan(seqs, 64, &plan).is_ok());
+  ASSERT_TRUE(build_mla_prefill_plan(seqs, 64, &plan, /*tile_rows=*/64).is_ok());
   EXPECT_EQ(plan.seqs, 2);
   EXPECT_EQ(plan.tiles, 1 + 3);
   EXPECT_EQ(plan.ctx_total, 101 + 195);
@@ -135,6 +135,7 @@ TEST(MlaPrefillPlan, RejectsEmptyChunks) {
   MlaPrefillPlan plan;
   EXPECT_FALSE(build_mla_prefill_plan({{0, 0, 0, p.data()}}, 64, &plan).is_ok());
   EXPECT_FALSE(build_mla_prefill_plan({{0, 1, 0, p.data()}}, 0, &plan).is_ok());
+  EXPECT_FALSE(build_mla_prefill_plan({{0, 1, 0, p.data()}}, 64, &plan, 32).is_ok());  // no such kernel variant
 }
 
 class MlaPrefill : public ktest::GpuTest {};
@@ -142,23 +143,29 @@ class MlaPrefill : public ktest::GpuTest {};
 TEST_F(MlaPrefill, K3HeadDimsRaggedBatchMatchesCpu) {
   const Dims d{4, 128, 64, 128, 512, 64};
   // New sequences of 1, 63, 64, 65 tokens; a prefix ending mid-page; a longer prefix + chunk.
-  const double e = run_case(d, {{0, 1}, {0, 63}, {0, 64}, {0, 65}, {32, 65}, {100, 130}}, 21);
-  std::printf("k3 dims, 4 heads, ragged: normalised error %.3e\n", e);
-  EXPECT_LE(e, kBound);
+  for (int64_t tr : {128, 64}) {
+    const double e = run_case(d, {{0, 1}, {0, 63}, {0, 64}, {0, 65}, {32, 65}, {100, 130}, {0, 300}}, 21, tr);
+    std::printf("k3 dims, 4 heads, ragged, tiles of %lld rows: normalised error %.3e\n", static_cast<long long>(tr), e);
+    EXPECT_LE(e, kBound);
+  }
 }
 
 TEST_F(MlaPrefill, K3PrefillRankTwentyFourHeads) {
   const Dims d{24, 128, 64, 128, 512, 64};
-  const double e = run_case(d, {{70, 129}, {0, 33}}, 31);
-  std::printf("k3 dims, 24 heads: normalised error %.3e\n", e);
-  EXPECT_LE(e, kBound);
+  for (int64_t tr : {128, 64}) {
+    const double e = run_case(d, {{70, 129}, {0, 33}}, 31, tr);
+    std::printf("k3 dims, 24 heads, tiles of %lld rows: normalised error %.3e\n", static_cast<long long>(tr), e);
+    EXPECT_LE(e, kBound);
+  }
 }
 
 TEST_F(MlaPrefill, TinyModelDimsMatchCpu) {
   const Dims d{2, 16, 16, 16, 32, 16};
-  const double e = run_case(d, {{0, 1}, {0, 63}, {8, 64}, {17, 65}, {40, 3}}, 41);
-  std::printf("tiny dims: normalised error %.3e\n", e);
-  EXPECT_LE(e, kBound);
+  for (int64_t tr : {128, 64}) {
+    const double e = run_case(d, {{0, 1}, {0, 63}, {8, 64}, {17, 65}, {40, 3}, {5, 200}}, 41, tr);
+    std::printf("tiny dims, tiles of %lld rows: normalised error %.3e\n", static_cast<long long>(tr), e);
+    EXPECT_LE(e, kBound);
+  }
 }
 
 TEST(MlaPrefillNoGpu, UnsupportedDimsAreAnError) {
