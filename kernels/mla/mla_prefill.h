@@ -13,7 +13,8 @@
 // once (fp32 accumulate everywhere, fp32 softmax state); out is fp32. Error bound vs the fp32
 // reference in tests/mla_prefill_test.cpp (normalised max error).
 //
-// Run (mla_prefill_run), four stream steps, no host sync (graph-capturable for a fixed plan):
+// Run (mla_prefill_run): three steps, five launches on one stream, no host sync (prefill steps
+// run eagerly; no CUDA graph holds them today):
 //   1. gather: every context token's cache entry -> latent bf16 [ctx][lat] + key part into K;
 //      kv_b -> bf16; q -> bf16
 //   2. expand: [ctx][lat] x kv_b^T on mma.sync (bf16, fp32 acc) -> K nope part and V, bf16
