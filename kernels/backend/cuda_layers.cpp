@@ -10,6 +10,7 @@
 #include "kda/kda.h"
 #include "mla/mla.h"
 #include "mla/mla_decode.h"
+#include "mla/mla_prefill.h"
 #include "moe/moe.h"
 #include "norm/norm.h"
 #include "routing/routing.h"
@@ -48,6 +49,17 @@ Status CudaModel::mla_layer(const DeviceLayer& l, const Step& st, const float* x
   // Every new token's entry goes in first: row i then attends over [0, cached_len + i].
   PDS_RETURN_IF_ERROR(mla_write_latents(kl, kr, T, lat, rope, st.entry, cache, stream_));
 
+  PDS_ASSIGN_OR_RETURN(float* attn, scratch<float>(kMlaAttn, T * nh * vd));
+  if (st.mla_prefill) {
+    // Expanded K/V on tensor cores straight from q and the pages (mla_prefill.h).
+    MlaPrefillArgs pa;
+    pa.q = q, pa.cache = cache, pa.kv_b = l.kv_b.p, pa.heads = nh, pa.nope = nope, pa.rope = rope, pa.v_dim = vd;
+    pa.latent_dim = lat, pa.scale = 1.0f / std::sqrt(static_cast<float>(qd)), pa.out = attn;
+    const MlaPrefillPlan& p = st.mla_prefill_host;
+    PDS_ASSIGN_OR_RETURN(unsigned char* ws, scratch<unsigned char>(kMlaPrefillWs, mla_prefill_workspace_bytes(pa, p.rows, p.ctx_total)));
+    PDS_RETURN_IF_ERROR(mla_prefill_run(pa, p, st.mla_prefill, ws, stream_));
+    return finish_mla(l, T, x, attn, out);
+  }
   PDS_ASSIGN_OR_RETURN(float* q_lat, scratch<float>(kMlaQLat, T * nh * lat));
   PDS_ASSIGN_OR_RETURN(float* q_rot, scratch<float>(kMlaQRot, T * nh * rope));
   PDS_RETURN_IF_ERROR(mla_absorb_q(q, l.kv_b.p, T, nh, nope, rope, vd, lat, q_lat, q_rot, stream_));
@@ -74,12 +86,17 @@ Status CudaModel::mla_layer(const DeviceLayer& l, const Step& st, const float* x
   } else {
     PDS_RETURN_IF_ERROR(mla_attend_latent(a, stream_));
   }
-  PDS_ASSIGN_OR_RETURN(float* attn, scratch<float>(kMlaAttn, T * nh * vd));
   PDS_RETURN_IF_ERROR(mla_v_up(o_lat, l.kv_b.p, T, nh, nope, vd, lat, attn, stream_));
-  if (c.mla_output_gate) {
-    PDS_ASSIGN_OR_RETURN(float* g, scratch<float>(kMlaGate, T * nh * vd));
+  return finish_mla(l, T, x, attn, out);
+}
+
+// The per-head values attn [T][heads][v_dim] -> output gate -> o_proj.
+Status CudaModel::finish_mla(const DeviceLayer& l, int64_t T, const float* x, float* attn, float* out) {
+  const int64_t n = T * l.o.cols;  // o_proj: [hidden][heads * v_dim]
+  if (cfg_.mla_output_gate) {
+    PDS_ASSIGN_OR_RETURN(float* g, scratch<float>(kMlaGate, n));
     PDS_RETURN_IF_ERROR(linear(x, T, l.gate, g, stream_));
-    PDS_RETURN_IF_ERROR(mul_sigmoid(attn, g, T * nh * vd, stream_));
+    PDS_RETURN_IF_ERROR(mul_sigmoid(attn, g, n, stream_));
   }
   return linear(attn, T, l.o, out, stream_);
 }

@@ -111,6 +111,7 @@ Result<T*> CudaModel::upload_scratch(int slot, const std::vector<T>& v) {
 // Explicit instantiations for cuda_layers.cpp.
 template Result<float*> CudaModel::scratch<float>(int, size_t);
 template Result<int32_t*> CudaModel::scratch<int32_t>(int, size_t);
+template Result<unsigned char*> CudaModel::scratch<unsigned char>(int, size_t);
 template Result<int32_t*> CudaModel::upload_scratch<int32_t>(int, const std::vector<int32_t>&);
 
 Status CudaModel::plan_mla(const int32_t* ctx, int64_t rows, bool in_graph, Step* st) {
@@ -191,8 +192,21 @@ Status CudaModel::forward(const ForwardBatch& batch, ForwardOutput* out) {
     for (const SequenceInput& seq : batch.seqs) slots.push_back(seq.state_slot);
     PDS_ASSIGN_OR_RETURN(st.slots, upload_scratch(kKdaSlots, slots));
   }
-  // Prefill chunks too: each query row is its own (row, prefix) item of the split-KV plan.
-  PDS_RETURN_IF_ERROR(plan_mla(ctx.data(), T, /*in_graph=*/false, &st));
+  const bool prefill = T > static_cast<int64_t>(batch.seqs.size());
+  if (prefill && opts_.bf16_mla_prefill && cfg_.num_mla_layers() > 0 &&
+      mla_prefill_supported(cfg_.qk_nope_head_dim, cfg_.qk_rope_head_dim, cfg_.v_head_dim, cfg_.kv_lora_rank)) {
+    std::vector<MlaPrefillSeq> seqs;
+    for (size_t s = 0; s < batch.seqs.size(); ++s) {
+      const SequenceInput& seq = batch.seqs[s];
+      seqs.push_back({st.row_begin[s], static_cast<int64_t>(seq.tokens.size()), seq.cached_len, seq.pages.data()});
+    }
+    PDS_RETURN_IF_ERROR(build_mla_prefill_plan(seqs, page_size_, &st.mla_prefill_host));
+    PDS_ASSIGN_OR_RETURN(int32_t* d_plan, upload_scratch(kMlaPrefillPlan, st.mla_prefill_host.image));
+    st.mla_prefill = d_plan;
+  } else {
+    // Prefill chunks too: each query row is its own (row, prefix) item of the split-KV plan.
+    PDS_RETURN_IF_ERROR(plan_mla(ctx.data(), T, /*in_graph=*/false, &st));
+  }
 
   // Final norm and lm_head only for the rows the caller wants.
   out->vocab = cfg_.vocab_size;

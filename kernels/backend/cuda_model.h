@@ -8,11 +8,13 @@
 //   layouts, indexed by the host pools' page and slot ids.
 // - The forward follows Model::forward step by step with the kernels of kernels/: MLA prefill
 //   writes the chunk's latents first and lets each query row attend over its own prefix with
-//   the paged kernel; KDA prefill runs the conv over the chunk and the token recurrence.
+//   the paged kernel (or, with bf16_mla_prefill, the tensor-core prefill over expanded K/V);
+//   KDA prefill runs the conv over the chunk and the token recurrence.
 // - Decode steps (every sequence one new token, at most 64 of them) replay a CUDA graph per
 //   batch-size bucket (1, 2, 4, ..., 64 rows, padded) over fixed input buffers (cuda_graphs.cpp);
 //   the KDA state is reached through a device slot table, so a graph serves any slots.
-// Numbers differ from the CPU by fp32 summation order only (measured in docs/perf.md).
+// Numbers differ from the CPU by fp32 summation order only (measured in docs/perf.md), unless
+// bf16_mla_prefill puts the prefill attention on bf16 tensor cores.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -77,6 +79,7 @@ class CudaModel final : public DeviceForward {
   Status forward_graph(const ForwardBatch& batch, int64_t bucket, ForwardOutput* out);
   void drop_graphs();
   Status mla_layer(const DeviceLayer& l, const Step& st, const float* x, float* out);
+  Status finish_mla(const DeviceLayer& l, int64_t T, const float* x, float* attn, float* out);  // gate, o_proj
   // Builds the step's split-KV MLA plan from the rows' ctx_len (host) and uploads it (cuda_model.cpp).
   Status plan_mla(const int32_t* ctx, int64_t rows, bool in_graph, Step* st);
   Status kda_layer(const DeviceLayer& l, const Step& st, const float* x, float* out);

@@ -6,6 +6,7 @@
 
 #include "backend/cuda_model.h"
 #include "mla/mla_decode.h"
+#include "mla/mla_prefill.h"
 
 namespace pdserve::cuda {
 
@@ -22,6 +23,10 @@ struct CudaModel::Step {
   // The split-KV MLA work list of this step, shared by every MLA layer (plan null: the layers
   // use mla_attend_latent); part_o / part_lse are set per layer.
   MlaDecodeWork mla;
+  // Prefill steps with bf16_mla_prefill: the tensor-core prefill's plan (device image, null:
+  // not used this step) and its sizes; every MLA layer of the step runs it for all rows.
+  const int32_t* mla_prefill = nullptr;
+  MlaPrefillPlan mla_prefill_host;
 };
 
 // One buffer per purpose, so a pointer taken earlier in a forward stays valid.
@@ -35,6 +40,7 @@ enum ScratchSlot : int {
   kMoeShared,
   kTpGathered,
   kMlaPlan, kMlaPartO, kMlaPartLse,
+  kMlaPrefillPlan, kMlaPrefillWs,
 };
 
 }  // namespace pdserve::cuda

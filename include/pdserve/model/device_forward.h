@@ -57,6 +57,11 @@ struct CudaForwardOptions {
   // MLA attention runs through the split-KV plan/run kernel (kernels/mla/mla_decode.h) where
   // the shape allows (<= 32 heads a rank); false keeps the one-block-per-head mla_attend_latent.
   bool split_kv_mla = true;
+  // Steps with a prefill chunk (some sequence brings > 1 token) run MLA attention through the
+  // tensor-core prefill (kernels/mla/mla_prefill.h: expanded K/V, bf16 inputs, fp32 accumulate)
+  // where the head dims have a kernel (qk x v = 192 x 128, 32 x 16). Off by default: it trades
+  // the backend's fp32 agreement with the CPU (~1e-5) for bf16 rounding (~1e-3, docs/perf.md).
+  bool bf16_mla_prefill = false;
 };
 
 // The whole (unsharded) model on CUDA device 0, pools of the given geometry.

@@ -1,0 +1,142 @@
+// Tensor-core MLA prefill (mla/mla_prefill.h) at the K3 prefill rank: 24 heads, qk 192 / v 128,
+// latent 512 + key 64 fp32 per cached token, pages of 64 (shuffled ids).
+// Cases: one sequence, `new` tokens after `cached` tokens already in the pages.
+// FLOPs (the convention of FlashAttention's causal benchmarks, counted exactly): each
+// (query, key) pair a query actually attends to costs 2 x (192 + 128) per head; pairs =
+// sum over new tokens i of (cached + i + 1). Floor = FLOPs / 790 TFLOP/s (dense bf16).
+// Reported: the attention step alone (on bf16 Q/K/V already expanded; 128-row tiles, the
+// default, and 64-row tiles), the whole run (gather +
+// up-projection GEMM + attention), and the up-projection's own FLOPs (ctx x 512 x 24*256 x 2).
+//   mla_prefill_bench [cached new]...   (default: 8192 8192 and 16384 8192)
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <numeric>
+
+#include "bench/bench_util.h"
+#include "mla/mla_decode.h"
+#include "mla/mla_prefill.h"
+
+using namespace pdserve::cuda;
+using namespace pdserve::cuda::bench;
+
+namespace {
+
+constexpr int64_t kHeads = 24, kNope = 128, kRope = 64, kQk = 192, kV = 128, kLat = 512, kPage = 64;
+
+std::vector<uint16_t> to_bf16_bits(const std::vector<float>& v) {
+  std::vector<uint16_t> out(v.size());
+  for (size_t i = 0; i < v.size(); ++i) {
+    uint32_t b;
+    std::memcpy(&b, &v[i], 4);
+    out[i] = static_cast<uint16_t>((b + 0x7fffu + ((b >> 16) & 1u)) >> 16);  // round to nearest even
+  }
+  return out;
+}
+
+template <typename F>
+double time_ms(F&& f, int reps) {
+  for (int i = 0; i < 2; ++i) f();
+  cudaEvent_t a, b;
+  cudaEventCreate(&a);
+  cudaEventCreate(&b);
+  std::vector<float> ms(reps);
+  for (int r = 0; r < reps; ++r) {
+    cudaEventRecord(a);
+    f();
+    cudaEventRecord(b);
+    cudaEventSynchronize(b);
+    cudaEventElapsedTime(&ms[r], a, b);
+  }
+  cudaEventDestroy(a);
+  cudaEventDestroy(b);
+  std::sort(ms.begin(), ms.end());
+  return ms[ms.size() / 2];
+}
+
+void bench_case(int64_t cached, int64_t fresh) {
+  const int64_t ctx = cached + fresh, np = (ctx + kPage - 1) / kPage;
+  std::vector<int32_t> pages(np);
+  std::iota(pages.begin(), pages.end(), 0);
+  std::mt19937 gen(3);
+  std::shuffle(pages.begin(), pages.end(), gen);
+  MlaPrefillPlan plan, plan64;
+  check(build_mla_prefill_plan({{0, fresh, cached, pages.data()}}, kPage, &plan), "plan");
+  check(build_mla_prefill_plan({{0, fresh, cached, pages.data()}}, kPage, &plan64, 64), "plan");
+  auto dplan = upload(plan.image);
+  auto dplan64 = upload(plan64.image);
+  auto cache = upload(randn(np * kPage * (kLat + kRope), 1));
+  auto q = upload(randn(fresh * kHeads * kQk, 2));
+  std::vector<float> w = randn(kHeads * (kNope + kV) * kLat, 3);
+  for (float& x : w) x *= 1.0f / std::sqrt(static_cast<float>(kLat));
+  auto kv_b = upload(w);
+  DeviceBuffer<float> out;
+  check(out.resize(fresh * kHeads * kV), "out");
+  MlaPrefillArgs a;
+  a.q = q.get(), a.cache = cache.get(), a.kv_b = kv_b.get(), a.heads = kHeads, a.nope = kNope, a.rope = kRope, a.v_dim = kV;
+  a.latent_dim = kLat, a.scale = 1.0f / std::sqrt(static_cast<float>(kQk)), a.out = out.get();
+  DeviceBuffer<unsigned char> ws(mla_prefill_workspace_bytes(a, plan.rows, plan.ctx_total));
+  // The attention alone, on its own bf16 inputs (random, the shapes the run expands to).
+  auto qb = upload(to_bf16_bits(randn(fresh * kHeads * kQk, 4)));
+  auto kb = upload(to_bf16_bits(randn(ctx * kHeads * kQk, 5)));
+  auto vb = upload(to_bf16_bits(randn(ctx * kHeads * kV, 6)));
+
+  double pairs = 0;
+  for (int64_t i = 0; i < fresh; ++i) pairs += static_cast<double>(cached + i + 1);
+  const double attn_flops = pairs * kHeads * 2.0 * (kQk + kV);
+  const double expand_flops = static_cast<double>(ctx) * kLat * kHeads * (kNope + kV) * 2.0;
+  const double t_attn = time_ms([&] { check(mla_prefill_attend(qb.get(), kb.get(), vb.get(), kHeads, kQk, kV, a.scale, plan, dplan.get(), out.get(), nullptr), "attend"); }, 10);
+  const double t_attn64 = time_ms([&] { check(mla_prefill_attend(qb.get(), kb.get(), vb.get(), kHeads, kQk, kV, a.scale, plan64, dplan64.get(), out.get(), nullptr), "attend"); }, 10);
+  const double t_run = time_ms([&] { check(mla_prefill_run(a, plan, dplan.get(), ws.get(), nullptr), "run"); }, 10);
+  check(cuda_status(cudaDeviceSynchronize(), "sync"), "sync");
+  const double floor_ms = attn_flops / g_flops * 1e3;
+  std::printf("cached %6lld new %6lld heads %lld | attention %8.3f ms %6.1f TFLOP/s (%.2f of 790 floor %.3f ms) | "
+              "whole run %8.3f ms %6.1f TFLOP/s-attn-equiv | gather+expand %7.3f ms (expand %.1f GFLOP)\n",
+              static_cast<long long>(cached), static_cast<long long>(fresh), static_cast<long long>(kHeads), t_attn,
+              attn_flops / t_attn * 1e-9, floor_ms / t_attn, floor_ms, t_run, attn_flops / t_run * 1e-9, t_run - t_attn,
+              expand_flops * 1e-9);
+  std::printf("    attention with 64-row tiles (4 warps, 2 CTAs an SM): %8.3f ms %6.1f TFLOP/s\n", t_attn64, attn_flops / t_attn64 * 1e-9);
+  if (cached + fresh <= 16384) {
+    // Before this kernel the backend ran prefill chunks through the split-KV absorbed decode
+    // kernel, one (row, prefix) item per query row, fp32 on CUDA cores: its attention alone.
+    std::vector<int32_t> ctx_len(fresh);
+    for (int64_t i = 0; i < fresh; ++i) ctx_len[i] = static_cast<int32_t>(cached + i + 1);
+    const int64_t cap = mla_decode_plan_capacity(fresh);
+    MlaDecodePlan dp;
+    check(build_mla_decode_plan(ctx_len.data(), fresh, kPage, cap, &dp), "decode plan");
+    auto ddp = upload(dp.image);
+    auto dctx = upload(ctx_len);
+    std::vector<int32_t> table(fresh * np);
+    for (int64_t i = 0; i < fresh; ++i) std::copy(pages.begin(), pages.end(), table.begin() + i * np);
+    auto dtable = upload(table);
+    DeviceBuffer<float> ql, qr, ol, po, pl;
+    check(ql.resize(fresh * kHeads * kLat), "q_lat");
+    check(qr.resize(fresh * kHeads * kRope), "q_rot");
+    check(ol.resize(fresh * kHeads * kLat), "o_lat");
+    check(po.resize(cap * kHeads * kLat), "part_o");
+    check(pl.resize(cap * kHeads), "part_lse");
+    cudaMemset(ql.get(), 0, fresh * kHeads * kLat * 4);
+    cudaMemset(qr.get(), 0, fresh * kHeads * kRope * 4);
+    MlaDecodeArgs da;
+    da.q_lat = ql.get(), da.q_rot = qr.get(), da.cache = cache.get(), da.page_table = dtable.get(), da.ctx_len = dctx.get();
+    da.rows = fresh, da.heads = kHeads, da.latent_dim = kLat, da.rope_dim = kRope, da.page_size = kPage, da.max_pages = np;
+    da.scale = a.scale, da.o_lat = ol.get();
+    MlaDecodeWork w;
+    w.plan = ddp.get(), w.capacity = cap, w.launch_items = dp.num_items, w.merge = dp.any_split || dp.any_empty;
+    w.part_o = po.get(), w.part_lse = pl.get();
+    const double t_old = time_ms([&] { check(mla_decode_run(da, w, nullptr), "decode run"); }, 3);
+    std::printf("    previous backend path (split-KV absorbed fp32 kernel per query row, attention only): %9.3f ms (%.1fx ours)\n", t_old,
+                t_old / t_attn);
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::vector<std::pair<int64_t, int64_t>> cases;
+  for (int i = 1; i + 1 < argc; i += 2) cases.push_back({std::atoll(argv[i]), std::atoll(argv[i + 1])});
+  if (cases.empty()) cases = {{8192, 8192}, {16384, 8192}, {0, 8192}};
+  for (auto [c, n] : cases) bench_case(c, n);
+  return 0;
+}

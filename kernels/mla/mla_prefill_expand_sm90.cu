@@ -1,0 +1,149 @@
+// Steps 1-2 of the MLA prefill (mla_prefill.h) and its run: gather the context's latents from the
+// pages, up-project them per head on tensor cores into bf16 K/V, then the attention step.
+#include <cuda_bf16.h>
+
+#include "common/cuda_check.h"
+#include "mla/mla_prefill.h"
+#include "mla/mma_bf16.cuh"
+
+namespace pdserve::cuda {
+
+namespace {
+
+using bf16 = __nv_bfloat16;
+using namespace mma;
+
+// Workspace carve-up, bf16 buffers aligned to 256 bytes.
+struct Carve {
+  size_t q = 0, k = 0, v = 0, lat = 0, w = 0, end = 0;
+};
+size_t align256(size_t b) { return (b + 255) / 256 * 256; }
+Carve carve(const MlaPrefillArgs& a, int64_t rows, int64_t ctx) {
+  const size_t qk = a.nope + a.rope;
+  Carve c;
+  c.k = c.q + align256(rows * a.heads * qk * 2);
+  c.v = c.k + align256(ctx * a.heads * qk * 2);
+  c.lat = c.v + align256(ctx * a.heads * a.v_dim * 2);
+  c.w = c.lat + align256(ctx * a.latent_dim * 2);
+  c.end = c.w + align256(a.heads * (a.nope + a.v_dim) * a.latent_dim * 2);
+  return c;
+}
+
+__global__ void to_bf16_kernel(const float* __restrict__ x, int64_t n, bf16* __restrict__ y) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) y[i] = __float2bfloat16(x[i]);
+}
+
+// One block per context token: its latent -> lat [t][latent], its key part -> every head's K tail.
+__global__ void gather_kernel(const float* __restrict__ cache, const int32_t* __restrict__ entries, int lat_dim, int rope, int nope,
+                              int heads, bf16* __restrict__ lat, bf16* __restrict__ kb) {
+  const int64_t t = blockIdx.x;
+  const float* e = cache + int64_t(entries[t]) * (lat_dim + rope);
+  for (int i = threadIdx.x; i < lat_dim; i += blockDim.x) lat[t * lat_dim + i] = __float2bfloat16(e[i]);
+  const int qk = nope + rope;
+  for (int i = threadIdx.x; i < heads * rope; i += blockDim.x) {
+    const int h = i / rope, d = i % rope;
+    kb[(t * heads + h) * qk + nope + d] = __float2bfloat16(e[lat_dim + d]);
+  }
+}
+
+// C[t][n] = lat[t] . w[n] (n over heads x (nope + v)); 64 x 64 tiles, 4 warps of 16 rows, k in
+// steps of 32 double-buffered with cp.async. The epilogue scatters C into K's nope part / V.
+constexpr int kGT = 64, kGK = 32, kGS = kGK + 8;  // tile, k step, padded row (5 x 16 B: odd)
+__global__ void __launch_bounds__(128) expand_kernel(const bf16* __restrict__ lat, const bf16* __restrict__ w, int ctx, int n_total,
+                                                     int lat_dim, int nope, int qk, int vd, int heads, bf16* __restrict__ kb,
+                                                     bf16* __restrict__ vb) {
+  __shared__ __align__(16) bf16 as[2][kGT * kGS];
+  __shared__ __align__(16) bf16 bs[2][kGT * kGS];
+  const int t0 = blockIdx.y * kGT, n0 = blockIdx.x * kGT;
+  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, g = lane / 4, c4 = lane % 4;
+  auto load = [&](int k0, int buf) {
+    for (int i = tid; i < kGT * (kGK / 8); i += 128) {
+      const int r = i / (kGK / 8), c = i % (kGK / 8);
+      const bool ta = t0 + r < ctx, tb = n0 + r < n_total;
+      cp_async16(&as[buf][r * kGS + c * 8], lat + int64_t(ta ? t0 + r : 0) * lat_dim + k0 + c * 8, ta ? 16 : 0);
+      cp_async16(&bs[buf][r * kGS + c * 8], w + int64_t(tb ? n0 + r : 0) * lat_dim + k0 + c * 8, tb ? 16 : 0);
+    }
+  };
+  float acc[kGT / 8][4] = {};
+  const int steps = lat_dim / kGK;
+  load(0, 0);
+  cp_async_commit();
+  for (int s = 0; s < steps; ++s) {
+    cp_async_wait<0>();
+    __syncthreads();
+    if (s + 1 < steps) load((s + 1) * kGK, (s + 1) & 1);
+    cp_async_commit();
+    const bf16* a_s = as[s & 1];
+    const bf16* b_s = bs[s & 1];
+#pragma unroll
+    for (int k = 0; k < kGK / 16; ++k) {
+      uint32_t a[4];
+      ldmatrix_x4(a, a_s + (warp * 16 + lane % 16) * kGS + k * 16 + (lane / 16) * 8);
+#pragma unroll
+      for (int np = 0; np < kGT / 16; ++np) {
+        uint32_t b[4];
+        ldmatrix_x4(b, b_s + (np * 16 + lane % 8 + (lane / 16) * 8) * kGS + k * 16 + ((lane / 8) % 2) * 8);
+        mma_bf16(acc[2 * np], a, b[0], b[1]);
+        mma_bf16(acc[2 * np + 1], a, b[2], b[3]);
+      }
+    }
+  }
+  const int per_head = nope + vd;
+#pragma unroll
+  for (int t = 0; t < kGT / 8; ++t) {
+    const int n = n0 + t * 8 + c4 * 2;  // even; nope and vd are even, so n + 1 is the same head and part
+    if (n >= n_total) continue;
+    const int h = n / per_head, d = n % per_head;
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const int64_t row = t0 + warp * 16 + g + half * 8;
+      if (row >= ctx) continue;
+      const uint32_t v = pack_bf16(acc[t][2 * half], acc[t][2 * half + 1]);
+      if (d < nope)
+        *reinterpret_cast<uint32_t*>(kb + (row * heads + h) * qk + d) = v;
+      else
+        *reinterpret_cast<uint32_t*>(vb + (row * heads + h) * vd + d - nope) = v;
+    }
+  }
+}
+
+}  // namespace
+
+bool mla_prefill_supported(int64_t nope, int64_t rope, int64_t v_dim, int64_t latent_dim) {
+  const int64_t qk = nope + rope;
+  const bool shape = (qk == 192 && v_dim == 128) || (qk == 32 && v_dim == 16);
+  return shape && nope % 2 == 0 && latent_dim > 0 && latent_dim % kGK == 0;
+}
+
+size_t mla_prefill_workspace_bytes(const MlaPrefillArgs& a, int64_t rows, int64_t ctx_total) { return carve(a, rows, ctx_total).end; }
+
+Status mla_prefill_run(const MlaPrefillArgs& a, const MlaPrefillPlan& p, const int32_t* plan, void* workspace, cudaStream_t stream) {
+  if (p.tiles == 0) return Status::ok();
+  if (!mla_prefill_supported(a.nope, a.rope, a.v_dim, a.latent_dim))
+    return invalid_argument("mla_prefill_run: no kernel for these head dims");
+  const int64_t qk = a.nope + a.rope, n_total = a.heads * (a.nope + a.v_dim);
+  if ((n_total + kGT - 1) / kGT > INT32_MAX || (p.ctx_total + kGT - 1) / kGT > 65535 || p.ctx_total > INT32_MAX)
+    return invalid_argument("mla_prefill_run: context too long for one step");
+  const Carve c = carve(a, p.rows, p.ctx_total);
+  auto* base = static_cast<unsigned char*>(workspace);
+  auto* qb = reinterpret_cast<bf16*>(base + c.q);
+  auto* kb = reinterpret_cast<bf16*>(base + c.k);
+  auto* vb = reinterpret_cast<bf16*>(base + c.v);
+  auto* lat = reinterpret_cast<bf16*>(base + c.lat);
+  auto* wb = reinterpret_cast<bf16*>(base + c.w);
+  to_bf16_kernel<<<1024, 256, 0, stream>>>(a.q, p.rows * a.heads * qk, qb);
+  to_bf16_kernel<<<1024, 256, 0, stream>>>(a.kv_b, n_total * a.latent_dim, wb);
+  const int32_t* entries = plan + 4 + 4 * p.seqs + 2 * p.tiles;
+  gather_kernel<<<static_cast<unsigned>(p.ctx_total), 128, 0, stream>>>(a.cache, entries, static_cast<int>(a.latent_dim),
+                                                                        static_cast<int>(a.rope), static_cast<int>(a.nope),
+                                                                        static_cast<int>(a.heads), lat, kb);
+  PDS_RETURN_IF_ERROR(last_launch_status("mla_prefill gather"));
+  const dim3 grid(static_cast<unsigned>((n_total + kGT - 1) / kGT), static_cast<unsigned>((p.ctx_total + kGT - 1) / kGT));
+  expand_kernel<<<grid, 128, 0, stream>>>(lat, wb, static_cast<int>(p.ctx_total), static_cast<int>(n_total),
+                                          static_cast<int>(a.latent_dim), static_cast<int>(a.nope), static_cast<int>(qk),
+                                          static_cast<int>(a.v_dim), static_cast<int>(a.heads), kb, vb);
+  PDS_RETURN_IF_ERROR(last_launch_status("mla_prefill expand"));
+  return mla_prefill_attend(qb, kb, vb, a.heads, qk, a.v_dim, a.scale, p, plan, a.out, stream);
+}
+
+}  // namespace pdserve::cuda
