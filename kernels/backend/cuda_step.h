@@ -35,6 +35,7 @@ enum ScratchSlot : int {
   kMoeShared,
   kTpGathered,
   kMlaPlan, kMlaPartO, kMlaPartLse,
+  kKdaChunkWs,
 };
 
 }  // namespace pdserve::cuda

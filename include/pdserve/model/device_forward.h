@@ -57,6 +57,10 @@ struct CudaForwardOptions {
   // MLA attention runs through the split-KV plan/run kernel (kernels/mla/mla_decode.h) where
   // the shape allows (<= 32 heads a rank); false keeps the one-block-per-head mla_attend_latent.
   bool split_kv_mla = true;
+  // Prefill runs KDA layers through the chunked tensor-core kernel (kernels/kda/kda_chunk.h)
+  // where the shape allows (head_dim 32/64/128, gate bounded below by >= -10); false keeps the
+  // token-by-token kda_recurrent.
+  bool chunked_kda_prefill = true;
 };
 
 // The whole (unsharded) model on CUDA device 0, pools of the given geometry.
