@@ -3,9 +3,10 @@
 // run) and the TP4 prefill rank's H24 with an 8K-token chunk continuing from a state.
 // Floor: max(bytes / 4.2 TB/s, FLOPs / 790 TF/s); bytes = q, k, v, g read and o written once
 // (fp32) plus beta and the state read and written; FLOPs = the chunked form's matmuls,
-// 5 C^2 D + 6 C D^2 per chunk and head (C = 64). Median of 20 timed calls after 3 warm-ups.
-//   kda_chunk_bench [T H state_tile precise]   (no arguments: the issue's shapes, both state tiles
-//   and both precisions)
+// 5 C^2 D + 6 C D^2 per chunk and head (C = 64). Median of 20 timed calls after 3 warm-ups;
+// then the intra-chunk and state-passing kernels timed alone (where the time goes).
+//   kda_chunk_bench [T H state_tile precise]   (no arguments: the issue's shapes, state tiles
+//   32, 16, 64 and both precisions)
 #include <cstdio>
 #include <cstdlib>
 #include <vector>
@@ -13,6 +14,7 @@
 #include "bench/bench_util.h"
 #include "kda/kda.h"
 #include "kda/kda_chunk.h"
+#include "kda/kda_chunk_common.cuh"
 
 namespace pdserve::cuda {
 namespace {
@@ -56,12 +58,32 @@ void run_shape(int64_t T, int64_t H, int tile, bool precise) {
   a.precise = precise;
   const double us = bench::median_us([&](int) { check(kda_chunk_prefill(a, nullptr), "kda_chunk_prefill"); });
   check(cuda_status(cudaDeviceSynchronize(), "sync"), "sync");
+  // The two kernels alone (the same tables kda_chunk_prefill builds for one sequence).
+  const int64_t nch = (T + 63) / 64;
+  std::vector<kda_chunk::ChunkJob> cj;
+  for (int64_t c = 0; c < nch; ++c) cj.push_back({c * 64, static_cast<int32_t>(std::min<int64_t>(64, T - c * 64)), 0});
+  const kda_chunk::SeqJob sj{0, T, 0, 0, static_cast<int32_t>(nch)};
+  DeviceBuffer<kda_chunk::ChunkJob> dchunks(cj.size());
+  DeviceBuffer<kda_chunk::SeqJob> dseq(1);
+  check(cuda_status(cudaMemcpy(dchunks.get(), cj.data(), cj.size() * sizeof(cj[0]), cudaMemcpyHostToDevice), "tables"), "tables");
+  check(cuda_status(cudaMemcpy(dseq.get(), &sj, sizeof(sj), cudaMemcpyHostToDevice), "tables"), "tables");
+  DeviceBuffer<float> inter(static_cast<size_t>(nch * H) * kda_chunk::Layout<128>::floats);
+  const int vt = tile ? tile : 32;
+  const double us_intra = bench::median_us([&](int) {
+    check(cuda_status(kda_chunk_intra_launch(128, precise, a.q, a.k, a.v, a.g, a.beta, H,
+                                             dchunks.get(), nch, inter.get(), nullptr),
+                      "intra"),
+          "intra");
+  });
+  const double us_state = bench::median_us([&](int) {
+    check(cuda_status(kda_chunk_state_launch(128, vt, precise, inter.get(), H, dseq.get(), 1, a.state, a.o, nullptr), "state"), "state");
+  });
   const double C = 64, chunks = double((T + 63) / 64) * H;
   const double flops = chunks * (5 * C * C * D + 6 * C * D * D);
   const double bytes = 4.0 * (5.0 * n + T * H + 2.0 * H * D * D);
   const double floor_us = std::max(bytes / bench::g_bw, flops / bench::g_flops) * 1e6;
-  std::printf("chunk %s T=%6ld H=%2ld D=%ld tile=%2d  %9.1f us  floor %7.1f us (%s)  x%.2f floor  %6.1f TF/s  %6.0f GB/s  ws %.0f MB\n",
-              precise ? "3xtf32" : "tf32  ", static_cast<long>(T), static_cast<long>(H), static_cast<long>(D), tile, us, floor_us,
+  std::printf("chunk %s T=%6ld H=%2ld D=%ld tile=%2d  %9.1f us (intra %8.1f, state %8.1f)  floor %7.1f us (%s)  x%.2f floor  %6.1f TF/s  %6.0f GB/s  ws %.0f MB\n",
+              precise ? "3xtf32" : "tf32  ", static_cast<long>(T), static_cast<long>(H), static_cast<long>(D), tile, us, us_intra, us_state, floor_us,
               bytes / bench::g_bw > flops / bench::g_flops ? "bytes" : "flops", us / floor_us, flops / us * 1e-6, bytes / us * 1e-3,
               ws.size() / 1e6);
 }
@@ -96,7 +118,7 @@ int main(int argc, char** argv) {
     return 0;
   }
   for (bool precise : {true, false})
-    for (int tile : {32, 16}) {
+    for (int tile : {32, 16, 64}) {
       run_shape(16384, 32, tile, precise);
       run_shape(65536, 32, tile, precise);
       run_shape(8192, 24, tile, precise);

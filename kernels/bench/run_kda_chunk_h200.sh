@@ -18,7 +18,7 @@ nvidia-smi --query-gpu=index,name,driver_version,clocks.max.sm,clocks.max.mem --
 (
   whl=.whl; [ -d "$here/whl" ] && whl="$here/whl"
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site "$whl"/*.whl
-  CUDA_VISIBLE_DEVICES=1 PYTHONPATH=/tmp/site PYTHONUNBUFFERED=1 timeout 170 python3 "$here/kda_chunk_fla.py" >"$out/fla.log" 2>&1
+  CUDA_VISIBLE_DEVICES=1 PYTHONPATH=/tmp/site PYTHONUNBUFFERED=1 timeout 185 python3 "$here/kda_chunk_fla.py" >"$out/fla.log" 2>&1
   echo "fla rc=$?" >>"$out/fla.log"
 ) &
 side=$!
@@ -29,10 +29,10 @@ grep -E "^\[  (PASSED|FAILED) |^\[       OK|Failure|nerr|error:" "$out/test.log"
 timeout 45 "$here/bin/cuda_forward_test" >"$out/forward.log" 2>&1; echo "cuda_forward_test rc=$?"
 grep -E "^\[  (PASSED|FAILED) |Failure|error [0-9]|Expected|Which is" "$out/forward.log" | head -30
 echo "== bench (ours)"
-timeout 45 "$here/bin/kda_chunk_bench" >"$out/bench.log" 2>&1; echo "bench rc=$?"
+timeout 60 "$here/bin/kda_chunk_bench" >"$out/bench.log" 2>&1; echo "bench rc=$?"
 cat "$out/bench.log"
 echo "== compute-sanitizer memcheck (GPU 0)"
-timeout 65 compute-sanitizer --tool memcheck --error-exitcode 9 "$here/bin/kda_chunk_kernels_test" >"$out/memcheck.log" 2>&1
+timeout 55 compute-sanitizer --tool memcheck --error-exitcode 9 "$here/bin/kda_chunk_kernels_test" >"$out/memcheck.log" 2>&1
 echo "memcheck rc=$?" >>"$out/memcheck.log"
 tail -4 "$out/memcheck.log"
 wait "$side"

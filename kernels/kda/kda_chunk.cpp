@@ -46,7 +46,8 @@ int64_t kda_chunk_count(const int64_t* cu_seqlens, int64_t num_seqs) {
 Status kda_chunk_prefill(const KdaChunkArgs& a, cudaStream_t stream) {
   const int64_t H = a.heads, D = a.head_dim;
   if (!kda_chunk_supported(D)) return invalid_argument("kda_chunk_prefill: head_dim must be 32, 64 or 128");
-  if (a.state_tile != 0 && a.state_tile != 16 && a.state_tile != 32) return invalid_argument("kda_chunk_prefill: state_tile must be 16 or 32");
+  if (a.state_tile != 0 && a.state_tile != 16 && a.state_tile != 32 && a.state_tile != 64)
+    return invalid_argument("kda_chunk_prefill: state_tile must be 16, 32 or 64");
   if (H <= 0 || H > 65535 || a.num_seqs < 0) return invalid_argument("kda_chunk_prefill: bad head or sequence count");
   if (a.num_seqs == 0) return Status::ok();
   if (!a.cu_seqlens || !a.slots || !a.workspace) return invalid_argument("kda_chunk_prefill: missing cu_seqlens, slots or workspace");
@@ -101,6 +102,8 @@ Status kda_chunk_prefill(const KdaChunkArgs& a, cudaStream_t stream) {
     // Narrow state slices when wide ones would leave most SMs idle.
     int vt = a.state_tile;
     if (vt == 0) vt = (D / 32) * H * static_cast<int64_t>(seqs.size()) >= 96 ? 32 : 16;
+    if (D == 32) vt = 32;  // 16 leaves too few state tiles for the block's 8 warps; 64 > D
+    if (vt > D) vt = static_cast<int>(D);
     PDS_RETURN_IF_ERROR(cuda_status(kda_chunk_state_launch(static_cast<int>(D), vt, a.precise, inter, H, seq_table,
                                                            static_cast<int64_t>(seqs.size()), a.state, a.o, stream),
                                     "kda_chunk_state"));

@@ -46,7 +46,7 @@ struct KdaChunkArgs {
   int64_t layer_offset = 0;             // floats from a slot's start to this layer's [H][V][K]
   void* workspace = nullptr;            // device, 256-byte aligned
   size_t workspace_bytes = 0;           // >= kda_chunk_workspace_bytes(heads, head_dim, 1)
-  int state_tile = 0;                   // value rows per state-passing block: 16, 32 (0: pick)
+  int state_tile = 0;                   // value rows per state-passing block: 16, 32, 64 (0: pick)
   // true: every matmul in error-compensated 3xTF32 (operands split hi + lo, ~fp32 accuracy,
   // 3x the tensor-core work); false: plain tf32 (10-bit mantissa). See docs/design.md.
   bool precise = true;

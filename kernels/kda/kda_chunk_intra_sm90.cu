@@ -8,6 +8,10 @@
 // the per-channel product becomes a tensor-core matmul. For 16-row blocks I > J the reference
 // is I's first row: both exponents are <= 0. On the diagonal blocks it is the block's middle
 // row: each exponent spans at most 8 tokens, so |exponent| <= 8 * |g|max (kda_chunk.h bounds g).
+//
+// Shared memory is 112 KB (two blocks an SM, so one block's serial phases overlap the
+// other's): k, q then v, G as unpadded [C][D] rows and A then T in place as [C][C], each with
+// an XOR swizzle (column ^ 4 * (row % 8)) that keeps the mma fragment reads conflict-free.
 #include "kda/kda_chunk_common.cuh"
 
 namespace pdserve::cuda {
@@ -17,103 +21,94 @@ using namespace kda_chunk;
 
 template <int D>
 struct IntraSmem {
-  static constexpr int KS = D + 4;      // k, q, G rows: fragment reads (row, col) conflict-free
-  static constexpr int RS = 2 * D + 8;  // [beta k exp(G) | beta v] rows: read as B (k = row)
-  static constexpr int AS = C + 4;      // A and T = (I + A)^-1
-  static constexpr int floats = 3 * C * KS + C * RS + 2 * C * AS + C;
+  static constexpr int floats = 3 * C * D + C * C + C;  // k (then beta k exp(G)), q then v, G, A then T, beta
   static constexpr size_t bytes = floats * sizeof(float);
 };
+
+// Swizzled offset of (row, col) in a [rows][W] array, W a multiple of 32.
+template <int W>
+__device__ __forceinline__ int at(int row, int col) {
+  return row * W + (col ^ ((row & 7) << 2));
+}
 
 __device__ __forceinline__ float bounded_exp(float x) { return __expf(fminf(x, 80.0f)); }
 
 template <int D, bool P>
-__global__ void __launch_bounds__(256) intra_kernel(const float* __restrict__ q, const float* __restrict__ k,
-                                                    const float* __restrict__ v, const float* __restrict__ g,
-                                                    const float* __restrict__ beta, int64_t H, const ChunkJob* __restrict__ jobs,
-                                                    float* __restrict__ ws) {
-  using S = IntraSmem<D>;
+__global__ void __launch_bounds__(256, 2) intra_kernel(const float* __restrict__ q, const float* __restrict__ k,
+                                                       const float* __restrict__ v, const float* __restrict__ g,
+                                                       const float* __restrict__ beta, int64_t H, const ChunkJob* __restrict__ jobs,
+                                                       float* __restrict__ ws) {
   using L = Layout<D>;
-  constexpr int KS = S::KS, RS = S::RS, AS = S::AS;
   extern __shared__ float4 smem4[];
   float* sk = reinterpret_cast<float*>(smem4);
-  float* sq = sk + C * KS;
-  float* sG = sq + C * KS;
-  float* rhs = sG + C * KS;
-  float* sA = rhs + C * RS;
-  float* sT = sA + C * AS;
-  float* sb = sT + C * AS;
+  float* sqv = sk + C * D;
+  float* sG = sqv + C * D;
+  float* sT = sG + C * D;
+  float* sb = sT + C * C;
 
   const ChunkJob job = jobs[blockIdx.x];
   const int64_t h = blockIdx.y;
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, gid = lane >> 2, tig = lane & 3;
   float* out = ws + (static_cast<int64_t>(blockIdx.x) * H + h) * L::floats;
-
-  // 1. Load the chunk (rows past the sequence's end are zero: no score, no update, no decay).
   constexpr int D4 = D / 4;
+
+  // 1. Load k, q, g, every copy in flight at once (rows past the sequence's end are zero: no
+  //    score, no update, no decay).
   for (int idx = tid; idx < C * D4; idx += 256) {
     const int i = idx / D4, c = (idx % D4) * 4;
-    float4 kk = make_float4(0, 0, 0, 0), qq = kk, vv = kk, gg = kk;
-    if (i < job.len) {
-      const int64_t off = ((job.row0 + i) * H + h) * D + c;
-      kk = *reinterpret_cast<const float4*>(k + off);
-      qq = *reinterpret_cast<const float4*>(q + off);
-      vv = *reinterpret_cast<const float4*>(v + off);
-      gg = *reinterpret_cast<const float4*>(g + off);
-    }
-    *reinterpret_cast<float4*>(sk + i * KS + c) = kk;
-    *reinterpret_cast<float4*>(sq + i * KS + c) = qq;
-    *reinterpret_cast<float4*>(sG + i * KS + c) = gg;
-    *reinterpret_cast<float4*>(rhs + i * RS + D + c) = vv;
+    const bool ok = i < job.len;
+    const int64_t off = ok ? ((job.row0 + i) * H + h) * D + c : 0;
+    cp_async16_zfill(sk + at<D>(i, c), k + off, ok);
+    cp_async16_zfill(sqv + at<D>(i, c), q + off, ok);
+    cp_async16_zfill(sG + at<D>(i, c), g + off, ok);
   }
+  cp_async_commit();
   if (tid < C) sb[tid] = tid < job.len ? beta[(job.row0 + tid) * H + h] : 0.0f;
-  for (int idx = tid; idx < C * AS; idx += 256) sT[idx] = 0.0f;
+  cp_async_wait<0>();
   __syncthreads();
 
-  // 2. Cumulative log decay per channel.
+  // 2. Cumulative log decay per channel (16 rows loaded ahead of each dependent run of adds).
   for (int c = tid; c < D; c += 256) {
     float acc = 0.0f;
-    for (int i = 0; i < C; ++i) {
-      acc += sG[i * KS + c];
-      sG[i * KS + c] = acc;
+#pragma unroll
+    for (int i0 = 0; i0 < C; i0 += 16) {
+      float x[16];
+#pragma unroll
+      for (int e = 0; e < 16; ++e) x[e] = sG[at<D>(i0 + e, c)];
+#pragma unroll
+      for (int e = 0; e < 16; ++e) {
+        acc += x[e];
+        sG[at<D>(i0 + e, c)] = acc;
+      }
     }
   }
   __syncthreads();
+  for (int c = tid; c < D; c += 256) out[L::gl + c] = __expf(sG[at<D>(C - 1, c)]);
 
-  // 3. Elementwise pieces: the WY right-hand side, qg, kg, gl.
-  for (int idx = tid; idx < C * D4; idx += 256) {
-    const int i = idx / D4, c = (idx % D4) * 4;
-    const float b = sb[i];
-    float4 qg, kg;
-    float* qgp = &qg.x;
-    float* kgp = &kg.x;
-#pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      const float G = sG[i * KS + c + e], Gl = sG[(C - 1) * KS + c + e], kv = sk[i * KS + c + e];
-      const float eg = __expf(G);
-      rhs[i * RS + c + e] = b * kv * eg;
-      rhs[i * RS + D + c + e] *= b;
-      qgp[e] = sq[i * KS + c + e] * eg;
-      kgp[e] = kv * __expf(Gl - G);
-    }
-    *reinterpret_cast<float4*>(out + L::qg + i * D + c) = qg;
-    *reinterpret_cast<float4*>(out + L::kg + i * D + c) = kg;
-  }
-  for (int c = tid; c < D; c += 256) out[L::gl + c] = __expf(sG[(C - 1) * KS + c]);
-
-  // 4. Score blocks (reads sk, sq, sG only: no barrier needed after step 3). Warp pair I owns
-  //    rows [16I, 16I+16): warp 2I the key-key block A, warp 2I+1 the query-key block.
+  // 3. Score blocks. Warp pair I owns rows [16I, 16I+16): warp 2I the key-key block A (and
+  //    writes kg = k exp(G_last - G) for its rows), warp 2I+1 the query-key block (and writes
+  //    qg = q exp(G)).
   {
     const int I = warp >> 1;
     const bool qk = warp & 1;
-    const float* X = qk ? sq : sk;
+    const float* X = qk ? sqv : sk;
+    float* xg = out + (qk ? L::qg : L::kg);
     const int r0 = I * 16 + gid, r1 = r0 + 8, rf = I * 16, rm = I * 16 + 8;
     const int ntiles = 2 * I + 2;
     float acc[8][4] = {};
+#pragma unroll 2
     for (int kb = 0; kb < D; kb += 8) {
       const int c0 = kb + tig, c1 = c0 + 4;
-      const float gf0 = sG[rf * KS + c0], gf1 = sG[rf * KS + c1], gm0 = sG[rm * KS + c0], gm1 = sG[rm * KS + c1];
-      const float G00 = sG[r0 * KS + c0], G10 = sG[r1 * KS + c0], G01 = sG[r0 * KS + c1], G11 = sG[r1 * KS + c1];
-      const float x00 = X[r0 * KS + c0], x10 = X[r1 * KS + c0], x01 = X[r0 * KS + c1], x11 = X[r1 * KS + c1];
+      const float gf0 = sG[at<D>(rf, c0)], gf1 = sG[at<D>(rf, c1)], gm0 = sG[at<D>(rm, c0)], gm1 = sG[at<D>(rm, c1)];
+      const float G00 = sG[at<D>(r0, c0)], G10 = sG[at<D>(r1, c0)], G01 = sG[at<D>(r0, c1)], G11 = sG[at<D>(r1, c1)];
+      const float x00 = X[at<D>(r0, c0)], x10 = X[at<D>(r1, c0)], x01 = X[at<D>(r0, c1)], x11 = X[at<D>(r1, c1)];
+      {  // qk warps: q exp(G); kk warps: k exp(G_last - G)
+        const float l0 = sG[at<D>(C - 1, c0)], l1 = sG[at<D>(C - 1, c1)];
+        xg[r0 * D + c0] = x00 * __expf(qk ? G00 : l0 - G00);
+        xg[r1 * D + c0] = x10 * __expf(qk ? G10 : l0 - G10);
+        xg[r0 * D + c1] = x01 * __expf(qk ? G01 : l1 - G01);
+        xg[r1 * D + c1] = x11 * __expf(qk ? G11 : l1 - G11);
+      }
       const FragA<P> aoff(x00 * bounded_exp(G00 - gf0), x10 * bounded_exp(G10 - gf0), x01 * bounded_exp(G01 - gf1),
                           x11 * bounded_exp(G11 - gf1));
       const FragA<P> adia(x00 * bounded_exp(G00 - gm0), x10 * bounded_exp(G10 - gm0), x01 * bounded_exp(G01 - gm1),
@@ -124,7 +119,7 @@ __global__ void __launch_bounds__(256) intra_kernel(const float* __restrict__ q,
           const bool dia = nt >= 2 * I;
           const int j = nt * 8 + gid;
           const float ref0 = dia ? gm0 : gf0, ref1 = dia ? gm1 : gf1;
-          const FragB<P> b(sk[j * KS + c0] * bounded_exp(ref0 - sG[j * KS + c0]), sk[j * KS + c1] * bounded_exp(ref1 - sG[j * KS + c1]));
+          const FragB<P> b(sk[at<D>(j, c0)] * bounded_exp(ref0 - sG[at<D>(j, c0)]), sk[at<D>(j, c1)] * bounded_exp(ref1 - sG[at<D>(j, c1)]));
           mma(acc[nt], dia ? adia : aoff, b);
         }
       }
@@ -141,16 +136,29 @@ __global__ void __launch_bounds__(256) intra_kernel(const float* __restrict__ q,
           *reinterpret_cast<float2*>(out + L::aqk + row * C + col) = make_float2(v0, v1);
         } else {
           const float b = sb[row];
-          sA[row * AS + col] = col < row ? b * v0 : 0.0f;
-          sA[row * AS + col + 1] = col + 1 < row ? b * v1 : 0.0f;
+          *reinterpret_cast<float2*>(sT + at<C>(row, col)) = make_float2(col < row ? b * v0 : 0.0f, col + 1 < row ? b * v1 : 0.0f);
         }
       }
     }
   }
   __syncthreads();
 
-  // 5. T = (I + A)^-1, A strictly lower. Diagonal 16x16 blocks by forward substitution, one
-  //    warp a block, one lane a column (all in registers).
+  // 4. q is dead: bring v into its buffer (landing while the solve runs), and turn k into the
+  //    WY key side beta k exp(G) in place.
+  for (int idx = tid; idx < C * D4; idx += 256) {
+    const int i = idx / D4, c = (idx % D4) * 4;
+    const bool ok = i < job.len;
+    const int64_t off = ok ? ((job.row0 + i) * H + h) * D + c : 0;
+    cp_async16_zfill(sqv + at<D>(i, c), v + off, ok);
+  }
+  cp_async_commit();
+  for (int idx = tid; idx < C * D; idx += 256) {
+    const int i = idx / D, c = idx % D, o = at<D>(i, c);
+    sk[o] = sb[i] * sk[o] * __expf(sG[o]);
+  }
+
+  // 5. T = (I + A)^-1 in place of A (A strictly lower). Diagonal 16x16 blocks by forward
+  //    substitution, one warp a block, one lane a column, all reads before any write.
   if (warp < 4 && lane < 16) {
     const int b0 = warp * 16, c = lane;
     float t[16];
@@ -158,10 +166,12 @@ __global__ void __launch_bounds__(256) intra_kernel(const float* __restrict__ q,
     for (int r = 0; r < 16; ++r) {
       float x = r == c ? 1.0f : 0.0f;
 #pragma unroll
-      for (int j = 0; j < r; ++j) x -= sA[(b0 + r) * AS + b0 + j] * t[j];
+      for (int j = 0; j < r; ++j) x -= sT[at<C>(b0 + r, b0 + j)] * t[j];
       t[r] = x;
-      sT[(b0 + r) * AS + b0 + c] = x;
     }
+    __syncwarp(0xffffu);
+#pragma unroll
+    for (int r = 0; r < 16; ++r) sT[at<C>(b0 + r, b0 + c)] = t[r];
   }
   __syncthreads();
   // Off-diagonal blocks, block row by block row: T_IJ = -T_II * sum_{J<=K<I} A_IK T_KJ (fp32).
@@ -172,40 +182,49 @@ __global__ void __launch_bounds__(256) intra_kernel(const float* __restrict__ q,
       float x[3];
 #pragma unroll
       for (int J = 0; J < I; ++J) {
-        float acc = 0.0f;
-        for (int m = J * 16; m < I * 16; ++m) acc += sA[(I * 16 + r) * AS + m] * sT[m * AS + J * 16 + cc];
-        x[J] = acc;
-      }
+        float acc[4] = {};  // four partial sums: independent FMA chains
 #pragma unroll
-      for (int J = 0; J < I; ++J) sT[(I * 16 + r) * AS + J * 16 + cc] = x[J];
+        for (int m = J * 16; m < I * 16; m += 4)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) acc[e] += sT[at<C>(I * 16 + r, m + e)] * sT[at<C>(m + e, J * 16 + cc)];
+        x[J] = (acc[0] + acc[1]) + (acc[2] + acc[3]);
+      }
+      __syncthreads();  // every read of A's block row I done
+#pragma unroll
+      for (int J = 0; J < I; ++J) sT[at<C>(I * 16 + r, J * 16 + cc)] = x[J];
       __syncthreads();
 #pragma unroll
       for (int J = 0; J < I; ++J) {
-        float acc = 0.0f;
+        float acc[4] = {};
 #pragma unroll
-        for (int m = 0; m < 16; ++m) acc += sT[(I * 16 + r) * AS + I * 16 + m] * sT[(I * 16 + m) * AS + J * 16 + cc];
-        x[J] = -acc;
+        for (int m = 0; m < 16; ++m) acc[m & 3] += sT[at<C>(I * 16 + r, I * 16 + m)] * sT[at<C>(I * 16 + m, J * 16 + cc)];
+        x[J] = -((acc[0] + acc[1]) + (acc[2] + acc[3]));
       }
       __syncthreads();
 #pragma unroll
-      for (int J = 0; J < I; ++J) sT[(I * 16 + r) * AS + J * 16 + cc] = x[J];
+      for (int J = 0; J < I; ++J) sT[at<C>(I * 16 + r, J * 16 + cc)] = x[J];
       __syncthreads();
     }
   }
+  cp_async_wait<0>();
+  __syncthreads();
 
   // 6. [w | u] = T [beta k exp(G) | beta v]: warp (mt, half) owns rows [16mt, 16mt+16) and
   //    half the columns; T is lower triangular, so the K loop stops at the block's last row.
   {
     const int mt = warp & 3, half = warp >> 2;
     const int r0 = mt * 16 + gid, r1 = r0 + 8;
+    const float* src = half ? sqv : sk;
     constexpr int NT = D / 8;
     float acc[NT][4] = {};
+#pragma unroll 2
     for (int kb = 0; kb < 16 * mt + 16; kb += 8) {
-      const FragA<P> a(sT[r0 * AS + kb + tig], sT[r1 * AS + kb + tig], sT[r0 * AS + kb + tig + 4], sT[r1 * AS + kb + tig + 4]);
+      const FragA<P> a(sT[at<C>(r0, kb + tig)], sT[at<C>(r1, kb + tig)], sT[at<C>(r0, kb + tig + 4)], sT[at<C>(r1, kb + tig + 4)]);
+      const float s0 = half ? sb[kb + tig] : 1.0f, s1 = half ? sb[kb + tig + 4] : 1.0f;
 #pragma unroll
       for (int nt = 0; nt < NT; ++nt) {
-        const int col = half * D + nt * 8 + gid;
-        const FragB<P> b(rhs[(kb + tig) * RS + col], rhs[(kb + tig + 4) * RS + col]);
+        const int col = nt * 8 + gid;
+        const FragB<P> b(s0 * src[at<D>(kb + tig, col)], s1 * src[at<D>(kb + tig + 4, col)]);
         mma(acc[nt], a, b);
       }
     }
@@ -218,6 +237,7 @@ __global__ void __launch_bounds__(256) intra_kernel(const float* __restrict__ q,
     }
   }
 }
+
 
 template <int D, bool P>
 cudaError_t launch_intra(const float* q, const float* k, const float* v, const float* g, const float* beta, int64_t H,

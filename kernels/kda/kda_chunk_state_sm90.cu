@@ -7,7 +7,8 @@
 // The block's slice of S^T (D x VT fp32) lives in the mma accumulators across the whole
 // sequence and is staged in shared memory once per chunk as the B operand. The chunk's
 // inputs arrive by cp.async in two groups (w, qg, u | Aqk, kg, gl), each prefetched while the
-// other group's matmuls run. Grid (D / VT, H, sequences), 4 warps.
+// other group's matmuls run. Grid (D / VT, H, sequences), 8 warps: the row-side matmuls
+// split 4 row tiles x 2 column halves, the state tiles split over all 8.
 #include "kda/kda_chunk_common.cuh"
 
 namespace pdserve::cuda {
@@ -23,19 +24,21 @@ struct StateSmem {
   static constexpr int VS = VT + 8;   // u, v_new, S^T: B operand (row k, col n)
   static constexpr int floats = 2 * C * WS + C * KGS + C * AS + 2 * C * VS + D * VS + D;
   static constexpr size_t bytes = floats * sizeof(float);
-  // The state slice's tiles over 4 warps: WM x WN warps, MT x NT tiles of 16 x 8 each.
+  // The state slice's tiles over 8 warps: WM x WN warps, MT x NT tiles of 16 x 8 each.
   static constexpr int MTILES = D / 16, NTILES = VT / 8;
-  static constexpr int WM = MTILES < 4 ? MTILES : 4, WN = 4 / WM, MT = MTILES / WM, NT = NTILES / WN;
-  static_assert(WM * WN == 4 && MT * WM == MTILES && NT * WN == NTILES, "state tiles must split over 4 warps");
+  static constexpr int WM = MTILES < 8 ? MTILES : 8, WN = 8 / WM, MT = MTILES / WM, NT = NTILES / WN;
+  static_assert(WM * WN == 8 && MT * WM == MTILES && NT >= 1 && NT * WN == NTILES, "state tiles must split over 8 warps");
+  static constexpr int VNT = NTILES / 2;  // n tiles of a warp in the row-side matmuls (half the columns)
+  static_assert(VNT >= 1, "VT must be at least 16");
 };
 
 template <int D, int VT, bool P>
-__global__ void __launch_bounds__(128) state_kernel(const float* __restrict__ ws, int64_t H, const SeqJob* __restrict__ jobs,
+__global__ void __launch_bounds__(256) state_kernel(const float* __restrict__ ws, int64_t H, const SeqJob* __restrict__ jobs,
                                                     float* __restrict__ state, float* __restrict__ o) {
   using Sm = StateSmem<D, VT>;
   using L = Layout<D>;
   constexpr int WS = Sm::WS, KGS = Sm::KGS, AS = Sm::AS, VS = Sm::VS, MT = Sm::MT, NT = Sm::NT, WM = Sm::WM;
-  constexpr int VNT = VT / 8;  // n tiles of the row-side matmuls (all VT columns a warp)
+  constexpr int VNT = Sm::VNT;
   extern __shared__ float4 smem4[];
   float* sw = reinterpret_cast<float*>(smem4);
   float* sqg = sw + C * WS;
@@ -70,12 +73,12 @@ __global__ void __launch_bounds__(128) state_kernel(const float* __restrict__ ws
   auto issue_rows = [&](int n) {  // w, qg, u
     const float* b = chunk_base(n);
     constexpr int D4 = D / 4, V4 = VT / 4;
-    for (int idx = tid; idx < C * D4; idx += 128) {
+    for (int idx = tid; idx < C * D4; idx += 256) {
       const int i = idx / D4, c = (idx % D4) * 4;
       cp_async16(sw + i * WS + c, b + L::w + i * D + c);
       cp_async16(sqg + i * WS + c, b + L::qg + i * D + c);
     }
-    for (int idx = tid; idx < C * V4; idx += 128) {
+    for (int idx = tid; idx < C * V4; idx += 256) {
       const int i = idx / V4, c = (idx % V4) * 4;
       cp_async16(su + i * VS + c, b + L::u + i * D + v0 + c);
     }
@@ -84,15 +87,15 @@ __global__ void __launch_bounds__(128) state_kernel(const float* __restrict__ ws
   auto issue_update = [&](int n) {  // Aqk, kg, gl
     const float* b = chunk_base(n);
     constexpr int D4 = D / 4, C4 = C / 4;
-    for (int idx = tid; idx < C * C4; idx += 128) {
+    for (int idx = tid; idx < C * C4; idx += 256) {
       const int i = idx / C4, c = (idx % C4) * 4;
       cp_async16(saqk + i * AS + c, b + L::aqk + i * C + c);
     }
-    for (int idx = tid; idx < C * D4; idx += 128) {
+    for (int idx = tid; idx < C * D4; idx += 256) {
       const int i = idx / D4, c = (idx % D4) * 4;
       cp_async16(skg + i * KGS + c, b + L::kg + i * D + c);
     }
-    for (int idx = tid; idx < D4; idx += 128) cp_async16(sgl + idx * 4, b + L::gl + idx * 4);
+    for (int idx = tid; idx < D4; idx += 256) cp_async16(sgl + idx * 4, b + L::gl + idx * 4);
     cp_async_commit();
   };
 
@@ -100,7 +103,9 @@ __global__ void __launch_bounds__(128) state_kernel(const float* __restrict__ ws
     issue_rows(0);
     issue_update(0);
   }
-  const int r0 = warp * 16 + gid, r1 = r0 + 8;  // this warp's rows of the row-side matmuls
+  // This warp's part of the row-side matmuls: rows [16 mrow, 16 mrow + 16), columns from n0.
+  const int mrow = warp & 3, n0 = (warp >> 2) * VNT * 8;
+  const int r0 = mrow * 16 + gid, r1 = r0 + 8;
   for (int n = 0; n < job.chunks; ++n) {
     cp_async_wait<1>();  // rows(n) landed; update(n) may be in flight
 #pragma unroll
@@ -113,21 +118,22 @@ __global__ void __launch_bounds__(128) state_kernel(const float* __restrict__ ws
       }
     __syncthreads();
 
-    // v_new = u - w S^T and the carried part of o, rows [16 warp, 16 warp + 16).
+    // v_new = u - w S^T and the carried part of o, this warp's rows and columns.
     float vacc[VNT][4] = {}, oacc[VNT][4] = {};
+#pragma unroll 4
     for (int kb = 0; kb < D; kb += 8) {
       const FragA<P> aw(sw[r0 * WS + kb + tig], sw[r1 * WS + kb + tig], sw[r0 * WS + kb + tig + 4], sw[r1 * WS + kb + tig + 4]);
       const FragA<P> aq(sqg[r0 * WS + kb + tig], sqg[r1 * WS + kb + tig], sqg[r0 * WS + kb + tig + 4], sqg[r1 * WS + kb + tig + 4]);
 #pragma unroll
       for (int nt = 0; nt < VNT; ++nt) {
-        const FragB<P> b(sS[(kb + tig) * VS + nt * 8 + gid], sS[(kb + tig + 4) * VS + nt * 8 + gid]);
+        const FragB<P> b(sS[(kb + tig) * VS + n0 + nt * 8 + gid], sS[(kb + tig + 4) * VS + n0 + nt * 8 + gid]);
         mma(vacc[nt], aw, b);
         mma(oacc[nt], aq, b);
       }
     }
 #pragma unroll
     for (int nt = 0; nt < VNT; ++nt) {
-      const int col = nt * 8 + 2 * tig;
+      const int col = n0 + nt * 8 + 2 * tig;
       svn[r0 * VS + col] = su[r0 * VS + col] - vacc[nt][0];
       svn[r0 * VS + col + 1] = su[r0 * VS + col + 1] - vacc[nt][1];
       svn[r1 * VS + col] = su[r1 * VS + col] - vacc[nt][2];
@@ -142,11 +148,12 @@ __global__ void __launch_bounds__(128) state_kernel(const float* __restrict__ ws
     __syncthreads();
 
     // o += Aqk v_new (Aqk is causal: the K loop stops at the warp's last row).
-    for (int kb = 0; kb < 16 * warp + 16; kb += 8) {
+#pragma unroll 2
+    for (int kb = 0; kb < 16 * mrow + 16; kb += 8) {
       const FragA<P> a(saqk[r0 * AS + kb + tig], saqk[r1 * AS + kb + tig], saqk[r0 * AS + kb + tig + 4], saqk[r1 * AS + kb + tig + 4]);
 #pragma unroll
       for (int nt = 0; nt < VNT; ++nt) {
-        const FragB<P> b(svn[(kb + tig) * VS + nt * 8 + gid], svn[(kb + tig + 4) * VS + nt * 8 + gid]);
+        const FragB<P> b(svn[(kb + tig) * VS + n0 + nt * 8 + gid], svn[(kb + tig + 4) * VS + n0 + nt * 8 + gid]);
         mma(oacc[nt], a, b);
       }
     }
@@ -154,7 +161,7 @@ __global__ void __launch_bounds__(128) state_kernel(const float* __restrict__ ws
     const int64_t valid = job.rows - static_cast<int64_t>(n) * C;
 #pragma unroll
     for (int nt = 0; nt < VNT; ++nt) {
-      const int col = v0 + nt * 8 + 2 * tig;
+      const int col = v0 + n0 + nt * 8 + 2 * tig;
       if (r0 < valid) *reinterpret_cast<float2*>(o + ((row_base + r0) * H + h) * D + col) = make_float2(oacc[nt][0], oacc[nt][1]);
       if (r1 < valid) *reinterpret_cast<float2*>(o + ((row_base + r1) * H + h) * D + col) = make_float2(oacc[nt][2], oacc[nt][3]);
     }
@@ -172,6 +179,7 @@ __global__ void __launch_bounds__(128) state_kernel(const float* __restrict__ ws
         sacc[mi][ni][3] *= gl1;
       }
     }
+#pragma unroll 2
     for (int kb = 0; kb < C; kb += 8) {
 #pragma unroll
       for (int mi = 0; mi < MT; ++mi) {
@@ -211,16 +219,22 @@ cudaError_t launch_state(const float* ws, int64_t H, const SeqJob* jobs, int64_t
   const cudaError_t e = cudaFuncSetAttribute(state_kernel<D, VT, P>, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes));
   if (e != cudaSuccess) return e;
   const dim3 grid(D / VT, static_cast<unsigned>(H), static_cast<unsigned>(seqs));
-  state_kernel<D, VT, P><<<grid, 128, bytes, stream>>>(ws, H, jobs, state, o);
+  state_kernel<D, VT, P><<<grid, 256, bytes, stream>>>(ws, H, jobs, state, o);
   return cudaGetLastError();
 }
 
 template <bool P>
 cudaError_t state_for(int D, int vt, const float* ws, int64_t H, const SeqJob* jobs, int64_t seqs, float* state, float* o,
                       cudaStream_t stream) {
+  if (vt == 64) {
+    switch (D) {
+      case 64: return launch_state<64, 64, P>(ws, H, jobs, seqs, state, o, stream);
+      case 128: return launch_state<128, 64, P>(ws, H, jobs, seqs, state, o, stream);
+      default: return cudaErrorInvalidValue;
+    }
+  }
   if (vt == 16) {
     switch (D) {
-      case 32: return launch_state<32, 16, P>(ws, H, jobs, seqs, state, o, stream);
       case 64: return launch_state<64, 16, P>(ws, H, jobs, seqs, state, o, stream);
       case 128: return launch_state<128, 16, P>(ws, H, jobs, seqs, state, o, stream);
       default: return cudaErrorInvalidValue;

@@ -132,7 +132,10 @@ TEST_F(KdaChunk, PlainTf32WithinItsBound) {
   check_one_pass({2, 32, {7, 64, 65, 333}}, 14, 16, 0, false);
 }
 
-TEST_F(KdaChunk, NarrowStateTileMatches) { check_one_pass({2, 128, {65, 300}}, 12, 16); }
+TEST_F(KdaChunk, EveryStateTileMatches) {
+  for (int tile : {16, 32, 64}) check_one_pass({2, 128, {65, 300}}, 12, tile);
+  check_one_pass({2, 64, {65, 300}}, 12, 64);
+}
 
 TEST_F(KdaChunk, SmallHeadDims) {
   check_one_pass({3, 64, {1, 64, 129, 500}}, 13);
