@@ -37,4 +37,4 @@ echo "memcheck rc=$?" >>"$out/memcheck.log"
 tail -4 "$out/memcheck.log"
 wait "$side"
 echo "== fla anchor (GPU 1)"
-cat "$out/fla.log" | tail -20
+tail -20 "$out/fla.log"
