@@ -1,6 +1,8 @@
 // The CUDA backend's layers: MLA, KDA, dense MLP and MoE, each the device twin of its CPU
 // function in src/model/{attention_layers,ffn_layers}.cpp (same order of operations).
+#include <algorithm>
 #include <cmath>
+#include <vector>
 
 #include "activation/activation.h"
 #include "backend/cuda_step.h"
@@ -8,6 +10,7 @@
 #include "gemm/gemm.h"
 #include "glue/glue.h"
 #include "kda/kda.h"
+#include "kda/kda_chunk.h"
 #include "mla/mla.h"
 #include "mla/mla_decode.h"
 #include "mla/mla_prefill.h"
@@ -158,6 +161,13 @@ Status CudaModel::kda_layer(const DeviceLayer& l, const Step& st, const float* x
     PDS_RETURN_IF_ERROR(l2_normalize(k, T * H, D, 1e-6f, 1.0f, stream_));
     PDS_RETURN_IF_ERROR(kda_recurrent_step(q, k, v, g, beta, T, H, D, layer + kda_conv_floats_, st.slots, slot_floats_, o, stream_));
   }
+  // Prefill: conv and norms per sequence (the conv state is per slot), then the recurrence:
+  // all sequences in one chunked tensor-core call where the shape allows (rows are packed in
+  // sequence order), else the token recurrence per sequence.
+  const bool chunked = !st.slots && opts_.chunked_kda_prefill && kda_chunk_supported(D) && c.has_gate_lower_bound &&
+                       c.gate_lower_bound >= kKdaChunkMinLogDecay;
+  std::vector<int64_t> cu{0};
+  std::vector<int32_t> chunk_slots;
   for (size_t s = 0; !st.slots && s < st.batch->seqs.size(); ++s) {
     const SequenceInput& seq = st.batch->seqs[s];
     const int64_t n = static_cast<int64_t>(seq.tokens.size()), r0 = st.row_begin[s];
@@ -168,9 +178,27 @@ Status CudaModel::kda_layer(const DeviceLayer& l, const Step& st, const float* x
     PDS_RETURN_IF_ERROR(causal_conv1d_silu(vr + r0 * P, n, P, l.conv_v, K, conv + 2 * conv_block, v + r0 * P, stream_));
     PDS_RETURN_IF_ERROR(l2_normalize(q + r0 * P, n * H, D, 1e-6f, qscale, stream_));
     PDS_RETURN_IF_ERROR(l2_normalize(k + r0 * P, n * H, D, 1e-6f, 1.0f, stream_));
-    // Prefill chunks too run the token recurrence (one launch loops over the chunk); the
-    // chunked UT form is issue 13's fast kernel.
-    PDS_RETURN_IF_ERROR(kda_recurrent(q + r0 * P, k + r0 * P, v + r0 * P, g + r0 * P, beta + r0 * H, n, H, D, rec, o + r0 * P, stream_));
+    if (!chunked) {
+      PDS_RETURN_IF_ERROR(kda_recurrent(q + r0 * P, k + r0 * P, v + r0 * P, g + r0 * P, beta + r0 * H, n, H, D, rec, o + r0 * P, stream_));
+      continue;
+    }
+    if (r0 != cu.back()) return internal_error("kda_layer: prefill rows are not packed in sequence order");
+    cu.push_back(r0 + n);
+    chunk_slots.push_back(static_cast<int32_t>(seq.state_slot));
+  }
+  if (chunked && !chunk_slots.empty()) {
+    // Workspace for one pass over the batch, capped: longer batches run in several passes.
+    constexpr size_t kMaxWorkspace = size_t{512} << 20;
+    const int64_t n_seqs = static_cast<int64_t>(chunk_slots.size());
+    const size_t ws_bytes = std::max(kda_chunk_workspace_bytes(H, D, 1),
+                                     std::min(kMaxWorkspace, kda_chunk_workspace_bytes(H, D, kda_chunk_count(cu.data(), n_seqs))));
+    PDS_ASSIGN_OR_RETURN(float* ws, scratch<float>(kKdaChunkWs, ws_bytes / sizeof(float) + 1));
+    KdaChunkArgs a;
+    a.q = q, a.k = k, a.v = v, a.g = g, a.beta = beta, a.o = o;
+    a.heads = H, a.head_dim = D, a.num_seqs = n_seqs, a.cu_seqlens = cu.data(), a.slots = chunk_slots.data();
+    a.state = state_, a.slot_stride = slot_floats_, a.layer_offset = l.pool_layer * kda_layer_floats_ + kda_conv_floats_;
+    a.workspace = ws, a.workspace_bytes = ws_bytes;
+    PDS_RETURN_IF_ERROR(kda_chunk_prefill(a, stream_));
   }
   PDS_RETURN_IF_ERROR(gated_rms_norm(o, go, T * H, D, l.o_norm, static_cast<float>(c.rms_norm_eps), o, stream_));
   return linear(o, T, l.ko, out, stream_);

@@ -41,6 +41,7 @@ enum ScratchSlot : int {
   kTpGathered,
   kMlaPlan, kMlaPartO, kMlaPartLse,
   kMlaPrefillPlan, kMlaPrefillWs,
+  kKdaChunkWs,
 };
 
 }  // namespace pdserve::cuda

@@ -1,5 +1,6 @@
-// KDA on the device: correct-first per-sequence kernels (prefill; the fast chunked kernel is
-// issue 13's other half) and the fused decode step (below).
+// KDA on the device: correct-first per-sequence kernels (prefill conv and norms; the chunked
+// tensor-core recurrence is kda_chunk.h, kda_recurrent the fallback for other shapes) and the
+// fused decode step (below).
 // Contracts = ops/kda.h (same layouts, same maths), for one sequence per call:
 //   causal_conv1d_silu: x [T][D] raw, weight [D][K], state [D][K-1] (in/out), out [T][D]
 //   kda_gate:           f [T][H*D] -> g (log decay), lower-bound or softplus form

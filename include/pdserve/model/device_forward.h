@@ -62,6 +62,10 @@ struct CudaForwardOptions {
   // where the head dims have a kernel (qk x v = 192 x 128, 32 x 16). Off by default: it trades
   // the backend's fp32 agreement with the CPU (~1e-5) for bf16 rounding (~1e-3, docs/perf.md).
   bool bf16_mla_prefill = false;
+  // Prefill runs KDA layers through the chunked tensor-core kernel (kernels/kda/kda_chunk.h)
+  // where the shape allows (head_dim 32/64/128, gate bounded below by >= -10); false keeps the
+  // token-by-token kda_recurrent.
+  bool chunked_kda_prefill = true;
 };
 
 // The whole (unsharded) model on CUDA device 0, pools of the given geometry.

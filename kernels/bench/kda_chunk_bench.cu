@@ -1,0 +1,128 @@
+// Chunked KDA prefill (kda_chunk.h) timings against the floor, at the issue's shapes:
+// B1 H32 D128 at T = 16K and 64K (fla's chunk_kda, kda_chunk_fla.py, is the anchor in the same
+// run) and the TP4 prefill rank's H24 with an 8K-token chunk continuing from a state.
+// Floor: max(bytes / 4.2 TB/s, FLOPs / 790 TF/s); bytes = q, k, v, g read and o written once
+// (fp32) plus beta and the state read and written; FLOPs = the chunked form's matmuls,
+// 5 C^2 D + 6 C D^2 per chunk and head (C = 64). Median of 20 timed calls after 3 warm-ups;
+// then the intra-chunk and state-passing kernels timed alone (where the time goes).
+//   kda_chunk_bench [T H state_tile precise]   (no arguments: the issue's shapes, state tiles
+//   32, 16, 64 and both precisions)
+#include <cstdio>
+#include <cstdlib>
+#include <vector>
+
+#include "bench/bench_util.h"
+#include "kda/kda.h"
+#include "kda/kda_chunk.h"
+#include "kda/kda_chunk_common.cuh"
+
+namespace pdserve::cuda {
+namespace {
+
+using bench::check;
+
+__device__ float hash_uniform(uint64_t i, uint32_t seed) {  // in [-1, 1)
+  uint64_t x = i * 0x9E3779B97F4A7C15ull + seed * 0xBF58476D1CE4E5B9ull;
+  x ^= x >> 31, x *= 0x94D049BB133111EBull, x ^= x >> 29;
+  return static_cast<float>(x >> 40) * (2.0f / 16777216.0f) - 1.0f;
+}
+// kind 0: plain, 1: log decay in (-5, 0) (K3's bounded gate), 2: sigmoid (beta).
+__global__ void fill(float* p, int64_t n, uint32_t seed, int kind) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
+    const float u = 3.0f * hash_uniform(i, seed);
+    p[i] = kind == 0 ? u : kind == 1 ? -5.0f / (1.0f + __expf(-u)) : 1.0f / (1.0f + __expf(-u));
+  }
+}
+
+DeviceBuffer<float> random_buffer(int64_t n, uint32_t seed, int kind) {
+  DeviceBuffer<float> b(n);
+  fill<<<1024, 256>>>(b.get(), n, seed, kind);
+  return b;
+}
+
+void run_shape(int64_t T, int64_t H, int tile, bool precise) {
+  const int64_t D = 128, n = T * H * D;
+  DeviceBuffer<float> q = random_buffer(n, 1, 0), k = random_buffer(n, 2, 0), v = random_buffer(n, 3, 0);
+  DeviceBuffer<float> g = random_buffer(n, 4, 1), beta = random_buffer(T * H, 5, 2), o(n);
+  DeviceBuffer<float> state = random_buffer(H * D * D, 6, 0);
+  check(l2_normalize(q.get(), T * H, D, 1e-6f, 1.0f / std::sqrt(float(D)), nullptr), "l2 q");
+  check(l2_normalize(k.get(), T * H, D, 1e-6f, 1.0f, nullptr), "l2 k");
+  const int64_t cu[2] = {0, T};
+  const int32_t slot = 0;
+  DeviceBuffer<uint8_t> ws(kda_chunk_workspace_bytes(H, D, kda_chunk_count(cu, 1)));
+  KdaChunkArgs a;
+  a.q = q.get(), a.k = k.get(), a.v = v.get(), a.g = g.get(), a.beta = beta.get(), a.o = o.get();
+  a.heads = H, a.head_dim = D, a.num_seqs = 1, a.cu_seqlens = cu, a.slots = &slot;
+  a.state = state.get(), a.slot_stride = H * D * D, a.layer_offset = 0;
+  a.workspace = ws.get(), a.workspace_bytes = ws.size(), a.state_tile = tile;
+  a.precise = precise;
+  const double us = bench::median_us([&](int) { check(kda_chunk_prefill(a, nullptr), "kda_chunk_prefill"); });
+  check(cuda_status(cudaDeviceSynchronize(), "sync"), "sync");
+  // The two kernels alone (the same tables kda_chunk_prefill builds for one sequence).
+  const int64_t nch = (T + 63) / 64;
+  std::vector<kda_chunk::ChunkJob> cj;
+  for (int64_t c = 0; c < nch; ++c) cj.push_back({c * 64, static_cast<int32_t>(std::min<int64_t>(64, T - c * 64)), 0});
+  const kda_chunk::SeqJob sj{0, T, 0, 0, static_cast<int32_t>(nch)};
+  DeviceBuffer<kda_chunk::ChunkJob> dchunks(cj.size());
+  DeviceBuffer<kda_chunk::SeqJob> dseq(1);
+  check(cuda_status(cudaMemcpy(dchunks.get(), cj.data(), cj.size() * sizeof(cj[0]), cudaMemcpyHostToDevice), "tables"), "tables");
+  check(cuda_status(cudaMemcpy(dseq.get(), &sj, sizeof(sj), cudaMemcpyHostToDevice), "tables"), "tables");
+  DeviceBuffer<float> inter(static_cast<size_t>(nch * H) * kda_chunk::Layout<128>::floats);
+  const int vt = tile ? tile : 32;
+  const double us_intra = bench::median_us([&](int) {
+    check(cuda_status(kda_chunk_intra_launch(128, precise, a.q, a.k, a.v, a.g, a.beta, H,
+                                             dchunks.get(), nch, inter.get(), nullptr),
+                      "intra"),
+          "intra");
+  });
+  const double us_state = bench::median_us([&](int) {
+    check(cuda_status(kda_chunk_state_launch(128, vt, precise, inter.get(), H, dseq.get(), 1, a.state, a.o, nullptr), "state"), "state");
+  });
+  const double C = 64, chunks = double((T + 63) / 64) * H;
+  const double flops = chunks * (5 * C * C * D + 6 * C * D * D);
+  const double bytes = 4.0 * (5.0 * n + T * H + 2.0 * H * D * D);
+  const double floor_us = std::max(bytes / bench::g_bw, flops / bench::g_flops) * 1e6;
+  std::printf("chunk %s T=%6ld H=%2ld D=%ld tile=%2d  %9.1f us (intra %8.1f, state %8.1f)  floor %7.1f us (%s)  x%.2f floor  %6.1f TF/s  %6.0f GB/s  ws %.0f MB\n",
+              precise ? "3xtf32" : "tf32  ", static_cast<long>(T), static_cast<long>(H), static_cast<long>(D), tile, us, us_intra, us_state, floor_us,
+              bytes / bench::g_bw > flops / bench::g_flops ? "bytes" : "flops", us / floor_us, flops / us * 1e-6, bytes / us * 1e-3,
+              ws.size() / 1e6);
+}
+
+// The token recurrence the backend used before, once (it is slow), for the record.
+void run_recurrent(int64_t T, int64_t H) {
+  const int64_t D = 128, n = T * H * D;
+  DeviceBuffer<float> q = random_buffer(n, 1, 0), k = random_buffer(n, 2, 0), v = random_buffer(n, 3, 0);
+  DeviceBuffer<float> g = random_buffer(n, 4, 1), beta = random_buffer(T * H, 5, 2), o(n), state = random_buffer(H * D * D, 6, 0);
+  check(l2_normalize(q.get(), T * H, D, 1e-6f, 1.0f / std::sqrt(float(D)), nullptr), "l2 q");
+  check(l2_normalize(k.get(), T * H, D, 1e-6f, 1.0f, nullptr), "l2 k");
+  cudaEvent_t e0, e1;
+  cudaEventCreate(&e0), cudaEventCreate(&e1);
+  check(kda_recurrent(q.get(), k.get(), v.get(), g.get(), beta.get(), 64, H, D, state.get(), o.get(), nullptr), "warm");
+  cudaEventRecord(e0);
+  check(kda_recurrent(q.get(), k.get(), v.get(), g.get(), beta.get(), T, H, D, state.get(), o.get(), nullptr), "kda_recurrent");
+  cudaEventRecord(e1);
+  cudaEventSynchronize(e1);
+  float ms = 0;
+  cudaEventElapsedTime(&ms, e0, e1);
+  std::printf("recurrent T=%6ld H=%2ld D=%ld  %9.1f us (one call)\n", static_cast<long>(T), static_cast<long>(H), static_cast<long>(D),
+              ms * 1e3);
+}
+
+}  // namespace
+}  // namespace pdserve::cuda
+
+int main(int argc, char** argv) {
+  using namespace pdserve::cuda;
+  if (argc >= 3) {
+    run_shape(std::atol(argv[1]), std::atol(argv[2]), argc > 3 ? std::atoi(argv[3]) : 0, argc > 4 ? std::atoi(argv[4]) != 0 : true);
+    return 0;
+  }
+  for (bool precise : {true, false})
+    for (int tile : {32, 16, 64}) {
+      run_shape(16384, 32, tile, precise);
+      run_shape(65536, 32, tile, precise);
+      run_shape(8192, 24, tile, precise);
+    }
+  run_recurrent(8192, 24);
+  return 0;
+}

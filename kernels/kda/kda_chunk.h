@@ -1,0 +1,63 @@
+// Chunked KDA prefill on tensor cores (mma.sync m16n8k8 in tf32 or 3xTF32, fp32 accumulation
+// and state).
+// Contract = ops::kda_recurrent / ops::kda_chunked (include/pdserve/ops/kda.h), for a ragged
+// batch of sequences packed without padding:
+//   q, k, g, v, o  [T][H][D] fp32, rows of sequence s are cu_seqlens[s] .. cu_seqlens[s+1]-1;
+//                  q, k already L2-normalised (q scaled by D^-0.5), g the log decay per key
+//                  channel, so each token's decay is exp(g) in (0, 1].
+//   beta           [T][H] (after the sigmoid).
+//   state          sequence s starts from, and leaves its final state in,
+//                  state + slots[s] * slot_stride + layer_offset, laid out [H][V][K] fp32
+//                  (the slot pool layout of the decode step, kda.h).
+// Requires D in {32, 64, 128} (kda_chunk_supported) and every g >= kMinLogDecay: inside a
+// 16-token block the kernel factors exp(G_i - G_j) into two exponentials about the block's
+// middle, each bounded by exp(8 * |g|max); with |g| <= 10 both stay within fp32's range.
+// (Kimi-K3's gate is bounded below by -5; the unbounded softplus gate takes kda_recurrent.)
+// Slots must be distinct within a call. cu_seqlens and slots live on the host (prefill
+// batches are planned there); the launcher uploads a small job table into the workspace.
+// Not graph-capturable (host tables, pageable uploads): prefill runs eagerly.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "pdserve/core/status.h"
+
+namespace pdserve::cuda {
+
+inline constexpr int kKdaChunk = 64;               // tokens per chunk (the UT block)
+inline constexpr float kKdaChunkMinLogDecay = -10.0f;  // smallest g the factored exponentials allow
+
+struct KdaChunkArgs {
+  const float* q = nullptr;
+  const float* k = nullptr;
+  const float* v = nullptr;
+  const float* g = nullptr;
+  const float* beta = nullptr;
+  float* o = nullptr;
+  int64_t heads = 0, head_dim = 0;
+  int64_t num_seqs = 0;
+  const int64_t* cu_seqlens = nullptr;  // host, num_seqs + 1, cu_seqlens[0] == 0
+  const int32_t* slots = nullptr;       // host, num_seqs
+  float* state = nullptr;               // the slot pool
+  int64_t slot_stride = 0;              // floats between slots
+  int64_t layer_offset = 0;             // floats from a slot's start to this layer's [H][V][K]
+  void* workspace = nullptr;            // device, 256-byte aligned
+  size_t workspace_bytes = 0;           // >= kda_chunk_workspace_bytes(heads, head_dim, 1)
+  int state_tile = 0;                   // value rows per state-passing block: 16, 32, 64 (0: pick)
+  // true: every matmul in error-compensated 3xTF32 (operands split hi + lo, ~fp32 accuracy,
+  // 3x the tensor-core work); false: plain tf32 (10-bit mantissa). See docs/design.md.
+  bool precise = true;
+};
+
+bool kda_chunk_supported(int64_t head_dim);
+// Bytes of workspace that let one pass cover `chunks` chunks of all heads (a call with less
+// splits the batch into passes; the state carries between them through the slots).
+size_t kda_chunk_workspace_bytes(int64_t heads, int64_t head_dim, int64_t chunks);
+// Chunks of kKdaChunk tokens in the batch (what a single pass needs).
+int64_t kda_chunk_count(const int64_t* cu_seqlens, int64_t num_seqs);
+Status kda_chunk_prefill(const KdaChunkArgs& a, cudaStream_t stream);
+
+}  // namespace pdserve::cuda

@@ -1,0 +1,116 @@
+// Shared pieces of the chunked KDA prefill: job tables, the workspace layout between the
+// intra-chunk kernel and the state-passing kernel, and the tf32 mma.sync fragment helpers.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace pdserve::cuda::kda_chunk {
+
+constexpr int C = 64;  // chunk length (kKdaChunk)
+
+// One chunk of one sequence (the intra kernel's blockIdx.x).
+struct ChunkJob {
+  int64_t row0;  // first token row in q/k/v/g
+  int32_t len;   // valid rows, 1..C
+  int32_t pad;
+};
+// One sequence's run of chunks in this pass (the state kernel's blockIdx.z).
+struct SeqJob {
+  int64_t row0;       // first token row
+  int64_t rows;       // tokens in this pass
+  int64_t state_off;  // floats from the pool base to this sequence's [H][V][K] block
+  int32_t chunk0;     // pass-local index of its first chunk
+  int32_t chunks;
+};
+
+// Per (chunk, head) intermediates, fp32, written by the intra kernel:
+//   w   [C][D]  (I + A)^-1 (beta k exp(G))        the WY key side
+//   u   [C][D]  (I + A)^-1 (beta v)               the WY value side
+//   qg  [C][D]  q exp(G)                          queries decayed from the chunk start
+//   kg  [C][D]  k exp(G_last - G)                 keys decayed to the chunk end
+//   aqk [C][C]  (q_i k_j exp(G_i - G_j)), j <= i  the causal intra-chunk scores
+//   gl  [D]     exp(G_last)                       the chunk's total decay
+// G is the cumulative log decay inside the chunk (G_i = g_0 + ... + g_i).
+template <int D>
+struct Layout {
+  static constexpr int64_t w = 0, u = C * D, qg = 2 * C * D, kg = 3 * C * D, aqk = 4 * C * D, gl = 4 * C * D + C * C;
+  static constexpr int64_t floats = 4 * C * D + C * C + D;  // multiple of 4: 16-byte aligned blocks
+};
+
+#ifdef __CUDACC__  // the device helpers (the host launcher includes this header for the tables)
+__device__ __forceinline__ uint32_t tf32(float x) {
+  uint32_t r;
+  asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(x));
+  return r;
+}
+
+// d += a * b, m16n8k8, tf32 inputs, fp32 accumulators. Fragments (gid = lane / 4, tig = lane % 4):
+//   a: (gid, tig) (gid+8, tig) (gid, tig+4) (gid+8, tig+4)   b: (k=tig, n=gid) (k=tig+4, n=gid)
+//   d: (gid, 2tig) (gid, 2tig+1) (gid+8, 2tig) (gid+8, 2tig+1)
+__device__ __forceinline__ void mma(float (&d)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+
+// Operands for d += a * b in one of two precisions: plain tf32 (P = false: 10-bit mantissa)
+// or error-compensated 3xTF32 (P = true: x = hi + lo, both tf32, and d += a.lo b.hi +
+// a.hi b.lo + a.hi b.hi, about fp32's accuracy for 3x the tensor-core work).
+template <bool P>
+struct FragA {
+  uint32_t hi[4], lo[4];
+  __device__ __forceinline__ FragA(float a0, float a1, float a2, float a3) {
+    const float x[4] = {a0, a1, a2, a3};
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      hi[e] = tf32(x[e]);
+      lo[e] = P ? tf32(x[e] - __uint_as_float(hi[e])) : 0u;
+    }
+  }
+};
+template <bool P>
+struct FragB {
+  uint32_t hi[2], lo[2];
+  __device__ __forceinline__ FragB(float b0, float b1) {
+    hi[0] = tf32(b0), hi[1] = tf32(b1);
+    lo[0] = P ? tf32(b0 - __uint_as_float(hi[0])) : 0u;
+    lo[1] = P ? tf32(b1 - __uint_as_float(hi[1])) : 0u;
+  }
+};
+template <bool P>
+__device__ __forceinline__ void mma(float (&d)[4], const FragA<P>& a, const FragB<P>& b) {
+  if constexpr (P) {
+    mma(d, a.lo, b.hi);
+    mma(d, a.hi, b.lo);
+  }
+  mma(d, a.hi, b.hi);
+}
+
+__device__ __forceinline__ void cp_async16(void* smem, const void* gmem) {
+  const uint32_t s = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(s), "l"(gmem));
+}
+// As cp_async16, but writes 16 zero bytes (reading nothing) when !valid.
+__device__ __forceinline__ void cp_async16_zfill(void* smem, const void* gmem, bool valid) {
+  const uint32_t s = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(gmem), "r"(valid ? 16 : 0));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+}
+#endif
+
+}  // namespace pdserve::cuda::kda_chunk
+
+namespace pdserve::cuda {
+// Launchers of the two kernels for one pass (kda_chunk_intra_sm90.cu, kda_chunk_state_sm90.cu).
+cudaError_t kda_chunk_intra_launch(int D, bool precise, const float* q, const float* k, const float* v, const float* g, const float* beta,
+                                   int64_t H, const kda_chunk::ChunkJob* jobs, int64_t chunks, float* ws, cudaStream_t stream);
+cudaError_t kda_chunk_state_launch(int D, int vt, bool precise, const float* ws, int64_t H, const kda_chunk::SeqJob* jobs, int64_t seqs,
+                                   float* state, float* o, cudaStream_t stream);
+}  // namespace pdserve::cuda

@@ -1,0 +1,271 @@
+// Chunked KDA prefill, part 1: everything inside one chunk that does not need the state, for
+// all chunks of the pass at once (grid: chunk x head, 8 warps). Writes the per-(chunk, head)
+// intermediates of kda_chunk::Layout: the WY pair w, u (the UT transform), q and k decayed
+// to the chunk's ends, the causal score block and the chunk's total decay.
+//
+// Decay in the score blocks: exp(G_i - G_j) for j <= i is split into a row factor and a
+// column factor about a reference row r between them, exp(G_i - G_r) * exp(G_r - G_j), so
+// the per-channel product becomes a tensor-core matmul. For 16-row blocks I > J the reference
+// is I's first row: both exponents are <= 0. On the diagonal blocks it is the block's middle
+// row: each exponent spans at most 8 tokens, so |exponent| <= 8 * |g|max (kda_chunk.h bounds g).
+//
+// Shared memory is 112 KB (two blocks an SM, so one block's serial phases overlap the
+// other's): k, q then v, G as unpadded [C][D] rows and A then T in place as [C][C], each with
+// an XOR swizzle (column ^ 4 * (row % 8)) that keeps the mma fragment reads conflict-free.
+#include "kda/kda_chunk_common.cuh"
+
+namespace pdserve::cuda {
+namespace {
+
+using namespace kda_chunk;
+
+template <int D>
+struct IntraSmem {
+  static constexpr int floats = 3 * C * D + C * C + C;  // k (then beta k exp(G)), q then v, G, A then T, beta
+  static constexpr size_t bytes = floats * sizeof(float);
+};
+
+// Swizzled offset of (row, col) in a [rows][W] array, W a multiple of 32.
+template <int W>
+__device__ __forceinline__ int at(int row, int col) {
+  return row * W + (col ^ ((row & 7) << 2));
+}
+
+__device__ __forceinline__ float bounded_exp(float x) { return __expf(fminf(x, 80.0f)); }
+
+template <int D, bool P>
+__global__ void __launch_bounds__(256, 2) intra_kernel(const float* __restrict__ q, const float* __restrict__ k,
+                                                       const float* __restrict__ v, const float* __restrict__ g,
+                                                       const float* __restrict__ beta, int64_t H, const ChunkJob* __restrict__ jobs,
+                                                       float* __restrict__ ws) {
+  using L = Layout<D>;
+  extern __shared__ float4 smem4[];
+  float* sk = reinterpret_cast<float*>(smem4);
+  float* sqv = sk + C * D;
+  float* sG = sqv + C * D;
+  float* sT = sG + C * D;
+  float* sb = sT + C * C;
+
+  const ChunkJob job = jobs[blockIdx.x];
+  const int64_t h = blockIdx.y;
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, gid = lane >> 2, tig = lane & 3;
+  float* out = ws + (static_cast<int64_t>(blockIdx.x) * H + h) * L::floats;
+  constexpr int D4 = D / 4;
+
+  // 1. Load k, q, g, every copy in flight at once (rows past the sequence's end are zero: no
+  //    score, no update, no decay).
+  for (int idx = tid; idx < C * D4; idx += 256) {
+    const int i = idx / D4, c = (idx % D4) * 4;
+    const bool ok = i < job.len;
+    const int64_t off = ok ? ((job.row0 + i) * H + h) * D + c : 0;
+    cp_async16_zfill(sk + at<D>(i, c), k + off, ok);
+    cp_async16_zfill(sqv + at<D>(i, c), q + off, ok);
+    cp_async16_zfill(sG + at<D>(i, c), g + off, ok);
+  }
+  cp_async_commit();
+  if (tid < C) sb[tid] = tid < job.len ? beta[(job.row0 + tid) * H + h] : 0.0f;
+  cp_async_wait<0>();
+  __syncthreads();
+
+  // 2. Cumulative log decay per channel (16 rows loaded ahead of each dependent run of adds).
+  for (int c = tid; c < D; c += 256) {
+    float acc = 0.0f;
+#pragma unroll
+    for (int i0 = 0; i0 < C; i0 += 16) {
+      float x[16];
+#pragma unroll
+      for (int e = 0; e < 16; ++e) x[e] = sG[at<D>(i0 + e, c)];
+#pragma unroll
+      for (int e = 0; e < 16; ++e) {
+        acc += x[e];
+        sG[at<D>(i0 + e, c)] = acc;
+      }
+    }
+  }
+  __syncthreads();
+  for (int c = tid; c < D; c += 256) out[L::gl + c] = __expf(sG[at<D>(C - 1, c)]);
+
+  // 3. Score blocks. Warp pair I owns rows [16I, 16I+16): warp 2I the key-key block A (and
+  //    writes kg = k exp(G_last - G) for its rows), warp 2I+1 the query-key block (and writes
+  //    qg = q exp(G)).
+  {
+    const int I = warp >> 1;
+    const bool qk = warp & 1;
+    const float* X = qk ? sqv : sk;
+    float* xg = out + (qk ? L::qg : L::kg);
+    const int r0 = I * 16 + gid, r1 = r0 + 8, rf = I * 16, rm = I * 16 + 8;
+    const int ntiles = 2 * I + 2;
+    float acc[8][4] = {};
+#pragma unroll 2
+    for (int kb = 0; kb < D; kb += 8) {
+      const int c0 = kb + tig, c1 = c0 + 4;
+      const float gf0 = sG[at<D>(rf, c0)], gf1 = sG[at<D>(rf, c1)], gm0 = sG[at<D>(rm, c0)], gm1 = sG[at<D>(rm, c1)];
+      const float G00 = sG[at<D>(r0, c0)], G10 = sG[at<D>(r1, c0)], G01 = sG[at<D>(r0, c1)], G11 = sG[at<D>(r1, c1)];
+      const float x00 = X[at<D>(r0, c0)], x10 = X[at<D>(r1, c0)], x01 = X[at<D>(r0, c1)], x11 = X[at<D>(r1, c1)];
+      {  // qk warps: q exp(G); kk warps: k exp(G_last - G)
+        const float l0 = sG[at<D>(C - 1, c0)], l1 = sG[at<D>(C - 1, c1)];
+        xg[r0 * D + c0] = x00 * __expf(qk ? G00 : l0 - G00);
+        xg[r1 * D + c0] = x10 * __expf(qk ? G10 : l0 - G10);
+        xg[r0 * D + c1] = x01 * __expf(qk ? G01 : l1 - G01);
+        xg[r1 * D + c1] = x11 * __expf(qk ? G11 : l1 - G11);
+      }
+      const FragA<P> aoff(x00 * bounded_exp(G00 - gf0), x10 * bounded_exp(G10 - gf0), x01 * bounded_exp(G01 - gf1),
+                          x11 * bounded_exp(G11 - gf1));
+      const FragA<P> adia(x00 * bounded_exp(G00 - gm0), x10 * bounded_exp(G10 - gm0), x01 * bounded_exp(G01 - gm1),
+                          x11 * bounded_exp(G11 - gm1));
+#pragma unroll
+      for (int nt = 0; nt < 8; ++nt) {
+        if (nt < ntiles) {
+          const bool dia = nt >= 2 * I;
+          const int j = nt * 8 + gid;
+          const float ref0 = dia ? gm0 : gf0, ref1 = dia ? gm1 : gf1;
+          const FragB<P> b(sk[at<D>(j, c0)] * bounded_exp(ref0 - sG[at<D>(j, c0)]), sk[at<D>(j, c1)] * bounded_exp(ref1 - sG[at<D>(j, c1)]));
+          mma(acc[nt], dia ? adia : aoff, b);
+        }
+      }
+    }
+#pragma unroll
+    for (int nt = 0; nt < 8; ++nt) {
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        const int row = half ? r1 : r0, col = nt * 8 + 2 * tig;
+        float v0 = nt < ntiles ? acc[nt][2 * half] : 0.0f, v1 = nt < ntiles ? acc[nt][2 * half + 1] : 0.0f;
+        if (qk) {
+          v0 = col <= row ? v0 : 0.0f;
+          v1 = col + 1 <= row ? v1 : 0.0f;
+          *reinterpret_cast<float2*>(out + L::aqk + row * C + col) = make_float2(v0, v1);
+        } else {
+          const float b = sb[row];
+          *reinterpret_cast<float2*>(sT + at<C>(row, col)) = make_float2(col < row ? b * v0 : 0.0f, col + 1 < row ? b * v1 : 0.0f);
+        }
+      }
+    }
+  }
+  __syncthreads();
+
+  // 4. q is dead: bring v into its buffer (landing while the solve runs), and turn k into the
+  //    WY key side beta k exp(G) in place.
+  for (int idx = tid; idx < C * D4; idx += 256) {
+    const int i = idx / D4, c = (idx % D4) * 4;
+    const bool ok = i < job.len;
+    const int64_t off = ok ? ((job.row0 + i) * H + h) * D + c : 0;
+    cp_async16_zfill(sqv + at<D>(i, c), v + off, ok);
+  }
+  cp_async_commit();
+  for (int idx = tid; idx < C * D; idx += 256) {
+    const int i = idx / D, c = idx % D, o = at<D>(i, c);
+    sk[o] = sb[i] * sk[o] * __expf(sG[o]);
+  }
+
+  // 5. T = (I + A)^-1 in place of A (A strictly lower). Diagonal 16x16 blocks by forward
+  //    substitution, one warp a block, one lane a column, all reads before any write.
+  if (warp < 4 && lane < 16) {
+    const int b0 = warp * 16, c = lane;
+    float t[16];
+#pragma unroll
+    for (int r = 0; r < 16; ++r) {
+      float x = r == c ? 1.0f : 0.0f;
+#pragma unroll
+      for (int j = 0; j < r; ++j) x -= sT[at<C>(b0 + r, b0 + j)] * t[j];
+      t[r] = x;
+    }
+    __syncwarp(0xffffu);
+#pragma unroll
+    for (int r = 0; r < 16; ++r) sT[at<C>(b0 + r, b0 + c)] = t[r];
+  }
+  __syncthreads();
+  // Off-diagonal blocks, block row by block row: T_IJ = -T_II * sum_{J<=K<I} A_IK T_KJ (fp32).
+  {
+    const int r = tid >> 4, cc = tid & 15;
+#pragma unroll
+    for (int I = 1; I < 4; ++I) {
+      float x[3];
+#pragma unroll
+      for (int J = 0; J < I; ++J) {
+        float acc[4] = {};  // four partial sums: independent FMA chains
+#pragma unroll
+        for (int m = J * 16; m < I * 16; m += 4)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) acc[e] += sT[at<C>(I * 16 + r, m + e)] * sT[at<C>(m + e, J * 16 + cc)];
+        x[J] = (acc[0] + acc[1]) + (acc[2] + acc[3]);
+      }
+      __syncthreads();  // every read of A's block row I done
+#pragma unroll
+      for (int J = 0; J < I; ++J) sT[at<C>(I * 16 + r, J * 16 + cc)] = x[J];
+      __syncthreads();
+#pragma unroll
+      for (int J = 0; J < I; ++J) {
+        float acc[4] = {};
+#pragma unroll
+        for (int m = 0; m < 16; ++m) acc[m & 3] += sT[at<C>(I * 16 + r, I * 16 + m)] * sT[at<C>(I * 16 + m, J * 16 + cc)];
+        x[J] = -((acc[0] + acc[1]) + (acc[2] + acc[3]));
+      }
+      __syncthreads();
+#pragma unroll
+      for (int J = 0; J < I; ++J) sT[at<C>(I * 16 + r, J * 16 + cc)] = x[J];
+      __syncthreads();
+    }
+  }
+  cp_async_wait<0>();
+  __syncthreads();
+
+  // 6. [w | u] = T [beta k exp(G) | beta v]: warp (mt, half) owns rows [16mt, 16mt+16) and
+  //    half the columns; T is lower triangular, so the K loop stops at the block's last row.
+  {
+    const int mt = warp & 3, half = warp >> 2;
+    const int r0 = mt * 16 + gid, r1 = r0 + 8;
+    const float* src = half ? sqv : sk;
+    constexpr int NT = D / 8;
+    float acc[NT][4] = {};
+#pragma unroll 2
+    for (int kb = 0; kb < 16 * mt + 16; kb += 8) {
+      const FragA<P> a(sT[at<C>(r0, kb + tig)], sT[at<C>(r1, kb + tig)], sT[at<C>(r0, kb + tig + 4)], sT[at<C>(r1, kb + tig + 4)]);
+      const float s0 = half ? sb[kb + tig] : 1.0f, s1 = half ? sb[kb + tig + 4] : 1.0f;
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt) {
+        const int col = nt * 8 + gid;
+        const FragB<P> b(s0 * src[at<D>(kb + tig, col)], s1 * src[at<D>(kb + tig + 4, col)]);
+        mma(acc[nt], a, b);
+      }
+    }
+    float* dst = out + (half ? L::u : L::w);
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt) {
+      const int col = nt * 8 + 2 * tig;
+      *reinterpret_cast<float2*>(dst + r0 * D + col) = make_float2(acc[nt][0], acc[nt][1]);
+      *reinterpret_cast<float2*>(dst + r1 * D + col) = make_float2(acc[nt][2], acc[nt][3]);
+    }
+  }
+}
+
+
+template <int D, bool P>
+cudaError_t launch_intra(const float* q, const float* k, const float* v, const float* g, const float* beta, int64_t H,
+                         const ChunkJob* jobs, int64_t chunks, float* ws, cudaStream_t stream) {
+  constexpr size_t bytes = IntraSmem<D>::bytes;
+  const cudaError_t e = cudaFuncSetAttribute(intra_kernel<D, P>, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes));
+  if (e != cudaSuccess) return e;
+  intra_kernel<D, P><<<dim3(static_cast<unsigned>(chunks), static_cast<unsigned>(H)), 256, bytes, stream>>>(q, k, v, g, beta, H, jobs, ws);
+  return cudaGetLastError();
+}
+
+template <bool P>
+cudaError_t intra_for(int D, const float* q, const float* k, const float* v, const float* g, const float* beta, int64_t H,
+                      const ChunkJob* jobs, int64_t chunks, float* ws, cudaStream_t stream) {
+  switch (D) {
+    case 32: return launch_intra<32, P>(q, k, v, g, beta, H, jobs, chunks, ws, stream);
+    case 64: return launch_intra<64, P>(q, k, v, g, beta, H, jobs, chunks, ws, stream);
+    case 128: return launch_intra<128, P>(q, k, v, g, beta, H, jobs, chunks, ws, stream);
+    default: return cudaErrorInvalidValue;
+  }
+}
+
+}  // namespace
+
+cudaError_t kda_chunk_intra_launch(int D, bool precise, const float* q, const float* k, const float* v, const float* g, const float* beta,
+                                   int64_t H, const ChunkJob* jobs, int64_t chunks, float* ws, cudaStream_t stream) {
+  return precise ? intra_for<true>(D, q, k, v, g, beta, H, jobs, chunks, ws, stream)
+                 : intra_for<false>(D, q, k, v, g, beta, H, jobs, chunks, ws, stream);
+}
+
+}  // namespace pdserve::cuda

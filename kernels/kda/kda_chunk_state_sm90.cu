@@ -1,0 +1,258 @@
+// Chunked KDA prefill, part 2: the only serial part. A block owns VT value rows of one
+// (sequence, head) state (rows of S[V][K] evolve independently given w and k) and walks the
+// sequence's chunks: per chunk, with S the state at the chunk's start,
+//   v_new = u - w S^T                 (the delta rule's corrected values, C x VT)
+//   o     = qg S^T + Aqk v_new        (the carried state's part plus the intra-chunk part)
+//   S^T   = diag(gl) S^T + kg^T v_new (decay to the chunk end, add the chunk's updates)
+// The block's slice of S^T (D x VT fp32) lives in the mma accumulators across the whole
+// sequence and is staged in shared memory once per chunk as the B operand. The chunk's
+// inputs arrive by cp.async in two groups (w, qg, u | Aqk, kg, gl), each prefetched while the
+// other group's matmuls run. Grid (D / VT, H, sequences), 8 warps: the row-side matmuls
+// split 4 row tiles x 2 column halves, the state tiles split over all 8.
+#include "kda/kda_chunk_common.cuh"
+
+namespace pdserve::cuda {
+namespace {
+
+using namespace kda_chunk;
+
+template <int D, int VT>
+struct StateSmem {
+  static constexpr int WS = D + 4;    // w, qg: A operand (row i, col c)
+  static constexpr int KGS = D + 8;   // kg: A operand transposed (row c, col j)
+  static constexpr int AS = C + 4;    // Aqk: A operand
+  static constexpr int VS = VT + 8;   // u, v_new, S^T: B operand (row k, col n)
+  static constexpr int floats = 2 * C * WS + C * KGS + C * AS + 2 * C * VS + D * VS + D;
+  static constexpr size_t bytes = floats * sizeof(float);
+  // The state slice's tiles over 8 warps: WM x WN warps, MT x NT tiles of 16 x 8 each.
+  static constexpr int MTILES = D / 16, NTILES = VT / 8;
+  static constexpr int WM = MTILES < 8 ? MTILES : 8, WN = 8 / WM, MT = MTILES / WM, NT = NTILES / WN;
+  static_assert(WM * WN == 8 && MT * WM == MTILES && NT >= 1 && NT * WN == NTILES, "state tiles must split over 8 warps");
+  static constexpr int VNT = NTILES / 2;  // n tiles of a warp in the row-side matmuls (half the columns)
+  static_assert(VNT >= 1, "VT must be at least 16");
+};
+
+template <int D, int VT, bool P>
+__global__ void __launch_bounds__(256) state_kernel(const float* __restrict__ ws, int64_t H, const SeqJob* __restrict__ jobs,
+                                                    float* __restrict__ state, float* __restrict__ o) {
+  using Sm = StateSmem<D, VT>;
+  using L = Layout<D>;
+  constexpr int WS = Sm::WS, KGS = Sm::KGS, AS = Sm::AS, VS = Sm::VS, MT = Sm::MT, NT = Sm::NT, WM = Sm::WM;
+  constexpr int VNT = Sm::VNT;
+  extern __shared__ float4 smem4[];
+  float* sw = reinterpret_cast<float*>(smem4);
+  float* sqg = sw + C * WS;
+  float* skg = sqg + C * WS;
+  float* saqk = skg + C * KGS;
+  float* su = saqk + C * AS;
+  float* svn = su + C * VS;
+  float* sS = svn + C * VS;
+  float* sgl = sS + D * VS;
+
+  const SeqJob job = jobs[blockIdx.z];
+  const int64_t h = blockIdx.y;
+  const int v0 = blockIdx.x * VT;
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, gid = lane >> 2, tig = lane & 3;
+  const int wm = warp % WM, wn = warp / WM;
+  float* S = state + job.state_off + h * D * D;  // [V][K]
+
+  // The slice S^T[c][v0 + v] in accumulator layout: tile (mi, ni) rows c = (wm*MT+mi)*16 + gid
+  // (+8), columns v = (wn*NT+ni)*8 + 2 tig (+1).
+  float sacc[MT][NT][4];
+#pragma unroll
+  for (int mi = 0; mi < MT; ++mi)
+#pragma unroll
+    for (int ni = 0; ni < NT; ++ni)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int c = (wm * MT + mi) * 16 + gid + (e >> 1) * 8, vv = (wn * NT + ni) * 8 + 2 * tig + (e & 1);
+        sacc[mi][ni][e] = S[static_cast<int64_t>(v0 + vv) * D + c];
+      }
+
+  auto chunk_base = [&](int n) { return ws + (static_cast<int64_t>(job.chunk0 + n) * H + h) * L::floats; };
+  auto issue_rows = [&](int n) {  // w, qg, u
+    const float* b = chunk_base(n);
+    constexpr int D4 = D / 4, V4 = VT / 4;
+    for (int idx = tid; idx < C * D4; idx += 256) {
+      const int i = idx / D4, c = (idx % D4) * 4;
+      cp_async16(sw + i * WS + c, b + L::w + i * D + c);
+      cp_async16(sqg + i * WS + c, b + L::qg + i * D + c);
+    }
+    for (int idx = tid; idx < C * V4; idx += 256) {
+      const int i = idx / V4, c = (idx % V4) * 4;
+      cp_async16(su + i * VS + c, b + L::u + i * D + v0 + c);
+    }
+    cp_async_commit();
+  };
+  auto issue_update = [&](int n) {  // Aqk, kg, gl
+    const float* b = chunk_base(n);
+    constexpr int D4 = D / 4, C4 = C / 4;
+    for (int idx = tid; idx < C * C4; idx += 256) {
+      const int i = idx / C4, c = (idx % C4) * 4;
+      cp_async16(saqk + i * AS + c, b + L::aqk + i * C + c);
+    }
+    for (int idx = tid; idx < C * D4; idx += 256) {
+      const int i = idx / D4, c = (idx % D4) * 4;
+      cp_async16(skg + i * KGS + c, b + L::kg + i * D + c);
+    }
+    for (int idx = tid; idx < D4; idx += 256) cp_async16(sgl + idx * 4, b + L::gl + idx * 4);
+    cp_async_commit();
+  };
+
+  if (job.chunks > 0) {
+    issue_rows(0);
+    issue_update(0);
+  }
+  // This warp's part of the row-side matmuls: rows [16 mrow, 16 mrow + 16), columns from n0.
+  const int mrow = warp & 3, n0 = (warp >> 2) * VNT * 8;
+  const int r0 = mrow * 16 + gid, r1 = r0 + 8;
+  for (int n = 0; n < job.chunks; ++n) {
+    cp_async_wait<1>();  // rows(n) landed; update(n) may be in flight
+#pragma unroll
+    for (int mi = 0; mi < MT; ++mi)
+#pragma unroll
+      for (int ni = 0; ni < NT; ++ni) {
+        const int c = (wm * MT + mi) * 16 + gid, vv = (wn * NT + ni) * 8 + 2 * tig;
+        *reinterpret_cast<float2*>(sS + c * VS + vv) = make_float2(sacc[mi][ni][0], sacc[mi][ni][1]);
+        *reinterpret_cast<float2*>(sS + (c + 8) * VS + vv) = make_float2(sacc[mi][ni][2], sacc[mi][ni][3]);
+      }
+    __syncthreads();
+
+    // v_new = u - w S^T and the carried part of o, this warp's rows and columns.
+    float vacc[VNT][4] = {}, oacc[VNT][4] = {};
+#pragma unroll 4
+    for (int kb = 0; kb < D; kb += 8) {
+      const FragA<P> aw(sw[r0 * WS + kb + tig], sw[r1 * WS + kb + tig], sw[r0 * WS + kb + tig + 4], sw[r1 * WS + kb + tig + 4]);
+      const FragA<P> aq(sqg[r0 * WS + kb + tig], sqg[r1 * WS + kb + tig], sqg[r0 * WS + kb + tig + 4], sqg[r1 * WS + kb + tig + 4]);
+#pragma unroll
+      for (int nt = 0; nt < VNT; ++nt) {
+        const FragB<P> b(sS[(kb + tig) * VS + n0 + nt * 8 + gid], sS[(kb + tig + 4) * VS + n0 + nt * 8 + gid]);
+        mma(vacc[nt], aw, b);
+        mma(oacc[nt], aq, b);
+      }
+    }
+#pragma unroll
+    for (int nt = 0; nt < VNT; ++nt) {
+      const int col = n0 + nt * 8 + 2 * tig;
+      svn[r0 * VS + col] = su[r0 * VS + col] - vacc[nt][0];
+      svn[r0 * VS + col + 1] = su[r0 * VS + col + 1] - vacc[nt][1];
+      svn[r1 * VS + col] = su[r1 * VS + col] - vacc[nt][2];
+      svn[r1 * VS + col + 1] = su[r1 * VS + col + 1] - vacc[nt][3];
+    }
+    __syncthreads();  // v_new complete; w, qg, u and S^T's staging free
+    if (n + 1 < job.chunks)
+      issue_rows(n + 1);
+    else
+      cp_async_commit();  // an empty group keeps the wait counts uniform
+    cp_async_wait<1>();   // update(n) landed
+    __syncthreads();
+
+    // o += Aqk v_new (Aqk is causal: the K loop stops at the warp's last row).
+#pragma unroll 2
+    for (int kb = 0; kb < 16 * mrow + 16; kb += 8) {
+      const FragA<P> a(saqk[r0 * AS + kb + tig], saqk[r1 * AS + kb + tig], saqk[r0 * AS + kb + tig + 4], saqk[r1 * AS + kb + tig + 4]);
+#pragma unroll
+      for (int nt = 0; nt < VNT; ++nt) {
+        const FragB<P> b(svn[(kb + tig) * VS + n0 + nt * 8 + gid], svn[(kb + tig + 4) * VS + n0 + nt * 8 + gid]);
+        mma(oacc[nt], a, b);
+      }
+    }
+    const int64_t row_base = job.row0 + static_cast<int64_t>(n) * C;
+    const int64_t valid = job.rows - static_cast<int64_t>(n) * C;
+#pragma unroll
+    for (int nt = 0; nt < VNT; ++nt) {
+      const int col = v0 + n0 + nt * 8 + 2 * tig;
+      if (r0 < valid) *reinterpret_cast<float2*>(o + ((row_base + r0) * H + h) * D + col) = make_float2(oacc[nt][0], oacc[nt][1]);
+      if (r1 < valid) *reinterpret_cast<float2*>(o + ((row_base + r1) * H + h) * D + col) = make_float2(oacc[nt][2], oacc[nt][3]);
+    }
+
+    // S^T = diag(gl) S^T + kg^T v_new.
+#pragma unroll
+    for (int mi = 0; mi < MT; ++mi) {
+      const int c = (wm * MT + mi) * 16 + gid;
+      const float gl0 = sgl[c], gl1 = sgl[c + 8];
+#pragma unroll
+      for (int ni = 0; ni < NT; ++ni) {
+        sacc[mi][ni][0] *= gl0;
+        sacc[mi][ni][1] *= gl0;
+        sacc[mi][ni][2] *= gl1;
+        sacc[mi][ni][3] *= gl1;
+      }
+    }
+#pragma unroll 2
+    for (int kb = 0; kb < C; kb += 8) {
+#pragma unroll
+      for (int mi = 0; mi < MT; ++mi) {
+        const int c = (wm * MT + mi) * 16 + gid;
+        const FragA<P> a(skg[(kb + tig) * KGS + c], skg[(kb + tig) * KGS + c + 8], skg[(kb + tig + 4) * KGS + c],
+                         skg[(kb + tig + 4) * KGS + c + 8]);
+#pragma unroll
+        for (int ni = 0; ni < NT; ++ni) {
+          const int vv = (wn * NT + ni) * 8 + gid;
+          const FragB<P> b(svn[(kb + tig) * VS + vv], svn[(kb + tig + 4) * VS + vv]);
+          mma(sacc[mi][ni], a, b);
+        }
+      }
+    }
+    __syncthreads();  // Aqk, kg, gl and v_new free
+    if (n + 1 < job.chunks)
+      issue_update(n + 1);
+    else
+      cp_async_commit();
+  }
+  cp_async_wait<0>();
+
+#pragma unroll
+  for (int mi = 0; mi < MT; ++mi)
+#pragma unroll
+    for (int ni = 0; ni < NT; ++ni)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int c = (wm * MT + mi) * 16 + gid + (e >> 1) * 8, vv = (wn * NT + ni) * 8 + 2 * tig + (e & 1);
+        S[static_cast<int64_t>(v0 + vv) * D + c] = sacc[mi][ni][e];
+      }
+}
+
+template <int D, int VT, bool P>
+cudaError_t launch_state(const float* ws, int64_t H, const SeqJob* jobs, int64_t seqs, float* state, float* o, cudaStream_t stream) {
+  constexpr size_t bytes = StateSmem<D, VT>::bytes;
+  const cudaError_t e = cudaFuncSetAttribute(state_kernel<D, VT, P>, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes));
+  if (e != cudaSuccess) return e;
+  const dim3 grid(D / VT, static_cast<unsigned>(H), static_cast<unsigned>(seqs));
+  state_kernel<D, VT, P><<<grid, 256, bytes, stream>>>(ws, H, jobs, state, o);
+  return cudaGetLastError();
+}
+
+template <bool P>
+cudaError_t state_for(int D, int vt, const float* ws, int64_t H, const SeqJob* jobs, int64_t seqs, float* state, float* o,
+                      cudaStream_t stream) {
+  if (vt == 64) {
+    switch (D) {
+      case 64: return launch_state<64, 64, P>(ws, H, jobs, seqs, state, o, stream);
+      case 128: return launch_state<128, 64, P>(ws, H, jobs, seqs, state, o, stream);
+      default: return cudaErrorInvalidValue;
+    }
+  }
+  if (vt == 16) {
+    switch (D) {
+      case 64: return launch_state<64, 16, P>(ws, H, jobs, seqs, state, o, stream);
+      case 128: return launch_state<128, 16, P>(ws, H, jobs, seqs, state, o, stream);
+      default: return cudaErrorInvalidValue;
+    }
+  }
+  switch (D) {
+    case 32: return launch_state<32, 32, P>(ws, H, jobs, seqs, state, o, stream);
+    case 64: return launch_state<64, 32, P>(ws, H, jobs, seqs, state, o, stream);
+    case 128: return launch_state<128, 32, P>(ws, H, jobs, seqs, state, o, stream);
+    default: return cudaErrorInvalidValue;
+  }
+}
+
+}  // namespace
+
+cudaError_t kda_chunk_state_launch(int D, int vt, bool precise, const float* ws, int64_t H, const SeqJob* jobs, int64_t seqs,
+                                   float* state, float* o, cudaStream_t stream) {
+  return precise ? state_for<true>(D, vt, ws, H, jobs, seqs, state, o, stream) : state_for<false>(D, vt, ws, H, jobs, seqs, state, o, stream);
+}
+
+}  // namespace pdserve::cuda

@@ -1,0 +1,201 @@
+// The chunked KDA prefill (kda_chunk.h) against the CPU token recurrence (ops::kda_recurrent)
+// on fresh random inputs: a ragged batch whose lengths straddle the chunk boundaries, nonzero
+// initial states in scattered slots of a multi-layer pool, the whole pool checked afterwards
+// (written states and untouched bytes), state carried across two calls equals one pass, and a
+// workspace small enough to force several passes equals one pass.
+// Bound: normalised error max|gpu - cpu| / max|cpu| on outputs and states <= 1e-4 in the
+// default 3xTF32 mode (about fp32: reduction orders and the chunked form differ from the
+// token recurrence) and <= 5e-3 in plain tf32 (10-bit mantissa, ~5e-4 relative per operand;
+// the UT transform and the state carry compound a few such roundings).
+// Skips itself, saying so, without an sm_90 GPU.
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <random>
+
+#include "kda/kda_chunk.h"
+#include "pdserve/ops/kda.h"
+#include "test_util.h"
+
+namespace pdserve::cuda {
+namespace {
+
+using namespace ktest;
+using KdaChunk = GpuTest;
+
+constexpr double kBoundPrecise = 1e-4, kBoundTf32 = 5e-3;
+double bound(bool precise) { return precise ? kBoundPrecise : kBoundTf32; }
+
+struct Problem {
+  int64_t H, D;
+  std::vector<int64_t> lens;
+  float min_log_decay = -5.0f;  // g in (min, 0)
+  int64_t slots = 16, layers = 2, layer = 1;
+  int64_t T() const { return std::accumulate(lens.begin(), lens.end(), int64_t{0}); }
+  int64_t state_floats() const { return H * D * D; }
+  int64_t slot_floats() const { return layers * (state_floats() + 64); }  // + other per-layer bytes
+  int64_t layer_offset() const { return layer * (state_floats() + 64) + 64; }
+};
+
+struct Inputs {
+  std::vector<float> q, k, v, g, beta;
+};
+
+Inputs make_inputs(const Problem& p, uint32_t seed) {
+  const int64_t n = p.T() * p.H * p.D;
+  Inputs in{randn(n, seed), randn(n, seed + 1), randn(n, seed + 2), randn(n, seed + 3), randn(p.T() * p.H, seed + 4)};
+  ops::l2_normalize(in.q.data(), p.T() * p.H, p.D, 1e-6f, 1.0f / std::sqrt(static_cast<float>(p.D)));
+  ops::l2_normalize(in.k.data(), p.T() * p.H, p.D, 1e-6f, 1.0f);
+  for (float& x : in.g) x = p.min_log_decay / (1.0f + std::exp(-x));  // K3's bounded gate shape
+  for (float& x : in.beta) x = 1.0f / (1.0f + std::exp(-x));
+  return in;
+}
+
+std::vector<int64_t> cu_of(const std::vector<int64_t>& lens) {
+  std::vector<int64_t> cu(lens.size() + 1, 0);
+  for (size_t s = 0; s < lens.size(); ++s) cu[s + 1] = cu[s] + lens[s];
+  return cu;
+}
+
+std::vector<int32_t> scattered_slots(const Problem& p, uint32_t seed) {
+  std::vector<int32_t> all(p.slots);
+  std::iota(all.begin(), all.end(), 0);
+  std::shuffle(all.begin(), all.end(), std::mt19937(seed));
+  return {all.begin(), all.begin() + static_cast<int64_t>(p.lens.size())};
+}
+
+// CPU: each sequence's recurrence from its slot's state; returns o, updates the pool.
+std::vector<float> cpu_prefill(const Problem& p, const Inputs& in, const std::vector<int32_t>& slots, std::vector<float>& pool) {
+  const int64_t H = p.H, D = p.D;
+  std::vector<float> o(in.q.size());
+  const std::vector<int64_t> cu = cu_of(p.lens);
+  for (size_t s = 0; s < p.lens.size(); ++s) {
+    const int64_t r0 = cu[s], n = p.lens[s];
+    float* st = &pool[slots[s] * p.slot_floats() + p.layer_offset()];
+    ops::kda_recurrent(&in.q[r0 * H * D], &in.k[r0 * H * D], &in.v[r0 * H * D], &in.g[r0 * H * D], &in.beta[r0 * H], n, H, D, st,
+                       &o[r0 * H * D]);
+  }
+  return o;
+}
+
+struct DeviceRun {
+  DeviceBuffer<float> q, k, v, g, beta, o;
+  DeviceBuffer<uint8_t> ws;
+  explicit DeviceRun(const Inputs& in, size_t ws_bytes) {
+    EXPECT_TRUE(q.upload(in.q).is_ok() && k.upload(in.k).is_ok() && v.upload(in.v).is_ok() && g.upload(in.g).is_ok() &&
+                beta.upload(in.beta).is_ok() && o.resize(in.q.size()).is_ok() && ws.resize(ws_bytes).is_ok());
+  }
+  // Runs sequences with lengths `lens` whose rows start at row `row0` of the inputs.
+  Status run(const Problem& p, const std::vector<int64_t>& lens, int64_t row0, const std::vector<int32_t>& slots, float* pool,
+             int state_tile = 0, bool precise = true) {
+    std::vector<int64_t> cu = cu_of(lens);
+    const int64_t off = row0 * p.H * p.D;
+    KdaChunkArgs a;
+    a.q = q.get() + off, a.k = k.get() + off, a.v = v.get() + off, a.g = g.get() + off, a.beta = beta.get() + row0 * p.H;
+    a.o = o.get() + off;
+    a.heads = p.H, a.head_dim = p.D, a.num_seqs = static_cast<int64_t>(lens.size()), a.cu_seqlens = cu.data();
+    a.slots = slots.data(), a.state = pool, a.slot_stride = p.slot_floats(), a.layer_offset = p.layer_offset();
+    a.workspace = ws.get(), a.workspace_bytes = ws.size() * sizeof(uint8_t), a.state_tile = state_tile, a.precise = precise;
+    return kda_chunk_prefill(a, nullptr);
+  }
+};
+
+size_t full_workspace(const Problem& p) {
+  const std::vector<int64_t> cu = cu_of(p.lens);
+  return kda_chunk_workspace_bytes(p.H, p.D, kda_chunk_count(cu.data(), static_cast<int64_t>(p.lens.size())));
+}
+
+// One call over the ragged batch vs the CPU: outputs and the whole pool.
+void check_one_pass(const Problem& p, uint32_t seed, int state_tile = 0, size_t ws_bytes = 0, bool precise = true) {
+  SCOPED_TRACE(::testing::Message() << "H=" << p.H << " D=" << p.D << " tile=" << state_tile << " ws=" << ws_bytes
+                                    << " precise=" << precise);
+  const Inputs in = make_inputs(p, seed);
+  const std::vector<int32_t> slots = scattered_slots(p, seed + 7);
+  std::vector<float> pool = randn(p.slots * p.slot_floats(), seed + 8, 0.1f);
+  auto dpool = dev(pool);
+  DeviceRun d(in, ws_bytes ? ws_bytes : full_workspace(p));
+  ASSERT_TRUE(d.run(p, p.lens, 0, slots, dpool.get(), state_tile, precise).is_ok());
+  const std::vector<float> o = cpu_prefill(p, in, slots, pool);
+  const double eo = nerr(host(d.o), o), es = nerr(host(dpool), pool);
+  std::printf("  H=%ld D=%ld tile=%d precise=%d T=%ld: output nerr %.2e, pool nerr %.2e\n", static_cast<long>(p.H),
+              static_cast<long>(p.D), state_tile, precise, static_cast<long>(p.T()), eo, es);
+  EXPECT_LE(eo, bound(precise));
+  EXPECT_LE(es, bound(precise));
+}
+
+TEST_F(KdaChunk, RaggedBatchD128MatchesRecurrence) {
+  check_one_pass({4, 128, {1, 63, 64, 65, 200, 1000}}, 11);
+}
+
+TEST_F(KdaChunk, PlainTf32WithinItsBound) {
+  check_one_pass({4, 128, {1, 63, 64, 65, 200, 1000}}, 11, 0, 0, false);
+  check_one_pass({2, 32, {7, 64, 65, 333}}, 14, 16, 0, false);
+}
+
+TEST_F(KdaChunk, EveryStateTileMatches) {
+  for (int tile : {16, 32, 64}) check_one_pass({2, 128, {65, 300}}, 12, tile);
+  check_one_pass({2, 64, {65, 300}}, 12, 64);
+}
+
+TEST_F(KdaChunk, SmallHeadDims) {
+  check_one_pass({3, 64, {1, 64, 129, 500}}, 13);
+  check_one_pass({2, 32, {7, 64, 65, 333}}, 14);
+  check_one_pass({2, 32, {130}}, 15, 16);
+}
+
+TEST_F(KdaChunk, StrongDecayAtTheBound) {
+  Problem p{2, 128, {100, 257}};
+  p.min_log_decay = kKdaChunkMinLogDecay;
+  check_one_pass(p, 16);
+}
+
+// A workspace for 3 chunks: the batch runs in several passes, long sequences split across
+// them (their state through the slot); equals the CPU like one pass does.
+TEST_F(KdaChunk, SeveralPassesMatch) {
+  const Problem p{2, 128, {1, 200, 63, 400}};
+  check_one_pass(p, 17, 0, kda_chunk_workspace_bytes(p.H, p.D, 3));
+}
+
+// Prefill in two calls (the first ends mid-chunk for some sequences) equals one call.
+TEST_F(KdaChunk, StateCarriedAcrossCallsEqualsOnePass) {
+  const Problem p{2, 128, {150, 64, 1000}};
+  const Inputs in = make_inputs(p, 21);
+  const std::vector<int32_t> slots = scattered_slots(p, 22);
+  const std::vector<float> pool0 = randn(p.slots * p.slot_floats(), 23, 0.1f);
+  auto one = dev(pool0), two = dev(pool0);
+  DeviceRun d1(in, full_workspace(p)), d2(in, full_workspace(p));
+  ASSERT_TRUE(d1.run(p, p.lens, 0, slots, one.get()).is_ok());
+  // Call split: sequence s's first cut[s] tokens, then the rest. Rows of one call must be
+  // packed, so each sequence's pieces run as their own calls in order.
+  const std::vector<int64_t> cut = {37, 64, 700};
+  const std::vector<int64_t> cu = cu_of(p.lens);
+  for (size_t s = 0; s < p.lens.size(); ++s) {
+    ASSERT_TRUE(d2.run(p, {cut[s]}, cu[s], {slots[s]}, two.get()).is_ok());
+    ASSERT_TRUE(d2.run(p, {p.lens[s] - cut[s]}, cu[s] + cut[s], {slots[s]}, two.get()).is_ok());
+  }
+  const double eo = nerr(host(d2.o), host(d1.o)), es = nerr(host(two), host(one));
+  std::printf("  two calls vs one: output nerr %.2e, pool nerr %.2e\n", eo, es);
+  EXPECT_LE(eo, kBoundPrecise);
+  EXPECT_LE(es, kBoundPrecise);
+  std::vector<float> pool = pool0;
+  const std::vector<float> o = cpu_prefill(p, in, slots, pool);
+  EXPECT_LE(nerr(host(d2.o), o), kBoundPrecise);
+  EXPECT_LE(nerr(host(two), pool), kBoundPrecise);
+}
+
+TEST(KdaChunkContract, RefusesUnsupportedShapes) {
+  EXPECT_FALSE(kda_chunk_supported(16));
+  EXPECT_FALSE(kda_chunk_supported(256));
+  EXPECT_TRUE(kda_chunk_supported(128));
+  KdaChunkArgs a;
+  a.heads = 2, a.head_dim = 16, a.num_seqs = 1;
+  EXPECT_FALSE(kda_chunk_prefill(a, nullptr).is_ok());
+  a.head_dim = 128;  // no tables, no workspace
+  EXPECT_FALSE(kda_chunk_prefill(a, nullptr).is_ok());
+  const int64_t cu[3] = {0, 64, 129};
+  EXPECT_EQ(kda_chunk_count(cu, 2), 1 + 2);
+  EXPECT_GT(kda_chunk_workspace_bytes(2, 128, 3), kda_chunk_workspace_bytes(2, 128, 2));
+}
+
+}  // namespace
+}  // namespace pdserve::cuda
