@@ -12,15 +12,16 @@
 // block), so the token dimension of a tile can be cut in steps of 8: a short expert (the
 // last tile of every expert, and most experts under skew) wastes little tensor-core work.
 //
-// Tiles and schedule: a CTA tile is 64 tokens of one expert x (gate/up) 256 outputs of each
+// Tiles and schedule: a CTA tile is up to 64 tokens of one expert x (gate/up) 256 outputs of each
 // of w1 and w3, or (down) 512 outputs of w2, over all inputs in 128-input chunks; 8 warps,
 // each 32 gate + 32 up outputs (or 64 down outputs) x the 64 tokens: 4 A operands x 8 token
-// blocks = 32 MMAs a k-step, 128 fp32 accumulators a thread. Each chunk's weight tiles,
+// blocks = 32 MMAs a k-step, 128 fp32 accumulators a thread; a tile of fewer tokens runs a
+// variant with 2, 4 or 6 column blocks (no branches inside the MMA loops). Each chunk's weight tiles,
 // scales and bf16 token rows go through a 4-stage cp.async ring in shared memory (50 KB a
 // stage). Persistent CTAs: each one computes the tile list itself from `offsets` (a scan
 // of ceil(rows_e / 64) x output tiles in shared memory) and strides over it; within an
 // expert the token tiles of one output tile are adjacent, so CTAs running at the same time
-// share weight tiles in L2.
+// share weight tiles in L2, in an order that rotates per output tile (moe_prefill_schedule.h).
 //
 // Precision: x and act are bf16 (rounded once: x in moe_permute_bf16, act in the gate/up
 // epilogue), weights exact in bf16 after dequantisation, fp32 accumulation; out_sorted is
@@ -37,8 +38,9 @@
 
 namespace pdserve::cuda {
 
-// Whether the weights' shapes fit the prefill kernel: rows % 16 == 0, cols % 128 == 0 for
-// every projection (the decode layout plus 16-row A operands).
+// Whether the weights' shapes fit the prefill kernel: cols % 128 == 0 for every projection
+// and gate/up/down agree (w2 is dim x inter), so every projection's rows are a multiple of
+// 128 too (a warp's 32 or 64 output rows are all real or all past the end).
 bool moe_prefill_fits(const MoeDecodeWeights& w);
 
 // moe_permute (moe.h) writing the sorted rows as bf16 bits (round to nearest even):

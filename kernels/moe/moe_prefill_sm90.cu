@@ -4,6 +4,7 @@
 
 #include "moe/moe_decode_device.cuh"
 #include "moe/moe_prefill.h"
+#include "moe/moe_prefill_schedule.h"
 
 namespace pdserve::cuda {
 
@@ -245,7 +246,8 @@ __global__ void __launch_bounds__(kThreads, 1)
     const int e = lo, local = tile - tile_start[e];
     const int row_begin = offsets[e], nrows = offsets[e + 1] - row_begin;
     const int mtiles = (nrows + kTokTile - 1) / kTokTile;
-    const int ot = local / mtiles, mt = local - ot * mtiles;  // token tiles of one output tile adjacent: L2 reuse
+    int ot, mt;
+    moe_prefill_detail::prefill_tile_coords(local, mtiles, &ot, &mt);
     const Tile tl{e, ot, row_begin + mt * kTokTile, min(kTokTile, nrows - mt * kTokTile)};
     switch ((tl.ntok + 15) >> 4) {  // column-block pairs
       case 1: run_tile<kGated, kWide, 2>(a, b, x, act_out, out, fn, smem, tl); break;
@@ -270,14 +272,14 @@ Status launch(const Mxfp4Decode& a, const Mxfp4Decode& b, const int32_t* offsets
 }  // namespace
 
 bool moe_prefill_fits(const MoeDecodeWeights& w) {
-  auto ok = [](const Mxfp4Decode& m) { return m.packed && m.scales && m.rows > 0 && m.rows % 16 == 0 && m.cols > 0 && m.cols % 128 == 0; };
+  auto ok = [](const Mxfp4Decode& m) { return m.packed && m.scales && m.rows > 0 && m.cols > 0 && m.cols % 128 == 0; };
   return ok(w.w1) && ok(w.w3) && ok(w.w2) && w.w3.rows == w.w1.rows && w.w3.cols == w.w1.cols && w.w2.rows == w.w1.cols &&
          w.w2.cols == w.w1.rows && w.w1.rows < (1 << 24) && w.w1.cols < (1 << 24);
 }
 
 Status moe_expert_mlp_prefill(const MoeDecodeWeights& w, const int32_t* offsets, int64_t local_experts, int64_t capacity,
                               const uint16_t* x_sorted, uint16_t* act, float* out_sorted, cudaStream_t stream) {
-  if (!moe_prefill_fits(w)) return invalid_argument("moe_expert_mlp_prefill: weight shapes need rows % 16 == 0 and cols % 128 == 0");
+  if (!moe_prefill_fits(w)) return invalid_argument("moe_expert_mlp_prefill: weight widths must be multiples of 128 (moe_prefill_fits)");
   if (local_experts <= 0 || local_experts > kMaxExperts) return invalid_argument("moe_expert_mlp_prefill: local_experts must be 1..1024");
   if (capacity <= 0) return Status::ok();
   if (capacity > INT32_MAX / 2) return invalid_argument("moe_expert_mlp_prefill: capacity too large");

@@ -13,6 +13,7 @@
 #include <cstdio>
 
 #include "moe/moe_prefill.h"
+#include "moe/moe_prefill_schedule.h"
 #include "moe_reference.h"
 #include "test_util.h"
 
@@ -84,19 +85,54 @@ double run_prefill(const Routing& r, int64_t tokens, int64_t k, int64_t begin, c
   return err;
 }
 
-TEST(MoePrefillShapes, FitsNeedsSixteenRowsAnd128Inputs) {
+TEST(MoePrefillShapes, FitsNeedsWidthsOf128) {
   const uint8_t byte = 0;
   MoeDecodeWeights w;
   w.w1 = w.w3 = {&byte, &byte, 3072, 3584, false};
   w.w2 = {&byte, &byte, 3584, 3072, false};
   EXPECT_TRUE(moe_prefill_fits(w));
-  w.w1.rows = w.w3.rows = 3072 + 8;  // decode layout fits, 16-row A operands do not
+  w.w1.rows = w.w3.rows = 3072 + 8;  // the decode layout fits (rows % 8); down then has 3080 inputs, not a multiple of 128
   w.w2.cols = 3072 + 8;
   EXPECT_FALSE(moe_prefill_fits(w));
   w.w1.rows = w.w3.rows = 3072;
   w.w2.cols = 3072;
   w.w3.cols = 3584 - 128;  // gate and up must agree
   EXPECT_FALSE(moe_prefill_fits(w));
+}
+
+TEST(MoePrefillSchedule, TileCoordsAreABijectionPerExpert) {
+  for (int mtiles = 1; mtiles <= 5; ++mtiles)
+    for (int out_tiles : {1, 7, 12}) {
+      std::vector<int> seen(out_tiles * mtiles, 0);
+      for (int local = 0; local < out_tiles * mtiles; ++local) {
+        int ot = -1, mt = -1;
+        moe_prefill_detail::prefill_tile_coords(local, mtiles, &ot, &mt);
+        ASSERT_GE(ot, 0);
+        ASSERT_LT(ot, out_tiles);
+        ASSERT_GE(mt, 0);
+        ASSERT_LT(mt, mtiles);
+        EXPECT_EQ(ot, local / mtiles) << "token tiles of one output tile must stay adjacent";
+        ++seen[ot * mtiles + mt];
+      }
+      EXPECT_EQ(seen, std::vector<int>(out_tiles * mtiles, 1)) << "mtiles " << mtiles << " out_tiles " << out_tiles;
+    }
+}
+
+// The K3 EP4 gate/up list at 146-147 rows an expert (token tiles of 64, 64, 18-19), 132
+// CTAs striding over it as the kernel does: every CTA gets its share of the short tiles.
+TEST(MoePrefillSchedule, StridingCtasShareTheShortTokenTiles) {
+  const int experts = 224, out_tiles = 12, ctas = 132, mtiles = 3;
+  const int total = experts * out_tiles * mtiles;
+  std::vector<int> short_tiles(ctas, 0);
+  for (int c = 0; c < ctas; ++c)
+    for (int tile = c; tile < total; tile += ctas) {
+      int ot, mt;
+      moe_prefill_detail::prefill_tile_coords(tile % (out_tiles * mtiles), mtiles, &ot, &mt);
+      short_tiles[c] += mt == mtiles - 1;
+    }
+  const auto [lo, hi] = std::minmax_element(short_tiles.begin(), short_tiles.end());
+  std::printf("short token tiles a CTA: %d..%d (of %d tiles a CTA)\n", *lo, *hi, total / ctas);
+  EXPECT_LE(*hi - *lo, 2);
 }
 
 TEST_F(MoePrefill, MatchesCpuAtK3ExpertShapeWithTop16) {
