@@ -15,6 +15,7 @@
 #include "mla/mla_decode.h"
 #include "mla/mla_prefill.h"
 #include "moe/moe.h"
+#include "moe/moe_prefill.h"
 #include "norm/norm.h"
 #include "routing/routing.h"
 
@@ -218,6 +219,10 @@ Status CudaModel::mlp(const DeviceMlp& w, const float* x, int64_t rows, float* o
   return linear(gate, rows, w.down, out, stream_);
 }
 
+// Average routed rows per expert from which the prefill grouped GEMM replaces the decode
+// kernels (moe_prefill.h; the crossover measured on the H200 is in docs/perf.md).
+constexpr int64_t kMoePrefillMinRowsPerExpert = 8;
+
 Status CudaModel::moe(const DeviceLayer& l, const float* x, int64_t rows, float* out) {
   const ModelConfig& c = cfg_;
   const int64_t hd = c.hidden_size, lat = c.routed_expert_hidden_size, E = c.num_experts, K = c.num_experts_per_token;
@@ -241,13 +246,23 @@ Status CudaModel::moe(const DeviceLayer& l, const float* x, int64_t rows, float*
   PDS_ASSIGN_OR_RETURN(float* x_sorted, scratch<float>(kMoeXSorted, cap * lat));
   PDS_ASSIGN_OR_RETURN(float* act, scratch<float>(kMoeAct, cap * inter));
   PDS_ASSIGN_OR_RETURN(float* out_sorted, scratch<float>(kMoeOut, cap * lat));
-  PDS_RETURN_IF_ERROR(moe_permute(ids, rows, K, l.expert_begin, l.local_experts, xin, lat, plan, x_sorted, stream_));
-  if (l.quantized && l.decode_layout)
-    PDS_RETURN_IF_ERROR(moe_expert_mlp_decode(l.mxfp4_decode, plan.offsets, l.local_experts, cap, x_sorted, act, out_sorted, stream_));
-  else if (l.quantized)
-    PDS_RETURN_IF_ERROR(moe_expert_mlp(l.mxfp4, plan.offsets, l.local_experts, cap, x_sorted, act, out_sorted, stream_));
-  else
-    PDS_RETURN_IF_ERROR(moe_expert_mlp_dense(l.dense, plan.offsets, l.local_experts, cap, x_sorted, act, out_sorted, stream_));
+  // Many rows per expert (prefill chunks): the grouped GEMM on bf16 activations, which
+  // reuses x_sorted's and act's scratch for its bf16 copies (half their size).
+  const bool prefill_gemm = l.quantized && l.decode_layout && rows * K >= kMoePrefillMinRowsPerExpert * E && moe_prefill_fits(l.mxfp4_decode);
+  if (prefill_gemm) {
+    uint16_t* x16 = reinterpret_cast<uint16_t*>(x_sorted);
+    uint16_t* act16 = reinterpret_cast<uint16_t*>(act);
+    PDS_RETURN_IF_ERROR(moe_permute_bf16(ids, rows, K, l.expert_begin, l.local_experts, xin, lat, plan, x16, stream_));
+    PDS_RETURN_IF_ERROR(moe_expert_mlp_prefill(l.mxfp4_decode, plan.offsets, l.local_experts, cap, x16, act16, out_sorted, stream_));
+  } else {
+    PDS_RETURN_IF_ERROR(moe_permute(ids, rows, K, l.expert_begin, l.local_experts, xin, lat, plan, x_sorted, stream_));
+    if (l.quantized && l.decode_layout)
+      PDS_RETURN_IF_ERROR(moe_expert_mlp_decode(l.mxfp4_decode, plan.offsets, l.local_experts, cap, x_sorted, act, out_sorted, stream_));
+    else if (l.quantized)
+      PDS_RETURN_IF_ERROR(moe_expert_mlp(l.mxfp4, plan.offsets, l.local_experts, cap, x_sorted, act, out_sorted, stream_));
+    else
+      PDS_RETURN_IF_ERROR(moe_expert_mlp_dense(l.dense, plan.offsets, l.local_experts, cap, x_sorted, act, out_sorted, stream_));
+  }
   float* y = out;
   if (c.latent_moe) {
     PDS_ASSIGN_OR_RETURN(y, scratch<float>(kMoeY, rows * lat));

@@ -1,9 +1,12 @@
 // moe_permute and moe_combine (contract: moe.h). Deterministic: no atomics decide any
 // order; each local expert's block compacts its pairs in ascending pair index.
+#include <cuda_bf16.h>
+
 #include <algorithm>
 
 #include "common/cuda_check.h"
 #include "moe/moe.h"
+#include "moe/moe_prefill.h"
 
 namespace pdserve::cuda {
 
@@ -78,6 +81,21 @@ __global__ void gather_kernel(const float* __restrict__ x, int64_t dim, int64_t 
   for (int64_t i = threadIdx.x; i < dim / 4; i += blockDim.x) dst[i] = src[i];
 }
 
+// gather_kernel writing bf16 (the prefill GEMM's operand): 4 features per thread.
+__global__ void gather_bf16_kernel(const float* __restrict__ x, int64_t dim, int64_t k, const int32_t* offsets, int64_t experts,
+                                   const int32_t* sorted_pairs, uint16_t* x_sorted) {
+  const int64_t row = blockIdx.x;
+  if (row >= offsets[experts]) return;
+  const int64_t t = sorted_pairs[row] / k;
+  const float4* src = reinterpret_cast<const float4*>(x + t * dim);
+  uint2* dst = reinterpret_cast<uint2*>(x_sorted + row * dim);
+  for (int64_t i = threadIdx.x; i < dim / 4; i += blockDim.x) {
+    const float4 v = src[i];
+    const __nv_bfloat162 lo = __floats2bfloat162_rn(v.x, v.y), hi = __floats2bfloat162_rn(v.z, v.w);
+    dst[i] = make_uint2(*reinterpret_cast<const uint32_t*>(&lo), *reinterpret_cast<const uint32_t*>(&hi));
+  }
+}
+
 // Block (t, slice): 4 consecutive features per thread; the token's k rows and weights are
 // read once into shared memory. Per feature the k terms are added in order, each a
 // rounded multiply then a rounded add.
@@ -123,6 +141,19 @@ Status moe_permute(const int32_t* ids, int64_t tokens, int64_t k, int64_t expert
   if (n > 0)
     gather_kernel<<<static_cast<unsigned>(n), 128, 0, stream>>>(x, dim, k, plan.offsets, local_experts, plan.sorted_pairs, x_sorted);
   return last_launch_status("moe_permute");
+}
+
+Status moe_permute_bf16(const int32_t* ids, int64_t tokens, int64_t k, int64_t expert_begin, int64_t local_experts, const float* x,
+                        int64_t dim, const MoePlan& plan, uint16_t* x_sorted, cudaStream_t stream) {
+  if (local_experts <= 0 || local_experts > kMaxLocalExperts) return invalid_argument("moe_permute_bf16: local_experts must be 1..1024");
+  if (k <= 0 || dim % 4) return invalid_argument("moe_permute_bf16: k must be positive and dim a multiple of 4");
+  const int64_t n = tokens * k;
+  if (n > INT32_MAX) return invalid_argument("moe_permute_bf16: too many pairs");
+  plan_kernel<<<static_cast<unsigned>(local_experts), kThreads, 0, stream>>>(ids, n, expert_begin, local_experts, plan.offsets,
+                                                                             plan.sorted_pairs, plan.pair_row);
+  if (n > 0)
+    gather_bf16_kernel<<<static_cast<unsigned>(n), 128, 0, stream>>>(x, dim, k, plan.offsets, local_experts, plan.sorted_pairs, x_sorted);
+  return last_launch_status("moe_permute_bf16");
 }
 
 Status moe_combine(const float* out_sorted, const int32_t* pair_row, const float* weights, int64_t tokens, int64_t k, int64_t dim,

@@ -1,0 +1,163 @@
+// Prefill MoE on one EP4 rank (224 of 896 experts, expert 3584 -> 3072 -> 3584 in MXFP4,
+// SiTU(4, 25)), an 8K-token chunk with top-16: about 32K routed rows here. Times
+// moe_expert_mlp_prefill (moe_prefill.h: gate/up + SiTU, then down) on three row
+// distributions of 32768 rows: uniform (146-147 a expert), Zipf (expert e gets rows in
+// proportion to 1/(e+1): 5470 down to 24) and one hot expert (8192 rows, every token, the
+// rest uniform). FLOPs = 2 * rows * 3 * 3072 * 3584, against the floor (790 TFLOP/s).
+// The torch anchor (moe_prefill_torch.py) builds the same distributions and times the same
+// work in bf16. Also the crossover against moe_expert_mlp_decode (kAuto) at 2..64 rows a
+// expert, which sets the backend's switch (cuda_layers.cpp). CUDA events, 3 warm-ups,
+// median of --reps. Weight bytes are random (scales 2^-7..2^-3), tiled from a 64 MB pattern.
+//
+//   moe_prefill_bench [--reps N] [--quick 1]   (--quick: uniform only, for profilers)
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "common/cuda_check.h"
+#include "moe/moe_decode.h"
+#include "moe/moe_prefill.h"
+
+namespace pdserve::cuda {
+namespace {
+
+int g_reps = 10;
+bool g_quick = false;
+constexpr int64_t kExperts = 224, kInter = 3072, kDim = 3584, kRows = 32768, kTokens = 8192;
+constexpr double kPeak = 790e12;
+
+void check(const Status& s, const char* what) {
+  if (s.is_ok()) return;
+  std::fprintf(stderr, "%s: %s\n", what, s.to_string().c_str());
+  std::exit(1);
+}
+void check(cudaError_t e, const char* what) { check(cuda_status(e, what), what); }
+
+void fill_bytes(std::vector<uint8_t>& v, uint64_t seed, uint8_t lo = 0, uint8_t span = 0) {
+  uint64_t s = seed * 0x9E3779B97F4A7C15ull + 1;
+  for (size_t i = 0; i < v.size(); ++i) {
+    s ^= s >> 12, s ^= s << 25, s ^= s >> 27;
+    const uint64_t r = (s * 0x2545F4914F6CDD1Dull) >> 32;
+    v[i] = span ? static_cast<uint8_t>(lo + r % span) : static_cast<uint8_t>(r);
+  }
+}
+
+// n bytes on the device, a random pattern of at most 64 MB repeated.
+DeviceBuffer<uint8_t> random_device(size_t n, uint64_t seed, uint8_t lo = 0, uint8_t span = 0) {
+  DeviceBuffer<uint8_t> d(n);
+  std::vector<uint8_t> pat(std::min<size_t>(n, size_t(64) << 20));
+  fill_bytes(pat, seed, lo, span);
+  for (size_t off = 0; off < n; off += pat.size())
+    check(cudaMemcpy(d.get() + off, pat.data(), std::min(pat.size(), n - off), cudaMemcpyHostToDevice), "weights");
+  return d;
+}
+
+double median_us(const std::function<void()>& f) {
+  cudaEvent_t a, b;
+  cudaEventCreate(&a);
+  cudaEventCreate(&b);
+  for (int i = 0; i < 3; ++i) f();
+  std::vector<double> t;
+  for (int i = 0; i < g_reps; ++i) {
+    cudaEventRecord(a);
+    f();
+    cudaEventRecord(b);
+    cudaEventSynchronize(b);
+    float ms = 0;
+    cudaEventElapsedTime(&ms, a, b);
+    t.push_back(ms * 1e3);
+  }
+  check(cudaGetLastError(), "bench");
+  cudaEventDestroy(a);
+  cudaEventDestroy(b);
+  std::sort(t.begin(), t.end());
+  return t[t.size() / 2];
+}
+
+// Rows per expert; `total` rows. Remainders go one each to the first experts.
+std::vector<int64_t> counts_for(const std::string& kind, int64_t total) {
+  std::vector<int64_t> c(kExperts, 0);
+  std::vector<double> w(kExperts, 1.0);
+  int64_t fixed = 0;
+  if (kind == "zipf")
+    for (int64_t e = 0; e < kExperts; ++e) w[e] = 1.0 / double(e + 1);
+  if (kind == "hot") c[0] = fixed = kTokens, w[0] = 0.0;
+  double sum = 0;
+  for (double v : w) sum += v;
+  int64_t given = fixed;
+  for (int64_t e = 0; e < kExperts; ++e)
+    if (w[e] > 0) given += c[e] = static_cast<int64_t>(double(total - fixed) * w[e] / sum);
+  for (int64_t e = 0; given < total; e = (e + 1) % kExperts)
+    if (w[e] > 0) ++c[e], ++given;
+  return c;
+}
+
+std::vector<int32_t> offsets_of(const std::vector<int64_t>& c) {
+  std::vector<int32_t> off(c.size() + 1, 0);
+  for (size_t e = 0; e < c.size(); ++e) off[e + 1] = off[e] + static_cast<int32_t>(c[e]);
+  return off;
+}
+
+void run(int argc, char** argv) {
+  for (int i = 1; i + 1 < argc; i += 2)
+    if (!std::strcmp(argv[i], "--reps")) g_reps = std::atoi(argv[i + 1]);
+    else if (!std::strcmp(argv[i], "--quick")) g_quick = std::atoi(argv[i + 1]) != 0;
+  const size_t up_bytes = size_t(kExperts) * kInter * kDim / 2, up_scales = up_bytes / 16;
+  auto p1 = random_device(up_bytes, 1), p3 = random_device(up_bytes, 2), p2 = random_device(up_bytes, 3);
+  auto s1 = random_device(up_scales, 4, 120, 5), s3 = random_device(up_scales, 5, 120, 5), s2 = random_device(up_scales, 6, 120, 5);
+  MoeDecodeWeights w;
+  w.w1 = {p1.get(), s1.get(), kInter, kDim, false};
+  w.w3 = {p3.get(), s3.get(), kInter, kDim, false};
+  w.w2 = {p2.get(), s2.get(), kDim, kInter, false};
+  w.activation = MoeActivation::kSiTU;
+  w.situ_beta = 4.0f;
+  w.situ_linear_beta = 25.0f;
+  const int64_t cap = kTokens * 16;  // the backend's capacity: tokens x top-k
+  // bf16 activations: random bytes with the exponent field pinned near 1 (|x| in [0.5, 2)).
+  DeviceBuffer<uint16_t> x(cap * kDim), act(cap * kInter);
+  {
+    std::vector<uint16_t> h(size_t(kRows) * kDim);
+    std::vector<uint8_t> r(h.size() * 2);
+    fill_bytes(r, 7);
+    for (size_t i = 0; i < h.size(); ++i) h[i] = static_cast<uint16_t>(((r[2 * i] & 0x80) << 8) | ((0x7E + (r[2 * i] & 1)) << 7) | (r[2 * i + 1] & 0x7f));
+    check(cudaMemcpy(x.get(), h.data(), h.size() * 2, cudaMemcpyHostToDevice), "x");
+  }
+  DeviceBuffer<float> out(cap * kDim);
+  DeviceBuffer<int32_t> off(kExperts + 1);
+  std::printf("MoE prefill, EP4 rank: %lld local experts, expert %lld -> %lld -> %lld MXFP4, SiTU; %lld tokens x top-16 = %lld rows here\n",
+              (long long)kExperts, (long long)kDim, (long long)kInter, (long long)kDim, (long long)kTokens, (long long)kRows);
+  for (const std::string kind : {"uniform", "zipf", "hot"}) {
+    if (g_quick && kind != "uniform") break;
+    const auto c = counts_for(kind, kRows);
+    check(off.upload(offsets_of(c)), "offsets");
+    const double us = median_us([&] { check(moe_expert_mlp_prefill(w, off.get(), kExperts, cap, x.get(), act.get(), out.get(), nullptr), "prefill"); });
+    const double flops = 2.0 * kRows * 3 * kInter * kDim;
+    std::printf("prefill %-7s rows %lld (max %lld min %lld a expert): %8.1f us  %6.1f TFLOP/s  floor %6.1f us  ours/floor %.2fx\n", kind.c_str(),
+                (long long)kRows, (long long)*std::max_element(c.begin(), c.end()), (long long)*std::min_element(c.begin(), c.end()), us,
+                flops / us * 1e-6, flops / kPeak * 1e6, us / (flops / kPeak * 1e6));
+  }
+  if (g_quick) return;
+  // Crossover with the decode kernels (fp32 activations there), uniform rows.
+  DeviceBuffer<float> xf(cap * kDim), actf(cap * kInter);
+  check(cudaMemset(xf.get(), 0, cap * kDim * 4), "xf");
+  for (int64_t per : {2, 4, 8, 16, 32, 64}) {
+    const int64_t rows = per * kExperts;
+    check(off.upload(offsets_of(counts_for("uniform", rows))), "offsets");
+    const double us_p = median_us([&] { check(moe_expert_mlp_prefill(w, off.get(), kExperts, rows, x.get(), act.get(), out.get(), nullptr), "prefill"); });
+    const double us_d = median_us([&] { check(moe_expert_mlp_decode(w, off.get(), kExperts, rows, xf.get(), actf.get(), out.get(), nullptr), "decode"); });
+    std::printf("crossover %3lld rows a expert (%6lld rows): prefill %8.1f us  decode(kAuto) %8.1f us  prefill %.2fx faster\n", (long long)per,
+                (long long)rows, us_p, us_d, us_d / us_p);
+  }
+}
+
+}  // namespace
+}  // namespace pdserve::cuda
+
+int main(int argc, char** argv) {
+  pdserve::cuda::run(argc, argv);
+  return 0;
+}

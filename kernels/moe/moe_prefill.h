@@ -1,0 +1,59 @@
+// Prefill-time routed experts: a grouped GEMM over the local experts on bf16 tensor cores
+// (mma.sync m16n8k16, fp32 accumulate), MXFP4 weights dequantised in registers on the way.
+// It replaces step 2 of moe.h for many rows per expert; steps 1 and 3 stay, so a prefill
+// chunk runs
+//   moe_permute_bf16 -> moe_expert_mlp_prefill -> moe_combine
+// with the row count left on the device (no host sync; graph-capturable).
+//
+// Weights: moe_decode.h's decode layout, unchanged (the backend stores only that one). Its
+// 8-row x 128-input tiles of 512 contiguous bytes are what one warp needs for one A operand
+// half: lane (g, t)'s 16 bytes are row g's inputs 32i + 8t .. +7 of each 32-input group i.
+// Two adjacent tiles form the MMA's A (16 weight rows), the tokens are B (8 a column
+// block), so the token dimension of a tile can be cut in steps of 8: a short expert (the
+// last tile of every expert, and most experts under skew) wastes little tensor-core work.
+//
+// Tiles and schedule: a CTA tile is up to 64 tokens of one expert x (gate/up) 256 outputs of each
+// of w1 and w3, or (down) 512 outputs of w2, over all inputs in 128-input chunks; 8 warps,
+// each 32 gate + 32 up outputs (or 64 down outputs) x the 64 tokens: 4 A operands x 8 token
+// blocks = 32 MMAs a k-step, 128 fp32 accumulators a thread; a tile of fewer tokens runs a
+// variant with 2, 4 or 6 column blocks (no branches inside the MMA loops). Each chunk's weight tiles,
+// scales and bf16 token rows go through a 4-stage cp.async ring in shared memory (50 KB a
+// stage). Persistent CTAs: each one computes the tile list itself from `offsets` (a scan
+// of ceil(rows_e / 64) x output tiles in shared memory) and strides over it; within an
+// expert the token tiles of one output tile are adjacent, so CTAs running at the same time
+// share weight tiles in L2, in an order that rotates per output tile (moe_prefill_schedule.h).
+//
+// Precision: x and act are bf16 (rounded once: x in moe_permute_bf16, act in the gate/up
+// epilogue), weights exact in bf16 after dequantisation, fp32 accumulation; out_sorted is
+// fp32. Against the fp32 CPU reference the normalised error (max|gpu - cpu| / max|cpu|) is
+// a few 1e-3 (two bf16 roundings of relative 2^-9 on the activations); tests bound it 1e-2.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "moe/moe_decode.h"
+#include "pdserve/core/status.h"
+
+namespace pdserve::cuda {
+
+// Whether the weights' shapes fit the prefill kernel: cols % 128 == 0 for every projection
+// and gate/up/down agree (w2 is dim x inter), so every projection's rows are a multiple of
+// 128 too (a warp's 32 or 64 output rows are all real or all past the end).
+bool moe_prefill_fits(const MoeDecodeWeights& w);
+
+// moe_permute (moe.h) writing the sorted rows as bf16 bits (round to nearest even):
+// x_sorted [capacity, dim] uint16.
+Status moe_permute_bf16(const int32_t* ids, int64_t tokens, int64_t k, int64_t expert_begin, int64_t local_experts, const float* x,
+                        int64_t dim, const MoePlan& plan, uint16_t* x_sorted, cudaStream_t stream);
+
+// moe_expert_mlp's contract on decode-layout weights with bf16 activations: per local
+// expert e, over its rows [offsets[e], offsets[e+1]): act = act_fn(x W1^T, x W3^T) (bf16
+// bits [capacity, inter]), out_sorted = act W2^T (fp32 [capacity, dim]). Two launches. The
+// first call per kernel variant queries occupancy and raises its shared-memory limit;
+// later calls make no such calls (capture-safe after a warm-up).
+Status moe_expert_mlp_prefill(const MoeDecodeWeights& w, const int32_t* offsets, int64_t local_experts, int64_t capacity,
+                              const uint16_t* x_sorted, uint16_t* act, float* out_sorted, cudaStream_t stream);
+
+}  // namespace pdserve::cuda

@@ -1,0 +1,295 @@
+// moe_expert_mlp_prefill (contract and design: moe_prefill.h): grouped MXFP4 GEMM over the
+// local experts, mma.sync m16n8k16 bf16 with fp32 accumulators, weights-as-A.
+#include <cuda_bf16.h>
+
+#include "moe/moe_decode_device.cuh"
+#include "moe/moe_prefill.h"
+#include "moe/moe_prefill_schedule.h"
+
+namespace pdserve::cuda {
+
+namespace {
+
+using namespace moe_decode_detail;
+
+constexpr int kThreads = 256;  // 8 warps
+constexpr int kTokTile = 64;   // tokens of one expert per CTA tile (8 MMA column blocks)
+constexpr int kChunk = 128;    // inputs per pipeline stage (one decode-layout tile column)
+constexpr int kTilesPerStage = 64;  // 8-row weight tiles per stage: 32 gate + 32 up, or 64 down
+constexpr int kStages = 4;
+constexpr int kWBytes = kTilesPerStage * 512;
+constexpr int kSBytes = kTilesPerStage * 32;
+constexpr int kXRowBytes = kChunk * 2;
+constexpr int kXBytes = kTokTile * kXRowBytes;
+constexpr int kStageBytes = kWBytes + kSBytes + kXBytes;
+constexpr size_t kSmem = size_t(kStages) * kStageBytes;
+
+__device__ __forceinline__ void cp_async16(uint32_t dst, const void* src, uint32_t src_bytes) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dst), "l"(src), "r"(src_bytes) : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
+template <int kPending>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;" ::"n"(kPending) : "memory");
+}
+
+// Stage tile j (0..63) -> this projection's 8-row tile index within the output tile, and
+// which matrix (gated: j < 32 gate, else up).
+template <bool kGated>
+__device__ __forceinline__ int warp_tile(int warp, int j) {  // j = 0..7: the warp's tiles, A operand j / 2
+  if constexpr (kGated) return j < 4 ? 4 * warp + j : 32 + 4 * warp + (j - 4);
+  return 8 * warp + j;
+}
+
+// mma.m16n8k16 without `volatile`, so ptxas may interleave the independent MMAs with the
+// loads and the dequantisation.
+__device__ __forceinline__ void mma(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// Half of dequant_word (moe_decode_device.cuh): the two bf16x2 registers of k-step `half`
+// (0: out0, out1; 1: out2, out3), so only one k-step's A operands are live at a time.
+template <bool kWide>
+__device__ __forceinline__ void dequant_half(uint32_t q, uint32_t s, int half, uint32_t (&o)[2]) {
+  constexpr uint32_t kMask = 0x81C081C0u;
+  if (half == 0) {
+    o[0] = q & kMask;
+    o[1] = (q << 3) & kMask;
+  } else {
+    o[0] = (q << 6) & kMask;
+    o[1] = ((q >> 4) & 0x00C000C0u) | ((q >> 6) & 0x01000100u) | ((q << 2) & 0x80008000u);
+  }
+  if constexpr (!kWide) {
+    const uint32_t c = ((s + 126u) << 7) * 0x10001u;
+    o[0] = bf16x2_mul(o[0], c), o[1] = bf16x2_mul(o[1], c);
+  } else {
+    const uint32_t lift = 0x7E807E80u;
+    const uint32_t c = (s == 0 ? 0x0040u : s == 255 ? 0x7FC0u : (s << 7)) * 0x10001u;
+    o[0] = bf16x2_mul(bf16x2_mul(o[0], lift), c), o[1] = bf16x2_mul(bf16x2_mul(o[1], lift), c);
+  }
+}
+
+struct Tile {
+  int e, ot, tok0, ntok;
+};
+
+// One CTA tile: the cp.async ring over the input chunks, the MMAs, the epilogue. kNV: token
+// column blocks computed (>= the real ones, rounded up to even), so the MMA loops have no
+// branches and ptxas can schedule them freely.
+template <bool kGated, bool kWide, int kNV>
+__device__ __forceinline__ void run_tile(const Mxfp4Decode& a, const Mxfp4Decode& b, const uint16_t* __restrict__ x,
+                                         uint16_t* __restrict__ act_out, float* __restrict__ out, const MoeAct& fn, uint8_t* smem,
+                                         const Tile& tl) {
+  constexpr int kOutPerTile = kGated ? 256 : 512;
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+  const int rows = static_cast<int>(a.rows), cols = static_cast<int>(a.cols), chunks = cols / kChunk, rtiles = rows / 8;
+  const int rt0 = tl.ot * (kOutPerTile / 8);
+  const uint32_t smem_base = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
+
+  // Copy assignments, fixed per thread: weight tile j = warp + 8k (k = 0..7; gated: k < 4 gate
+  // tile warp + 8k, else up tile warp + 8(k - 4)), piece = lane; scales: thread < 128 takes
+  // tile thread / 2, half thread % 2; token row r = tid / 16 + 16k, piece tid % 16. Bases and
+  // strides are computed once, so few registers hold addresses.
+  const int64_t tile_stride = int64_t(8) * chunks * 512;  // 8 row tiles further
+  const int row_tile0 = rt0 + warp;
+  const uint8_t* wa = a.packed + ((int64_t(tl.e) * rtiles + row_tile0) * chunks) * 512 + lane * 16;
+  const uint8_t* wb = b.packed + ((int64_t(tl.e) * rtiles + row_tile0) * chunks) * 512 + lane * 16;
+  const int sj = threadIdx.x >> 1, s_rt = rt0 + (kGated ? (sj & 31) : sj);
+  const uint8_t* sp = ((kGated && sj >= 32) ? b.scales : a.scales) + ((int64_t(tl.e) * rtiles + s_rt) * chunks) * 32 + (threadIdx.x & 1) * 16;
+  const bool s_ok = threadIdx.x < kTilesPerStage * 2 && s_rt < rtiles;
+  const int xr0 = threadIdx.x >> 4, xpiece = threadIdx.x & 15;
+  const uint16_t* xp = x + int64_t(tl.tok0) * cols + xpiece * 8;
+
+  auto load = [&](int chunk, int stage) {
+    const uint32_t sw = smem_base + stage * kStageBytes, ss = sw + kWBytes, sx = ss + kSBytes;
+#pragma unroll
+    for (int k = 0; k < 8; ++k) {
+      const int rt = row_tile0 + 8 * (kGated ? (k & 3) : k);
+      if (rt < rtiles) {
+        const uint8_t* base = (kGated && k >= 4) ? wb : wa;
+        cp_async16(sw + (warp + 8 * k) * 512 + lane * 16, base + (kGated ? (k & 3) : k) * tile_stride + chunk * 512, 16);
+      }
+    }
+    if (s_ok) cp_async16(ss + threadIdx.x * 16, sp + chunk * 32, 16);
+    // Token rows, 16-byte pieces XOR-swizzled by row parity: the MMA loads of rows g and
+    // g + 1 (one quarter-warp) land in different bank halves. Rows past the expert: zeros.
+#pragma unroll
+    for (int k = 0; k < (kNV * 8 * 16 + kThreads - 1) / kThreads; ++k) {
+      const int r = xr0 + 16 * k;
+      const bool ok = r < tl.ntok;
+      cp_async16(sx + r * kXRowBytes + ((xpiece ^ ((r & 1) << 2)) * 16), xp + (ok ? int64_t(r) * cols : 0) + chunk * kChunk, ok ? 16u : 0u);
+    }
+  };
+
+  // Every projection's rows are a multiple of 128 (moe_prefill_fits), so a warp's 32 or 64
+  // output rows are all real or all past the end.
+  const bool live = (kGated ? tl.ot * 256 + 32 * warp : tl.ot * 512 + 64 * warp) < rows;
+  float acc[4][kNV][4];
+#pragma unroll
+  for (int p = 0; p < 4; ++p)
+#pragma unroll
+    for (int n = 0; n < kNV; ++n)
+#pragma unroll
+      for (int v = 0; v < 4; ++v) acc[p][n][v] = 0.0f;
+
+#pragma unroll
+  for (int s = 0; s < kStages - 1; ++s) {
+    if (s < chunks) load(s, s);
+    cp_async_commit();
+  }
+  for (int c = 0; c < chunks; ++c) {
+    cp_async_wait<kStages - 2>();
+    __syncthreads();
+    if (c + kStages - 1 < chunks) load(c + kStages - 1, (c + kStages - 1) % kStages);
+    cp_async_commit();
+    if (!live) continue;
+    const uint8_t* sw = smem + (c % kStages) * kStageBytes;
+    const uint8_t* ss = sw + kWBytes;
+    const uint8_t* sx = ss + kSBytes;
+    uint4 q[8];
+#pragma unroll
+    for (int j = 0; j < 8; ++j) q[j] = *reinterpret_cast<const uint4*>(sw + warp_tile<kGated>(warp, j) * 512 + lane * 16);
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {  // 32-input group i: two k-steps
+      // Lane (g, t)'s 8 inputs of token row 8n + g; k-step h uses its half h (8 bytes).
+      const uint8_t* xg = sx + g * kXRowBytes + (((4 * i + t) ^ ((g & 1) << 2)) * 16);
+      uint32_t sc[8];
+#pragma unroll
+      for (int j = 0; j < 8; ++j) sc[j] = ss[warp_tile<kGated>(warp, j) * 32 + g * 4 + i];
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {  // k-step h of the group: every accumulator once, no back-to-back dependence
+        uint32_t af[4][4];
+#pragma unroll
+        for (int p = 0; p < 4; ++p) {
+          uint32_t lo[2], hi[2];
+          dequant_half<kWide>(word_of(q[2 * p], i), sc[2 * p], h, lo);
+          dequant_half<kWide>(word_of(q[2 * p + 1], i), sc[2 * p + 1], h, hi);
+          af[p][0] = lo[0], af[p][1] = hi[0], af[p][2] = lo[1], af[p][3] = hi[1];
+        }
+#pragma unroll
+        for (int n = 0; n < kNV; ++n) {
+          const uint2 v = *reinterpret_cast<const uint2*>(xg + 8 * n * kXRowBytes + 8 * h);
+#pragma unroll
+          for (int p = 0; p < 4; ++p) mma(acc[p][n], af[p], v.x, v.y);
+        }
+      }
+    }
+  }
+  cp_async_wait<0>();
+  __syncthreads();  // the ring is free for the next tile's first loads
+  if (!live) return;
+
+  // acc[p][n]: (weight row g, tokens 2t, 2t+1), (row g + 8, the same tokens) of A operand p.
+#pragma unroll
+  for (int p = 0; p < (kGated ? 2 : 4); ++p) {
+#pragma unroll
+    for (int n = 0; n < kNV; ++n) {
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+#pragma unroll
+        for (int k = 0; k < 2; ++k) {
+          const int tok = 8 * n + 2 * t + k;
+          if (tok >= tl.ntok) continue;
+          const int64_t row = tl.tok0 + tok;
+          if constexpr (kGated) {
+            const int f = tl.ot * 256 + 32 * warp + 16 * p + g + 8 * h;
+            act_out[row * rows + f] = __bfloat16_as_ushort(__float2bfloat16_rn(fn(acc[p][n][2 * h + k], acc[p + 2][n][2 * h + k])));
+          } else {
+            const int f = tl.ot * 512 + 64 * warp + 16 * p + g + 8 * h;
+            out[row * rows + f] = acc[p][n][2 * h + k];
+          }
+        }
+      }
+    }
+  }
+}
+
+// One persistent CTA: builds the tile list from `offsets`, then strides over it. A tile is
+// (expert e, output tile ot, token tile mt); see moe_prefill.h.
+template <bool kGated, bool kWide>
+__global__ void __launch_bounds__(kThreads, 1)
+    prefill_gemm(Mxfp4Decode a, Mxfp4Decode b, const int32_t* __restrict__ offsets, int experts, const uint16_t* __restrict__ x,
+                 uint16_t* __restrict__ act_out, float* __restrict__ out, MoeAct fn) {
+  extern __shared__ __align__(128) uint8_t smem[];
+  __shared__ int tile_start[kMaxExperts + 1];
+  constexpr int kOutPerTile = kGated ? 256 : 512;
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int out_tiles = (static_cast<int>(a.rows) + kOutPerTile - 1) / kOutPerTile;
+
+  if (warp == 0) {  // tile_start[e] = tiles of experts below e (inclusive warp scans, 32 experts a step)
+    int run = 0;
+    if (lane == 0) tile_start[0] = 0;
+    for (int base = 0; base < experts; base += 32) {
+      const int e = base + lane;
+      int n = e < experts ? (offsets[e + 1] - offsets[e] + kTokTile - 1) / kTokTile * out_tiles : 0;
+#pragma unroll
+      for (int o = 1; o < 32; o <<= 1) {
+        const int v = __shfl_up_sync(0xffffffffu, n, o);
+        if (lane >= o) n += v;
+      }
+      if (e < experts) tile_start[e + 1] = run + n;
+      run += __shfl_sync(0xffffffffu, n, 31);
+    }
+  }
+  __syncthreads();
+  const int total = tile_start[experts];
+
+  for (int tile = blockIdx.x; tile < total; tile += gridDim.x) {
+    int lo = 0, hi = experts - 1;  // the last expert whose first tile is <= tile (never an empty one)
+    while (lo < hi) {
+      const int mid = (lo + hi + 1) >> 1;
+      if (tile_start[mid] <= tile) lo = mid;
+      else hi = mid - 1;
+    }
+    const int e = lo, local = tile - tile_start[e];
+    const int row_begin = offsets[e], nrows = offsets[e + 1] - row_begin;
+    const int mtiles = (nrows + kTokTile - 1) / kTokTile;
+    int ot, mt;
+    moe_prefill_detail::prefill_tile_coords(local, mtiles, &ot, &mt);
+    const Tile tl{e, ot, row_begin + mt * kTokTile, min(kTokTile, nrows - mt * kTokTile)};
+    switch ((tl.ntok + 15) >> 4) {  // column-block pairs
+      case 1: run_tile<kGated, kWide, 2>(a, b, x, act_out, out, fn, smem, tl); break;
+      case 2: run_tile<kGated, kWide, 4>(a, b, x, act_out, out, fn, smem, tl); break;
+      case 3: run_tile<kGated, kWide, 6>(a, b, x, act_out, out, fn, smem, tl); break;
+      default: run_tile<kGated, kWide, 8>(a, b, x, act_out, out, fn, smem, tl); break;
+    }
+  }
+}
+
+template <bool kGated, bool kWide>
+Status launch(const Mxfp4Decode& a, const Mxfp4Decode& b, const int32_t* offsets, int64_t experts, int64_t capacity, const uint16_t* x,
+              uint16_t* act, float* out, const MoeAct& fn, cudaStream_t stream) {
+  auto kernel = prefill_gemm<kGated, kWide>;
+  const int64_t per_tile = kGated ? 256 : 512;
+  const int64_t max_tiles = (capacity / kTokTile + experts) * ((a.rows + per_tile - 1) / per_tile);
+  PDS_ASSIGN_OR_RETURN(unsigned grid, grid_for(kernel, kSmem, max_tiles, kThreads));
+  kernel<<<grid, kThreads, kSmem, stream>>>(a, b, offsets, static_cast<int>(experts), x, act, out, fn);
+  return last_launch_status(kGated ? "moe_expert_mlp_prefill gate/up" : "moe_expert_mlp_prefill down");
+}
+
+}  // namespace
+
+bool moe_prefill_fits(const MoeDecodeWeights& w) {
+  auto ok = [](const Mxfp4Decode& m) { return m.packed && m.scales && m.rows > 0 && m.cols > 0 && m.cols % 128 == 0; };
+  return ok(w.w1) && ok(w.w3) && ok(w.w2) && w.w3.rows == w.w1.rows && w.w3.cols == w.w1.cols && w.w2.rows == w.w1.cols &&
+         w.w2.cols == w.w1.rows && w.w1.rows < (1 << 24) && w.w1.cols < (1 << 24);
+}
+
+Status moe_expert_mlp_prefill(const MoeDecodeWeights& w, const int32_t* offsets, int64_t local_experts, int64_t capacity,
+                              const uint16_t* x_sorted, uint16_t* act, float* out_sorted, cudaStream_t stream) {
+  if (!moe_prefill_fits(w)) return invalid_argument("moe_expert_mlp_prefill: weight widths must be multiples of 128 (moe_prefill_fits)");
+  if (local_experts <= 0 || local_experts > kMaxExperts) return invalid_argument("moe_expert_mlp_prefill: local_experts must be 1..1024");
+  if (capacity <= 0) return Status::ok();
+  if (capacity > INT32_MAX / 2) return invalid_argument("moe_expert_mlp_prefill: capacity too large");
+  const MoeAct fn{w.activation, w.situ_beta, w.situ_linear_beta};
+  const bool wide_up = w.w1.wide_scales || w.w3.wide_scales;
+  const Status up = wide_up ? launch<true, true>(w.w1, w.w3, offsets, local_experts, capacity, x_sorted, act, nullptr, fn, stream)
+                            : launch<true, false>(w.w1, w.w3, offsets, local_experts, capacity, x_sorted, act, nullptr, fn, stream);
+  PDS_RETURN_IF_ERROR(up);
+  return w.w2.wide_scales ? launch<false, true>(w.w2, w.w2, offsets, local_experts, capacity, act, nullptr, out_sorted, fn, stream)
+                          : launch<false, false>(w.w2, w.w2, offsets, local_experts, capacity, act, nullptr, out_sorted, fn, stream);
+}
+
+}  // namespace pdserve::cuda

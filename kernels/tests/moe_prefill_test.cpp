@@ -1,0 +1,215 @@
+// The prefill MoE grouped GEMM (moe/moe_prefill.h): moe_permute_bf16 ->
+// moe_expert_mlp_prefill -> moe_combine against the routed part of moe_forward on the CPU
+// (moe_reference.h), fresh random inputs each case. GPU tests skip without an sm_90 GPU.
+// Cases: the K3 expert shape (3584 -> 3072 -> 3584, SiTU(4, 25)) with real top-16 routing;
+// single experts of 1, 15, 17, 64, 65 and 129 rows beside empty ones (token tiles of 64,
+// column blocks of 8), at widths that leave the last output tile part-filled; one hot
+// expert (skew); uniform routing under SiLU and SiTU; scales above 2^1 (two-multiply
+// path); no local rows; a CUDA-graph replay that must give the eager launch's bits.
+// Bound: normalised error max|gpu - cpu| / max|cpu| < 1e-2. x and act are rounded to bf16
+// once each (relative 2^-9), weights exact, fp32 accumulation; runs print the measured
+// error (a few 1e-3 expected).
+#include <algorithm>
+#include <cstdio>
+
+#include "moe/moe_prefill.h"
+#include "moe/moe_prefill_schedule.h"
+#include "moe_reference.h"
+#include "test_util.h"
+
+namespace pdserve::cuda {
+namespace {
+
+using namespace ktest;
+using MoePrefill = GpuTest;
+
+struct DevWeights {
+  std::vector<DeviceBuffer<uint8_t>> bufs;
+  MoeDecodeWeights w;
+};
+
+DevWeights upload(const HostExperts& h, MoeActivation act, float beta, float lb) {
+  DevWeights d;
+  d.bufs.reserve(6);
+  auto put = [&](const std::vector<uint8_t>& p, const std::vector<uint8_t>& s, int64_t rows, int64_t cols, Mxfp4Decode* out) {
+    std::vector<uint8_t> rp, rs;
+    auto wide = mxfp4_repack_decode(p.data(), s.data(), h.experts, rows, cols, &rp, &rs);
+    EXPECT_TRUE(wide.is_ok());
+    d.bufs.push_back(dev(rp));
+    d.bufs.push_back(dev(rs));
+    *out = {d.bufs[d.bufs.size() - 2].get(), d.bufs.back().get(), rows, cols, wide.is_ok() && wide.value()};
+  };
+  put(h.p1, h.s1, h.inter, h.dim, &d.w.w1);
+  put(h.p3, h.s3, h.inter, h.dim, &d.w.w3);
+  put(h.p2, h.s2, h.dim, h.inter, &d.w.w2);
+  d.w.activation = act;
+  d.w.situ_beta = beta;
+  d.w.situ_linear_beta = lb;
+  return d;
+}
+
+// The device pipeline's buffers for one routing.
+struct Buffers {
+  DeviceBuffer<int32_t> ids, off, sorted, prow;
+  DeviceBuffer<float> wts, x, os, y;
+  DeviceBuffer<uint16_t> xs, act;
+  MoePlan plan() { return {off.get(), sorted.get(), prow.get()}; }
+};
+
+Status pipeline(Buffers& b, const DevWeights& dw, int64_t tokens, int64_t k, int64_t begin, int64_t local, cudaStream_t st) {
+  const int64_t dim = dw.w.w1.cols, cap = tokens * k;
+  PDS_RETURN_IF_ERROR(moe_permute_bf16(b.ids.get(), tokens, k, begin, local, b.x.get(), dim, b.plan(), b.xs.get(), st));
+  PDS_RETURN_IF_ERROR(moe_expert_mlp_prefill(dw.w, b.off.get(), local, cap, b.xs.get(), b.act.get(), b.os.get(), st));
+  return moe_combine(b.os.get(), b.prow.get(), b.wts.get(), tokens, k, dim, b.y.get(), st);
+}
+
+double run_prefill(const Routing& r, int64_t tokens, int64_t k, int64_t begin, const HostExperts& h, MoeActivation act, uint32_t seed,
+                   const std::string& what) {
+  const float beta = 4.0f, lb = 25.0f;
+  const int64_t dim = h.dim, inter = h.inter, local = h.experts, cap = tokens * k;
+  const auto x = randn(tokens * dim, seed);
+  const auto ref = routed_reference(h, r, tokens, k, begin, x, act, beta, lb);
+  const DevWeights dw = upload(h, act, beta, lb);
+  Buffers b{dev(r.ids), DeviceBuffer<int32_t>(local + 1), DeviceBuffer<int32_t>(cap), DeviceBuffer<int32_t>(cap),
+        dev(r.weights), dev(x), DeviceBuffer<float>(cap * dim), DeviceBuffer<float>(tokens * dim),
+        DeviceBuffer<uint16_t>(cap * dim), DeviceBuffer<uint16_t>(cap * inter)};
+  const Status s = pipeline(b, dw, tokens, k, begin, local, nullptr);
+  EXPECT_TRUE(s.is_ok()) << s.to_string();
+  const auto got = host(b.y);
+  int64_t rows = 0;
+  for (int32_t id : r.ids) rows += id >= begin && id < begin + local;
+  const double err = nerr(got, ref);
+  std::printf("prefill MoE %s: tokens=%lld local=%lld k=%lld rows=%lld dim=%lld inter=%lld: normalised error %.3g\n", what.c_str(),
+              (long long)tokens, (long long)local, (long long)k, (long long)rows, (long long)dim, (long long)inter, err);
+  EXPECT_GT(rows, 0) << what << ": the case should route some rows here";
+  return err;
+}
+
+TEST(MoePrefillShapes, FitsNeedsWidthsOf128) {
+  const uint8_t byte = 0;
+  MoeDecodeWeights w;
+  w.w1 = w.w3 = {&byte, &byte, 3072, 3584, false};
+  w.w2 = {&byte, &byte, 3584, 3072, false};
+  EXPECT_TRUE(moe_prefill_fits(w));
+  w.w1.rows = w.w3.rows = 3072 + 8;  // the decode layout fits (rows % 8); down then has 3080 inputs, not a multiple of 128
+  w.w2.cols = 3072 + 8;
+  EXPECT_FALSE(moe_prefill_fits(w));
+  w.w1.rows = w.w3.rows = 3072;
+  w.w2.cols = 3072;
+  w.w3.cols = 3584 - 128;  // gate and up must agree
+  EXPECT_FALSE(moe_prefill_fits(w));
+}
+
+TEST(MoePrefillSchedule, TileCoordsAreABijectionPerExpert) {
+  for (int mtiles = 1; mtiles <= 5; ++mtiles)
+    for (int out_tiles : {1, 7, 12}) {
+      std::vector<int> seen(out_tiles * mtiles, 0);
+      for (int local = 0; local < out_tiles * mtiles; ++local) {
+        int ot = -1, mt = -1;
+        moe_prefill_detail::prefill_tile_coords(local, mtiles, &ot, &mt);
+        ASSERT_GE(ot, 0);
+        ASSERT_LT(ot, out_tiles);
+        ASSERT_GE(mt, 0);
+        ASSERT_LT(mt, mtiles);
+        EXPECT_EQ(ot, local / mtiles) << "token tiles of one output tile must stay adjacent";
+        ++seen[ot * mtiles + mt];
+      }
+      EXPECT_EQ(seen, std::vector<int>(out_tiles * mtiles, 1)) << "mtiles " << mtiles << " out_tiles " << out_tiles;
+    }
+}
+
+// The K3 EP4 gate/up list at 146-147 rows an expert (token tiles of 64, 64, 18-19), 132
+// CTAs striding over it as the kernel does: every CTA gets its share of the short tiles.
+TEST(MoePrefillSchedule, StridingCtasShareTheShortTokenTiles) {
+  const int experts = 224, out_tiles = 12, ctas = 132, mtiles = 3;
+  const int total = experts * out_tiles * mtiles;
+  std::vector<int> short_tiles(ctas, 0);
+  for (int c = 0; c < ctas; ++c)
+    for (int tile = c; tile < total; tile += ctas) {
+      int ot, mt;
+      moe_prefill_detail::prefill_tile_coords(tile % (out_tiles * mtiles), mtiles, &ot, &mt);
+      short_tiles[c] += mt == mtiles - 1;
+    }
+  const auto [lo, hi] = std::minmax_element(short_tiles.begin(), short_tiles.end());
+  std::printf("short token tiles a CTA: %d..%d (of %d tiles a CTA)\n", *lo, *hi, total / ctas);
+  EXPECT_LE(*hi - *lo, 2);
+}
+
+TEST_F(MoePrefill, MatchesCpuAtK3ExpertShapeWithTop16) {
+  const int64_t experts = 32, local = 4, k = 16, tokens = 40;
+  const HostExperts h = make_experts(local, 3072, 3584, 90, false);
+  const Routing r = route(tokens, experts, k, 91);
+  EXPECT_LT(run_prefill(r, tokens, k, 0, h, MoeActivation::kSiTU, 92, "K3 top-16"), 1e-2);
+}
+
+TEST_F(MoePrefill, OddRowCountsBesideEmptyExperts) {
+  // Local experts 0 and 2 get n rows each (k = 2: one pick each per token), 1 and 3 none.
+  const int64_t local = 4, begin = 8;
+  const HostExperts h = make_experts(local, 384, 640, 100, true);  // 384: 1.5 gate/up tiles; 640: 1.25 down tiles
+  for (int64_t n : {1, 15, 17, 64, 65, 129}) {
+    Routing r{std::vector<int32_t>(2 * n), std::vector<float>(2 * n)};
+    for (int64_t t = 0; t < n; ++t) r.ids[2 * t] = begin + 2, r.ids[2 * t + 1] = begin, r.weights[2 * t] = 0.6f, r.weights[2 * t + 1] = 0.4f;
+    EXPECT_LT(run_prefill(r, n, 2, begin, h, MoeActivation::kSiTU, 101 + static_cast<uint32_t>(n), "rows=" + std::to_string(n)), 1e-2);
+  }
+}
+
+TEST_F(MoePrefill, SkewedAndUniformRouting) {
+  const int64_t local = 8, tokens = 300;
+  const HostExperts h = make_experts(local, 256, 384, 110, true);
+  // Every token's first pick is local expert 3; the second is spread over 16 experts, 8 of
+  // them on another rank.
+  Routing skew{std::vector<int32_t>(2 * tokens), std::vector<float>(2 * tokens, 0.5f)};
+  for (int64_t t = 0; t < tokens; ++t) skew.ids[2 * t] = 3, skew.ids[2 * t + 1] = t % 3 == 0 ? 3 + 8 + t % 8 : (t * 7) % 8 == 3 ? 4 : (t * 7) % 8;
+  EXPECT_LT(run_prefill(skew, tokens, 2, 0, h, MoeActivation::kSiTU, 111, "one hot expert"), 1e-2);
+  const Routing r = route(tokens, 16, 4, 112);
+  EXPECT_LT(run_prefill(r, tokens, 4, 0, h, MoeActivation::kSiLU, 113, "uniform SiLU"), 1e-2);
+  EXPECT_LT(run_prefill(r, tokens, 4, 8, h, MoeActivation::kSiTU, 114, "uniform SiTU"), 1e-2);
+}
+
+TEST_F(MoePrefill, ScalesAboveTwoTakeTheTwoMultiplyPath) {
+  const HostExperts h = make_experts(4, 256, 256, 120, false, 124, 10);  // scale bytes 124..133
+  const Routing r = route(70, 4, 2, 121);
+  EXPECT_LT(run_prefill(r, 70, 2, 0, h, MoeActivation::kSiLU, 122, "wide scales"), 1e-2);
+}
+
+TEST_F(MoePrefill, NoLocalRowsLeavesTheOutputZeroAndGraphReplayRepeats) {
+  const int64_t local = 6, tokens = 90, k = 2, cap = tokens * k, dim = 384, inter = 256;
+  const HostExperts h = make_experts(local, inter, dim, 130, true);
+  const DevWeights dw = upload(h, MoeActivation::kSiTU, 4.0f, 25.0f);
+  auto make = [&](const Routing& r) {
+    return Buffers{dev(r.ids), DeviceBuffer<int32_t>(local + 1), DeviceBuffer<int32_t>(cap), DeviceBuffer<int32_t>(cap),
+               dev(r.weights), dev(randn(tokens * dim, 131)), DeviceBuffer<float>(cap * dim), DeviceBuffer<float>(tokens * dim),
+               DeviceBuffer<uint16_t>(cap * dim), DeviceBuffer<uint16_t>(cap * inter)};
+  };
+  const Routing none{std::vector<int32_t>(cap, 40), std::vector<float>(cap, 0.5f)};
+  Buffers b0 = make(none);
+  ASSERT_TRUE(pipeline(b0, dw, tokens, k, 0, local, nullptr).is_ok());
+  EXPECT_EQ(host(b0.y), std::vector<float>(tokens * dim, 0.0f));
+
+  Routing r{std::vector<int32_t>(cap), std::vector<float>(cap, 0.5f)};
+  for (int64_t t = 0; t < tokens; ++t) r.ids[2 * t] = 1, r.ids[2 * t + 1] = t % 3 == 0 ? 4 : 9;  // experts 0, 2, 3, 5 empty
+  Buffers b = make(r);
+  ASSERT_TRUE(pipeline(b, dw, tokens, k, 0, local, nullptr).is_ok());
+  const auto first = host(b.y);
+  cudaStream_t st;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking), cudaSuccess);
+  cudaGraph_t graph;
+  cudaGraphExec_t exec;
+  ASSERT_EQ(cudaStreamBeginCapture(st, cudaStreamCaptureModeGlobal), cudaSuccess);
+  const Status captured = pipeline(b, dw, tokens, k, 0, local, st);
+  ASSERT_EQ(cudaStreamEndCapture(st, &graph), cudaSuccess);
+  ASSERT_TRUE(captured.is_ok()) << captured.to_string();
+  ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
+  for (int i = 0; i < 2; ++i) {
+    ASSERT_EQ(cudaMemsetAsync(b.y.get(), 0, tokens * dim * sizeof(float), st), cudaSuccess);
+    ASSERT_EQ(cudaGraphLaunch(exec, st), cudaSuccess);
+    ASSERT_EQ(cudaStreamSynchronize(st), cudaSuccess);
+    EXPECT_EQ(host(b.y), first) << "graph replay " << i + 1;
+  }
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+  cudaStreamDestroy(st);
+}
+
+}  // namespace
+}  // namespace pdserve::cuda
