@@ -257,7 +257,8 @@ Status CudaModel::moe(const DeviceLayer& l, const float* x, int64_t rows, float*
   } else {
     PDS_RETURN_IF_ERROR(moe_permute(ids, rows, K, l.expert_begin, l.local_experts, xin, lat, plan, x_sorted, stream_));
     if (l.quantized && l.decode_layout)
-      PDS_RETURN_IF_ERROR(moe_expert_mlp_decode(l.mxfp4_decode, plan.offsets, l.local_experts, cap, x_sorted, act, out_sorted, stream_));
+      PDS_RETURN_IF_ERROR(moe_expert_mlp_decode(l.mxfp4_decode, plan.offsets, l.local_experts, cap, x_sorted, act, out_sorted, stream_,
+                                                MoeDecodeKernel::kAuto, moe_queue_));
     else if (l.quantized)
       PDS_RETURN_IF_ERROR(moe_expert_mlp(l.mxfp4, plan.offsets, l.local_experts, cap, x_sorted, act, out_sorted, stream_));
     else

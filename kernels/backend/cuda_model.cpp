@@ -54,6 +54,16 @@ Result<std::unique_ptr<CudaModel>> CudaModel::create(std::shared_ptr<const Model
     PDS_RETURN_IF_ERROR(cuda_status(cudaMalloc(&m->state_, m->state_floats() * sizeof(float)), "cudaMalloc (KDA state)"));
     PDS_RETURN_IF_ERROR(cuda_status(cudaMemset(m->state_, 0, m->state_floats() * sizeof(float)), "cudaMemset"));
   }
+  // The fused MoE decode kernel's queue (moe_decode.h): one per model, so models sharing a
+  // GPU (prefill and decode roles in one process) never share it; this model's MoE layers
+  // run in order on stream_, so they can. Zero once here; every call leaves it zero.
+  int64_t most_local = 0;
+  for (const DeviceLayer& l : m->w_.layers) most_local = std::max(most_local, l.local_experts);
+  if (most_local > 0) {
+    m->moe_queue_.bytes = moe_decode_workspace_bytes(most_local);
+    PDS_RETURN_IF_ERROR(cuda_status(cudaMalloc(&m->moe_queue_.data, m->moe_queue_.bytes), "cudaMalloc (MoE decode queue)"));
+    PDS_RETURN_IF_ERROR(cuda_status(cudaMemset(m->moe_queue_.data, 0, m->moe_queue_.bytes), "cudaMemset"));
+  }
   m->device_bytes_ = m->w_.bytes() + (m->kv_floats() + m->state_floats()) * sizeof(float);
   m->opts_ = opts;
   if (m->comm_) m->opts_.graphs = false;  // NCCL inside captured decode graphs: not tested yet
@@ -69,6 +79,7 @@ CudaModel::~CudaModel() {
   for (auto& [p, n] : scratch_) cudaFree(p);
   if (kv_) cudaFree(kv_);
   if (state_) cudaFree(state_);
+  if (moe_queue_.data) cudaFree(moe_queue_.data);
   if (stream_) cudaStreamDestroy(stream_);
 }
 

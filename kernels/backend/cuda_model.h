@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "backend/device_weights.h"
+#include "moe/moe_decode.h"
 #include "nccl/device_comm.h"
 #include "pdserve/model/device_forward.h"
 
@@ -97,6 +98,7 @@ class CudaModel final : public DeviceForward {
   int64_t kda_layer_floats_ = 0, kda_conv_floats_ = 0, slot_floats_ = 0, kv_layer_stride_ = 0;
   float* kv_ = nullptr;
   float* state_ = nullptr;
+  MoeDecodeWorkspace moe_queue_;  // the fused MoE decode kernel's queue (cuda_model.cpp)
   cudaStream_t stream_ = nullptr;
   std::vector<std::pair<void*, size_t>> scratch_;  // (pointer, bytes)
   uint64_t scratch_generation_ = 0;                 // bumped when a scratch buffer moves: graphs then re-capture

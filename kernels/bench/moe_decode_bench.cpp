@@ -1,8 +1,10 @@
 // Decode MoE on one EP32 rank (28 of 896 experts, top-16, expert 3584 -> 3072 -> 3584 in
-// MXFP4, SiTU(4, 25)) at batch 1, 4, 16, 64, 256: moe_expert_mlp_decode against the floor
+// MXFP4, SiTU(4, 25)) at batch 1, 4, 16, 64, 256 (then 2, 8, 32, 48, 96, 128, 192 for the
+// crossovers; the first five keep their routing draws): moe_expert_mlp_decode against the floor
 // (MXFP4 bytes of the touched experts, packed + scales, / --bw) and against the anchor in
 // the same run, moe_expert_mlp (moe.h) on the same bytes. Every decode kernel is timed
-// (streamed, staged, weights-on-A in three schedules, the one-launch fused kernel). Also the whole routed step
+// (streamed, staged, weights-on-A in three schedules, the one-launch fused kernel) and
+// kAuto with a queue workspace, as the backend calls it (its choice is printed). Also the whole routed step
 // (permute -> decode experts -> combine), eagerly and replayed from a CUDA graph, and a
 // device-to-device copy of the touched bytes as a bandwidth reference at that size. CUDA
 // events, warm-up first, median of --reps; weights rotate over 3 sets (1.5 GB) so repeats
@@ -122,7 +124,10 @@ void bench(const char* routes_path) {
               "| case | us | floor us | ratio | effective | note\n|---|---|---|---|---|---\n",
               g_bw * 1e-12);
   std::mt19937 g(7);
-  for (int64_t tokens : {1, 4, 16, 64, 256}) {
+  // The fused kernel's queue, zero once; every call leaves it zero.
+  DeviceBuffer<uint32_t> ws_buf = upload(std::vector<uint32_t>(moe_decode_workspace_bytes(local) / sizeof(uint32_t), 0u));
+  const MoeDecodeWorkspace ws{ws_buf.get(), ws_buf.size() * sizeof(uint32_t)};
+  for (int64_t tokens : {1, 4, 16, 64, 256, 2, 8, 32, 48, 96, 128, 192}) {
     if (g_only && tokens != g_only) continue;
     std::vector<int32_t> ids(tokens * k);
     std::vector<float> wts(tokens * k);
@@ -160,7 +165,7 @@ void bench(const char* routes_path) {
     const MoePlan plan{off.get(), sorted.get(), prow.get()};
     auto permute = [&](cudaStream_t st) { check(moe_permute(di.get(), tokens, k, 0, local, dx.get(), dim, plan, xs.get(), st), "permute"); };
     auto decode_with = [&](int i, cudaStream_t st, MoeDecodeKernel kern) {
-      check(moe_expert_mlp_decode(wd[i % sets], off.get(), local, cap, xs.get(), act.get(), os.get(), st, kern), "decode");
+      check(moe_expert_mlp_decode(wd[i % sets], off.get(), local, cap, xs.get(), act.get(), os.get(), st, kern, ws), "decode");
     };
     auto decode = [&](int i, cudaStream_t st) { decode_with(i, st, MoeDecodeKernel::kAuto); };
     auto combine = [&](cudaStream_t st) { check(moe_combine(os.get(), prow.get(), dw.get(), tokens, k, dim, y.get(), st), "combine"); };
@@ -171,6 +176,12 @@ void bench(const char* routes_path) {
     const double twn = median_us([&](int i) { decode_with(i, nullptr, MoeDecodeKernel::kWeightsANoPrefetch); });
     const double tws = median_us([&](int i) { decode_with(i, nullptr, MoeDecodeKernel::kWeightsAStrided); });
     const double tf = median_us([&](int i) { decode_with(i, nullptr, MoeDecodeKernel::kFused); });
+    const double tauto = median_us([&](int i) { decode(i, nullptr); });
+    const MoeDecodeKernel chosen = moe_decode_choice(wd[0], local, cap, true);
+    const char* chosen_name = chosen == MoeDecodeKernel::kFused                ? "fused"
+                              : chosen == MoeDecodeKernel::kWeightsANoPrefetch ? "weights on A, no L2 prefetch"
+                              : chosen == MoeDecodeKernel::kWeightsAStrided    ? "weights on A, strided"
+                                                                               : "other";
     const double ta = median_us([&](int i) {
       check(moe_expert_mlp(wa[i % sets], off.get(), local, cap, xs.get(), act.get(), os.get(), nullptr), "anchor");
     });
@@ -202,6 +213,7 @@ void bench(const char* routes_path) {
     row(b + " decode expert MLP (weights on A, strided)", tws, bytes, floor_us);
     row(b + " decode expert MLP (fused, TMA ring)", tf, bytes, floor_us,
         std::to_string(std::min({tw, twn, tws}) / tf).substr(0, 5) + "x the best two-launch weights-on-A");
+    row(b + " decode expert MLP, kAuto -> " + chosen_name, tauto, bytes, floor_us, "with a workspace, as the backend");
     row(b + " anchor moe_expert_mlp", ta, bytes, floor_us, "fused decode is " + std::to_string(ta / tf).substr(0, 5) + "x faster");
     row(b + " permute+decode+combine", tall, bytes, floor_us, "eager");
     row(b + " permute+decode+combine", tg, bytes, floor_us, "CUDA graph replay");

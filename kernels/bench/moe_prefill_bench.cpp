@@ -143,14 +143,20 @@ void run(int argc, char** argv) {
   if (g_quick) return;
   // Crossover with the decode kernels (fp32 activations there), uniform rows.
   DeviceBuffer<float> xf(cap * kDim), actf(cap * kInter);
+  // kAuto with the fused kernel's queue workspace, as the backend calls it (zero once).
+  DeviceBuffer<uint32_t> ws_buf(moe_decode_workspace_bytes(kExperts) / sizeof(uint32_t));
+  check(cudaMemset(ws_buf.get(), 0, moe_decode_workspace_bytes(kExperts)), "workspace");
+  const MoeDecodeWorkspace ws{ws_buf.get(), moe_decode_workspace_bytes(kExperts)};
   check(cudaMemset(xf.get(), 0, cap * kDim * 4), "xf");
   for (int64_t per : {2, 4, 8, 16, 32, 64}) {
     const int64_t rows = per * kExperts;
     check(off.upload(offsets_of(counts_for("uniform", rows))), "offsets");
     const double us_p = median_us([&] { check(moe_expert_mlp_prefill(w, off.get(), kExperts, rows, x.get(), act.get(), out.get(), nullptr), "prefill"); });
-    const double us_d = median_us([&] { check(moe_expert_mlp_decode(w, off.get(), kExperts, rows, xf.get(), actf.get(), out.get(), nullptr), "decode"); });
-    std::printf("crossover %3lld rows a expert (%6lld rows): prefill %8.1f us  decode(kAuto) %8.1f us  prefill %.2fx faster\n", (long long)per,
-                (long long)rows, us_p, us_d, us_d / us_p);
+    const double us_d = median_us(
+        [&] { check(moe_expert_mlp_decode(w, off.get(), kExperts, rows, xf.get(), actf.get(), out.get(), nullptr, MoeDecodeKernel::kAuto, ws), "decode"); });
+    const bool fused = moe_decode_choice(w, kExperts, rows, true) == MoeDecodeKernel::kFused;
+    std::printf("crossover %3lld rows a expert (%6lld rows): prefill %8.1f us  decode(kAuto -> %s) %8.1f us  prefill %.2fx faster\n",
+                (long long)per, (long long)rows, us_p, fused ? "fused" : "two-launch", us_d, us_d / us_p);
   }
 }
 

@@ -86,18 +86,42 @@ Status mxfp4_unpack_decode(const uint8_t* packed, const uint8_t* scales, int64_t
 // kStreamed: activations read from global memory per word, 16 rows a pass, any width.
 // kStaged: activation rows staged in shared memory as bf16 (8 a pass), the unit's weights
 // kept in registers across passes and the next unit's loaded during this one's MMAs;
-// needs dim, inter <= 4096. kAuto (the H200 measurements; docs/perf.md): where kWeightsA's
-// shape rules hold, kWeightsANoPrefetch up to capacity 1024 and kWeightsAStrided beyond;
-// elsewhere kStaged where it fits and capacity <= 1024, else kStreamed. kAuto never picks
-// kFused (see below: one queue per device).
+// needs dim, inter <= 4096. kAuto (the H200 measurements; docs/perf.md): where kFused fits
+// and the call has a workspace, kFused from capacity kMoeDecodeFusedMinCapacity; else where
+// kWeightsA's shape rules hold, kWeightsANoPrefetch up to capacity 1024 and
+// kWeightsAStrided beyond; elsewhere kStaged where it fits and capacity <= 1024, else
+// kStreamed.
 // kFused (moe_decode_fused_sm90.cu): the weights-on-A step in ONE launch for gate/up, the
-// activation and down; a producer warp per CTA claims units from a global queue and has
-// the TMA unit copy their tiles into a two-slot shared-memory ring; down units wait on a
-// per-expert counter of finished gate/up units only when they stage their activations, so
-// the down weights load while gate/up finishes. Needs the kWeightsA shapes and
-// max(dim, inter) <= 3840 (the ring); calls using it must not overlap on one device (one
-// queue per device, zeroed by each launch's last CTA).
+// activation and down; a producer warp per CTA claims units from a queue in the caller's
+// MoeDecodeWorkspace and has the TMA unit copy their tiles into a two-slot shared-memory
+// ring; down units wait on a per-expert counter of finished gate/up units (same workspace)
+// only when they stage their activations, so the down weights load while gate/up finishes.
+// Needs the kWeightsA shapes, max(dim, inter) <= 3840 (the ring) and a workspace.
 enum class MoeDecodeKernel { kAuto, kStreamed, kStaged, kWeightsA, kWeightsANoPrefetch, kWeightsAStrided, kFused };
+
+// kAuto takes kFused (given a workspace) from this many routed pairs (tokens * k) on: at
+// K3's EP32 shape (top-16) it ran 1.03x the speed of the blocked two-launch kernel at 1024
+// pairs, 0.97-1.02x at 1536-3072 and 1.33x the strided one (the old choice) at 4096, but
+// 0.87-0.98x the blocked one at 256-768 (docs/perf.md). The rule assumes decode sizes (a
+// few rows per expert, as the backend guarantees): at 32-64 rows per expert the fused
+// kernel was 1.1-1.6x slower than strided, and the prefill GEMM 5-8x faster than both.
+constexpr int64_t kMoeDecodeFusedMinCapacity = 1024;
+
+// The fused kernel's queue state: a unit counter, a finished-CTA counter and a finished
+// gate/up unit counter per local expert, in device memory the caller owns. It must be zero
+// before the first call (moe_decode_workspace_bytes bytes, cudaMemset once at allocation);
+// every fused call leaves it zero again (its last CTA resets it), so eager calls and CUDA
+// graph replays need nothing more. Calls that may run at the same time (two streams, two
+// models on one GPU) need separate workspaces; calls ordered on one stream may share one.
+struct MoeDecodeWorkspace {
+  void* data = nullptr;
+  size_t bytes = 0;
+};
+inline size_t moe_decode_workspace_bytes(int64_t local_experts) { return size_t(2 + local_experts) * sizeof(uint32_t); }
+
+// The kernel a call with these arguments runs (kAuto resolved; `kernel` itself otherwise).
+MoeDecodeKernel moe_decode_choice(const MoeDecodeWeights& w, int64_t local_experts, int64_t capacity, bool has_workspace,
+                                  MoeDecodeKernel kernel = MoeDecodeKernel::kAuto);
 
 // moe_expert_mlp's contract (moe.h) on decode-layout weights: per local expert, over its
 // rows [offsets[e], offsets[e+1]): act = act_fn(x W1^T, x W3^T) (fp32 [*, inter]), then
@@ -107,8 +131,10 @@ enum class MoeDecodeKernel { kAuto, kStreamed, kStaged, kWeightsA, kWeightsANoPr
 // kernel takes two tiles a unit, kWeightsA four) listed from `offsets` on the device, no host
 // sync: the call can be captured in a CUDA graph. The first call per kernel queries
 // occupancy (and raises the dynamic shared-memory limit); later calls make no such calls.
+// `workspace` (kFused's queue, above) may be empty: kAuto then never takes kFused, and an
+// explicit kFused is an invalid_argument.
 Status moe_expert_mlp_decode(const MoeDecodeWeights& w, const int32_t* offsets, int64_t local_experts, int64_t capacity,
                              const float* x_sorted, float* act, float* out_sorted, cudaStream_t stream,
-                             MoeDecodeKernel kernel = MoeDecodeKernel::kAuto);
+                             MoeDecodeKernel kernel = MoeDecodeKernel::kAuto, MoeDecodeWorkspace workspace = {});
 
 }  // namespace pdserve::cuda

@@ -179,7 +179,8 @@ Result<unsigned> grid_for(Kernel kernel, size_t smem, int64_t max_units, int thr
 // The fused kernel (moe_decode_fused_sm90.cu): gate/up, activation and down in one launch.
 // Fits where its token rows and two ring slots fit in shared memory (K3: 3584 / 3072).
 bool decode_fused_fits(int64_t dim, int64_t inter);
+// `workspace`: moe_decode_workspace_bytes(experts) bytes, zero; left zero.
 Status launch_decode_fused(const MoeDecodeWeights& w, const int32_t* offsets, int64_t experts, const float* x, float* act, float* out,
-                           const MoeAct& fn, cudaStream_t stream);
+                           const MoeAct& fn, uint32_t* workspace, cudaStream_t stream);
 
 }  // namespace pdserve::cuda::moe_decode_detail

@@ -17,9 +17,11 @@
 //    gate/up units finish, with no second launch.
 // No deadlock whatever the residency: a down unit is claimed only after every gate/up
 // unit was claimed, each by a running CTA that finishes its gate/up units (in claim
-// order) before it waits on anything. The queue and counters live in one __device__
-// block that the last CTA to finish zeroes, so every launch (and every graph replay)
-// starts from zero; two fused calls on one device must therefore not run concurrently.
+// order) before it waits on anything, and other grids (a concurrent call on another
+// stream) only delay CTAs that have not claimed anything yet. The queue and counters live
+// in the caller's workspace (moe_decode.h, MoeDecodeWorkspace), which the last CTA to
+// finish zeroes, so the next launch or graph replay starts from zero and concurrent calls
+// with separate workspaces never see each other's counters.
 #include <cstdint>
 
 #include "moe/moe_decode_device.cuh"
@@ -33,12 +35,14 @@ static_assert(kStages == 2, "the producer's last reclaim assumes one slot still 
 constexpr int kMmaThreads = kWaWarps * 32;
 constexpr int kThreadsAll = kMmaThreads + 32;  // + the producer warp
 
+// The workspace (moe_decode_workspace_bytes): this header, then one word per local expert
+// (gate/up units finished); zero before a launch, zero after.
 struct Sched {
-  unsigned next;                     // the unit queue
-  unsigned done;                     // CTAs finished
-  unsigned expert_done[kMaxExperts];  // gate/up units finished, per expert
+  unsigned next;  // the unit queue
+  unsigned done;  // CTAs finished
 };
-__device__ Sched g_sched;  // zero at load; the last CTA of each launch zeroes it again
+static_assert(sizeof(Sched) == 2 * sizeof(uint32_t), "moe_decode_workspace_bytes counts 2 + experts words");
+__device__ __forceinline__ unsigned* expert_counters(Sched* s) { return reinterpret_cast<unsigned*>(s + 1); }
 
 __device__ __forceinline__ uint32_t smem_u32(const void* p) { return static_cast<uint32_t>(__cvta_generic_to_shared(p)); }
 
@@ -96,7 +100,8 @@ struct Shape {
 template <bool kGated, bool kWide>
 __device__ __forceinline__ void run_unit(const uint8_t* slot, uint32_t cmax, uint32_t chunks, int e, uint32_t n, int begin, int end,
                                          const float* x, uint32_t cols, float* y, uint32_t y_cols, const MoeAct& fn, uint16_t* x_s,
-                                         float (*s_red2)[kWaWarps][4][kWaTokens][8], int& staged_key, int& buf, uint32_t gate_per_expert) {
+                                         float (*s_red2)[kWaWarps][4][kWaTokens][8], int& staged_key, int& buf, uint32_t gate_per_expert,
+                                         const unsigned* expert_done) {
   // Gate/up units are published by the producer warp once the slot comes back (see there).
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, t = lane & 3;
   const uint4* packed = reinterpret_cast<const uint4*>(slot);
@@ -107,7 +112,7 @@ __device__ __forceinline__ void run_unit(const uint8_t* slot, uint32_t cmax, uin
     const int key = kGated ? r0 : r0 | (1 << 30);  // rows of x_sorted or of act
     if (staged_key != key) {  // uniform; the last pass's barrier ended all x_s reads
       if constexpr (!kGated) {  // the activations of expert e: every gate/up unit of it done
-        if (tid == 0) wait_at_least(&g_sched.expert_done[e], gate_per_expert);
+        if (tid == 0) wait_at_least(&expert_done[e], gate_per_expert);
         mma_warps_sync();
       }
       stage_rows<true>(x, r0, nrows, cols, stride, x_s, tid, kMmaThreads);
@@ -165,7 +170,7 @@ __device__ __forceinline__ void run_unit(const uint8_t* slot, uint32_t cmax, uin
 template <bool kWide>
 __global__ void __launch_bounds__(kThreadsAll, 1)
     decode_fused(Mxfp4Decode w1, Mxfp4Decode w3, Mxfp4Decode w2, Shape sh, const int32_t* __restrict__ offsets, int experts,
-                 const float* __restrict__ x, float* act, float* __restrict__ out, MoeAct fn) {
+                 const float* __restrict__ x, float* act, float* __restrict__ out, MoeAct fn, Sched* sched) {
   extern __shared__ __align__(128) uint8_t smem[];
   __shared__ int s_list[kMaxExperts];
   __shared__ int s_count;
@@ -206,7 +211,7 @@ __global__ void __launch_bounds__(kThreadsAll, 1)
         mbar_wait(&empty[slot], use & 1);
         if (pending[slot] >= 0) {
           __threadfence();
-          atomicAdd(&g_sched.expert_done[pending[slot]], 1u);
+          atomicAdd(&expert_counters(sched)[pending[slot]], 1u);
           pending[slot] = -1;
         }
       };
@@ -215,7 +220,7 @@ __global__ void __launch_bounds__(kThreadsAll, 1)
         const uint32_t slot = i % kStages;
         if (i >= kStages) reclaim(slot, i / kStages - 1);
         if (run_left == 0) {
-          const uint32_t ticket = atomicAdd(&g_sched.next, 1u);
+          const uint32_t ticket = atomicAdd(&sched->next, 1u);
           if (ticket >= tickets_all) break;
           if (ticket < tickets_gate) {
             const uint32_t m0 = (ticket % tickets_gate_e) * run_gate;
@@ -272,13 +277,13 @@ __global__ void __launch_bounds__(kThreadsAll, 1)
         const int e = s_list[u / sh.gate_per_expert];
         const uint32_t n = (u % sh.gate_per_expert) * 2;
         run_unit<true, kWide>(src, sh.cmax, sh.gate_chunks, e, n, offsets[e], offsets[e + 1], x, sh.gate_chunks * 128, act,
-                              sh.gate_tiles * 8, fn, x_s, s_red, staged_key, buf, sh.gate_per_expert);
+                              sh.gate_tiles * 8, fn, x_s, s_red, staged_key, buf, sh.gate_per_expert, expert_counters(sched));
       } else {
         const uint32_t d = u - gate_units;
         const int e = s_list[d / sh.down_per_expert];
         const uint32_t n = (d % sh.down_per_expert) * 4;
         run_unit<false, kWide>(src, sh.cmax, sh.down_chunks, e, n, offsets[e], offsets[e + 1], act, sh.down_chunks * 128, out,
-                               sh.down_tiles * 8, fn, x_s, s_red, staged_key, buf, sh.gate_per_expert);
+                               sh.down_tiles * 8, fn, x_s, s_red, staged_key, buf, sh.gate_per_expert, expert_counters(sched));
       }
       __syncwarp();
       if (lane == 0) mbar_arrive(&empty[slot]);  // this warp is done with the slot
@@ -287,10 +292,10 @@ __global__ void __launch_bounds__(kThreadsAll, 1)
   __syncthreads();
   if (tid == 0) {  // the last CTA out zeroes the queue and counters for the next launch
     __threadfence();
-    if (atomicAdd(&g_sched.done, 1u) == gridDim.x - 1) {
-      g_sched.next = 0;
-      for (int e = 0; e < experts; ++e) g_sched.expert_done[e] = 0;
-      g_sched.done = 0;
+    if (atomicAdd(&sched->done, 1u) == gridDim.x - 1) {
+      sched->next = 0;
+      for (int e = 0; e < experts; ++e) expert_counters(sched)[e] = 0;
+      sched->done = 0;
       __threadfence();
     }
   }
@@ -312,7 +317,7 @@ bool decode_fused_fits(int64_t dim, int64_t inter) {
 }
 
 Status launch_decode_fused(const MoeDecodeWeights& w, const int32_t* offsets, int64_t experts, const float* x, float* act, float* out,
-                           const MoeAct& fn, cudaStream_t stream) {
+                           const MoeAct& fn, uint32_t* workspace, cudaStream_t stream) {
   const int64_t dim = w.w1.cols, inter = w.w1.rows;
   if (!decode_fused_fits(dim, inter)) return invalid_argument("moe_expert_mlp_decode: the fused kernel's ring does not fit");
   const Shape sh{static_cast<uint32_t>(inter / 8),  static_cast<uint32_t>(dim / 128),   static_cast<uint32_t>(inter / 16),
@@ -323,7 +328,8 @@ Status launch_decode_fused(const MoeDecodeWeights& w, const int32_t* offsets, in
   const bool wide = w.w1.wide_scales || w.w3.wide_scales || w.w2.wide_scales;  // the two-multiply path is exact for any scale
   auto run = [&](auto kernel) -> Status {
     PDS_ASSIGN_OR_RETURN(unsigned grid, grid_for(kernel, smem, max_units, kThreadsAll));
-    kernel<<<grid, kThreadsAll, smem, stream>>>(w.w1, w.w3, w.w2, sh, offsets, static_cast<int>(experts), x, act, out, fn);
+    kernel<<<grid, kThreadsAll, smem, stream>>>(w.w1, w.w3, w.w2, sh, offsets, static_cast<int>(experts), x, act, out, fn,
+                                                 reinterpret_cast<Sched*>(workspace));
     return last_launch_status("moe decode fused");
   };
   return wide ? run(decode_fused<true>) : run(decode_fused<false>);

@@ -443,40 +443,67 @@ Status launch(const Mxfp4Decode& a, const Mxfp4Decode& b, const int32_t* offsets
 
 }  // namespace
 
+namespace {
+
+struct Fits {
+  bool fits, wa, fused;
+};
+
+Fits shape_fits(const MoeDecodeWeights& w, int64_t local_experts) {
+  const int64_t inter = w.w1.rows, dim = w.w1.cols;
+  const int64_t max_cols = int64_t(kWarps) * kBatch * 128;
+  Fits f{};
+  f.fits = dim <= max_cols && inter <= max_cols;
+  // kWeightsA: 16-row gate/up pairs and 32-row down units, 32-bit word indices.
+  f.wa = f.fits && inter % 16 == 0 && dim % 32 == 0 && local_experts * inter * dim / 32 < INT32_MAX;
+  f.fused = f.wa && decode_fused_fits(dim, inter);
+  return f;
+}
+
+// kAuto, from the H200 measurements (docs/perf.md): the fused kernel from
+// kMoeDecodeFusedMinCapacity pairs where it fits and the caller gave it a queue workspace;
+// else weights on A wherever its shape rules hold, blocked without the L2 prefetch up to
+// 1024 pairs (B <= 64 at top-16; 1.2-1.6x the older kernels, the prefetch within noise),
+// beyond that strided. Elsewhere staged up to 1024 pairs, else streamed.
+MoeDecodeKernel resolve(const Fits& f, int64_t capacity, bool has_workspace) {
+  if (f.fused && has_workspace && capacity >= kMoeDecodeFusedMinCapacity) return MoeDecodeKernel::kFused;
+  if (f.wa) return capacity <= 1024 ? MoeDecodeKernel::kWeightsANoPrefetch : MoeDecodeKernel::kWeightsAStrided;
+  return f.fits && capacity <= 1024 ? MoeDecodeKernel::kStaged : MoeDecodeKernel::kStreamed;
+}
+
+}  // namespace
+
+MoeDecodeKernel moe_decode_choice(const MoeDecodeWeights& w, int64_t local_experts, int64_t capacity, bool has_workspace,
+                                  MoeDecodeKernel kernel) {
+  return kernel == MoeDecodeKernel::kAuto ? resolve(shape_fits(w, local_experts), capacity, has_workspace) : kernel;
+}
+
 Status moe_expert_mlp_decode(const MoeDecodeWeights& w, const int32_t* offsets, int64_t local_experts, int64_t capacity,
-                             const float* x_sorted, float* act, float* out_sorted, cudaStream_t stream, MoeDecodeKernel kernel) {
+                             const float* x_sorted, float* act, float* out_sorted, cudaStream_t stream, MoeDecodeKernel kernel,
+                             MoeDecodeWorkspace workspace) {
   const int64_t inter = w.w1.rows, dim = w.w1.cols;
   PDS_RETURN_IF_ERROR(check(w.w1, inter, dim, "w1"));
   PDS_RETURN_IF_ERROR(check(w.w3, inter, dim, "w3"));
   PDS_RETURN_IF_ERROR(check(w.w2, dim, inter, "w2"));
   if (local_experts <= 0 || local_experts > kMaxExperts) return invalid_argument("moe_expert_mlp_decode: local_experts must be 1..1024");
+  const bool has_workspace = workspace.data != nullptr;
+  if (has_workspace && workspace.bytes < moe_decode_workspace_bytes(local_experts))
+    return invalid_argument("moe_expert_mlp_decode: workspace smaller than moe_decode_workspace_bytes(local_experts)");
   if (capacity == 0) return Status::ok();
-  const int64_t max_cols = int64_t(kWarps) * kBatch * 128;
-  const bool fits = dim <= max_cols && inter <= max_cols;
-  // kWeightsA: 16-row gate/up pairs and 32-row down units, 32-bit word indices.
-  const bool wa_fits = fits && inter % 16 == 0 && dim % 32 == 0 && local_experts * inter * dim / 32 < INT32_MAX;
-  if (kernel == MoeDecodeKernel::kStaged && !fits) return invalid_argument("moe_expert_mlp_decode: the staged kernel takes cols <= 4096");
+  const Fits f = shape_fits(w, local_experts);
+  if (kernel == MoeDecodeKernel::kStaged && !f.fits) return invalid_argument("moe_expert_mlp_decode: the staged kernel takes cols <= 4096");
   const bool wants_wa = kernel == MoeDecodeKernel::kWeightsA || kernel == MoeDecodeKernel::kWeightsANoPrefetch ||
                         kernel == MoeDecodeKernel::kWeightsAStrided;
-  if (wants_wa && !wa_fits)
+  if (wants_wa && !f.wa)
     return invalid_argument("moe_expert_mlp_decode: the weights-on-A kernel takes cols <= 4096, inter % 16 == 0, dim % 32 == 0");
-  const bool fused_fits = wa_fits && decode_fused_fits(dim, inter);
-  if (kernel == MoeDecodeKernel::kFused && !fused_fits)
+  if (kernel == MoeDecodeKernel::kFused && !f.fused)
     return invalid_argument("moe_expert_mlp_decode: the fused kernel takes the weights-on-A shapes with a ring that fits shared memory");
-  // kAuto, from the H200 measurements (docs/perf.md): weights on A wherever its shape rules
-  // hold, blocked without the L2 prefetch up to 1024 pairs (B <= 64 at top-16; 1.2-1.6x
-  // the older kernels, the prefetch within noise; the fused kernel 0.87-1.01x of it there),
-  // beyond that strided. Elsewhere staged up to 1024 pairs, else streamed. The fused kernel
-  // (B = 256: 253 us against 340 strided) is opt-in only: its unit queue is one per device,
-  // so two calls overlapping on one GPU (prefill and decode roles in one process, or two
-  // streams) would share it; kAuto may pick it once the queue is a per-call workspace.
-  MoeDecodeKernel kind = kernel;
-  if (kernel == MoeDecodeKernel::kAuto) {
-    if (wa_fits) kind = capacity <= 1024 ? MoeDecodeKernel::kWeightsANoPrefetch : MoeDecodeKernel::kWeightsAStrided;
-    else kind = fits && capacity <= 1024 ? MoeDecodeKernel::kStaged : MoeDecodeKernel::kStreamed;
-  }
+  if (kernel == MoeDecodeKernel::kFused && !has_workspace)
+    return invalid_argument("moe_expert_mlp_decode: the fused kernel needs a MoeDecodeWorkspace (its unit queue)");
+  const MoeDecodeKernel kind = kernel == MoeDecodeKernel::kAuto ? resolve(f, capacity, has_workspace) : kernel;
   const MoeAct a{w.activation, w.situ_beta, w.situ_linear_beta};
-  if (kind == MoeDecodeKernel::kFused) return launch_decode_fused(w, offsets, local_experts, x_sorted, act, out_sorted, a, stream);
+  if (kind == MoeDecodeKernel::kFused)
+    return launch_decode_fused(w, offsets, local_experts, x_sorted, act, out_sorted, a, static_cast<uint32_t*>(workspace.data), stream);
   if (w.w1.wide_scales || w.w3.wide_scales)
     PDS_RETURN_IF_ERROR((launch<true, true>(w.w1, w.w3, offsets, local_experts, x_sorted, act, a, kind, stream, "moe decode gate/up")));
   else

@@ -7,9 +7,12 @@
 // random inputs: K3 expert shape with top-16 routing at batch 1, 4 and 64, skewed routing
 // (one expert with 40 rows, the rest empty), a single row, scales above 2^1 (the
 // two-multiply path), both activations; each case on every kernel (kStreamed, kStaged,
-// kWeightsA and its two schedule variants, kFused) and on kAuto. kFused also: repeated
-// launches and CUDA-graph replays give the first launch's bits (its work queue and
-// per-expert counters must be zeroed by each launch), and the kernel choice is checked.
+// kWeightsA and its two schedule variants, kFused) and on kAuto (with a queue workspace,
+// as the backend calls it). kFused also: repeated launches and CUDA-graph replays give the
+// first launch's bits and leave the workspace zero; two calls on two streams with separate
+// workspaces, eager and replayed from graphs without a host sync in between, each give
+// their solo bits; a call without a workspace or with too small a one is refused; kAuto's
+// choice follows the capacity rule.
 // Bound: normalised error max|gpu - cpu| / max|cpu| < 1e-2. The kernel rounds the
 // activations (x, then act) to bf16 for the tensor cores (relative 2^-9 each) while the
 // weights are exact; fp32 accumulation. Measured values are printed by each run.
@@ -129,6 +132,13 @@ DevDecode upload_decode(const HostExperts& h, MoeActivation act, float beta, flo
   return d;
 }
 
+// A zeroed queue workspace for the fused kernel (moe_decode.h: zero once at allocation).
+DeviceBuffer<uint32_t> zeroed_workspace(int64_t local) {
+  return dev(std::vector<uint32_t>(moe_decode_workspace_bytes(local) / sizeof(uint32_t), 0u));
+}
+
+MoeDecodeWorkspace workspace_of(DeviceBuffer<uint32_t>& b) { return {b.get(), b.size() * sizeof(uint32_t)}; }
+
 const char* kernel_name(MoeDecodeKernel k) {
   switch (k) {
     case MoeDecodeKernel::kAuto: return "auto";
@@ -155,15 +165,17 @@ double run_decode_with(const Routing& r, int64_t tokens, int64_t k, int64_t begi
   DeviceBuffer<int32_t> off(local + 1), sorted(cap), prow(cap);
   const MoePlan plan{off.get(), sorted.get(), prow.get()};
   DeviceBuffer<float> xs(cap * dim), a(cap * inter), os(cap * dim), y(tokens * dim);
+  auto ws = zeroed_workspace(local);
   EXPECT_TRUE(moe_permute(di.get(), tokens, k, begin, local, dx.get(), dim, plan, xs.get(), nullptr).is_ok());
-  EXPECT_TRUE(moe_expert_mlp_decode(dw.w, off.get(), local, cap, xs.get(), a.get(), os.get(), nullptr, kernel).is_ok());
+  EXPECT_TRUE(moe_expert_mlp_decode(dw.w, off.get(), local, cap, xs.get(), a.get(), os.get(), nullptr, kernel, workspace_of(ws)).is_ok());
   EXPECT_TRUE(moe_combine(os.get(), prow.get(), dwt.get(), tokens, k, dim, y.get(), nullptr).is_ok());
   const auto got = host(y);
   int64_t rows = 0;
   for (int32_t id : r.ids) rows += id >= begin && id < begin + local;
   const double err = nerr(got, ref);
-  std::printf("decode MoE %s %s: tokens=%lld local=%lld k=%lld rows=%lld dim=%lld inter=%lld: normalised error %.3g\n",
-              kernel_name(kernel), what,
+  const MoeDecodeKernel ran = moe_decode_choice(dw.w, local, cap, true, kernel);
+  std::printf("decode MoE %s (%s) %s: tokens=%lld local=%lld k=%lld rows=%lld dim=%lld inter=%lld: normalised error %.3g\n",
+              kernel_name(kernel), kernel_name(ran), what,
               (long long)tokens, (long long)local, (long long)k, (long long)rows, (long long)dim, (long long)inter, err);
   EXPECT_GT(rows, 0) << what << ": the case should route some rows here";
   return err;
@@ -215,10 +227,11 @@ TEST_F(MoeDecode, ScalesAboveTwoTakeTheTwoMultiplyPath) {
   EXPECT_LT(run_decode(r, 12, 2, 0, h, MoeActivation::kSiLU, 62, "wide scales"), 1e-2);
 }
 
-// The fused kernel's global queue and counters are reset by the last CTA of each launch: a
-// second, third (eager) and graph-replayed launch must redo all the work, bit for bit
-// (the reduction order is fixed, whichever CTA claims a unit). Skewed rows (several
-// passes), empty experts, and a different expert count between calls.
+// The fused kernel's queue and counters (the caller's workspace) are reset by the last CTA
+// of each launch: a second, third (eager) and graph-replayed launch must redo all the work,
+// bit for bit (the reduction order is fixed, whichever CTA claims a unit), and leave the
+// workspace zero. Skewed rows (several passes), empty experts, and a different expert
+// count between calls.
 TEST_F(MoeDecode, FusedKernelRepeatsAndReplaysFromAGraph) {
   const int64_t local = 6, tokens = 20, k = 2, cap = tokens * k, dim = 384, inter = 256;
   const HostExperts h = make_experts(local, inter, dim, 80, true);
@@ -230,12 +243,15 @@ TEST_F(MoeDecode, FusedKernelRepeatsAndReplaysFromAGraph) {
   DeviceBuffer<int32_t> off(local + 1), sorted(cap), prow(cap);
   const MoePlan plan{off.get(), sorted.get(), prow.get()};
   DeviceBuffer<float> xs(cap * dim), a(cap * inter), os(cap * dim);
+  auto ws = zeroed_workspace(local);
+  const std::vector<uint32_t> zero_ws(ws.size(), 0u);
   ASSERT_TRUE(moe_permute(di.get(), tokens, k, 0, local, dx.get(), dim, plan, xs.get(), nullptr).is_ok());
   auto decode = [&](cudaStream_t st, int64_t experts) {
-    return moe_expert_mlp_decode(dw.w, off.get(), experts, cap, xs.get(), a.get(), os.get(), st, MoeDecodeKernel::kFused);
+    return moe_expert_mlp_decode(dw.w, off.get(), experts, cap, xs.get(), a.get(), os.get(), st, MoeDecodeKernel::kFused, workspace_of(ws));
   };
   ASSERT_TRUE(decode(nullptr, local).is_ok());
   const auto first = host(os);
+  EXPECT_EQ(host(ws), zero_ws) << "the first launch left its queue state behind";
   const auto first_act = host(a);
   float peak = 0.0f;
   for (float v : first) peak = std::max(peak, std::fabs(v));
@@ -246,6 +262,7 @@ TEST_F(MoeDecode, FusedKernelRepeatsAndReplaysFromAGraph) {
     ASSERT_TRUE(decode(nullptr, i == 0 ? local : 5).is_ok());  // expert 5 is empty: the same rows
     EXPECT_EQ(host(os), first) << "eager launch " << i + 2;
     EXPECT_EQ(host(a), first_act) << "eager launch " << i + 2;
+    EXPECT_EQ(host(ws), zero_ws) << "eager launch " << i + 2;
   }
   cudaStream_t st;
   ASSERT_EQ(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking), cudaSuccess);
@@ -261,10 +278,115 @@ TEST_F(MoeDecode, FusedKernelRepeatsAndReplaysFromAGraph) {
     ASSERT_EQ(cudaGraphLaunch(exec, st), cudaSuccess);
     ASSERT_EQ(cudaStreamSynchronize(st), cudaSuccess);
     EXPECT_EQ(host(os), first) << "graph replay " << i + 1;
+    EXPECT_EQ(host(ws), zero_ws) << "graph replay " << i + 1;
   }
   cudaGraphExecDestroy(exec);
   cudaGraphDestroy(graph);
   cudaStreamDestroy(st);
+}
+
+// Two fused calls at once (two streams, as two roles sharing a GPU would), each with its
+// own workspace, different experts and rows: each must give the bits it gives alone, eager
+// and from graphs replayed back to back without a host sync. With one shared queue the
+// second grid would claim the first's units (or start from a counter not yet reset), and
+// its outputs would miss rows. Each call is large enough (K3 shape, 1024 pairs, about 150 us
+// on an H200) that the two grids overlap at least in their tails.
+TEST_F(MoeDecode, FusedCallsOnTwoStreamsWithSeparateWorkspaces) {
+  const int64_t experts = 256, local = 8, k = 16, tokens = 64, cap = tokens * k, dim = 3584, inter = 3072;
+  struct Call {
+    DevDecode dw;
+    DeviceBuffer<int32_t> off, sorted, prow;
+    DeviceBuffer<float> xs, a, os;
+    DeviceBuffer<uint32_t> ws;
+    std::vector<float> solo;
+    cudaStream_t st = nullptr;
+  };
+  Call calls[2];
+  for (int c = 0; c < 2; ++c) {
+    Call& cl = calls[c];
+    const HostExperts h = make_experts(local, inter, dim, 90 + c, false);
+    cl.dw = upload_decode(h, MoeActivation::kSiTU, 4.0f, 25.0f);
+    const Routing r = route(tokens, experts, k, 92 + c);
+    auto di = dev(r.ids);
+    auto dx = dev(randn(tokens * dim, 94 + c));
+    ASSERT_TRUE(cl.off.resize(local + 1).is_ok() && cl.sorted.resize(cap).is_ok() && cl.prow.resize(cap).is_ok());
+    ASSERT_TRUE(cl.xs.resize(cap * dim).is_ok() && cl.a.resize(cap * inter).is_ok() && cl.os.resize(cap * dim).is_ok());
+    ASSERT_TRUE(cl.ws.upload(std::vector<uint32_t>(moe_decode_workspace_bytes(local) / sizeof(uint32_t), 0u)).is_ok());
+    const int64_t begin = std::min<int64_t>(r.ids[0], experts - local);
+    const MoePlan plan{cl.off.get(), cl.sorted.get(), cl.prow.get()};
+    ASSERT_TRUE(moe_permute(di.get(), tokens, k, begin, local, dx.get(), dim, plan, cl.xs.get(), nullptr).is_ok());
+    ASSERT_EQ(cudaStreamCreateWithFlags(&cl.st, cudaStreamNonBlocking), cudaSuccess);
+  }
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);  // the permutes ran on the legacy stream
+  auto decode = [&](Call& cl) {
+    return moe_expert_mlp_decode(cl.dw.w, cl.off.get(), local, cap, cl.xs.get(), cl.a.get(), cl.os.get(), cl.st, MoeDecodeKernel::kFused,
+                                 workspace_of(cl.ws));
+  };
+  for (Call& cl : calls) {  // alone
+    ASSERT_TRUE(decode(cl).is_ok());
+    cl.solo = host(cl.os);
+    float peak = 0.0f;
+    for (float v : cl.solo) peak = std::max(peak, std::fabs(v));
+    ASSERT_GT(peak, 0.0f);
+  }
+  auto clear = [&] {
+    for (Call& cl : calls) ASSERT_EQ(cudaMemset(cl.os.get(), 0, cap * dim * sizeof(float)), cudaSuccess);
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  };
+  auto expect_solo = [&](const char* what) {
+    for (int c = 0; c < 2; ++c) {
+      EXPECT_EQ(host(calls[c].os), calls[c].solo) << what << ", call " << c;
+      EXPECT_EQ(host(calls[c].ws), std::vector<uint32_t>(calls[c].ws.size(), 0u)) << what << ", call " << c;
+    }
+  };
+  clear();
+  for (int round = 0; round < 3; ++round)  // eager, queued back to back on both streams
+    for (Call& cl : calls) ASSERT_TRUE(decode(cl).is_ok());
+  expect_solo("eager, concurrent");
+  cudaGraphExec_t exec[2];
+  for (int c = 0; c < 2; ++c) {
+    cudaGraph_t graph;
+    ASSERT_EQ(cudaStreamBeginCapture(calls[c].st, cudaStreamCaptureModeGlobal), cudaSuccess);
+    const Status captured = decode(calls[c]);
+    ASSERT_EQ(cudaStreamEndCapture(calls[c].st, &graph), cudaSuccess);
+    ASSERT_TRUE(captured.is_ok()) << captured.to_string();
+    ASSERT_EQ(cudaGraphInstantiate(&exec[c], graph, 0), cudaSuccess);
+    cudaGraphDestroy(graph);
+  }
+  clear();
+  for (int round = 0; round < 3; ++round)
+    for (int c = 0; c < 2; ++c) ASSERT_EQ(cudaGraphLaunch(exec[c], calls[c].st), cudaSuccess);
+  expect_solo("graph replays, concurrent");
+  for (int c = 0; c < 2; ++c) {
+    cudaGraphExecDestroy(exec[c]);
+    cudaStreamDestroy(calls[c].st);
+  }
+}
+
+// kFused needs a workspace of moe_decode_workspace_bytes(local) bytes; kAuto takes it only
+// with one and from kMoeDecodeFusedMinCapacity rows (the rule is checked without a launch).
+TEST_F(MoeDecode, FusedNeedsAWorkspaceAndAutoPicksItByCapacity) {
+  const int64_t local = 4, tokens = 12, k = 2, cap = tokens * k;
+  const HostExperts h = make_experts(local, 128, 256, 100, true);
+  DevDecode dw = upload_decode(h, MoeActivation::kSiLU, 1.0f, 0.0f);
+  const Routing r = route(tokens, local, k, 101);
+  auto di = dev(r.ids);
+  auto dx = dev(randn(tokens * 256, 102));
+  DeviceBuffer<int32_t> off(local + 1), sorted(cap), prow(cap);
+  const MoePlan plan{off.get(), sorted.get(), prow.get()};
+  DeviceBuffer<float> xs(cap * 256), a(cap * 128), os(cap * 256);
+  ASSERT_TRUE(moe_permute(di.get(), tokens, k, 0, local, dx.get(), 256, plan, xs.get(), nullptr).is_ok());
+  auto ws = zeroed_workspace(local);
+  auto call = [&](MoeDecodeWorkspace w) {
+    return moe_expert_mlp_decode(dw.w, off.get(), local, cap, xs.get(), a.get(), os.get(), nullptr, MoeDecodeKernel::kFused, w);
+  };
+  EXPECT_FALSE(call({}).is_ok());
+  EXPECT_FALSE(call({ws.get(), moe_decode_workspace_bytes(local) - 4}).is_ok());
+  EXPECT_TRUE(call(workspace_of(ws)).is_ok());
+  EXPECT_EQ(moe_decode_choice(dw.w, local, kMoeDecodeFusedMinCapacity, true), MoeDecodeKernel::kFused);
+  EXPECT_NE(moe_decode_choice(dw.w, local, kMoeDecodeFusedMinCapacity, false), MoeDecodeKernel::kFused);
+  EXPECT_NE(moe_decode_choice(dw.w, local, kMoeDecodeFusedMinCapacity - 1, true), MoeDecodeKernel::kFused);
+  EXPECT_EQ(moe_decode_choice(dw.w, local, 64, true, MoeDecodeKernel::kStaged), MoeDecodeKernel::kStaged);
 }
 
 TEST_F(MoeDecode, NoLocalRowsLeavesTheOutputZero) {
