@@ -34,13 +34,13 @@ std::vector<std::string> serve_args(const std::vector<std::string>& extra) {
 // thread, since neither side is ready before the other joined.
 struct TwoNodes {
   std::unique_ptr<ChildServer> leader, follower;
-  TwoNodes() {
+  explicit TwoNodes(const std::string& tp = "2") {
     const std::string addr = "127.0.0.1:" + std::to_string(pdserve::testing::free_loopback_port());
     auto f = std::async(std::launch::async, [&] {
-      return std::make_unique<ChildServer>(serve_args({"--tp", "2", "--nnodes", "2", "--node-rank", "1", "--dist-init-addr", addr}),
+      return std::make_unique<ChildServer>(serve_args({"--tp", tp, "--nnodes", "2", "--node-rank", "1", "--dist-init-addr", addr}),
                                            "following the leader", true);
     });
-    leader = std::make_unique<ChildServer>(serve_args({"--tp", "2", "--nnodes", "2", "--node-rank", "0", "--dist-init-addr", addr}));
+    leader = std::make_unique<ChildServer>(serve_args({"--tp", tp, "--nnodes", "2", "--node-rank", "0", "--dist-init-addr", addr}));
     follower = f.get();
   }
 };
@@ -129,6 +129,21 @@ TEST(MultiNode, TwoProcessesAnswerLikeOneProcessAndLikeOneRank) {
   EXPECT_EQ(n.leader->wait_exit(std::chrono::seconds(60)), 0) << n.leader->drain_output();
   EXPECT_EQ(n.follower->wait_exit(std::chrono::seconds(60)), 0) << n.follower->drain_output();
   EXPECT_NE(n.follower->drain_output().find("the leader shut the instance down"), std::string::npos) << n.follower->drain_output();
+}
+
+// Two ranks a node: each node's ranks are threads, all four meet in the TCP collectives.
+TEST(MultiNode, FourRanksOverTwoNodesAnswerLikeOneProcess) {
+  std::vector<Json> one_process;
+  {
+    ChildServer tp4(serve_args({"--tp", "4"}));
+    ASSERT_GT(tp4.port(), 0) << tp4.log();
+    one_process = replies(tp4.port());
+  }
+  TwoNodes n("4");
+  ASSERT_GT(n.leader->port(), 0) << n.leader->log() << "\nfollower:\n" << n.follower->drain_output();
+  EXPECT_NE(n.follower->log().find("ranks 2..3 of 4"), std::string::npos) << n.follower->log();
+  const std::vector<Json> two_nodes = replies(n.leader->port());
+  for (size_t i = 0; i < kPrompts.size(); ++i) EXPECT_EQ(two_nodes[i], one_process[i]) << kPrompts[i];
 }
 
 TEST(MultiNode, AFollowerKilledMidRequestFailsItAndEveryLaterRequestClearly) {
