@@ -35,7 +35,23 @@ int run_server(server::ServeConfig cfg) {
   sigaddset(&sigs, SIGTERM);
   pthread_sigmask(SIG_BLOCK, &sigs, nullptr);
 
+  // Until the server exists a signal ends the process at once: startup can take minutes
+  // (loading weights; a multi-node leader waits --dist-timeout for its followers). Polling
+  // leaves any later signal pending for the waiter below.
+  std::atomic<bool> started{false};
+  std::thread startup_watch([sigs, &started, who] {
+    while (!started.load()) {
+      timespec tick{0, 100'000'000};
+      const int sig = sigtimedwait(&sigs, nullptr, &tick);
+      if (sig > 0 && !started.load()) {
+        std::cerr << who << ": signal " << sig << " during startup: exiting" << std::endl;
+        std::_Exit(128 + sig);
+      }
+    }
+  });
   auto srv = server::HttpServer::create(cfg);
+  started.store(true);
+  startup_watch.join();
   if (!srv.is_ok()) {
     std::cerr << who << ": " << srv.status().message() << "\n";
     return 1;

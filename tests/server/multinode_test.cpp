@@ -184,6 +184,14 @@ TEST(MultiNode, AFollowerWhoseLeaderVanishesExitsOneSayingSo) {
   EXPECT_NE(out.find("went away"), std::string::npos) << out;
 }
 
+TEST(MultiNode, ALeaderWaitingForItsFollowersStopsOnSigterm) {
+  const std::string addr = "127.0.0.1:" + std::to_string(pdserve::testing::free_loopback_port());
+  ChildServer leader(serve_args({"--tp", "2", "--nnodes", "2", "--node-rank", "0", "--dist-init-addr", addr}), "waiting for 1 node(s)", true);
+  leader.signal(SIGTERM);
+  EXPECT_EQ(leader.wait_exit(std::chrono::seconds(60)), 128 + SIGTERM) << leader.drain_output();
+  EXPECT_NE(leader.drain_output().find("during startup"), std::string::npos) << leader.drain_output();
+}
+
 TEST(MultiNode, AFollowerWithAnotherSecretIsRefused) {
   const std::string addr = "127.0.0.1:" + std::to_string(pdserve::testing::free_loopback_port());
   const std::string dir = ::testing::TempDir();
