@@ -139,12 +139,19 @@ Status NodeLeader::start(TpModelGroup& g, const ServeConfig& cfg) {
   spdlog::info("node 0 of {}: every node is ready; ranks 0..{} here", nnodes_, g.size() - 1);
   auto steps = std::make_shared<std::atomic<uint64_t>>(0);
   g.set_step_sender([link = link_, steps](const ForwardBatch& batch) { return link->broadcast(node::encode(to_message(batch, steps->fetch_add(1)))); });
+  // A follower lost between steps: refuse the next step instead of waiting for it in a
+  // collective (which NCCL would do for ever).
+  link_->watch([&g](const Status& why) {
+    spdlog::error("{}", why.message());
+    g.lose_node(why);
+  });
   return Status::ok();
 }
 
 void NodeLeader::shutdown(const std::string& reason) {
   if (shut_) return;
   shut_ = true;
+  link_->stop_watching();  // the followers are about to leave on purpose
   (void)link_->broadcast(node::encode(node::Shutdown{reason}));
 }
 

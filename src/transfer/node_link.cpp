@@ -83,6 +83,7 @@ Result<std::unique_ptr<LeaderLink>> LeaderLink::listen(const std::string& host, 
 }
 
 LeaderLink::~LeaderLink() {
+  stop_watching();
   if (listen_fd_ >= 0) ::close(listen_fd_);
   for (int fd : fds_)
     if (fd >= 0) ::close(fd);
@@ -130,16 +131,47 @@ Status LeaderLink::accept_followers(std::chrono::milliseconds timeout) {
   return Status::ok();
 }
 
+Status LeaderLink::fail(const Status& why) {
+  std::lock_guard<std::mutex> l(mu_);
+  if (broken_.is_ok()) broken_ = why;
+  return broken_;
+}
+
 Status LeaderLink::broadcast(const std::string& frame) {
-  if (!broken_.is_ok()) return broken_;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    if (!broken_.is_ok()) return broken_;
+  }
   for (size_t i = 0; i < fds_.size(); ++i) {
-    if (Status st = send_str(fds_[i], frame); !st.is_ok()) {
-      broken_ = Status(ErrorCode::kUnavailable, "node " + std::to_string(i + 1) + " of " + std::to_string(nnodes_) +
-                                                    " left the instance (control stream: " + st.message() + ")");
-      return broken_;
-    }
+    if (Status st = send_str(fds_[i], frame); !st.is_ok())
+      return fail(Status(ErrorCode::kUnavailable, "node " + std::to_string(i + 1) + " of " + std::to_string(nnodes_) +
+                                                      " left the instance (control stream: " + st.message() + ")"));
   }
   return Status::ok();
+}
+
+void LeaderLink::watch(std::function<void(const Status&)> on_lost) {
+  stop_watching();
+  watching_.store(true);
+  watcher_ = std::thread([this, on_lost = std::move(on_lost)] {
+    std::vector<pollfd> p;
+    for (int fd : fds_) p.push_back(pollfd{fd, POLLIN | POLLRDHUP, 0});
+    while (watching_.load()) {
+      if (::poll(p.data(), p.size(), 100) <= 0) continue;
+      for (size_t i = 0; i < p.size(); ++i) {
+        if (p[i].revents == 0) continue;
+        const std::string why = (p[i].revents & (POLLRDHUP | POLLHUP | POLLERR)) ? "its control stream ended" : "it sent data out of turn";
+        on_lost(fail(Status(ErrorCode::kUnavailable, "node " + std::to_string(i + 1) + " of " + std::to_string(nnodes_) +
+                                                         " left the instance (" + why + ")")));
+        return;
+      }
+    }
+  });
+}
+
+void LeaderLink::stop_watching() {
+  watching_.store(false);
+  if (watcher_.joinable()) watcher_.join();
 }
 
 Result<std::vector<Frame>> LeaderLink::receive_from_all(std::chrono::milliseconds timeout) {

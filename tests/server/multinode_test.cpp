@@ -174,6 +174,20 @@ TEST(MultiNode, AFollowerKilledMidRequestFailsItAndEveryLaterRequestClearly) {
   EXPECT_EQ(n.leader->wait_exit(std::chrono::milliseconds(100)), -1) << "the leader should still run:\n" << n.leader->drain_output();
 }
 
+TEST(MultiNode, AFollowerLostBetweenRequestsIsNoticedBeforeTheNextOne) {
+  TwoNodes n;
+  ASSERT_GT(n.leader->port(), 0) << n.leader->log() << "\nfollower:\n" << n.follower->drain_output();
+  Client c{n.leader->port()};
+  ASSERT_EQ(c.post(request("Hi")).first, 200);
+  n.follower->kill();
+  // No request runs: the leader's watcher sees the control stream end.
+  ASSERT_TRUE(wait_for([&] { return c.get("/health").first == 503; })) << "the leader never noticed";
+  EXPECT_NE(c.get("/health").second.find("node 1 of 2 left the instance"), std::string::npos) << c.get("/health").second;
+  auto later = c.post(request("Hello"));
+  EXPECT_EQ(later.first, 503) << later.second;
+  EXPECT_NE(later.second.find("instance_lost_a_node"), std::string::npos) << later.second;
+}
+
 TEST(MultiNode, AFollowerWhoseLeaderVanishesExitsOneSayingSo) {
   TwoNodes n;
   ASSERT_GT(n.leader->port(), 0) << n.leader->log() << "\nfollower:\n" << n.follower->drain_output();

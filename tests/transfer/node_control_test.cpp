@@ -203,6 +203,24 @@ TEST(NodeLink, AWrongSecretIsRefusedAndTheEndOfTheStreamIsReported) {
   EXPECT_EQ(end.status().code(), ErrorCode::kUnavailable);
 }
 
+TEST(NodeLink, TheWatcherNoticesAFollowerLeavingBetweenSteps) {
+  std::unique_ptr<LeaderLink> leader;
+  const uint16_t port = listen_port(&leader, 2, "");
+  ASSERT_GT(port, 0);
+  auto follower = std::async(std::launch::async, [&] { return FollowerLink::connect("127.0.0.1", port, 1, "", std::chrono::seconds(10)); });
+  ASSERT_TRUE(leader->accept_followers(std::chrono::seconds(10)).is_ok());
+  auto f = follower.get();
+  ASSERT_TRUE(f.is_ok());
+  std::promise<Status> lost;
+  leader->watch([&](const Status& why) { lost.set_value(why); });
+  f->reset();  // no step in flight: only the watcher can notice
+  auto got = lost.get_future();
+  ASSERT_EQ(got.wait_for(std::chrono::seconds(30)), std::future_status::ready);
+  const Status why = got.get();
+  EXPECT_NE(why.message().find("node 1 of 2 left the instance (its control stream ended)"), std::string::npos) << why.message();
+  EXPECT_EQ(leader->broadcast(encode(sample_step())).message(), why.message());  // no send is tried
+}
+
 TEST(NodeLink, AMissingFollowerIsNamed) {
   std::unique_ptr<LeaderLink> leader;
   ASSERT_GT(listen_port(&leader, 3, ""), 0);

@@ -55,6 +55,8 @@ class TpModelGroup {
   // refuses every later forward with that error, since the other nodes' caches are lost.
   using StepSender = std::function<Status(const ForwardBatch&)>;
   void set_step_sender(StepSender s) { step_sender_ = std::move(s); }
+  // Marks the group as having lost a node (e.g. noticed between steps); safe from any thread.
+  void lose_node(const Status& why) { (void)break_group(why); }
   // Not ok once the group lost a node (see set_step_sender). Safe from any thread.
   Status health() const {
     std::lock_guard<std::mutex> l(broken_mu_);

@@ -8,7 +8,11 @@
 #pragma once
 
 #include <chrono>
+#include <atomic>
 #include <cstdint>
+#include <functional>
+#include <mutex>
+#include <thread>
 #include <memory>
 #include <string>
 #include <vector>
@@ -39,6 +43,11 @@ class LeaderLink {
   Result<std::vector<Frame>> receive_from_all(std::chrono::milliseconds timeout);
   int refused() const { return refused_; }
   uint16_t port() const { return port_; }  // the bound port (listen on port 0 picks one)
+  // After the followers are ready they send nothing more, so any end-of-stream (or byte) on
+  // their connections means a node left: a thread notices it between steps too, marks the
+  // link broken and calls on_lost once. stop_watching() ends the thread (the destructor too).
+  void watch(std::function<void(const Status&)> on_lost);
+  void stop_watching();
 
  private:
   LeaderLink() = default;
@@ -47,8 +56,12 @@ class LeaderLink {
   int nnodes_ = 1;
   int refused_ = 0;
   std::string secret_;
+  Status fail(const Status& why);
   std::vector<int> fds_;  // [node - 1]
+  std::mutex mu_;         // broken_: the engine's sends and the watcher
   Status broken_ = Status::ok();
+  std::atomic<bool> watching_{false};
+  std::thread watcher_;
 };
 
 class FollowerLink {
