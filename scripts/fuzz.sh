@@ -12,7 +12,7 @@ if ! command -v clang++ >/dev/null || ! ls /usr/lib/llvm-*/lib/clang/*/lib/linux
   $SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq clang libclang-rt-14-dev >/dev/null
 fi
 TARGETS=("$@")
-[ ${#TARGETS[@]} -eq 0 ] && TARGETS=(fuzz_safetensors fuzz_model_config fuzz_tokenizer fuzz_chat_k3 fuzz_bootstrap fuzz_transfer_wire fuzz_rdma_control)
+[ ${#TARGETS[@]} -eq 0 ] && TARGETS=(fuzz_safetensors fuzz_model_config fuzz_tokenizer fuzz_chat_k3 fuzz_bootstrap fuzz_transfer_wire fuzz_rdma_control fuzz_node_control)
 cmake -S . -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ \
   -DPDSERVE_CUDA=OFF -DPDSERVE_TESTS=OFF -DPDSERVE_FUZZ=ON >/dev/null
 cmake --build "$BUILD_DIR" -j "${JOBS:-$(nproc)}" --target "${TARGETS[@]}"

@@ -40,4 +40,24 @@ Result<std::vector<std::unique_ptr<DeviceForward>>> make_cuda_tp_forwards(const 
   return out;
 }
 
+Result<std::vector<std::unique_ptr<DeviceForward>>> make_cuda_node_tp_forwards(const std::vector<std::shared_ptr<const Model>>& shards,
+                                                                               const std::vector<uint8_t>& group_id, int world, int first_rank,
+                                                                               int64_t num_pages, int64_t page_size, int64_t num_slots,
+                                                                               CudaForwardOptions opts) {
+  const int local = static_cast<int>(shards.size());
+  if (local < 1) return invalid_argument("cuda backend: no shards");
+  PDS_RETURN_IF_ERROR(check_cuda_devices(local));
+  for (int i = 0; i < local; ++i)
+    if (!shards[i] || shards[i]->shard().rank != first_rank + i || shards[i]->shard().size != world)
+      return invalid_argument("cuda backend: local shard " + std::to_string(i) + " is not rank " + std::to_string(first_rank + i) + " of " +
+                              std::to_string(world));
+  PDS_ASSIGN_OR_RETURN(auto comms, cuda::make_nccl_node_group(group_id, world, first_rank, local));
+  std::vector<std::unique_ptr<DeviceForward>> out;
+  for (int i = 0; i < local; ++i) {
+    PDS_ASSIGN_OR_RETURN(auto m, cuda::CudaModel::create(shards[i], num_pages, page_size, num_slots, i, std::move(comms[i]), opts));
+    out.push_back(std::move(m));
+  }
+  return out;
+}
+
 }  // namespace pdserve

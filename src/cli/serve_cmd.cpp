@@ -15,6 +15,7 @@
 
 #include "commands.h"
 #include "pdserve/server/http_server.h"
+#include "pdserve/server/node_serving.h"
 #include "topology_args.h"
 
 namespace pdserve::cli {
@@ -25,6 +26,8 @@ int run_server(server::ServeConfig cfg) {
     std::cerr << who << ": " << st.message() << "\n";
     return 2;
   }
+  // Nodes 1..N-1 of an instance run no server: they follow node 0's steps until it stops.
+  if (cfg.nnodes > 1 && cfg.node_rank > 0) return server::run_node_follower(cfg);
   // SIGINT / SIGTERM are handled by one thread (blocked everywhere else), which stops the server.
   sigset_t sigs;
   sigemptyset(&sigs);
@@ -32,7 +35,23 @@ int run_server(server::ServeConfig cfg) {
   sigaddset(&sigs, SIGTERM);
   pthread_sigmask(SIG_BLOCK, &sigs, nullptr);
 
+  // Until the server exists a signal ends the process at once: startup can take minutes
+  // (loading weights; a multi-node leader waits --dist-timeout for its followers). Polling
+  // leaves any later signal pending for the waiter below.
+  std::atomic<bool> started{false};
+  std::thread startup_watch([sigs, &started, who] {
+    while (!started.load()) {
+      timespec tick{0, 100'000'000};
+      const int sig = sigtimedwait(&sigs, nullptr, &tick);
+      if (sig > 0 && !started.load()) {
+        std::cerr << who << ": signal " << sig << " during startup: exiting" << std::endl;
+        std::_Exit(128 + sig);
+      }
+    }
+  });
   auto srv = server::HttpServer::create(cfg);
+  started.store(true);
+  startup_watch.join();
   if (!srv.is_ok()) {
     std::cerr << who << ": " << srv.status().message() << "\n";
     return 1;
@@ -96,7 +115,8 @@ void add_server_options(CLI::App* cmd, const std::shared_ptr<server::ServeConfig
   cmd->add_option("--nnodes", cfg->nnodes, "Nodes this instance spans (--tp splits evenly over them; see docs/operations.md)")
       ->capture_default_str();
   cmd->add_option("--node-rank", cfg->node_rank, "This node's rank in the instance (0: the leader)")->capture_default_str();
-  cmd->add_option("--dist-init-addr", cfg->dist_init_addr, "HOST:PORT where node 0 hands out the NCCL unique id (--nnodes > 1)");
+  cmd->add_option("--dist-init-addr", cfg->dist_init_addr, "HOST:PORT where node 0 listens for the other nodes (--nnodes > 1)");
+  cmd->add_option("--dist-timeout", cfg->dist_timeout_s, "--nnodes > 1: seconds the nodes wait for each other at startup")->capture_default_str();
   cmd->add_flag("!--no-cuda-graphs", cfg->cuda_graphs, "--device cuda: run decode steps eagerly instead of replaying CUDA graphs");
   cmd->add_option("--served-model-name", cfg->served_model_name, "Model name in the API (default: directory name)");
   cmd->add_option("--host", cfg->host, "Address to listen on")->capture_default_str();
@@ -153,6 +173,8 @@ void add_serve_command(CLI::App& app) {
   auto cfg = std::make_shared<server::ServeConfig>();
   auto config = std::make_shared<std::string>();
   add_server_options(cmd, cfg, config.get());
+  cmd->add_option("--cluster-secret-file", cfg->disagg.cluster_secret_file,
+                  "--nnodes > 1: the cluster secret (mode 600, the same on every node) that authenticates the nodes' control stream");
   cmd->callback([cfg, config, cmd]() { std::exit(run_server_with_config(*cmd, *cfg, *config)); });
 }
 

@@ -17,6 +17,12 @@ Result<std::vector<std::unique_ptr<DeviceForward>>> make_cuda_tp_forwards(const 
   return Status(ErrorCode::kUnsupported, "--device cuda: pdserve was built without CUDA (PDSERVE_CUDA=OFF or no nvcc found)");
 }
 
+Result<std::vector<std::unique_ptr<DeviceForward>>> make_cuda_node_tp_forwards(const std::vector<std::shared_ptr<const Model>>&,
+                                                                               const std::vector<uint8_t>&, int, int, int64_t, int64_t, int64_t,
+                                                                               CudaForwardOptions) {
+  return Status(ErrorCode::kUnsupported, "--device cuda: pdserve was built without CUDA (PDSERVE_CUDA=OFF or no nvcc found)");
+}
+
 Result<std::vector<std::unique_ptr<StageChannel>>> make_nccl_pipeline(int) {
   return Status(ErrorCode::kUnsupported, "NCCL pipeline stages: pdserve was built without CUDA (PDSERVE_CUDA=OFF or no nvcc found)");
 }

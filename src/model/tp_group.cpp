@@ -37,6 +37,22 @@ Result<std::unique_ptr<TpModelGroup>> TpModelGroup::load_models(const std::strin
   return g;
 }
 
+Result<std::unique_ptr<TpModelGroup>> TpModelGroup::load_node_models(const std::string& dir, int tp_total, int first_rank,
+                                                                     std::vector<std::unique_ptr<Communicator>> comms) {
+  const int local = static_cast<int>(comms.size());
+  if (local < 1 || first_rank < 0 || first_rank + local > tp_total)
+    return invalid_argument("TP group: ranks " + std::to_string(first_rank) + ".." + std::to_string(first_rank + local - 1) + " are not in a group of " +
+                            std::to_string(tp_total));
+  std::unique_ptr<TpModelGroup> g(new TpModelGroup());
+  g->tp_ = local;
+  g->comms_ = std::move(comms);
+  for (int i = 0; i < local; ++i) {
+    PDS_ASSIGN_OR_RETURN(auto m, Model::load(dir, ShardSpec{first_rank + i, tp_total}, g->comms_[i].get()));
+    g->models_.push_back(std::move(m));
+  }
+  return g;
+}
+
 std::unique_ptr<TpModelGroup> TpModelGroup::from_model(std::shared_ptr<const Model> model) {
   std::unique_ptr<TpModelGroup> g(new TpModelGroup());
   g->models_.push_back(std::move(model));
@@ -51,7 +67,7 @@ void TpModelGroup::make_pools(int64_t num_pages, int64_t page_size, int64_t num_
   const ModelConfig& c = config();
   for (int r = 0; r < size(); ++r) {
     kv_.push_back(MlaKvPool::for_model(c, num_pages, page_size));
-    state_.push_back(KdaStatePool::for_model(c, num_slots, size()));
+    state_.push_back(KdaStatePool::for_model(c, num_slots, models_[0]->shard().size));  // heads of the global group
   }
   if (pp_ == 1) return;
   for (int s = 0; s < pp_; ++s)
@@ -78,6 +94,19 @@ Status TpModelGroup::forward(const ForwardBatch& batch, ForwardOutput* out, cons
   // Validate once up front: a rank that refused a batch would leave the others waiting in a
   // collective forever.
   for (int r = 0; r < size(); ++r) PDS_RETURN_IF_ERROR(models_[r]->validate(batch, ModelCaches{kv_[r].get(), state_[r].get()}));
+  PDS_RETURN_IF_ERROR(health());
+  // The other nodes must run the same batch: send it before ours meets them in a collective.
+  if (step_sender_) {
+    if (Status st = step_sender_(batch); !st.is_ok()) return break_group(st);
+  }
+  Status ran = run_local_ranks(batch, out, opts);
+  // A lost peer explains whatever the ranks saw after it, so it is the error to report.
+  for (const auto& c : comms_)
+    if (Status st = c->health(); !st.is_ok()) return break_group(st);
+  return ran;
+}
+
+Status TpModelGroup::run_local_ranks(const ForwardBatch& batch, ForwardOutput* out, const ForwardOptions& opts) {
   const bool device = !devices_.empty();
   if (device && size() == 1) return devices_[0]->forward(batch, out);
   auto run_rank = [&](int r, ForwardOutput* o) {

@@ -11,6 +11,7 @@
 #include <spdlog/spdlog.h>
 
 #include "handlers.h"
+#include "pdserve/server/node_serving.h"
 #include "pdserve/core/secret_file.h"
 #include "pdserve/transfer/tcp_transport.h"
 #include "transport_choice.h"
@@ -33,23 +34,31 @@ void refuse_room(disagg::DecodeCoordinator& decode, const std::string& body, con
 Result<std::unique_ptr<HttpServer>> HttpServer::create(ServeConfig cfg, TransportFactory make_transport, DeviceFactory make_device,
                                                       RdmaHooks rdma) {
   PDS_RETURN_IF_ERROR(cfg.validate());
-  if (cfg.nnodes > 1)
-    return unsupported("--nnodes " + std::to_string(cfg.nnodes) +
-                       ": serving one instance across nodes is not wired yet (issue 10); the flags are checked, and `pdserve "
-                       "dist-check` with the same --nnodes/--node-rank/--dist-init-addr joins the nodes' GPUs through NCCL. "
-                       "Run each instance on one node for now (docs/operations.md)");
   if (cfg.served_model_name.empty())
     cfg.served_model_name = std::filesystem::path(cfg.model_dir).lexically_normal().filename().string();
   if (cfg.served_model_name.empty()) cfg.served_model_name = "pdserve";
+  if (cfg.nnodes > 1 && cfg.node_rank != 0)
+    return invalid_argument("--node-rank " + std::to_string(cfg.node_rank) + ": only node 0 serves HTTP (the others follow it: run_node_follower)");
   // Not with a test's device factory: it decides itself where its forward runs.
-  if (cfg.device == "cuda" && !make_device) PDS_RETURN_IF_ERROR(check_cuda_devices(cfg.tp));  // before loading any weights
-  PDS_ASSIGN_OR_RETURN(std::unique_ptr<TpModelGroup> group, TpModelGroup::load_models(cfg.model_dir, cfg.tp, cfg.pp));
+  if (cfg.device == "cuda" && !make_device) PDS_RETURN_IF_ERROR(check_cuda_devices(cfg.tp / cfg.nnodes));  // before loading any weights
+  std::unique_ptr<NodeLeader> nodes;
+  std::unique_ptr<TpModelGroup> group;
+  if (cfg.nnodes > 1) {
+    // This node's ranks of a group over several nodes (node_serving.h); node 0 serves HTTP.
+    if (make_device) return unsupported("--nnodes > 1 with a test's device factory");
+    PDS_ASSIGN_OR_RETURN(nodes, NodeLeader::join(cfg, &group));
+  } else {
+    PDS_ASSIGN_OR_RETURN(group, TpModelGroup::load_models(cfg.model_dir, cfg.tp, cfg.pp));
+  }
   PDS_ASSIGN_OR_RETURN(tokenizer::Tokenizer tok, tokenizer::Tokenizer::load(cfg.model_dir));
   std::unique_ptr<HttpServer> s(new HttpServer());
   s->tok_ = std::make_shared<const tokenizer::Tokenizer>(std::move(tok));
   PDS_ASSIGN_OR_RETURN(s->engine_, runtime::Engine::create(cfg.runtime, std::move(group), s->tok_));
   cfg.runtime = s->engine_->config();  // resolved values, for /get_server_info
-  if (cfg.device == "cuda") {
+  if (nodes) {
+    PDS_RETURN_IF_ERROR(nodes->start(s->engine_->group(), cfg));  // joins the GPUs too with --device cuda
+    s->nodes_ = std::move(nodes);
+  } else if (cfg.device == "cuda") {
     // Device pools of the geometry the engine gave the host pools (which keep the accounting).
     TpModelGroup& g = s->engine_->group();
     // The roles keep their transfer on the host pools; the engine copies each request's cache
@@ -101,6 +110,7 @@ HttpServer::~HttpServer() {
   // Engine first: it posts a final event to every open handle, so streaming handlers end,
   // and releases every room through the coordinators' hooks (they outlive it by a line).
   if (engine_) engine_->stop();
+  if (nodes_) nodes_->shutdown("the leader is stopping");  // the followers exit 0
   prefill_.reset();
   decode_.reset();
   http_.reset();
@@ -154,6 +164,13 @@ void HttpServer::install_routes() {
       send_error(res, draining_error());
       return httplib::Server::HandlerResponse::Handled;
     }
+    if (nodes_ && (req.path.rfind("/v1/", 0) == 0 || req.path == "/health_generate")) {
+      // An instance that lost a node refuses new work with the reason (node_serving.h).
+      if (Status lost = engine_->group().health(); !lost.is_ok()) {
+        send_error(res, ApiError{503, lost.message(), "server_error", "", "instance_lost_a_node"});
+        return httplib::Server::HandlerResponse::Handled;
+      }
+    }
     if (cfg_.api_key.empty() || req.path.rfind("/v1/", 0) != 0) return httplib::Server::HandlerResponse::Unhandled;
     if (req.get_header_value("Authorization") == "Bearer " + cfg_.api_key) return httplib::Server::HandlerResponse::Unhandled;
     send_error(res, unauthorized_error());
@@ -192,6 +209,8 @@ void HttpServer::install_routes() {
     if (drain_->draining.load()) return send_json(res, Json{{"status", "draining"}, {"reason", "draining"}}, 503);
     std::string why;
     if (decode_ && !decode_->healthy(&why)) return send_json(res, Json{{"status", "unhealthy"}, {"reason", why}}, 503);
+    if (Status lost = engine_->group().health(); !lost.is_ok())
+      return send_json(res, Json{{"status", "unhealthy"}, {"reason", lost.message()}}, 503);
     send_json(res, Json{{"status", "ok"}});
   });
   h.Get("/health_generate", [ctx](const httplib::Request&, httplib::Response& res) { handle_health_generate(*ctx, res); });

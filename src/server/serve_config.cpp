@@ -26,8 +26,8 @@ Status ServeConfig::validate() const {
   if (device != "cpu" && device != "cuda") return invalid_argument("config device: must be \"cpu\" or \"cuda\", got \"" + device + "\"");
   if (Status st = transfer::validate_dist_init({nnodes, node_rank, dist_init_addr}, tp); !st.is_ok())
     return invalid_argument("config " + st.message());
-  if (nnodes > 1 && device != "cuda")
-    return invalid_argument("config nnodes (--nnodes): an instance across nodes joins its GPUs through NCCL; it needs --device cuda");
+  if (!(dist_timeout_s > 0)) return invalid_argument("config dist_timeout (--dist-timeout): must be > 0 seconds");
+  if (nnodes > 1 && pp > 1) return invalid_argument("config nnodes (--nnodes) with pp (--pp): pipeline stages run on one node for now");
   if (role != ServerRole::kUnified)
     if (Status st = disagg.validate(); !st.is_ok()) return invalid_argument("config " + st.message());
   if (host.empty()) return invalid_argument("config host: must not be empty");
@@ -62,6 +62,7 @@ Json ServeConfig::to_json() const {
          {"nnodes", nnodes},
          {"node_rank", node_rank},
          {"dist_init_addr", dist_init_addr},
+         {"dist_timeout_s", dist_timeout_s},
          {"served_model_name", served_model_name},
          {"host", host},
          {"port", port},

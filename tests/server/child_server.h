@@ -18,12 +18,15 @@ namespace pdserve::server::testing {
 // `pdserve <args>` as a child process, for tests that kill a server for real (SIGKILL).
 class ChildServer {
  public:
-  explicit ChildServer(std::vector<std::string> args) {
+  // Waits until the child printed `ready_line` (or exited); `merge_stderr`: its stderr joins
+  // the captured stdout (for processes whose messages go there, e.g. a node follower).
+  explicit ChildServer(std::vector<std::string> args, std::string ready_line = "pdserve: listening on http://", bool merge_stderr = false) {
     int out[2];
     if (::pipe(out) != 0) return;
     pid_ = ::fork();
     if (pid_ == 0) {
       ::dup2(out[1], 1);
+      if (merge_stderr) ::dup2(out[1], 2);
       ::close(out[0]);
       std::vector<char*> argv;
       std::string bin = PDSERVE_BINARY;
@@ -37,7 +40,7 @@ class ChildServer {
     // Read stdout until the listening line (the log lines before it name the other ports).
     std::string got;
     char buf[512];
-    while (got.find("pdserve: listening on http://") == std::string::npos) {
+    while (got.find(ready_line) == std::string::npos) {
       ssize_t n = ::read(out[0], buf, sizeof buf);
       if (n <= 0) break;
       got.append(buf, static_cast<size_t>(n));

@@ -1,6 +1,6 @@
 // --nnodes / --node-rank / --dist-init-addr in the role's config: inconsistent values are
-// refused naming the flag, and a consistent multi-node config is refused plainly by the
-// server (serving across nodes is not wired; `pdserve dist-check` checks the join).
+// refused naming the flag; the server itself serves only as node 0 of a unified instance
+// (followers run run_node_follower; the prefill and decode roles stay on one node).
 #include <gtest/gtest.h>
 
 #include "pdserve/server/http_server.h"
@@ -45,17 +45,26 @@ TEST(DistFlags, InconsistentValuesAreRefusedNamingTheFlag) {
   c.dist_init_addr = "10.0.0.1:port";
   EXPECT_NE(why(c).find("--dist-init-addr"), std::string::npos) << why(c);
   c = two_node_config();
+  c.pp = 2;
   c.device = "cpu";
   EXPECT_NE(why(c).find("--nnodes"), std::string::npos) << why(c);
-  EXPECT_NE(why(c).find("--device cuda"), std::string::npos) << why(c);
+  EXPECT_NE(why(c).find("--pp"), std::string::npos) << why(c);
+  c.pp = 1;  // the CPU backend spans processes through TCP collectives
+  EXPECT_TRUE(c.validate().is_ok()) << why(c);
 }
 
-TEST(DistFlags, TheServerRefusesAMultiNodeInstancePlainly) {
-  auto s = HttpServer::create(two_node_config());
+TEST(DistFlags, TheServerIsNodeZeroOfAUnifiedInstanceOnly) {
+  auto s = HttpServer::create(two_node_config());  // node 1: a follower runs no server
   ASSERT_FALSE(s.is_ok());
-  EXPECT_EQ(s.status().code(), ErrorCode::kUnsupported);
-  EXPECT_NE(s.status().message().find("not wired yet"), std::string::npos) << s.status().message();
-  EXPECT_NE(s.status().message().find("pdserve dist-check"), std::string::npos) << s.status().message();
+  EXPECT_NE(s.status().message().find("only node 0 serves HTTP"), std::string::npos) << s.status().message();
+  ServeConfig c = two_node_config();
+  c.node_rank = 0;
+  c.role = ServerRole::kDecode;
+  c.device = "cpu";  // no GPU needed to be refused
+  s = HttpServer::create(c);
+  ASSERT_FALSE(s.is_ok());
+  EXPECT_EQ(s.status().code(), ErrorCode::kUnsupported) << s.status().message();
+  EXPECT_NE(s.status().message().find("one node each"), std::string::npos) << s.status().message();
 }
 
 }  // namespace

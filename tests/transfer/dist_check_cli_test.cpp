@@ -85,11 +85,12 @@ TEST(DistCheckCli, ServeChecksTheMultiNodeFlags) {
   EXPECT_NE(out.find("--dist-init-addr: required"), std::string::npos) << out;
   std::tie(rc, out) = run_pdserve("decode --model /nonexistent-model --device cpu --tp 2 --nnodes 2 --node-rank 1 --dist-init-addr 127.0.0.1:29500");
   EXPECT_EQ(rc, 2) << out;
-  EXPECT_NE(out.find("needs --device cuda"), std::string::npos) << out;
-  // Consistent flags: refused plainly, not silently served on one node.
-  std::tie(rc, out) = run_pdserve(base + "--node-rank 1 --dist-init-addr 127.0.0.1:29500");
-  EXPECT_NE(rc, 0) << out;
-  EXPECT_NE(out.find("not wired yet"), std::string::npos) << out;
+  EXPECT_NE(out.find("one node each"), std::string::npos) << out;
+  // Consistent flags: a follower waits for its leader, then says where it looked.
+  const std::string addr = "127.0.0.1:" + std::to_string(free_loopback_port());
+  std::tie(rc, out) = run_pdserve(base + "--node-rank 1 --dist-timeout 0.3 --dist-init-addr " + addr);
+  EXPECT_EQ(rc, 1) << out;
+  EXPECT_NE(out.find("no leader answered at --dist-init-addr " + addr), std::string::npos) << out;
 }
 
 }  // namespace

@@ -83,6 +83,14 @@ Result<std::vector<std::unique_ptr<DeviceForward>>> make_cuda_tp_forwards(const 
                                                                           int64_t num_pages, int64_t page_size, int64_t num_slots,
                                                                           CudaForwardOptions opts = {});
 
+// One node's ranks of a group that spans nodes: shards[i] is global rank first_rank + i of
+// world, on local CUDA device i, joined through the NCCL unique id `group_id` (every node
+// calls this at about the same time: the join blocks until all ranks are in).
+Result<std::vector<std::unique_ptr<DeviceForward>>> make_cuda_node_tp_forwards(const std::vector<std::shared_ptr<const Model>>& shards,
+                                                                               const std::vector<uint8_t>& group_id, int world, int first_rank,
+                                                                               int64_t num_pages, int64_t page_size, int64_t num_slots,
+                                                                               CudaForwardOptions opts = {});
+
 class StageChannel;  // pipeline.h
 
 // Pipeline stages over NCCL send/recv, stage s on CUDA device s (one TP rank per stage):

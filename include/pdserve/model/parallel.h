@@ -45,6 +45,9 @@ class Communicator {
   virtual void all_reduce_sum(float* data, int64_t n) = 0;
   // out = [rank 0's n values, rank 1's n values, ...] on every rank.
   virtual void all_gather(const float* in, int64_t n, float* out) = 0;
+  // Not ok once a collective failed (a cross-process group lost a peer): the results since
+  // then are garbage and the group must stop (TpModelGroup::forward reports it).
+  virtual Status health() const { return Status::ok(); }
 };
 
 // Ranks as threads: make(size) returns one communicator per rank; each must be used by its

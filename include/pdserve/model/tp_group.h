@@ -12,6 +12,7 @@
 
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <vector>
 
 #include "pdserve/model/device_forward.h"
@@ -27,6 +28,11 @@ class TpModelGroup {
   // The rank shards only; call make_pools() before forward(). `pp_size` stages of
   // `tp_size` ranks each; the layers are split by plan_pipeline_stages.
   static Result<std::unique_ptr<TpModelGroup>> load_models(const std::string& dir, int tp_size, int pp_size = 1);
+  // One node's part of a group that spans processes: comms[i] is global rank first_rank + i
+  // of tp_total (e.g. TCP collectives, transfer/tcp_collective.h). size() is then the local
+  // rank count; the shards and pools are those of the global ranks.
+  static Result<std::unique_ptr<TpModelGroup>> load_node_models(const std::string& dir, int tp_total, int first_rank,
+                                                                std::vector<std::unique_ptr<Communicator>> comms);
   // A one-rank group around an already loaded (unsharded) model.
   static std::unique_ptr<TpModelGroup> from_model(std::shared_ptr<const Model> model);
   // Builds every rank's MLA page pool and KDA state pool (replacing earlier ones).
@@ -42,6 +48,20 @@ class TpModelGroup {
   // With a device forward set, the batch is validated against the host pools (which keep
   // the accounting) and then runs on the device; `opts` is not used there.
   Status forward(const ForwardBatch& batch, ForwardOutput* out, const ForwardOptions& opts = {});
+
+  // Called by forward() with every batch that passed validation, before the local ranks run
+  // it: the leader of a multi-node instance sends it to the other nodes there. An error fails
+  // the step; after any cross-node failure (this, or a communicator's health()) the group
+  // refuses every later forward with that error, since the other nodes' caches are lost.
+  using StepSender = std::function<Status(const ForwardBatch&)>;
+  void set_step_sender(StepSender s) { step_sender_ = std::move(s); }
+  // Marks the group as having lost a node (e.g. noticed between steps); safe from any thread.
+  void lose_node(const Status& why) { (void)break_group(why); }
+  // Not ok once the group lost a node (see set_step_sender). Safe from any thread.
+  Status health() const {
+    std::lock_guard<std::mutex> l(broken_mu_);
+    return broken_;
+  }
 
   Result<std::vector<int32_t>> allocate_pages(int64_t n);
   Status free_pages(const std::vector<int32_t>& pages);
@@ -82,6 +102,7 @@ class TpModelGroup {
   Status cache_to_device(const CacheRegion& region);
 
  private:
+  Status run_local_ranks(const ForwardBatch& batch, ForwardOutput* out, const ForwardOptions& opts);
   Status forward_pipeline(const ForwardBatch& batch, ForwardOutput* out, const ForwardOptions& opts);
   // Stage pools <-> whole-model pools for one region (to_global: gather, else scatter).
   void move_stage_region(const CacheRegion& region, bool to_global);
@@ -96,6 +117,15 @@ class TpModelGroup {
   std::vector<std::unique_ptr<KdaStatePool>> stage_state_;
   std::vector<std::unique_ptr<DeviceForward>> devices_;
   StageFault fault_;
+  StepSender step_sender_;
+  Status break_group(Status why) {
+    std::lock_guard<std::mutex> l(broken_mu_);
+    if (broken_.is_ok())
+      broken_ = Status(ErrorCode::kInternal, "this instance lost one of its nodes and serves no more (restart every node): " + why.message());
+    return broken_;
+  }
+  mutable std::mutex broken_mu_;
+  Status broken_ = Status::ok();
 };
 
 }  // namespace pdserve

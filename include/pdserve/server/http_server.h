@@ -26,6 +26,7 @@ class Server;
 namespace pdserve::server {
 
 struct DrainState;
+class NodeLeader;  // node_serving.h
 
 class HttpServer {
  public:
@@ -77,6 +78,7 @@ class HttpServer {
   std::unique_ptr<runtime::Engine> engine_;
   std::unique_ptr<disagg::PrefillCoordinator> prefill_;
   std::unique_ptr<disagg::DecodeCoordinator> decode_;
+  std::unique_ptr<NodeLeader> nodes_;  // --nnodes > 1: the followers' control stream
   std::string transport_choice_;  // what the transport policy chose, and why
   Json transport_rdma_;           // the RDMA NICs the policy saw (devices, state, link layer, GID)
   std::unique_ptr<net::HttpListener> http_;

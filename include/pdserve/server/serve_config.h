@@ -23,7 +23,8 @@ struct ServeConfig {
   std::string device = "cpu";                 // "cpu" or "cuda" (the CUDA backend: tp 1, any role)
   int nnodes = 1;                             // nodes one instance spans (--nnodes; tp splits evenly over them)
   int node_rank = 0;                          // this node's place, 0 = the leader (--node-rank)
-  std::string dist_init_addr;                 // HOST:PORT of the leader's NCCL-id bootstrap (--dist-init-addr)
+  std::string dist_init_addr;                 // HOST:PORT of the leader's control stream (--dist-init-addr)
+  double dist_timeout_s = 300;                // how long the nodes wait for each other at startup (--dist-timeout)
   bool cuda_graphs = true;                    // cuda: decode steps replay a CUDA graph per batch bucket
   std::string served_model_name;              // "": the model directory's base name
   std::string host = "127.0.0.1";

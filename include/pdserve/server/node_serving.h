@@ -1,0 +1,46 @@
+// One model instance over several nodes (--nnodes N): node 0 (the leader) runs the HTTP
+// server and the scheduler; nodes 1..N-1 (followers) run no server and execute, step by step,
+// the batches the leader sends over the control stream (transfer/node_control.h), their
+// ranks meeting the leader's in the collectives (TCP collectives with --device cpu, NCCL with
+// --device cuda). Each node runs tp / N ranks: global ranks node_rank * (tp / N) + i.
+//
+// Lost node: the leader's group breaks for good (TpModelGroup::health); in-flight requests
+// fail with that error, /health answers 503 and new /v1 requests are refused with it. The
+// instance must be restarted as a whole: the lost node's caches are gone. A follower whose
+// leader went away (end of the control stream without a shutdown frame) exits 1.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "pdserve/model/tp_group.h"
+#include "pdserve/server/serve_config.h"
+#include "pdserve/transfer/node_link.h"
+
+namespace pdserve::server {
+
+class NodeLeader {
+ public:
+  // Listens on --dist-init-addr, waits for every follower, hands out how the ranks meet (the
+  // TCP collective address or the NCCL id) and loads this node's ranks into *group.
+  static Result<std::unique_ptr<NodeLeader>> join(const ServeConfig& cfg, std::unique_ptr<TpModelGroup>* group);
+  // Once the engine made the pools: tells the followers their geometry, joins the GPUs (cuda),
+  // waits until every follower is ready, then hooks the step sender into the group.
+  Status start(TpModelGroup& group, const ServeConfig& cfg);
+  // Tells the followers to exit (0); after the engine stopped.
+  void shutdown(const std::string& reason);
+  ~NodeLeader();
+
+ private:
+  NodeLeader() = default;
+  std::shared_ptr<transfer::node::LeaderLink> link_;
+  std::vector<uint8_t> group_id_;  // cuda: the NCCL unique id
+  int nnodes_ = 1;
+  bool shut_ = false;
+};
+
+// `serve --nnodes N --node-rank R` with R > 0: the follower's whole life; the exit status.
+int run_node_follower(const ServeConfig& cfg);
+
+}  // namespace pdserve::server

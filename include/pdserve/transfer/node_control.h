@@ -1,0 +1,93 @@
+// The control stream of an instance that spans nodes: node 0 (the leader) runs the scheduler
+// and tells every other node (a follower) what to run, one message per engine step. The
+// followers decide nothing: a step message carries the whole batch as the leader planned it
+// (token ids, cached length, page table and KDA slot of every sequence), so a follower keeps
+// no allocation state of its own and has nothing to mirror on admission, free or abort (a
+// slot is zeroed by the forward when a sequence starts at cached_len 0, on every rank alike).
+//
+// Frames, little-endian:  magic "PDNC" | version u16 | type u8 | 0 u8 | payload length u32 | payload
+//   kHello    leader -> follower: nnodes u32, tp u32, collective port u16, token [16],
+//             group id length u32 + bytes (the NCCL unique id with --device cuda; empty on cpu)
+//   kStart    leader -> follower: num_pages i64, page_size i64, num_slots i64 (the pools' geometry)
+//   kReady    follower -> leader: vocab_size i64, num_layers i64 (its model, checked by the leader)
+//   kStep     leader -> follower: step u64, sequences u32, each:
+//             cached_len i64, slot i32, flags u8 (bit 0: all_logits), tokens u32 + i32 each,
+//             pages u32 + i32 each
+//   kShutdown leader -> follower: reason length u32 + bytes (the follower exits 0)
+// The connection is authenticated once when it opens (node_link.h: HMAC challenge-response
+// over the cluster secret, as rank_bootstrap.h); frames are not encrypted.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "pdserve/core/status.h"
+
+namespace pdserve::transfer::node {
+
+constexpr uint16_t kVersion = 1;
+constexpr size_t kHeaderBytes = 12;
+constexpr uint32_t kMaxPayload = 64u << 20;  // a step of many long prefill chunks stays far below
+constexpr uint32_t kMaxGroupId = 4096;
+
+enum class MsgType : uint8_t { kHello = 1, kStart = 2, kReady = 3, kStep = 4, kShutdown = 5 };
+
+struct Hello {
+  uint32_t nnodes = 0;
+  uint32_t tp = 0;
+  uint16_t collective_port = 0;          // --device cpu: rank 0's TCP collective listener
+  std::array<uint8_t, 16> token{};       // what a rank presents there (tcp_collective.h)
+  std::vector<uint8_t> group_id;         // --device cuda: the NCCL unique id
+};
+
+struct Start {
+  int64_t num_pages = 0, page_size = 0, num_slots = 0;
+};
+
+struct Ready {
+  int64_t vocab_size = 0, num_layers = 0;
+};
+
+struct StepSeq {
+  int64_t cached_len = 0;
+  int32_t slot = -1;
+  bool all_logits = false;
+  std::vector<int32_t> tokens;
+  std::vector<int32_t> pages;
+};
+
+struct Step {
+  uint64_t step = 0;
+  std::vector<StepSeq> seqs;
+};
+
+struct Shutdown {
+  std::string reason;
+};
+
+struct Header {
+  MsgType type = MsgType::kHello;
+  uint32_t length = 0;
+};
+
+// The 12 header bytes: kDataLoss on a wrong magic, version, type or a length past kMaxPayload.
+Result<Header> decode_header(const uint8_t* bytes);
+
+// Whole frames (header + payload).
+std::string encode(const Hello& m);
+std::string encode(const Start& m);
+std::string encode(const Ready& m);
+std::string encode(const Step& m);
+std::string encode(const Shutdown& m);
+
+// Payload decoders: kDataLoss on anything short, long (trailing bytes) or out of range
+// (negative lengths or ids, counts past what the payload can hold).
+Result<Hello> decode_hello(const uint8_t* p, size_t n);
+Result<Start> decode_start(const uint8_t* p, size_t n);
+Result<Ready> decode_ready(const uint8_t* p, size_t n);
+Result<Step> decode_step(const uint8_t* p, size_t n);
+Result<Shutdown> decode_shutdown(const uint8_t* p, size_t n);
+
+}  // namespace pdserve::transfer::node

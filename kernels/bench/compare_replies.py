@@ -1,0 +1,39 @@
+#!/usr/bin/env python3
+"""Replies of a pdserve server to fixed greedy prompts, and their comparison (run_serve_nodes_h200.sh).
+
+  compare_replies.py query PORT               -> JSON list of {text, token_logprobs} on stdout
+  compare_replies.py compare NODES TP2 TP1    -> equality of NODES with TP2 and with TP1
+"""
+import json
+import sys
+import urllib.request
+
+PROMPTS = ["Hello", "The quick brown fox", "1, 2, 3,", "Once upon a time"]
+
+
+def query(port):
+    out = []
+    for p in PROMPTS:
+        body = json.dumps({"prompt": p, "max_tokens": 16, "temperature": 0, "ignore_eos": True, "logprobs": 2}).encode()
+        req = urllib.request.Request(f"http://127.0.0.1:{port}/v1/completions", body, {"Content-Type": "application/json"})
+        with urllib.request.urlopen(req, timeout=120) as r:
+            c = json.load(r)["choices"][0]
+        out.append({"text": c["text"], "token_logprobs": c["logprobs"]["token_logprobs"]})
+    json.dump(out, sys.stdout)
+
+
+def compare(nodes_path, tp2_path, tp1_path):
+    nodes, tp2, tp1 = (json.load(open(p)) for p in (nodes_path, tp2_path, tp1_path))
+    for name, ref in (("one-process tp2", tp2), ("tp1", tp1)):
+        same_text = all(a["text"] == b["text"] for a, b in zip(nodes, ref)) and len(nodes) == len(ref)
+        bitwise = nodes == ref
+        diff = max(abs(x - y) for a, b in zip(nodes, ref) for x, y in zip(a["token_logprobs"], b["token_logprobs"]))
+        print(f"two nodes vs {name}: texts {'equal' if same_text else 'DIFFER'}, logprobs "
+              f"{'bitwise equal' if bitwise else 'max |diff| %.3g' % diff} over {len(PROMPTS)} prompts x 16 tokens")
+
+
+if __name__ == "__main__":
+    if sys.argv[1] == "query":
+        query(int(sys.argv[2]))
+    else:
+        compare(*sys.argv[2:5])

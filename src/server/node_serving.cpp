@@ -1,0 +1,244 @@
+// The leader's and the followers' halves of an instance over several nodes (node_serving.h).
+#include "pdserve/server/node_serving.h"
+
+#include <atomic>
+#include <iostream>
+
+#include <spdlog/spdlog.h>
+
+#include "pdserve/core/secret_file.h"
+#include "pdserve/model/device_forward.h"
+#include "pdserve/model/dist_check.h"
+#include "pdserve/transfer/dist_init.h"
+#include "pdserve/transfer/tcp_collective.h"
+
+namespace pdserve::server {
+
+namespace node = transfer::node;
+
+namespace {
+
+// How long the leader waits for the followers (and they for it) to start and load.
+std::chrono::milliseconds join_timeout(const ServeConfig& cfg) { return std::chrono::milliseconds(static_cast<int64_t>(cfg.dist_timeout_s * 1000)); }
+
+// --device cuda: the host shards never run a forward (the device forwards make the NCCL
+// collectives), but Model::load wants a communicator of the rank's place in the group.
+class DeviceOnlyRank final : public Communicator {
+ public:
+  DeviceOnlyRank(int rank, int size) : rank_(rank), size_(size) {}
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  void all_reduce_sum(float*, int64_t) override { used_ = true; }
+  void all_gather(const float*, int64_t, float*) override { used_ = true; }
+  Status health() const override {
+    return used_ ? internal_error("a host collective ran on a --device cuda rank of a multi-node instance") : Status::ok();
+  }
+
+ private:
+  int rank_, size_;
+  std::atomic<bool> used_{false};
+};
+
+Result<std::string> cluster_secret(const ServeConfig& cfg) {
+  if (cfg.disagg.cluster_secret_file.empty()) return std::string();
+  return read_secret_file(cfg.disagg.cluster_secret_file);
+}
+
+int local_ranks(const ServeConfig& cfg) { return cfg.tp / cfg.nnodes; }
+
+std::vector<std::shared_ptr<const Model>> shards_of(const TpModelGroup& g) {
+  std::vector<std::shared_ptr<const Model>> shards;
+  for (int r = 0; r < g.size(); ++r) shards.push_back(g.model_ptr(r));
+  return shards;
+}
+
+Status join_gpus(TpModelGroup& g, const ServeConfig& cfg, const std::vector<uint8_t>& id) {
+  PDS_ASSIGN_OR_RETURN(auto devs, make_cuda_node_tp_forwards(shards_of(g), id, cfg.tp, cfg.node_rank * local_ranks(cfg), g.kv(0).num_pages(),
+                                                             g.kv(0).page_size(), g.state(0).num_slots(),
+                                                             CudaForwardOptions{cfg.cuda_graphs, g.kv(0).pages_for_tokens(cfg.runtime.max_model_len)}));
+  for (const auto& d : devs) spdlog::info("device: {}", d->describe());
+  return g.set_device_forwards(std::move(devs));
+}
+
+node::Step to_message(const ForwardBatch& batch, uint64_t step) {
+  node::Step m;
+  m.step = step;
+  for (const SequenceInput& s : batch.seqs) m.seqs.push_back({s.cached_len, s.state_slot, s.all_logits, s.tokens, s.pages});
+  return m;
+}
+
+ForwardBatch to_batch(node::Step&& m) {
+  ForwardBatch b;
+  for (node::StepSeq& s : m.seqs) {
+    SequenceInput in;
+    in.tokens = std::move(s.tokens);
+    in.cached_len = s.cached_len;
+    in.pages = std::move(s.pages);
+    in.state_slot = s.slot;
+    in.all_logits = s.all_logits;
+    b.seqs.push_back(std::move(in));
+  }
+  return b;
+}
+
+}  // namespace
+
+Result<std::unique_ptr<NodeLeader>> NodeLeader::join(const ServeConfig& cfg, std::unique_ptr<TpModelGroup>* group) {
+  if (cfg.role != ServerRole::kUnified)
+    return unsupported("--nnodes " + std::to_string(cfg.nnodes) + ": the prefill and decode roles run on one node each for now; `serve` spans nodes");
+  if (cfg.pp > 1) return unsupported("--nnodes with --pp: pipeline stages run on one node for now");
+  PDS_ASSIGN_OR_RETURN(std::string secret, cluster_secret(cfg));
+  PDS_ASSIGN_OR_RETURN(transfer::HostPort hp, transfer::parse_dist_init_addr(cfg.dist_init_addr));
+  std::unique_ptr<NodeLeader> l(new NodeLeader());
+  l->nnodes_ = cfg.nnodes;
+  PDS_ASSIGN_OR_RETURN(auto link, node::LeaderLink::listen(hp.host, hp.port, cfg.nnodes, secret));
+  l->link_ = std::move(link);
+  spdlog::info("node 0 of {}: waiting for {} node(s) on --dist-init-addr {}", cfg.nnodes, cfg.nnodes - 1, cfg.dist_init_addr);
+  PDS_RETURN_IF_ERROR(l->link_->accept_followers(join_timeout(cfg)));
+  node::Hello hello;
+  hello.nnodes = static_cast<uint32_t>(cfg.nnodes);
+  hello.tp = static_cast<uint32_t>(cfg.tp);
+  const int local = local_ranks(cfg);
+  std::vector<std::unique_ptr<Communicator>> comms;
+  if (cfg.device == "cuda") {
+    PDS_ASSIGN_OR_RETURN(l->group_id_, cuda_nccl_unique_id());
+    hello.group_id = l->group_id_;
+    for (int i = 0; i < local; ++i) comms.push_back(std::make_unique<DeviceOnlyRank>(i, cfg.tp));
+    PDS_RETURN_IF_ERROR(l->link_->broadcast(node::encode(hello)));
+  } else {
+    // Rank 0's collective listener on the leader's address; the token keeps strangers out.
+    PDS_ASSIGN_OR_RETURN(auto listener, transfer::TcpCollectiveListener::listen(hp.host, cfg.tp));
+    hello.collective_port = listener->port();
+    hello.token = listener->token();
+    PDS_RETURN_IF_ERROR(l->link_->broadcast(node::encode(hello)));
+    comms.resize(static_cast<size_t>(local));
+    for (int i = 1; i < local; ++i) {  // queued in the listen backlog until rank 0 accepts
+      PDS_ASSIGN_OR_RETURN(comms[i], transfer::connect_tcp_collective(hp.host, listener->port(), i, cfg.tp, listener->token(), join_timeout(cfg)));
+    }
+    PDS_ASSIGN_OR_RETURN(comms[0], listener->accept_ranks(join_timeout(cfg)));
+  }
+  PDS_ASSIGN_OR_RETURN(*group, TpModelGroup::load_node_models(cfg.model_dir, cfg.tp, 0, std::move(comms)));
+  return l;
+}
+
+Status NodeLeader::start(TpModelGroup& g, const ServeConfig& cfg) {
+  PDS_RETURN_IF_ERROR(link_->broadcast(node::encode(node::Start{g.kv(0).num_pages(), g.kv(0).page_size(), g.state(0).num_slots()})));
+  if (cfg.device == "cuda") PDS_RETURN_IF_ERROR(join_gpus(g, cfg, group_id_));
+  PDS_ASSIGN_OR_RETURN(auto frames, link_->receive_from_all(join_timeout(cfg)));
+  for (size_t i = 0; i < frames.size(); ++i) {
+    const std::string who = "node " + std::to_string(i + 1) + " of " + std::to_string(nnodes_);
+    if (frames[i].type != node::MsgType::kReady) return internal_error(who + ": expected its ready message");
+    auto ready = node::decode_ready(reinterpret_cast<const uint8_t*>(frames[i].payload.data()), frames[i].payload.size());
+    if (!ready.is_ok()) return Status(ready.status().code(), who + ": " + ready.status().message());
+    const ModelConfig& mc = g.config();
+    if (ready->vocab_size != mc.vocab_size || ready->num_layers != mc.num_layers)
+      return invalid_argument(who + " loaded another model (vocabulary " + std::to_string(ready->vocab_size) + ", " +
+                              std::to_string(ready->num_layers) + " layers; here " + std::to_string(mc.vocab_size) + ", " +
+                              std::to_string(mc.num_layers) + "): pass the same --model to every node");
+  }
+  spdlog::info("node 0 of {}: every node is ready; ranks 0..{} here", nnodes_, g.size() - 1);
+  auto steps = std::make_shared<std::atomic<uint64_t>>(0);
+  g.set_step_sender([link = link_, steps](const ForwardBatch& batch) { return link->broadcast(node::encode(to_message(batch, steps->fetch_add(1)))); });
+  // A follower lost between steps: refuse the next step instead of waiting for it in a
+  // collective (which NCCL would do for ever).
+  link_->watch([&g](const Status& why) {
+    spdlog::error("{}", why.message());
+    g.lose_node(why);
+  });
+  return Status::ok();
+}
+
+void NodeLeader::shutdown(const std::string& reason) {
+  if (shut_) return;
+  shut_ = true;
+  link_->stop_watching();  // the followers are about to leave on purpose
+  (void)link_->broadcast(node::encode(node::Shutdown{reason}));
+}
+
+NodeLeader::~NodeLeader() { shutdown("the leader is stopping"); }
+
+int run_node_follower(const ServeConfig& cfg) {
+  const std::string who = "serve: node " + std::to_string(cfg.node_rank) + " of " + std::to_string(cfg.nnodes);
+  auto fail = [&](int rc, const std::string& m) {
+    std::cerr << who << ": " << m << std::endl;
+    return rc;
+  };
+  if (cfg.role != ServerRole::kUnified) return fail(2, "the prefill and decode roles run on one node each for now; `serve` spans nodes");
+  if (cfg.pp > 1) return fail(2, "--pp runs on one node for now");
+  auto secret = cluster_secret(cfg);
+  if (!secret.is_ok()) return fail(2, secret.status().message());
+  auto hp = transfer::parse_dist_init_addr(cfg.dist_init_addr);
+  if (!hp.is_ok()) return fail(2, hp.status().message());
+  auto link = node::FollowerLink::connect(hp->host, hp->port, cfg.node_rank, *secret, join_timeout(cfg));
+  if (!link.is_ok()) return fail(1, link.status().message());
+  auto next = [&](node::MsgType want) -> Result<node::Frame> {
+    PDS_ASSIGN_OR_RETURN(node::Frame f, (*link)->receive());
+    if (f.type == node::MsgType::kShutdown) return Status(ErrorCode::kAborted, "the leader stopped before this node was ready");
+    if (f.type != want) return Status(ErrorCode::kDataLoss, "the leader sent frame type " + std::to_string(static_cast<int>(f.type)) + " out of order");
+    return f;
+  };
+  auto bytes = [](const node::Frame& f) { return reinterpret_cast<const uint8_t*>(f.payload.data()); };
+
+  auto hf = next(node::MsgType::kHello);
+  if (!hf.is_ok()) return fail(1, "joining the leader at " + cfg.dist_init_addr + ": " + hf.status().message());
+  auto hello = node::decode_hello(bytes(*hf), hf->payload.size());
+  if (!hello.is_ok()) return fail(1, hello.status().message());
+  if (static_cast<int>(hello->nnodes) != cfg.nnodes || static_cast<int>(hello->tp) != cfg.tp)
+    return fail(2, "the leader runs --tp " + std::to_string(hello->tp) + " --nnodes " + std::to_string(hello->nnodes) +
+                       ", this node was started with --tp " + std::to_string(cfg.tp) + " --nnodes " + std::to_string(cfg.nnodes));
+  const int local = local_ranks(cfg), first = cfg.node_rank * local;
+  std::vector<std::unique_ptr<Communicator>> comms;
+  for (int i = 0; i < local; ++i) {
+    if (cfg.device == "cuda") {
+      comms.push_back(std::make_unique<DeviceOnlyRank>(first + i, cfg.tp));
+      continue;
+    }
+    auto c = transfer::connect_tcp_collective(hp->host, hello->collective_port, first + i, cfg.tp, hello->token, join_timeout(cfg));
+    if (!c.is_ok()) return fail(1, "rank " + std::to_string(first + i) + ": " + c.status().message());
+    comms.push_back(std::move(*c));
+  }
+  auto group = TpModelGroup::load_node_models(cfg.model_dir, cfg.tp, first, std::move(comms));
+  if (!group.is_ok()) return fail(1, group.status().message());
+  TpModelGroup& g = **group;
+  auto sf = next(node::MsgType::kStart);
+  if (!sf.is_ok()) return fail(1, sf.status().message());
+  auto start = node::decode_start(bytes(*sf), sf->payload.size());
+  if (!start.is_ok()) return fail(1, start.status().message());
+  g.make_pools(start->num_pages, start->page_size, start->num_slots);
+  if (cfg.device == "cuda") {
+    if (Status st = join_gpus(g, cfg, hello->group_id); !st.is_ok()) return fail(1, st.message());
+  }
+  if (Status st = (*link)->send(node::encode(node::Ready{g.config().vocab_size, g.config().num_layers})); !st.is_ok())
+    return fail(1, "the leader at " + cfg.dist_init_addr + " went away: " + st.message());
+  std::cout << "pdserve: node " << cfg.node_rank << " of " << cfg.nnodes << " following the leader at " << cfg.dist_init_addr << " (ranks "
+            << first << ".." << first + local - 1 << " of " << cfg.tp << ")" << std::endl;
+
+  uint64_t steps = 0;
+  while (true) {
+    auto f = (*link)->receive();
+    if (!f.is_ok()) {
+      if (f.status().code() == ErrorCode::kUnavailable)
+        return fail(1, "the leader at " + cfg.dist_init_addr + " went away (the control stream ended without a shutdown after " +
+                           std::to_string(steps) + " steps: " + f.status().message() + ")");
+      return fail(1, f.status().message());
+    }
+    if (f->type == node::MsgType::kShutdown) {
+      auto m = node::decode_shutdown(bytes(*f), f->payload.size());
+      std::cout << "pdserve: node " << cfg.node_rank << ": the leader shut the instance down (" << (m.is_ok() ? m->reason : "no reason")
+                << ") after " << steps << " steps" << std::endl;
+      return 0;
+    }
+    if (f->type != node::MsgType::kStep) return fail(1, "the leader sent frame type " + std::to_string(static_cast<int>(f->type)) + " mid-run");
+    auto step = node::decode_step(bytes(*f), f->payload.size());
+    if (!step.is_ok()) return fail(1, step.status().message());
+    const uint64_t n = step->step;
+    if (n != steps) return fail(1, "step " + std::to_string(n) + " arrived, expected step " + std::to_string(steps));
+    ForwardOutput out;
+    // Any failure leaves this node's caches behind the leader's: the instance cannot go on,
+    // and exiting makes the leader's next collective fail instead of hanging.
+    if (Status st = g.forward(to_batch(std::move(*step)), &out); !st.is_ok()) return fail(1, "step " + std::to_string(n) + ": " + st.message());
+    ++steps;
+  }
+}
+
+}  // namespace pdserve::server

@@ -1,0 +1,237 @@
+// The node control stream's connections: the authenticated opening (node_link.h) and frame
+// send / receive over blocking sockets.
+#include "pdserve/transfer/node_link.h"
+
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <random>
+#include <thread>
+
+#include "pdserve/core/sha256.h"
+#include "socket_io.h"
+
+namespace pdserve::transfer::node {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+constexpr size_t kNonce = 16, kMac = 32;
+constexpr auto kIoTimeout = std::chrono::milliseconds(30000);
+
+std::string random_bytes(size_t n) {
+  std::random_device rd;
+  std::string s(n, '\0');
+  for (auto& c : s) c = static_cast<char>(rd() & 0xff);
+  return s;
+}
+
+std::string u32_le(uint32_t v) {
+  std::string s(4, '\0');
+  for (int i = 0; i < 4; ++i) s[i] = static_cast<char>((v >> (8 * i)) & 0xff);
+  return s;
+}
+
+std::string mac(const std::string& secret, const std::string& message) {
+  if (secret.empty()) return std::string(kMac, '\0');
+  Sha256Digest d = hmac_sha256(secret, message);
+  return std::string(reinterpret_cast<const char*>(d.data()), d.size());
+}
+
+Status send_str(int fd, const std::string& s) {
+  iovec v{const_cast<char*>(s.data()), s.size()};
+  return net::send_all(fd, &v, 1);
+}
+
+Result<std::string> recv_str(int fd, size_t n) {
+  std::string s(n, '\0');
+  bool idle = false;
+  PDS_RETURN_IF_ERROR(net::recv_exact_once(fd, s.data(), n, false, &idle));
+  return s;
+}
+
+std::chrono::milliseconds left(Clock::time_point deadline) {
+  auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+  return std::max(ms, std::chrono::milliseconds(1));
+}
+
+// Header then payload; the header is checked before the payload is read.
+Result<Frame> read_frame(int fd) {
+  uint8_t h[kHeaderBytes];
+  bool idle = false;
+  PDS_RETURN_IF_ERROR(net::recv_exact_once(fd, h, kHeaderBytes, false, &idle));
+  PDS_ASSIGN_OR_RETURN(Header header, decode_header(h));
+  Frame f;
+  f.type = header.type;
+  f.payload.resize(header.length);
+  if (header.length > 0) PDS_RETURN_IF_ERROR(net::recv_exact_once(fd, f.payload.data(), header.length, false, &idle));
+  return f;
+}
+
+}  // namespace
+
+Result<std::unique_ptr<LeaderLink>> LeaderLink::listen(const std::string& host, uint16_t port, int nnodes, std::string secret) {
+  std::unique_ptr<LeaderLink> l(new LeaderLink());
+  PDS_ASSIGN_OR_RETURN(net::Fd fd, net::listen_tcp(host, port, &l->port_));
+  l->listen_fd_ = fd.release();
+  l->nnodes_ = nnodes;
+  l->secret_ = std::move(secret);
+  l->fds_.assign(static_cast<size_t>(std::max(nnodes - 1, 0)), -1);
+  return l;
+}
+
+LeaderLink::~LeaderLink() {
+  stop_watching();
+  if (listen_fd_ >= 0) ::close(listen_fd_);
+  for (int fd : fds_)
+    if (fd >= 0) ::close(fd);
+}
+
+Status LeaderLink::accept_followers(std::chrono::milliseconds timeout) {
+  const auto deadline = Clock::now() + timeout;
+  int joined = 0;
+  while (joined < nnodes_ - 1) {
+    pollfd p{listen_fd_, POLLIN, 0};
+    const int rc = ::poll(&p, 1, static_cast<int>(left(deadline).count()));
+    if (rc == 0 || Clock::now() >= deadline) {
+      std::string missing;
+      for (size_t i = 0; i < fds_.size(); ++i)
+        if (fds_[i] < 0) missing += (missing.empty() ? "" : ", ") + std::to_string(i + 1);
+      return Status(ErrorCode::kDeadlineExceeded, "node 0: node(s) " + missing + " did not join within " + std::to_string(timeout.count()) +
+                                                      " ms (" + std::to_string(refused_) + " connection(s) refused)");
+    }
+    if (rc < 0) continue;  // EINTR
+    net::Fd conn(::accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC));
+    if (!conn.valid()) continue;
+    if (!net::tune(conn.get(), std::min(left(deadline), std::chrono::milliseconds(5000))).is_ok()) continue;
+    const std::string ns = random_bytes(kNonce);
+    if (!send_str(conn.get(), ns).is_ok()) continue;
+    auto hello = recv_str(conn.get(), 4 + kNonce + kMac);
+    if (!hello.is_ok()) continue;
+    uint32_t rank = 0;
+    for (int i = 0; i < 4; ++i) rank |= static_cast<uint32_t>(static_cast<uint8_t>((*hello)[i])) << (8 * i);
+    const std::string nc = hello->substr(4, kNonce), mac_c = hello->substr(4 + kNonce);
+    const bool mac_ok = secret_.empty() || constant_time_equal(mac_c, mac(secret_, "pdserve-node-join" + ns + nc + u32_le(rank)));
+    const bool rank_ok = rank >= 1 && rank < static_cast<uint32_t>(nnodes_) && fds_[rank - 1] < 0;
+    if (!mac_ok || !rank_ok) {
+      ++refused_;
+      (void)send_str(conn.get(), std::string(1, '\1'));
+      continue;
+    }
+    if (!send_str(conn.get(), std::string(1, '\0') + mac(secret_, "pdserve-node-lead" + nc + ns)).is_ok()) continue;
+    (void)net::tune(conn.get(), kIoTimeout);
+    (void)net::set_recv_timeout(conn.get(), std::chrono::milliseconds(0));  // steps may be far apart
+    fds_[rank - 1] = conn.release();
+    ++joined;
+  }
+  ::close(listen_fd_);  // nobody else may join a running instance
+  listen_fd_ = -1;
+  return Status::ok();
+}
+
+Status LeaderLink::fail(const Status& why) {
+  std::lock_guard<std::mutex> l(mu_);
+  if (broken_.is_ok()) broken_ = why;
+  return broken_;
+}
+
+Status LeaderLink::broadcast(const std::string& frame) {
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    if (!broken_.is_ok()) return broken_;
+  }
+  for (size_t i = 0; i < fds_.size(); ++i) {
+    if (Status st = send_str(fds_[i], frame); !st.is_ok())
+      return fail(Status(ErrorCode::kUnavailable, "node " + std::to_string(i + 1) + " of " + std::to_string(nnodes_) +
+                                                      " left the instance (control stream: " + st.message() + ")"));
+  }
+  return Status::ok();
+}
+
+void LeaderLink::watch(std::function<void(const Status&)> on_lost) {
+  stop_watching();
+  watching_.store(true);
+  watcher_ = std::thread([this, on_lost = std::move(on_lost)] {
+    std::vector<pollfd> p;
+    for (int fd : fds_) p.push_back(pollfd{fd, POLLIN | POLLRDHUP, 0});
+    while (watching_.load()) {
+      if (::poll(p.data(), p.size(), 100) <= 0) continue;
+      for (size_t i = 0; i < p.size(); ++i) {
+        if (p[i].revents == 0) continue;
+        const std::string why = (p[i].revents & (POLLRDHUP | POLLHUP | POLLERR)) ? "its control stream ended" : "it sent data out of turn";
+        on_lost(fail(Status(ErrorCode::kUnavailable, "node " + std::to_string(i + 1) + " of " + std::to_string(nnodes_) +
+                                                         " left the instance (" + why + ")")));
+        return;
+      }
+    }
+  });
+}
+
+void LeaderLink::stop_watching() {
+  watching_.store(false);
+  if (watcher_.joinable()) watcher_.join();
+}
+
+Result<std::vector<Frame>> LeaderLink::receive_from_all(std::chrono::milliseconds timeout) {
+  std::vector<Frame> out;
+  for (size_t i = 0; i < fds_.size(); ++i) {
+    (void)net::set_recv_timeout(fds_[i], timeout);
+    auto f = read_frame(fds_[i]);
+    (void)net::set_recv_timeout(fds_[i], std::chrono::milliseconds(0));
+    if (!f.is_ok())
+      return Status(f.status().code() == ErrorCode::kDataLoss ? ErrorCode::kDataLoss : ErrorCode::kUnavailable,
+                    "node " + std::to_string(i + 1) + " of " + std::to_string(nnodes_) + ": " + f.status().message());
+    out.push_back(std::move(*f));
+  }
+  return out;
+}
+
+Result<std::unique_ptr<FollowerLink>> FollowerLink::connect(const std::string& host, uint16_t port, int node_rank, const std::string& secret,
+                                                            std::chrono::milliseconds timeout) {
+  const std::string where = host + ":" + std::to_string(port);
+  const auto deadline = Clock::now() + timeout;
+  Status last = Status::ok();
+  while (Clock::now() < deadline) {
+    auto conn = net::connect_tcp(host, port, left(deadline));
+    if (!conn.is_ok()) {
+      last = conn.status();
+      std::this_thread::sleep_for(std::min(left(deadline), std::chrono::milliseconds(100)));  // the leader may not listen yet
+      continue;
+    }
+    const int fd = conn->get();
+    PDS_RETURN_IF_ERROR(net::tune(fd, std::min(left(deadline), kIoTimeout)));
+    PDS_ASSIGN_OR_RETURN(std::string ns, recv_str(fd, kNonce));
+    const std::string nc = random_bytes(kNonce);
+    const uint32_t rank = static_cast<uint32_t>(node_rank);
+    PDS_RETURN_IF_ERROR(send_str(fd, u32_le(rank) + nc + mac(secret, "pdserve-node-join" + ns + nc + u32_le(rank))));
+    PDS_ASSIGN_OR_RETURN(std::string verdict, recv_str(fd, 1));
+    if (verdict[0] != '\0')
+      return invalid_argument("the leader at " + where + " refused node " + std::to_string(node_rank) +
+                              " (a different cluster secret, or the node rank is taken or out of range)");
+    PDS_ASSIGN_OR_RETURN(std::string mac_s, recv_str(fd, kMac));
+    if (!secret.empty() && !constant_time_equal(mac_s, mac(secret, "pdserve-node-lead" + nc + ns)))
+      return invalid_argument("the leader at " + where + " fails authentication (it holds a different cluster secret)");
+    (void)net::tune(fd, kIoTimeout);
+    (void)net::set_recv_timeout(fd, std::chrono::milliseconds(0));
+    std::unique_ptr<FollowerLink> l(new FollowerLink());
+    l->fd_ = conn->release();
+    return l;
+  }
+  return Status(ErrorCode::kDeadlineExceeded, "no leader answered at --dist-init-addr " + where + " within " + std::to_string(timeout.count()) +
+                                                  " ms" + (last.is_ok() ? std::string() : ": " + last.message()));
+}
+
+FollowerLink::~FollowerLink() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+Result<Frame> FollowerLink::receive(std::chrono::milliseconds idle_timeout) {
+  (void)net::set_recv_timeout(fd_, idle_timeout);
+  return read_frame(fd_);
+}
+
+Status FollowerLink::send(const std::string& frame) { return send_str(fd_, frame); }
+
+}  // namespace pdserve::transfer::node
