@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # One call on nvidia-h200-x2 after the session's merges (NCCL TP + device roles + decode graphs
-# + fused KDA / MoE decode kernels + split-KV MLA decode; PP over NCCL is in cuda_tp_test): every GPU test binary on GPU 0 (cuda_tp_test on both),
+# + fused KDA / MoE decode kernels + split-KV MLA decode + MLA, KDA and MoE prefill kernels; PP over NCCL is in cuda_tp_test): every GPU test binary on GPU 0 (cuda_tp_test on both),
 # memcheck of the backend forward and the device-role tests on GPU 1 meanwhile, then end to end:
 # a CPU `serve`, `serve --device cuda` (graphs), `serve --device cuda --tp 2`, and `pdserve up`
 # with prefill on CUDA at TP2 (GPUs 0 and 1) and decode on CUDA at TP1 (GPU 0), every reply
@@ -25,7 +25,7 @@ for b in "${MC[@]}"; do
   MC_PIDS+=($!)
 done
 echo "== tests (GPU 0; cuda_tp_test on 0 and 1)"
-for b in kernels_test mla_decode_test kda_decode_kernels_test moe_kernels_test moe_decode_test transfer_kernels_test \
+for b in kernels_test mla_decode_test mla_prefill_test kda_decode_kernels_test kda_chunk_kernels_test moe_kernels_test moe_decode_test moe_prefill_test transfer_kernels_test \
   cuda_forward_test pd_device_test cuda_tp_test; do
   vis=0; [ "$b" = cuda_tp_test ] && vis=0,1
   CUDA_VISIBLE_DEVICES=$vis timeout 150 "$BIN/$b" >"/tmp/test_$b.log" 2>&1
@@ -41,23 +41,26 @@ CUDA_VISIBLE_DEVICES=0 "$P" serve --model /tmp/tk3 --device cuda --port 18123 >/
 GPU=$!
 CUDA_VISIBLE_DEVICES=0,1 "$P" serve --model /tmp/tk3 --device cuda --tp 2 --port 18126 >/tmp/serve_tp2.log 2>&1 &
 TP2=$!
+# bf16 prefill attention: informational (its logits move ~1e-3, so a near tie may flip a token).
+CUDA_VISIBLE_DEVICES=1 "$P" serve --model /tmp/tk3 --device cuda --bf16-mla-prefill --port 18127 >/tmp/serve_bf16.log 2>&1 &
+BF16=$!
 mkdir -p /tmp/uplogs
 CUDA_VISIBLE_DEVICES=0,1 "$P" up --model /tmp/tk3 --port 18130 --prefill-port 18131 --decode-port 18132 --bootstrap-port 18133 \
   --chunk-size 64 --device cuda --prefill-tp 2 --decode-tp 1 --log-dir /tmp/uplogs >/tmp/up.log 2>&1 &
 UP=$!
 for _ in $(seq 300); do
   curl -sf localhost:18123/health >/dev/null && curl -sf localhost:18124/health >/dev/null &&
-    curl -sf localhost:18126/health >/dev/null && grep -q "pdserve up: ready" /tmp/up.log && break
+    curl -sf localhost:18126/health >/dev/null && curl -sf localhost:18127/health >/dev/null && grep -q "pdserve up: ready" /tmp/up.log && break
   sleep 0.2
 done
 REQ='{"messages": [{"role": "user", "content": "Hello there, GPU! Tell me about pages."}], "max_tokens": 32, "temperature": 0}'
-for port in 18124 18123 18126 18130; do
+for port in 18124 18123 18126 18127 18130; do
   curl -s -m 60 -o "/tmp/reply_$port.json" -w "port $port: HTTP %{http_code}, %{time_total} s\n" "localhost:$port/v1/chat/completions" \
     -H 'Content-Type: application/json' -d "$REQ"
 done
 msg() { python3 -c "import json; print(json.load(open('$1'))['choices'][0]['message'])" 2>/dev/null; }
 want=$(msg /tmp/reply_18124.json)
-for port in 18123 18126 18130; do
+for port in 18123 18126 18127 18130; do
   [ -n "$want" ] && [ "$(msg /tmp/reply_$port.json)" = "$want" ] && echo "port $port == serve cpu" || echo "port $port DIFFERS from serve cpu"
 done
 MANY=()
@@ -80,7 +83,7 @@ done
 grep -h "device:" /tmp/serve_cuda.log /tmp/serve_tp2.log /tmp/uplogs/* 2>/dev/null | cut -c1-200
 curl -sf localhost:18132/metrics | grep -E '^pdserve_decode_transfer_(succeeded|failed|bytes|runs)_total '
 curl -sf "localhost:18131/transfers?limit=2" | head -c 600; echo
-kill -INT $UP; kill $CPU $GPU $TP2; wait $UP $CPU $GPU $TP2 2>/dev/null
+kill -INT $UP; kill $CPU $GPU $TP2 $BF16; wait $UP $CPU $GPU $TP2 $BF16 2>/dev/null
 echo "== decode step, eager vs graphs (GPU 0)"
 CUDA_VISIBLE_DEVICES=0 timeout 120 "$BIN/decode_bench" --preset tiny-k3 --ctx 128 --steps 50
 echo "== memcheck (GPU 1)"

@@ -10,6 +10,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include "cuda_options.h"
 #include "handlers.h"
 #include "pdserve/server/node_serving.h"
 #include "pdserve/core/secret_file.h"
@@ -71,7 +72,7 @@ Result<std::unique_ptr<HttpServer>> HttpServer::create(ServeConfig cfg, Transpor
       std::vector<std::shared_ptr<const Model>> shards;
       for (int r = 0; r < g.size(); ++r) shards.push_back(g.model_ptr(r));
       PDS_ASSIGN_OR_RETURN(auto devs, make_cuda_tp_forwards(shards, g.kv(0).num_pages(), g.kv(0).page_size(), g.state(0).num_slots(),
-                                                            CudaForwardOptions{cfg.cuda_graphs, g.kv(0).pages_for_tokens(cfg.runtime.max_model_len)}));
+                                                            cuda_forward_options(cfg, g.kv(0).pages_for_tokens(cfg.runtime.max_model_len))));
       for (const auto& d : devs) spdlog::info("device: {}", d->describe());
       PDS_RETURN_IF_ERROR(g.set_device_forwards(std::move(devs)));
     }

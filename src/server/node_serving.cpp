@@ -6,6 +6,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include "cuda_options.h"
 #include "pdserve/core/secret_file.h"
 #include "pdserve/model/device_forward.h"
 #include "pdserve/model/dist_check.h"
@@ -55,7 +56,7 @@ std::vector<std::shared_ptr<const Model>> shards_of(const TpModelGroup& g) {
 Status join_gpus(TpModelGroup& g, const ServeConfig& cfg, const std::vector<uint8_t>& id) {
   PDS_ASSIGN_OR_RETURN(auto devs, make_cuda_node_tp_forwards(shards_of(g), id, cfg.tp, cfg.node_rank * local_ranks(cfg), g.kv(0).num_pages(),
                                                              g.kv(0).page_size(), g.state(0).num_slots(),
-                                                             CudaForwardOptions{cfg.cuda_graphs, g.kv(0).pages_for_tokens(cfg.runtime.max_model_len)}));
+                                                             cuda_forward_options(cfg, g.kv(0).pages_for_tokens(cfg.runtime.max_model_len))));
   for (const auto& d : devs) spdlog::info("device: {}", d->describe());
   return g.set_device_forwards(std::move(devs));
 }

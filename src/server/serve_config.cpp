@@ -22,6 +22,8 @@ Status ServeConfig::validate() const {
   if (pp * tp > 256) return invalid_argument("config pp (--pp) x tp (--tp): " + std::to_string(pp * tp) + " ranks, at most 256");
   if (pp > 1 && role == ServerRole::kDecode)
     return invalid_argument("config pp (--pp): pipeline parallelism is for the prefill (or unified) role; decode takes --tp only");
+  if (cuda_bf16_mla_prefill && device != "cuda")
+    return invalid_argument("config cuda_bf16_mla_prefill (--bf16-mla-prefill): needs --device cuda");
   if (pp > 1 && device != "cpu") return invalid_argument("config pp (--pp): pipeline stages run on the CPU backend only for now (--device cpu)");
   if (device != "cpu" && device != "cuda") return invalid_argument("config device: must be \"cpu\" or \"cuda\", got \"" + device + "\"");
   if (Status st = transfer::validate_dist_init({nnodes, node_rank, dist_init_addr}, tp); !st.is_ok())
@@ -59,6 +61,7 @@ Json ServeConfig::to_json() const {
          {"pp", pp},
          {"device", device},
          {"cuda_graphs", cuda_graphs},
+         {"cuda_bf16_mla_prefill", cuda_bf16_mla_prefill},
          {"nnodes", nnodes},
          {"node_rank", node_rank},
          {"dist_init_addr", dist_init_addr},

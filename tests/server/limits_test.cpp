@@ -84,6 +84,12 @@ TEST(Limits, BadLimitValuesAreRefusedAtStartupNamingTheField) {
   cfg = tiny_config();
   cfg.drain_timeout_s = -1;
   EXPECT_NE(cfg.validate().message().find("drain_timeout_s"), std::string::npos);
+  // A CUDA-only switch on the CPU backend is a mistake to point out, not to ignore.
+  cfg = tiny_config();
+  cfg.cuda_bf16_mla_prefill = true;
+  EXPECT_NE(cfg.validate().message().find("--bf16-mla-prefill"), std::string::npos);
+  cfg.device = "cuda";
+  EXPECT_TRUE(cfg.validate().is_ok()) << cfg.validate().message();
 }
 
 }  // namespace

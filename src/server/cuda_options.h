@@ -1,0 +1,20 @@
+// The CUDA backend's options as the server's config sets them (one place for the one-node
+// and the multi-node start paths).
+#pragma once
+
+#include <cstdint>
+
+#include "pdserve/model/device_forward.h"
+#include "pdserve/server/serve_config.h"
+
+namespace pdserve::server {
+
+inline CudaForwardOptions cuda_forward_options(const ServeConfig& cfg, int64_t graph_max_pages) {
+  CudaForwardOptions o;
+  o.graphs = cfg.cuda_graphs;
+  o.graph_max_pages = graph_max_pages;
+  o.bf16_mla_prefill = cfg.cuda_bf16_mla_prefill;
+  return o;
+}
+
+}  // namespace pdserve::server
