@@ -96,17 +96,9 @@ class LiveServer {
 class RawStream {
  public:
   ~RawStream() { close(); }
+  // Sends the request and reads up to the first SSE event.
   bool open(int port, const std::string& path, const std::string& body) {
-    fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
-    if (fd_ < 0) return false;
-    sockaddr_in addr{};
-    addr.sin_family = AF_INET;
-    addr.sin_port = htons(static_cast<uint16_t>(port));
-    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    if (::connect(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) return false;
-    const std::string req = "POST " + path + " HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n" +
-                            "Content-Length: " + std::to_string(body.size()) + "\r\n\r\n" + body;
-    if (::send(fd_, req.data(), req.size(), 0) != static_cast<ssize_t>(req.size())) return false;
+    if (!send_only(port, path, body)) return false;
     char buf[4096];
     while (got_.find("data: {") == std::string::npos) {
       ssize_t n = ::recv(fd_, buf, sizeof buf, 0);
