@@ -1,4 +1,4 @@
-// Shared helpers of kernels_bench (kernels_bench.cpp, bench_layers.cpp): timing, inputs, rows.
+// Shared helpers of the kernel benchmarks (kernels_bench, moe_decode_bench, ...): timing, inputs, rows.
 #pragma once
 
 #include <algorithm>
@@ -22,6 +22,8 @@ inline void check(const Status& s, const char* what) {
   std::fprintf(stderr, "%s: %s\n", what, s.to_string().c_str());
   std::exit(1);
 }
+
+inline void check(cudaError_t e, const char* what) { check(cuda_status(e, what), what); }
 
 // Fast deterministic bytes (xorshift64*), so GB-sized inputs take well under a second.
 inline void fill_bytes(std::vector<uint8_t>& v, uint64_t seed, uint8_t lo = 0, uint8_t span = 0) {

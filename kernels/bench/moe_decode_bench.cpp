@@ -22,6 +22,7 @@
 #include <string>
 #include <vector>
 
+#include "bench_util.h"
 #include "common/cuda_check.h"
 #include "moe/moe.h"
 #include "moe/moe_decode.h"
@@ -29,63 +30,21 @@
 namespace pdserve::cuda {
 namespace {
 
-double g_bw = 4.2e12;
-int g_reps = 50;
 int64_t g_only = 0;  // --only B: just that batch (for profilers)
 
-void check(const Status& s, const char* what) {
-  if (s.is_ok()) return;
-  std::fprintf(stderr, "%s: %s\n", what, s.to_string().c_str());
-  std::exit(1);
-}
-
-void check(cudaError_t e, const char* what) { check(cuda_status(e, what), what); }
-
-void fill_bytes(std::vector<uint8_t>& v, uint64_t seed, uint8_t lo = 0, uint8_t span = 0) {
-  uint64_t s = seed * 0x9E3779B97F4A7C15ull + 1;
-  for (size_t i = 0; i < v.size(); i += 8) {
-    s ^= s >> 12, s ^= s << 25, s ^= s >> 27;
-    uint64_t r = s * 0x2545F4914F6CDD1Dull;
-    for (size_t j = i; j < std::min(v.size(), i + 8); ++j, r >>= 8)
-      v[j] = span ? static_cast<uint8_t>(lo + (r & 0xff) % span) : static_cast<uint8_t>(r);
-  }
-}
-
-template <typename T>
-DeviceBuffer<T> upload(const std::vector<T>& v) {
-  DeviceBuffer<T> b;
-  check(b.upload(v), "upload");
-  return b;
-}
-
-double median_us(const std::function<void(int)>& f) {
-  cudaEvent_t a, b;
-  cudaEventCreate(&a);
-  cudaEventCreate(&b);
-  for (int i = 0; i < 3; ++i) f(i);
-  std::vector<double> t;
-  for (int i = 0; i < g_reps; ++i) {
-    cudaEventRecord(a);
-    f(i);
-    cudaEventRecord(b);
-    cudaEventSynchronize(b);
-    float ms = 0;
-    cudaEventElapsedTime(&ms, a, b);
-    t.push_back(ms * 1e3);
-  }
-  check(cudaGetLastError(), "bench");
-  cudaEventDestroy(a);
-  cudaEventDestroy(b);
-  std::sort(t.begin(), t.end());
-  return t[t.size() / 2];
-}
+using bench::check;
+using bench::fill_bytes;
+using bench::g_bw;
+using bench::g_reps;
+using bench::median_us;
+using bench::upload;
 
 void row(const std::string& what, double us, double bytes, double floor_us, const std::string& note = "") {
   std::printf("| %-48s | %8.1f | %7.1f | %5.2fx | %5.2f TB/s | %s\n", what.c_str(), us, floor_us, us / floor_us, bytes / us * 1e-6,
               note.c_str());
 }
 
-void bench(const char* routes_path) {
+void run_bench(const char* routes_path) {
   const int64_t experts = 896, local = 28, k = 16, dim = 3584, inter = 3072, sets = 3;
   const int64_t mat = inter * dim;  // values per projection and expert
   const int64_t per_expert = 3 * mat / 2 + 3 * mat / 32;
@@ -227,12 +186,13 @@ void bench(const char* routes_path) {
 
 int main(int argc, char** argv) {
   const char* routes = nullptr;
+  pdserve::cuda::bench::g_reps = 50;  // this bench's default (--reps)
   for (int i = 1; i + 1 < argc; i += 2) {
-    if (!std::strcmp(argv[i], "--bw")) pdserve::cuda::g_bw = std::atof(argv[i + 1]);
-    else if (!std::strcmp(argv[i], "--reps")) pdserve::cuda::g_reps = std::atoi(argv[i + 1]);
+    if (!std::strcmp(argv[i], "--bw")) pdserve::cuda::bench::g_bw = std::atof(argv[i + 1]);
+    else if (!std::strcmp(argv[i], "--reps")) pdserve::cuda::bench::g_reps = std::atoi(argv[i + 1]);
     else if (!std::strcmp(argv[i], "--routes")) routes = argv[i + 1];
     else if (!std::strcmp(argv[i], "--only")) pdserve::cuda::g_only = std::atoll(argv[i + 1]);
   }
-  pdserve::cuda::bench(routes);
+  pdserve::cuda::run_bench(routes);
   return 0;
 }
