@@ -5,8 +5,9 @@
 // (fp32) plus beta and the state read and written; FLOPs = the chunked form's matmuls,
 // 5 C^2 D + 6 C D^2 per chunk and head (C = 64). Median of 20 timed calls after 3 warm-ups;
 // then the intra-chunk and state-passing kernels timed alone (where the time goes).
-//   kda_chunk_bench [T H state_tile precise]   (no arguments: the issue's shapes, state tiles
-//   32, 16, 64 and both precisions)
+//   kda_chunk_bench [T H state_tile precise state_buffers]   (no arguments: the issue's
+//   shapes at tile 32, one and two state buffers, both precisions; KDA_CHUNK_BENCH_RECURRENT=1
+//   adds the token recurrence once)
 #include <cstdio>
 #include <cstdlib>
 #include <vector>
@@ -40,7 +41,7 @@ DeviceBuffer<float> random_buffer(int64_t n, uint32_t seed, int kind) {
   return b;
 }
 
-void run_shape(int64_t T, int64_t H, int tile, bool precise) {
+void run_shape(int64_t T, int64_t H, int tile, bool precise, int buffers) {
   const int64_t D = 128, n = T * H * D;
   DeviceBuffer<float> q = random_buffer(n, 1, 0), k = random_buffer(n, 2, 0), v = random_buffer(n, 3, 0);
   DeviceBuffer<float> g = random_buffer(n, 4, 1), beta = random_buffer(T * H, 5, 2), o(n);
@@ -55,7 +56,7 @@ void run_shape(int64_t T, int64_t H, int tile, bool precise) {
   a.heads = H, a.head_dim = D, a.num_seqs = 1, a.cu_seqlens = cu, a.slots = &slot;
   a.state = state.get(), a.slot_stride = H * D * D, a.layer_offset = 0;
   a.workspace = ws.get(), a.workspace_bytes = ws.size(), a.state_tile = tile;
-  a.precise = precise;
+  a.precise = precise, a.state_buffers = buffers;
   const double us = bench::median_us([&](int) { check(kda_chunk_prefill(a, nullptr), "kda_chunk_prefill"); });
   check(cuda_status(cudaDeviceSynchronize(), "sync"), "sync");
   // The two kernels alone (the same tables kda_chunk_prefill builds for one sequence).
@@ -76,14 +77,14 @@ void run_shape(int64_t T, int64_t H, int tile, bool precise) {
           "intra");
   });
   const double us_state = bench::median_us([&](int) {
-    check(cuda_status(kda_chunk_state_launch(128, vt, precise, inter.get(), H, dseq.get(), 1, a.state, a.o, nullptr), "state"), "state");
+    check(cuda_status(kda_chunk_state_launch(128, vt, precise, buffers != 1, inter.get(), H, dseq.get(), 1, a.state, a.o, nullptr), "state"), "state");
   });
   const double C = 64, chunks = double((T + 63) / 64) * H;
   const double flops = chunks * (5 * C * C * D + 6 * C * D * D);
   const double bytes = 4.0 * (5.0 * n + T * H + 2.0 * H * D * D);
   const double floor_us = std::max(bytes / bench::g_bw, flops / bench::g_flops) * 1e6;
-  std::printf("chunk %s T=%6ld H=%2ld D=%ld tile=%2d  %9.1f us (intra %8.1f, state %8.1f)  floor %7.1f us (%s)  x%.2f floor  %6.1f TF/s  %6.0f GB/s  ws %.0f MB\n",
-              precise ? "3xtf32" : "tf32  ", static_cast<long>(T), static_cast<long>(H), static_cast<long>(D), tile, us, us_intra, us_state, floor_us,
+  std::printf("chunk %s buf=%d T=%6ld H=%2ld D=%ld tile=%2d  %9.1f us (intra %8.1f, state %8.1f)  floor %7.1f us (%s)  x%.2f floor  %6.1f TF/s  %6.0f GB/s  ws %.0f MB\n",
+              precise ? "3xtf32" : "tf32  ", buffers, static_cast<long>(T), static_cast<long>(H), static_cast<long>(D), tile, us, us_intra, us_state, floor_us,
               bytes / bench::g_bw > flops / bench::g_flops ? "bytes" : "flops", us / floor_us, flops / us * 1e-6, bytes / us * 1e-3,
               ws.size() / 1e6);
 }
@@ -114,15 +115,20 @@ void run_recurrent(int64_t T, int64_t H) {
 int main(int argc, char** argv) {
   using namespace pdserve::cuda;
   if (argc >= 3) {
-    run_shape(std::atol(argv[1]), std::atol(argv[2]), argc > 3 ? std::atoi(argv[3]) : 0, argc > 4 ? std::atoi(argv[4]) != 0 : true);
+    run_shape(std::atol(argv[1]), std::atol(argv[2]), argc > 3 ? std::atoi(argv[3]) : 0, argc > 4 ? std::atoi(argv[4]) != 0 : true,
+              argc > 5 ? std::atoi(argv[5]) : 0);
     return 0;
   }
-  for (bool precise : {true, false})
-    for (int tile : {32, 16, 64}) {
-      run_shape(16384, 32, tile, precise);
-      run_shape(65536, 32, tile, precise);
-      run_shape(8192, 24, tile, precise);
+  // The state kernel single- then double-buffered, each precision, at the chosen tile (32);
+  // tile 16 double-buffered for the record (tile 64 cannot double-buffer at D = 128).
+  for (bool precise : {true, false}) {
+    for (int buffers : {1, 2}) {
+      run_shape(16384, 32, 32, precise, buffers);
+      run_shape(65536, 32, 32, precise, buffers);
+      run_shape(8192, 24, 32, precise, buffers);
     }
-  run_recurrent(8192, 24);
+    run_shape(16384, 32, 16, precise, 2);
+  }
+  if (std::getenv("KDA_CHUNK_BENCH_RECURRENT")) run_recurrent(8192, 24);
   return 0;
 }

@@ -15,6 +15,9 @@ namespace {
 using kda_chunk::ChunkJob;
 using kda_chunk::SeqJob;
 
+// The state kernel's default buffering of w, qg (docs/perf.md "Chunked KDA prefill").
+constexpr bool kKdaChunkStateDoubleBuffer = true;
+
 constexpr size_t align256(size_t n) { return (n + 255) / 256 * 256; }
 
 int64_t chunk_floats(int64_t D) { return 4 * kKdaChunk * D + kKdaChunk * kKdaChunk + D; }
@@ -48,6 +51,7 @@ Status kda_chunk_prefill(const KdaChunkArgs& a, cudaStream_t stream) {
   if (!kda_chunk_supported(D)) return invalid_argument("kda_chunk_prefill: head_dim must be 32, 64 or 128");
   if (a.state_tile != 0 && a.state_tile != 16 && a.state_tile != 32 && a.state_tile != 64)
     return invalid_argument("kda_chunk_prefill: state_tile must be 16, 32 or 64");
+  if (a.state_buffers < 0 || a.state_buffers > 2) return invalid_argument("kda_chunk_prefill: state_buffers must be 0, 1 or 2");
   if (H <= 0 || H > 65535 || a.num_seqs < 0) return invalid_argument("kda_chunk_prefill: bad head or sequence count");
   if (a.num_seqs == 0) return Status::ok();
   if (!a.cu_seqlens || !a.slots || !a.workspace) return invalid_argument("kda_chunk_prefill: missing cu_seqlens, slots or workspace");
@@ -104,7 +108,8 @@ Status kda_chunk_prefill(const KdaChunkArgs& a, cudaStream_t stream) {
     if (vt == 0) vt = (D / 32) * H * static_cast<int64_t>(seqs.size()) >= 96 ? 32 : 16;
     if (D == 32) vt = 32;  // 16 leaves too few state tiles for the block's 8 warps; 64 > D
     if (vt > D) vt = static_cast<int>(D);
-    PDS_RETURN_IF_ERROR(cuda_status(kda_chunk_state_launch(static_cast<int>(D), vt, a.precise, inter, H, seq_table,
+    const bool double_buffer = a.state_buffers == 0 ? kKdaChunkStateDoubleBuffer : a.state_buffers == 2;
+    PDS_RETURN_IF_ERROR(cuda_status(kda_chunk_state_launch(static_cast<int>(D), vt, a.precise, double_buffer, inter, H, seq_table,
                                                            static_cast<int64_t>(seqs.size()), a.state, a.o, stream),
                                     "kda_chunk_state"));
   }

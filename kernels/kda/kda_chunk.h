@@ -47,6 +47,9 @@ struct KdaChunkArgs {
   void* workspace = nullptr;            // device, 256-byte aligned
   size_t workspace_bytes = 0;           // >= kda_chunk_workspace_bytes(heads, head_dim, 1)
   int state_tile = 0;                   // value rows per state-passing block: 16, 32, 64 (0: pick)
+  // Buffers for each chunk's w, qg in the state-passing block: 1, 2 (prefetch a chunk further
+  // ahead; falls back to 1 where shared memory is short: D = 128 at tile 64) or 0: pick.
+  int state_buffers = 0;
   // true: every matmul in error-compensated 3xTF32 (operands split hi + lo, ~fp32 accuracy,
   // 3x the tensor-core work); false: plain tf32 (10-bit mantissa). See docs/design.md.
   bool precise = true;

@@ -111,6 +111,7 @@ namespace pdserve::cuda {
 // Launchers of the two kernels for one pass (kda_chunk_intra_sm90.cu, kda_chunk_state_sm90.cu).
 cudaError_t kda_chunk_intra_launch(int D, bool precise, const float* q, const float* k, const float* v, const float* g, const float* beta,
                                    int64_t H, const kda_chunk::ChunkJob* jobs, int64_t chunks, float* ws, cudaStream_t stream);
-cudaError_t kda_chunk_state_launch(int D, int vt, bool precise, const float* ws, int64_t H, const kda_chunk::SeqJob* jobs, int64_t seqs,
-                                   float* state, float* o, cudaStream_t stream);
+// double_buffer: two buffers for each chunk's w and qg where shared memory allows (kda_chunk_state_sm90.cu).
+cudaError_t kda_chunk_state_launch(int D, int vt, bool precise, bool double_buffer, const float* ws, int64_t H,
+                                   const kda_chunk::SeqJob* jobs, int64_t seqs, float* state, float* o, cudaStream_t stream);
 }  // namespace pdserve::cuda

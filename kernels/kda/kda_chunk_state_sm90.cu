@@ -7,8 +7,10 @@
 // The block's slice of S^T (D x VT fp32) lives in the mma accumulators across the whole
 // sequence and is staged in shared memory once per chunk as the B operand. The chunk's
 // inputs arrive by cp.async in two groups (w, qg, u | Aqk, kg, gl), each prefetched while the
-// other group's matmuls run. Grid (D / VT, H, sequences), 8 warps: the row-side matmuls
-// split 4 row tiles x 2 column halves, the state tiles split over all 8.
+// other group's matmuls run. Double-buffered (DB, where shared memory allows): w and qg get
+// two buffers and u joins the second group, so chunk n + 2's w, qg load during all of chunk
+// n + 1 instead of only its second half. Grid (D / VT, H, sequences), 8 warps: the row-side
+// matmuls split 4 row tiles x 2 column halves, the state tiles split over all 8.
 #include "kda/kda_chunk_common.cuh"
 
 namespace pdserve::cuda {
@@ -16,14 +18,16 @@ namespace {
 
 using namespace kda_chunk;
 
-template <int D, int VT>
+template <int D, int VT, bool DB>
 struct StateSmem {
   static constexpr int WS = D + 4;    // w, qg: A operand (row i, col c)
   static constexpr int KGS = D + 8;   // kg: A operand transposed (row c, col j)
   static constexpr int AS = C + 4;    // Aqk: A operand
   static constexpr int VS = VT + 8;   // u, v_new, S^T: B operand (row k, col n)
-  static constexpr int floats = 2 * C * WS + C * KGS + C * AS + 2 * C * VS + D * VS + D;
+  static constexpr int ROWBUF = 2 * C * WS;  // one buffer of w and qg
+  static constexpr int floats = (DB ? 2 : 1) * ROWBUF + C * KGS + C * AS + 2 * C * VS + D * VS + D;
   static constexpr size_t bytes = floats * sizeof(float);
+  static constexpr bool fits = bytes <= 227 * 1024;  // the sm_90 per-block opt-in limit
   // The state slice's tiles over 8 warps: WM x WN warps, MT x NT tiles of 16 x 8 each.
   static constexpr int MTILES = D / 16, NTILES = VT / 8;
   static constexpr int WM = MTILES < 8 ? MTILES : 8, WN = 8 / WM, MT = MTILES / WM, NT = NTILES / WN;
@@ -32,17 +36,16 @@ struct StateSmem {
   static_assert(VNT >= 1, "VT must be at least 16");
 };
 
-template <int D, int VT, bool P>
+template <int D, int VT, bool P, bool DB>
 __global__ void __launch_bounds__(256) state_kernel(const float* __restrict__ ws, int64_t H, const SeqJob* __restrict__ jobs,
                                                     float* __restrict__ state, float* __restrict__ o) {
-  using Sm = StateSmem<D, VT>;
+  using Sm = StateSmem<D, VT, DB>;
   using L = Layout<D>;
   constexpr int WS = Sm::WS, KGS = Sm::KGS, AS = Sm::AS, VS = Sm::VS, MT = Sm::MT, NT = Sm::NT, WM = Sm::WM;
   constexpr int VNT = Sm::VNT;
   extern __shared__ float4 smem4[];
-  float* sw = reinterpret_cast<float*>(smem4);
-  float* sqg = sw + C * WS;
-  float* skg = sqg + C * WS;
+  float* sw0 = reinterpret_cast<float*>(smem4);  // w then qg; DB: a second pair follows
+  float* skg = sw0 + (DB ? 2 : 1) * Sm::ROWBUF;
   float* saqk = skg + C * KGS;
   float* su = saqk + C * AS;
   float* svn = su + C * VS;
@@ -70,23 +73,31 @@ __global__ void __launch_bounds__(256) state_kernel(const float* __restrict__ ws
       }
 
   auto chunk_base = [&](int n) { return ws + (static_cast<int64_t>(job.chunk0 + n) * H + h) * L::floats; };
-  auto issue_rows = [&](int n) {  // w, qg, u
-    const float* b = chunk_base(n);
-    constexpr int D4 = D / 4, V4 = VT / 4;
-    for (int idx = tid; idx < C * D4; idx += 256) {
-      const int i = idx / D4, c = (idx % D4) * 4;
-      cp_async16(sw + i * WS + c, b + L::w + i * D + c);
-      cp_async16(sqg + i * WS + c, b + L::qg + i * D + c);
-    }
+  auto rows_buf = [&](int n) { return sw0 + (DB ? (n & 1) * Sm::ROWBUF : 0); };
+  auto issue_u = [&](const float* b) {
+    constexpr int V4 = VT / 4;
     for (int idx = tid; idx < C * V4; idx += 256) {
       const int i = idx / V4, c = (idx % V4) * 4;
       cp_async16(su + i * VS + c, b + L::u + i * D + v0 + c);
     }
+  };
+  auto issue_rows = [&](int n) {  // w, qg (+ u when single-buffered)
+    const float* b = chunk_base(n);
+    float* bw = rows_buf(n);
+    float* bq = bw + C * WS;
+    constexpr int D4 = D / 4;
+    for (int idx = tid; idx < C * D4; idx += 256) {
+      const int i = idx / D4, c = (idx % D4) * 4;
+      cp_async16(bw + i * WS + c, b + L::w + i * D + c);
+      cp_async16(bq + i * WS + c, b + L::qg + i * D + c);
+    }
+    if constexpr (!DB) issue_u(b);
     cp_async_commit();
   };
-  auto issue_update = [&](int n) {  // Aqk, kg, gl
+  auto issue_update = [&](int n) {  // Aqk, kg, gl (+ u when double-buffered)
     const float* b = chunk_base(n);
     constexpr int D4 = D / 4, C4 = C / 4;
+    if constexpr (DB) issue_u(b);
     for (int idx = tid; idx < C * C4; idx += 256) {
       const int i = idx / C4, c = (idx % C4) * 4;
       cp_async16(saqk + i * AS + c, b + L::aqk + i * C + c);
@@ -99,15 +110,25 @@ __global__ void __launch_bounds__(256) state_kernel(const float* __restrict__ ws
     cp_async_commit();
   };
 
+  // Group order: R0 U0 [R1], then per chunk n: U(n+1) [R(n+2)]; empty groups past the end
+  // keep the wait counts uniform.
   if (job.chunks > 0) {
     issue_rows(0);
     issue_update(0);
+    if constexpr (DB) {
+      if (job.chunks > 1)
+        issue_rows(1);
+      else
+        cp_async_commit();
+    }
   }
   // This warp's part of the row-side matmuls: rows [16 mrow, 16 mrow + 16), columns from n0.
   const int mrow = warp & 3, n0 = (warp >> 2) * VNT * 8;
   const int r0 = mrow * 16 + gid, r1 = r0 + 8;
   for (int n = 0; n < job.chunks; ++n) {
-    cp_async_wait<1>();  // rows(n) landed; update(n) may be in flight
+    cp_async_wait<DB ? 2 : 1>();  // rows(n) landed; update(n) (DB: and rows(n+1)) may be in flight
+    const float* sw = rows_buf(n);
+    const float* sqg = sw + C * WS;
 #pragma unroll
     for (int mi = 0; mi < MT; ++mi)
 #pragma unroll
@@ -131,21 +152,31 @@ __global__ void __launch_bounds__(256) state_kernel(const float* __restrict__ ws
         mma(oacc[nt], aq, b);
       }
     }
+    auto write_vnew = [&] {
 #pragma unroll
-    for (int nt = 0; nt < VNT; ++nt) {
-      const int col = n0 + nt * 8 + 2 * tig;
-      svn[r0 * VS + col] = su[r0 * VS + col] - vacc[nt][0];
-      svn[r0 * VS + col + 1] = su[r0 * VS + col + 1] - vacc[nt][1];
-      svn[r1 * VS + col] = su[r1 * VS + col] - vacc[nt][2];
-      svn[r1 * VS + col + 1] = su[r1 * VS + col + 1] - vacc[nt][3];
+      for (int nt = 0; nt < VNT; ++nt) {
+        const int col = n0 + nt * 8 + 2 * tig;
+        svn[r0 * VS + col] = su[r0 * VS + col] - vacc[nt][0];
+        svn[r0 * VS + col + 1] = su[r0 * VS + col + 1] - vacc[nt][1];
+        svn[r1 * VS + col] = su[r1 * VS + col] - vacc[nt][2];
+        svn[r1 * VS + col + 1] = su[r1 * VS + col + 1] - vacc[nt][3];
+      }
+    };
+    if constexpr (DB) {
+      cp_async_wait<1>();  // update(n), with u, landed; rows(n+1) may be in flight
+      __syncthreads();
+      write_vnew();
+      __syncthreads();  // v_new complete
+    } else {
+      write_vnew();
+      __syncthreads();  // v_new complete; w, qg, u and S^T's staging free
+      if (n + 1 < job.chunks)
+        issue_rows(n + 1);
+      else
+        cp_async_commit();  // an empty group keeps the wait counts uniform
+      cp_async_wait<1>();   // update(n) landed
+      __syncthreads();
     }
-    __syncthreads();  // v_new complete; w, qg, u and S^T's staging free
-    if (n + 1 < job.chunks)
-      issue_rows(n + 1);
-    else
-      cp_async_commit();  // an empty group keeps the wait counts uniform
-    cp_async_wait<1>();   // update(n) landed
-    __syncthreads();
 
     // o += Aqk v_new (Aqk is causal: the K loop stops at the warp's last row).
 #pragma unroll 2
@@ -194,11 +225,17 @@ __global__ void __launch_bounds__(256) state_kernel(const float* __restrict__ ws
         }
       }
     }
-    __syncthreads();  // Aqk, kg, gl and v_new free
+    __syncthreads();  // Aqk, kg, gl, u and v_new free (DB: and this chunk's w, qg buffer)
     if (n + 1 < job.chunks)
       issue_update(n + 1);
     else
       cp_async_commit();
+    if constexpr (DB) {
+      if (n + 2 < job.chunks)
+        issue_rows(n + 2);
+      else
+        cp_async_commit();
+    }
   }
   cp_async_wait<0>();
 
@@ -213,46 +250,58 @@ __global__ void __launch_bounds__(256) state_kernel(const float* __restrict__ ws
       }
 }
 
-template <int D, int VT, bool P>
-cudaError_t launch_state(const float* ws, int64_t H, const SeqJob* jobs, int64_t seqs, float* state, float* o, cudaStream_t stream) {
-  constexpr size_t bytes = StateSmem<D, VT>::bytes;
-  const cudaError_t e = cudaFuncSetAttribute(state_kernel<D, VT, P>, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes));
+template <int D, int VT, bool P, bool DB>
+cudaError_t launch_state_db(const float* ws, int64_t H, const SeqJob* jobs, int64_t seqs, float* state, float* o, cudaStream_t stream) {
+  static_assert(StateSmem<D, VT, DB>::fits, "state kernel shared memory over the per-block limit");
+  constexpr size_t bytes = StateSmem<D, VT, DB>::bytes;
+  const cudaError_t e = cudaFuncSetAttribute(state_kernel<D, VT, P, DB>, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes));
   if (e != cudaSuccess) return e;
   const dim3 grid(D / VT, static_cast<unsigned>(H), static_cast<unsigned>(seqs));
-  state_kernel<D, VT, P><<<grid, 256, bytes, stream>>>(ws, H, jobs, state, o);
+  state_kernel<D, VT, P, DB><<<grid, 256, bytes, stream>>>(ws, H, jobs, state, o);
   return cudaGetLastError();
 }
 
+// Double buffering where asked for and shared memory allows (not D = 128 at VT = 64).
+template <int D, int VT, bool P>
+cudaError_t launch_state(bool db, const float* ws, int64_t H, const SeqJob* jobs, int64_t seqs, float* state, float* o,
+                         cudaStream_t stream) {
+  if constexpr (StateSmem<D, VT, true>::fits) {
+    if (db) return launch_state_db<D, VT, P, true>(ws, H, jobs, seqs, state, o, stream);
+  }
+  return launch_state_db<D, VT, P, false>(ws, H, jobs, seqs, state, o, stream);
+}
+
 template <bool P>
-cudaError_t state_for(int D, int vt, const float* ws, int64_t H, const SeqJob* jobs, int64_t seqs, float* state, float* o,
+cudaError_t state_for(int D, int vt, bool db, const float* ws, int64_t H, const SeqJob* jobs, int64_t seqs, float* state, float* o,
                       cudaStream_t stream) {
   if (vt == 64) {
     switch (D) {
-      case 64: return launch_state<64, 64, P>(ws, H, jobs, seqs, state, o, stream);
-      case 128: return launch_state<128, 64, P>(ws, H, jobs, seqs, state, o, stream);
+      case 64: return launch_state<64, 64, P>(db, ws, H, jobs, seqs, state, o, stream);
+      case 128: return launch_state<128, 64, P>(db, ws, H, jobs, seqs, state, o, stream);
       default: return cudaErrorInvalidValue;
     }
   }
   if (vt == 16) {
     switch (D) {
-      case 64: return launch_state<64, 16, P>(ws, H, jobs, seqs, state, o, stream);
-      case 128: return launch_state<128, 16, P>(ws, H, jobs, seqs, state, o, stream);
+      case 64: return launch_state<64, 16, P>(db, ws, H, jobs, seqs, state, o, stream);
+      case 128: return launch_state<128, 16, P>(db, ws, H, jobs, seqs, state, o, stream);
       default: return cudaErrorInvalidValue;
     }
   }
   switch (D) {
-    case 32: return launch_state<32, 32, P>(ws, H, jobs, seqs, state, o, stream);
-    case 64: return launch_state<64, 32, P>(ws, H, jobs, seqs, state, o, stream);
-    case 128: return launch_state<128, 32, P>(ws, H, jobs, seqs, state, o, stream);
+    case 32: return launch_state<32, 32, P>(db, ws, H, jobs, seqs, state, o, stream);
+    case 64: return launch_state<64, 32, P>(db, ws, H, jobs, seqs, state, o, stream);
+    case 128: return launch_state<128, 32, P>(db, ws, H, jobs, seqs, state, o, stream);
     default: return cudaErrorInvalidValue;
   }
 }
 
 }  // namespace
 
-cudaError_t kda_chunk_state_launch(int D, int vt, bool precise, const float* ws, int64_t H, const SeqJob* jobs, int64_t seqs,
-                                   float* state, float* o, cudaStream_t stream) {
-  return precise ? state_for<true>(D, vt, ws, H, jobs, seqs, state, o, stream) : state_for<false>(D, vt, ws, H, jobs, seqs, state, o, stream);
+cudaError_t kda_chunk_state_launch(int D, int vt, bool precise, bool double_buffer, const float* ws, int64_t H, const SeqJob* jobs,
+                                   int64_t seqs, float* state, float* o, cudaStream_t stream) {
+  return precise ? state_for<true>(D, vt, double_buffer, ws, H, jobs, seqs, state, o, stream)
+                 : state_for<false>(D, vt, double_buffer, ws, H, jobs, seqs, state, o, stream);
 }
 
 }  // namespace pdserve::cuda

@@ -87,7 +87,7 @@ struct DeviceRun {
   }
   // Runs sequences with lengths `lens` whose rows start at row `row0` of the inputs.
   Status run(const Problem& p, const std::vector<int64_t>& lens, int64_t row0, const std::vector<int32_t>& slots, float* pool,
-             int state_tile = 0, bool precise = true) {
+             int state_tile = 0, bool precise = true, int state_buffers = 0) {
     std::vector<int64_t> cu = cu_of(lens);
     const int64_t off = row0 * p.H * p.D;
     KdaChunkArgs a;
@@ -96,6 +96,7 @@ struct DeviceRun {
     a.heads = p.H, a.head_dim = p.D, a.num_seqs = static_cast<int64_t>(lens.size()), a.cu_seqlens = cu.data();
     a.slots = slots.data(), a.state = pool, a.slot_stride = p.slot_floats(), a.layer_offset = p.layer_offset();
     a.workspace = ws.get(), a.workspace_bytes = ws.size() * sizeof(uint8_t), a.state_tile = state_tile, a.precise = precise;
+    a.state_buffers = state_buffers;
     return kda_chunk_prefill(a, nullptr);
   }
 };
@@ -106,19 +107,20 @@ size_t full_workspace(const Problem& p) {
 }
 
 // One call over the ragged batch vs the CPU: outputs and the whole pool.
-void check_one_pass(const Problem& p, uint32_t seed, int state_tile = 0, size_t ws_bytes = 0, bool precise = true) {
+void check_one_pass(const Problem& p, uint32_t seed, int state_tile = 0, size_t ws_bytes = 0, bool precise = true,
+                    int state_buffers = 0) {
   SCOPED_TRACE(::testing::Message() << "H=" << p.H << " D=" << p.D << " tile=" << state_tile << " ws=" << ws_bytes
-                                    << " precise=" << precise);
+                                    << " precise=" << precise << " buffers=" << state_buffers);
   const Inputs in = make_inputs(p, seed);
   const std::vector<int32_t> slots = scattered_slots(p, seed + 7);
   std::vector<float> pool = randn(p.slots * p.slot_floats(), seed + 8, 0.1f);
   auto dpool = dev(pool);
   DeviceRun d(in, ws_bytes ? ws_bytes : full_workspace(p));
-  ASSERT_TRUE(d.run(p, p.lens, 0, slots, dpool.get(), state_tile, precise).is_ok());
+  ASSERT_TRUE(d.run(p, p.lens, 0, slots, dpool.get(), state_tile, precise, state_buffers).is_ok());
   const std::vector<float> o = cpu_prefill(p, in, slots, pool);
   const double eo = nerr(host(d.o), o), es = nerr(host(dpool), pool);
-  std::printf("  H=%ld D=%ld tile=%d precise=%d T=%ld: output nerr %.2e, pool nerr %.2e\n", static_cast<long>(p.H),
-              static_cast<long>(p.D), state_tile, precise, static_cast<long>(p.T()), eo, es);
+  std::printf("  H=%ld D=%ld tile=%d precise=%d buffers=%d T=%ld: output nerr %.2e, pool nerr %.2e\n", static_cast<long>(p.H),
+              static_cast<long>(p.D), state_tile, precise, state_buffers, static_cast<long>(p.T()), eo, es);
   EXPECT_LE(eo, bound(precise));
   EXPECT_LE(es, bound(precise));
 }
@@ -135,6 +137,17 @@ TEST_F(KdaChunk, PlainTf32WithinItsBound) {
 TEST_F(KdaChunk, EveryStateTileMatches) {
   for (int tile : {16, 32, 64}) check_one_pass({2, 128, {65, 300}}, 12, tile);
   check_one_pass({2, 64, {65, 300}}, 12, 64);
+}
+
+// The state kernel single- and double-buffered (the latter's wait counts differ with 1, 2 and
+// many chunks per sequence; D = 128 at tile 64 falls back to one buffer).
+TEST_F(KdaChunk, BothStateBufferingsMatch) {
+  for (int buffers : {1, 2}) {
+    for (int tile : {16, 32, 64}) check_one_pass({2, 128, {1, 64, 65, 128, 129, 300}}, 31, tile, 0, true, buffers);
+    check_one_pass({2, 64, {1, 65, 300}}, 32, 64, 0, true, buffers);
+    check_one_pass({2, 32, {7, 64, 65, 333}}, 33, 0, 0, false, buffers);
+    check_one_pass({2, 128, {1, 200, 63, 400}}, 34, 0, 0, true, buffers);
+  }
 }
 
 TEST_F(KdaChunk, SmallHeadDims) {
@@ -191,6 +204,8 @@ TEST(KdaChunkContract, RefusesUnsupportedShapes) {
   a.heads = 2, a.head_dim = 16, a.num_seqs = 1;
   EXPECT_FALSE(kda_chunk_prefill(a, nullptr).is_ok());
   a.head_dim = 128;  // no tables, no workspace
+  EXPECT_FALSE(kda_chunk_prefill(a, nullptr).is_ok());
+  a.state_buffers = 3;
   EXPECT_FALSE(kda_chunk_prefill(a, nullptr).is_ok());
   const int64_t cu[3] = {0, 64, 129};
   EXPECT_EQ(kda_chunk_count(cu, 2), 1 + 2);
