@@ -5,7 +5,8 @@
 // proportion to 1/(e+1): 5470 down to 24) and one hot expert (8192 rows, every token, the
 // rest uniform). FLOPs = 2 * rows * 3 * 3072 * 3584, against the floor (790 TFLOP/s).
 // The torch anchor (moe_prefill_torch.py) builds the same distributions and times the same
-// work in bf16. Also the crossover against moe_expert_mlp_decode (kAuto) at 2..64 rows a
+// work in bf16. Each distribution runs under both tile schedules (MoePrefillSchedule: the
+// dynamic queue, the default, and the static stride). Also the crossover against moe_expert_mlp_decode (kAuto) at 2..64 rows a
 // expert, which sets the backend's switch (cuda_layers.cpp). CUDA events, 3 warm-ups,
 // median of --reps. Weight bytes are random (scales 2^-7..2^-3), tiled from a 64 MB pattern.
 //
@@ -134,11 +135,16 @@ void run(int argc, char** argv) {
     if (g_quick && kind != "uniform") break;
     const auto c = counts_for(kind, kRows);
     check(off.upload(offsets_of(c)), "offsets");
-    const double us = median_us([&] { check(moe_expert_mlp_prefill(w, off.get(), kExperts, cap, x.get(), act.get(), out.get(), nullptr), "prefill"); });
-    const double flops = 2.0 * kRows * 3 * kInter * kDim;
-    std::printf("prefill %-7s rows %lld (max %lld min %lld a expert): %8.1f us  %6.1f TFLOP/s  floor %6.1f us  ours/floor %.2fx\n", kind.c_str(),
-                (long long)kRows, (long long)*std::max_element(c.begin(), c.end()), (long long)*std::min_element(c.begin(), c.end()), us,
-                flops / us * 1e-6, flops / kPeak * 1e6, us / (flops / kPeak * 1e6));
+    for (const auto schedule : {MoePrefillSchedule::kQueue, MoePrefillSchedule::kStatic}) {
+      if (g_quick && schedule != MoePrefillSchedule::kQueue) break;
+      const double us = median_us(
+          [&] { check(moe_expert_mlp_prefill(w, off.get(), kExperts, cap, x.get(), act.get(), out.get(), nullptr, schedule), "prefill"); });
+      const double flops = 2.0 * kRows * 3 * kInter * kDim;
+      std::printf("prefill %-7s %-6s rows %lld (max %lld min %lld a expert): %8.1f us  %6.1f TFLOP/s  floor %6.1f us  ours/floor %.2fx\n",
+                  kind.c_str(), schedule == MoePrefillSchedule::kQueue ? "queue" : "static", (long long)kRows,
+                  (long long)*std::max_element(c.begin(), c.end()), (long long)*std::min_element(c.begin(), c.end()), us, flops / us * 1e-6,
+                  flops / kPeak * 1e6, us / (flops / kPeak * 1e6));
+    }
   }
   if (g_quick) return;
   // Crossover with the decode kernels (fp32 activations there), uniform rows.

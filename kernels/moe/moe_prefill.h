@@ -48,12 +48,21 @@ bool moe_prefill_fits(const MoeDecodeWeights& w);
 Status moe_permute_bf16(const int32_t* ids, int64_t tokens, int64_t k, int64_t expert_begin, int64_t local_experts, const float* x,
                         int64_t dim, const MoePlan& plan, uint16_t* x_sorted, cudaStream_t stream);
 
+// How CTAs find their tiles. kQueue: CTA i starts at tile i, then takes the next unclaimed
+// tile from a device-global atomic counter (one per projection kind), which the last CTA
+// zeroes on exit, so a long tile no longer holds up the share of tiles striding left to
+// its CTA. Calls on one device must therefore not overlap in time (the backend issues them
+// on one stream; a CUDA graph replays them in order). kStatic: CTA i takes tiles i, i +
+// grid, ... (no shared state). Both compute every tile the same way: bit-identical outputs.
+enum class MoePrefillSchedule { kStatic, kQueue };
+
 // moe_expert_mlp's contract on decode-layout weights with bf16 activations: per local
 // expert e, over its rows [offsets[e], offsets[e+1]): act = act_fn(x W1^T, x W3^T) (bf16
 // bits [capacity, inter]), out_sorted = act W2^T (fp32 [capacity, dim]). Two launches. The
 // first call per kernel variant queries occupancy and raises its shared-memory limit;
 // later calls make no such calls (capture-safe after a warm-up).
 Status moe_expert_mlp_prefill(const MoeDecodeWeights& w, const int32_t* offsets, int64_t local_experts, int64_t capacity,
-                              const uint16_t* x_sorted, uint16_t* act, float* out_sorted, cudaStream_t stream);
+                              const uint16_t* x_sorted, uint16_t* act, float* out_sorted, cudaStream_t stream,
+                              MoePrefillSchedule schedule = MoePrefillSchedule::kQueue);
 
 }  // namespace pdserve::cuda
