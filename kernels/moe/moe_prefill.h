@@ -18,8 +18,11 @@
 // blocks = 32 MMAs a k-step, 128 fp32 accumulators a thread; a tile of fewer tokens runs a
 // variant with 2, 4 or 6 column blocks (no branches inside the MMA loops). Each chunk's weight tiles,
 // scales and bf16 token rows go through a 4-stage cp.async ring in shared memory (50 KB a
-// stage). Persistent CTAs: each one computes the tile list itself from `offsets` (a scan
-// of ceil(rows_e / 64) x output tiles in shared memory) and strides over it; within an
+// stage). Gate/up's epilogue stages the fp32 sums in the drained ring and applies the
+// activation in one rolled, coalesced loop (the unrolled version thrashed the instruction
+// cache). Persistent CTAs: each one computes the tile list itself from `offsets` (a scan
+// of ceil(rows_e / 64) x output tiles in shared memory), starts at tile blockIdx.x and then
+// claims tiles from a queue (MoePrefillSchedule below) or strides by the grid; within an
 // expert the token tiles of one output tile are adjacent, so CTAs running at the same time
 // share weight tiles in L2, in an order that rotates per output tile (moe_prefill_schedule.h).
 //

@@ -179,24 +179,13 @@ __device__ __forceinline__ void run_tile(const Mxfp4Decode& a, const Mxfp4Decode
     uint4 q[8];
 #pragma unroll
     for (int j = 0; j < 8; ++j) q[j] = *reinterpret_cast<const uint4*>(sw + warp_tile<kGated>(warp, j) * 512 + lane * 16);
-#ifdef PDS_PREFILL_SCALE_WORDS
-    uint32_t sword[8];  // row g's four scale bytes of each tile, one load each
-#pragma unroll
-    for (int j = 0; j < 8; ++j) sword[j] = *reinterpret_cast<const uint32_t*>(ss + warp_tile<kGated>(warp, j) * 32 + g * 4);
-#endif
 #pragma unroll
     for (int i = 0; i < 4; ++i) {  // 32-input group i: two k-steps
       // Lane (g, t)'s 8 inputs of token row 8n + g; k-step h uses its half h (8 bytes).
       const uint8_t* xg = sx + g * kXRowBytes + (((4 * i + t) ^ ((g & 1) << 2)) * 16);
       uint32_t sc[8];
 #pragma unroll
-      for (int j = 0; j < 8; ++j) {
-#ifdef PDS_PREFILL_SCALE_WORDS
-        sc[j] = (sword[j] >> (8 * i)) & 0xffu;
-#else
-        sc[j] = ss[warp_tile<kGated>(warp, j) * 32 + g * 4 + i];
-#endif
-      }
+      for (int j = 0; j < 8; ++j) sc[j] = ss[warp_tile<kGated>(warp, j) * 32 + g * 4 + i];
 #pragma unroll
       for (int h = 0; h < 2; ++h) {  // k-step h of the group: every accumulator once, no back-to-back dependence
         uint32_t af[4][4];
