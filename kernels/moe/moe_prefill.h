@@ -22,7 +22,7 @@
 // activation in one rolled, coalesced loop (the unrolled version thrashed the instruction
 // cache). Persistent CTAs: each one computes the tile list itself from `offsets` (a scan
 // of ceil(rows_e / 64) x output tiles in shared memory), starts at tile blockIdx.x and then
-// claims tiles from a queue (MoePrefillSchedule below) or strides by the grid; within an
+// claims tiles from a queue in the caller's workspace or strides by the grid; within an
 // expert the token tiles of one output tile are adjacent, so CTAs running at the same time
 // share weight tiles in L2, in an order that rotates per output tile (moe_prefill_schedule.h).
 //
@@ -51,21 +51,20 @@ bool moe_prefill_fits(const MoeDecodeWeights& w);
 Status moe_permute_bf16(const int32_t* ids, int64_t tokens, int64_t k, int64_t expert_begin, int64_t local_experts, const float* x,
                         int64_t dim, const MoePlan& plan, uint16_t* x_sorted, cudaStream_t stream);
 
-// How CTAs find their tiles. kQueue: CTA i starts at tile i, then takes the next unclaimed
-// tile from a device-global atomic counter (one per projection kind), which the last CTA
-// zeroes on exit, so a long tile no longer holds up the share of tiles striding left to
-// its CTA. Calls on one device must therefore not overlap in time (the backend issues them
-// on one stream; a CUDA graph replays them in order). kStatic: CTA i takes tiles i, i +
-// grid, ... (no shared state). Both compute every tile the same way: bit-identical outputs.
-enum class MoePrefillSchedule { kStatic, kQueue };
-
 // moe_expert_mlp's contract on decode-layout weights with bf16 activations: per local
 // expert e, over its rows [offsets[e], offsets[e+1]): act = act_fn(x W1^T, x W3^T) (bf16
 // bits [capacity, inter]), out_sorted = act W2^T (fp32 [capacity, dim]). Two launches. The
 // first call per kernel variant queries occupancy and raises its shared-memory limit;
 // later calls make no such calls (capture-safe after a warm-up).
+// Tile schedule: CTA i starts at tile i. With a `workspace` (moe_decode.h's, at least 8
+// bytes, zero before the first call; the fused decode kernel's queue can be shared, calls
+// being ordered on one stream) each CTA then claims the next unclaimed tile from its first
+// two words (an atomic counter; the last CTA of each launch zeroes them again), so long
+// tiles (a hot expert, Zipf's head) no longer hold up the tiles striding left to their CTA.
+// Without one, CTAs stride by the grid. Calls that may overlap in time need separate
+// workspaces. Every tile is computed the same way under both: bit-identical outputs.
 Status moe_expert_mlp_prefill(const MoeDecodeWeights& w, const int32_t* offsets, int64_t local_experts, int64_t capacity,
                               const uint16_t* x_sorted, uint16_t* act, float* out_sorted, cudaStream_t stream,
-                              MoePrefillSchedule schedule = MoePrefillSchedule::kQueue);
+                              MoeDecodeWorkspace workspace = {});
 
 }  // namespace pdserve::cuda

@@ -29,13 +29,13 @@ constexpr size_t kSmem = size_t(kStages) * kStageBytes;
 constexpr int kActStride = 260;
 static_assert(size_t(2) * kTokTile * kActStride * 4 <= kSmem, "the staged gate/up tile must fit in the ring");
 
-// The dynamic tile queue (MoePrefillSchedule::kQueue), one per projection kind: `next`
-// hands out tiles past the first gridDim.x; the last CTA to finish (`done`) zeroes both,
-// so the next launch in stream order starts from zero (graph replays included).
+// The dynamic tile queue: the first two words of the caller's MoeDecodeWorkspace. `next`
+// hands out tiles past the first gridDim.x; the last CTA to finish (`done`) zeroes both, so
+// the next launch in stream order (down after gate/up, the next call, a graph replay)
+// starts from zero.
 struct TileQueue {
   unsigned next, done;
 };
-__device__ TileQueue g_tile_queue[2];  // [gated]
 
 __device__ __forceinline__ void cp_async16(uint32_t dst, const void* src, uint32_t src_bytes) {
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dst), "l"(src), "r"(src_bytes) : "memory");
@@ -266,7 +266,7 @@ __device__ __forceinline__ void run_tile(const Mxfp4Decode& a, const Mxfp4Decode
 template <bool kGated, bool kWide, bool kQueue>
 __global__ void __launch_bounds__(kThreads, 1)
     prefill_gemm(Mxfp4Decode a, Mxfp4Decode b, const int32_t* __restrict__ offsets, int experts, const uint16_t* __restrict__ x,
-                 uint16_t* __restrict__ act_out, float* __restrict__ out, MoeAct fn) {
+                 uint16_t* __restrict__ act_out, float* __restrict__ out, MoeAct fn, TileQueue* __restrict__ queue_ptr) {
   extern __shared__ __align__(128) uint8_t smem[];
   __shared__ int tile_start[kMaxExperts + 1];
   __shared__ int next_tile[2];  // kQueue: thread 0 fetches tile it + 1 while tile it runs
@@ -292,7 +292,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   __syncthreads();
   const int total = tile_start[experts];
 
-  TileQueue& queue = g_tile_queue[kGated ? 1 : 0];
+  TileQueue& queue = *queue_ptr;  // only touched when kQueue
   int tile = blockIdx.x;
   for (int it = 0; tile < total; ++it) {
     // Read after run_tile's barriers; rewritten two tiles later, after the next tile's
@@ -329,12 +329,12 @@ __global__ void __launch_bounds__(kThreads, 1)
 
 template <bool kGated, bool kWide>
 Status launch(const Mxfp4Decode& a, const Mxfp4Decode& b, const int32_t* offsets, int64_t experts, int64_t capacity, const uint16_t* x,
-              uint16_t* act, float* out, const MoeAct& fn, MoePrefillSchedule schedule, cudaStream_t stream) {
-  auto kernel = schedule == MoePrefillSchedule::kQueue ? prefill_gemm<kGated, kWide, true> : prefill_gemm<kGated, kWide, false>;
+              uint16_t* act, float* out, const MoeAct& fn, TileQueue* queue, cudaStream_t stream) {
+  auto kernel = queue ? prefill_gemm<kGated, kWide, true> : prefill_gemm<kGated, kWide, false>;
   const int64_t per_tile = kGated ? 256 : 512;
   const int64_t max_tiles = (capacity / kTokTile + experts) * ((a.rows + per_tile - 1) / per_tile);
   PDS_ASSIGN_OR_RETURN(unsigned grid, grid_for(kernel, kSmem, max_tiles, kThreads));
-  kernel<<<grid, kThreads, kSmem, stream>>>(a, b, offsets, static_cast<int>(experts), x, act, out, fn);
+  kernel<<<grid, kThreads, kSmem, stream>>>(a, b, offsets, static_cast<int>(experts), x, act, out, fn, queue);
   return last_launch_status(kGated ? "moe_expert_mlp_prefill gate/up" : "moe_expert_mlp_prefill down");
 }
 
@@ -347,18 +347,19 @@ bool moe_prefill_fits(const MoeDecodeWeights& w) {
 }
 
 Status moe_expert_mlp_prefill(const MoeDecodeWeights& w, const int32_t* offsets, int64_t local_experts, int64_t capacity,
-                              const uint16_t* x_sorted, uint16_t* act, float* out_sorted, cudaStream_t stream, MoePrefillSchedule schedule) {
+                              const uint16_t* x_sorted, uint16_t* act, float* out_sorted, cudaStream_t stream, MoeDecodeWorkspace workspace) {
   if (!moe_prefill_fits(w)) return invalid_argument("moe_expert_mlp_prefill: weight widths must be multiples of 128 (moe_prefill_fits)");
   if (local_experts <= 0 || local_experts > kMaxExperts) return invalid_argument("moe_expert_mlp_prefill: local_experts must be 1..1024");
   if (capacity <= 0) return Status::ok();
   if (capacity > INT32_MAX / 2) return invalid_argument("moe_expert_mlp_prefill: capacity too large");
   const MoeAct fn{w.activation, w.situ_beta, w.situ_linear_beta};
+  TileQueue* queue = workspace.data && workspace.bytes >= sizeof(TileQueue) ? static_cast<TileQueue*>(workspace.data) : nullptr;
   const bool wide_up = w.w1.wide_scales || w.w3.wide_scales;
-  const Status up = wide_up ? launch<true, true>(w.w1, w.w3, offsets, local_experts, capacity, x_sorted, act, nullptr, fn, schedule, stream)
-                            : launch<true, false>(w.w1, w.w3, offsets, local_experts, capacity, x_sorted, act, nullptr, fn, schedule, stream);
+  const Status up = wide_up ? launch<true, true>(w.w1, w.w3, offsets, local_experts, capacity, x_sorted, act, nullptr, fn, queue, stream)
+                            : launch<true, false>(w.w1, w.w3, offsets, local_experts, capacity, x_sorted, act, nullptr, fn, queue, stream);
   PDS_RETURN_IF_ERROR(up);
-  return w.w2.wide_scales ? launch<false, true>(w.w2, w.w2, offsets, local_experts, capacity, act, nullptr, out_sorted, fn, schedule, stream)
-                          : launch<false, false>(w.w2, w.w2, offsets, local_experts, capacity, act, nullptr, out_sorted, fn, schedule, stream);
+  return w.w2.wide_scales ? launch<false, true>(w.w2, w.w2, offsets, local_experts, capacity, act, nullptr, out_sorted, fn, queue, stream)
+                          : launch<false, false>(w.w2, w.w2, offsets, local_experts, capacity, act, nullptr, out_sorted, fn, queue, stream);
 }
 
 }  // namespace pdserve::cuda

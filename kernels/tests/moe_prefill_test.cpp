@@ -58,10 +58,21 @@ struct Buffers {
   MoePlan plan() { return {off.get(), sorted.get(), prow.get()}; }
 };
 
+// The tile queue's workspace, as the backend passes one: zeroed once, left zero by every
+// call (calls here never overlap). Never freed: it outlives the CUDA context's users.
+MoeDecodeWorkspace queue_workspace() {
+  static DeviceBuffer<uint32_t>* buf = [] {
+    auto* d = new DeviceBuffer<uint32_t>(2);
+    EXPECT_EQ(cudaMemset(d->get(), 0, 8), cudaSuccess);
+    return d;
+  }();
+  return {buf->get(), 8};
+}
+
 Status pipeline(Buffers& b, const DevWeights& dw, int64_t tokens, int64_t k, int64_t begin, int64_t local, cudaStream_t st) {
   const int64_t dim = dw.w.w1.cols, cap = tokens * k;
   PDS_RETURN_IF_ERROR(moe_permute_bf16(b.ids.get(), tokens, k, begin, local, b.x.get(), dim, b.plan(), b.xs.get(), st));
-  PDS_RETURN_IF_ERROR(moe_expert_mlp_prefill(dw.w, b.off.get(), local, cap, b.xs.get(), b.act.get(), b.os.get(), st));
+  PDS_RETURN_IF_ERROR(moe_expert_mlp_prefill(dw.w, b.off.get(), local, cap, b.xs.get(), b.act.get(), b.os.get(), st, queue_workspace()));
   return moe_combine(b.os.get(), b.prow.get(), b.wts.get(), tokens, k, dim, b.y.get(), st);
 }
 
@@ -196,16 +207,20 @@ TEST_F(MoePrefill, TileQueueAndStaticScheduleGiveTheSameBitsCallAfterCall) {
   }
   DeviceBuffer<uint16_t> xs = dev(xh), act(cap * inter);
   DeviceBuffer<float> os(cap * dim);
+  DeviceBuffer<uint32_t> ws_buf(2);
+  ASSERT_EQ(cudaMemset(ws_buf.get(), 0, 8), cudaSuccess);
+  const MoeDecodeWorkspace ws{ws_buf.get(), 8};
   std::vector<std::vector<float>> outs;
-  for (const auto schedule : {MoePrefillSchedule::kQueue, MoePrefillSchedule::kQueue, MoePrefillSchedule::kStatic}) {
+  for (const MoeDecodeWorkspace call_ws : {ws, ws, MoeDecodeWorkspace{}}) {  // queue, queue, static
     ASSERT_EQ(cudaMemset(os.get(), 0xff, cap * dim * sizeof(float)), cudaSuccess);  // NaN: a skipped tile shows
-    const Status s = moe_expert_mlp_prefill(dw.w, off.get(), local, cap, xs.get(), act.get(), os.get(), nullptr, schedule);
+    const Status s = moe_expert_mlp_prefill(dw.w, off.get(), local, cap, xs.get(), act.get(), os.get(), nullptr, call_ws);
     ASSERT_TRUE(s.is_ok()) << s.to_string();
     outs.push_back(host(os));
   }
   const int64_t rows = offsets[local];
   for (int i = 0; i < 3; ++i) outs[i].resize(rows * dim);
   for (float v : outs[2]) ASSERT_TRUE(std::isfinite(v));
+  EXPECT_EQ(host(ws_buf), std::vector<uint32_t>(2, 0u)) << "the last CTA leaves the queue zero";
   EXPECT_TRUE(outs[0] == outs[2]) << "first queue call vs static";
   EXPECT_TRUE(outs[1] == outs[2]) << "second queue call vs static";
 }
