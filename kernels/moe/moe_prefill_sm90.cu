@@ -266,7 +266,7 @@ __device__ __forceinline__ void run_tile(const Mxfp4Decode& a, const Mxfp4Decode
 template <bool kGated, bool kWide, bool kQueue>
 __global__ void __launch_bounds__(kThreads, 1)
     prefill_gemm(Mxfp4Decode a, Mxfp4Decode b, const int32_t* __restrict__ offsets, int experts, const uint16_t* __restrict__ x,
-                 uint16_t* __restrict__ act_out, float* __restrict__ out, MoeAct fn, TileQueue* __restrict__ queue_ptr) {
+                 uint16_t* __restrict__ act_out, float* __restrict__ out, MoeAct fn, TileQueue* queue_ptr) {  // queue_ptr: null unless kQueue
   extern __shared__ __align__(128) uint8_t smem[];
   __shared__ int tile_start[kMaxExperts + 1];
   __shared__ int next_tile[2];  // kQueue: thread 0 fetches tile it + 1 while tile it runs
@@ -292,12 +292,11 @@ __global__ void __launch_bounds__(kThreads, 1)
   __syncthreads();
   const int total = tile_start[experts];
 
-  TileQueue& queue = *queue_ptr;  // only touched when kQueue
   int tile = blockIdx.x;
   for (int it = 0; tile < total; ++it) {
     // Read after run_tile's barriers; rewritten two tiles later, after the next tile's
     // barriers, so no thread still reads the old value.
-    if (kQueue && threadIdx.x == 0) next_tile[it & 1] = int(gridDim.x + atomicAdd(&queue.next, 1u));
+    if (kQueue && threadIdx.x == 0) next_tile[it & 1] = int(gridDim.x + atomicAdd(&queue_ptr->next, 1u));
     int lo = 0, hi = experts - 1;  // the last expert whose first tile is <= tile (never an empty one)
     while (lo < hi) {
       const int mid = (lo + hi + 1) >> 1;
@@ -320,9 +319,9 @@ __global__ void __launch_bounds__(kThreads, 1)
   }
   if (kQueue && threadIdx.x == 0) {
     __threadfence();  // this CTA's last fetch is done before it counts itself out
-    if (atomicAdd(&queue.done, 1u) == gridDim.x - 1) {
-      atomicExch(&queue.next, 0u);
-      atomicExch(&queue.done, 0u);
+    if (atomicAdd(&queue_ptr->done, 1u) == gridDim.x - 1) {
+      atomicExch(&queue_ptr->next, 0u);
+      atomicExch(&queue_ptr->done, 0u);
     }
   }
 }
