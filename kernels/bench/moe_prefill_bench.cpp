@@ -5,7 +5,8 @@
 // proportion to 1/(e+1): 5470 down to 24) and one hot expert (8192 rows, every token, the
 // rest uniform). FLOPs = 2 * rows * 3 * 3072 * 3584, against the floor (790 TFLOP/s).
 // The torch anchor (moe_prefill_torch.py) builds the same distributions and times the same
-// work in bf16. Also the crossover against moe_expert_mlp_decode (kAuto) at 2..64 rows a
+// work in bf16. Each distribution runs under both tile schedules (moe_prefill.h: the
+// dynamic queue in a workspace, as the backend calls it, and the static stride). Also the crossover against moe_expert_mlp_decode (kAuto) at 2..64 rows a
 // expert, which sets the backend's switch (cuda_layers.cpp). CUDA events, 3 warm-ups,
 // median of --reps. Weight bytes are random (scales 2^-7..2^-3), tiled from a 64 MB pattern.
 //
@@ -128,17 +129,28 @@ void run(int argc, char** argv) {
   }
   DeviceBuffer<float> out(cap * kDim);
   DeviceBuffer<int32_t> off(kExperts + 1);
+  // The tile queue's workspace (moe_prefill.h), zeroed once as the backend does.
+  DeviceBuffer<uint32_t> prefill_ws_buf(2);
+  check(cudaMemset(prefill_ws_buf.get(), 0, 8), "prefill workspace");
+  const MoeDecodeWorkspace prefill_ws{prefill_ws_buf.get(), 8};
   std::printf("MoE prefill, EP4 rank: %lld local experts, expert %lld -> %lld -> %lld MXFP4, SiTU; %lld tokens x top-16 = %lld rows here\n",
               (long long)kExperts, (long long)kDim, (long long)kInter, (long long)kDim, (long long)kTokens, (long long)kRows);
   for (const std::string kind : {"uniform", "zipf", "hot"}) {
     if (g_quick && kind != "uniform") break;
     const auto c = counts_for(kind, kRows);
     check(off.upload(offsets_of(c)), "offsets");
-    const double us = median_us([&] { check(moe_expert_mlp_prefill(w, off.get(), kExperts, cap, x.get(), act.get(), out.get(), nullptr), "prefill"); });
-    const double flops = 2.0 * kRows * 3 * kInter * kDim;
-    std::printf("prefill %-7s rows %lld (max %lld min %lld a expert): %8.1f us  %6.1f TFLOP/s  floor %6.1f us  ours/floor %.2fx\n", kind.c_str(),
-                (long long)kRows, (long long)*std::max_element(c.begin(), c.end()), (long long)*std::min_element(c.begin(), c.end()), us,
-                flops / us * 1e-6, flops / kPeak * 1e6, us / (flops / kPeak * 1e6));
+    for (const bool queue : {true, false}) {
+      if (g_quick && !queue) break;
+      const double us = median_us([&] {
+        check(moe_expert_mlp_prefill(w, off.get(), kExperts, cap, x.get(), act.get(), out.get(), nullptr, queue ? prefill_ws : MoeDecodeWorkspace{}),
+              "prefill");
+      });
+      const double flops = 2.0 * kRows * 3 * kInter * kDim;
+      std::printf("prefill %-7s %-6s rows %lld (max %lld min %lld a expert): %8.1f us  %6.1f TFLOP/s  floor %6.1f us  ours/floor %.2fx\n",
+                  kind.c_str(), queue ? "queue" : "static", (long long)kRows,
+                  (long long)*std::max_element(c.begin(), c.end()), (long long)*std::min_element(c.begin(), c.end()), us, flops / us * 1e-6,
+                  flops / kPeak * 1e6, us / (flops / kPeak * 1e6));
+    }
   }
   if (g_quick) return;
   // Crossover with the decode kernels (fp32 activations there), uniform rows.
@@ -151,7 +163,8 @@ void run(int argc, char** argv) {
   for (int64_t per : {2, 4, 8, 16, 32, 64}) {
     const int64_t rows = per * kExperts;
     check(off.upload(offsets_of(counts_for("uniform", rows))), "offsets");
-    const double us_p = median_us([&] { check(moe_expert_mlp_prefill(w, off.get(), kExperts, rows, x.get(), act.get(), out.get(), nullptr), "prefill"); });
+    const double us_p = median_us(
+        [&] { check(moe_expert_mlp_prefill(w, off.get(), kExperts, rows, x.get(), act.get(), out.get(), nullptr, prefill_ws), "prefill"); });
     const double us_d = median_us(
         [&] { check(moe_expert_mlp_decode(w, off.get(), kExperts, rows, xf.get(), actf.get(), out.get(), nullptr, MoeDecodeKernel::kAuto, ws), "decode"); });
     const bool fused = moe_decode_choice(w, kExperts, rows, true) == MoeDecodeKernel::kFused;

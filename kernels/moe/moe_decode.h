@@ -113,6 +113,7 @@ constexpr int64_t kMoeDecodeFusedMinCapacity = 1024;
 // every fused call leaves it zero again (its last CTA resets it), so eager calls and CUDA
 // graph replays need nothing more. Calls that may run at the same time (two streams, two
 // models on one GPU) need separate workspaces; calls ordered on one stream may share one.
+// moe_expert_mlp_prefill's tile queue (moe_prefill.h) uses the first two words the same way.
 struct MoeDecodeWorkspace {
   void* data = nullptr;
   size_t bytes = 0;

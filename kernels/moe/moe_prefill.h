@@ -18,8 +18,11 @@
 // blocks = 32 MMAs a k-step, 128 fp32 accumulators a thread; a tile of fewer tokens runs a
 // variant with 2, 4 or 6 column blocks (no branches inside the MMA loops). Each chunk's weight tiles,
 // scales and bf16 token rows go through a 4-stage cp.async ring in shared memory (50 KB a
-// stage). Persistent CTAs: each one computes the tile list itself from `offsets` (a scan
-// of ceil(rows_e / 64) x output tiles in shared memory) and strides over it; within an
+// stage). Gate/up's epilogue stages the fp32 sums in the drained ring and applies the
+// activation in one rolled, coalesced loop (the unrolled version thrashed the instruction
+// cache). Persistent CTAs: each one computes the tile list itself from `offsets` (a scan
+// of ceil(rows_e / 64) x output tiles in shared memory), starts at tile blockIdx.x and then
+// claims tiles from a queue in the caller's workspace or strides by the grid; within an
 // expert the token tiles of one output tile are adjacent, so CTAs running at the same time
 // share weight tiles in L2, in an order that rotates per output tile (moe_prefill_schedule.h).
 //
@@ -53,7 +56,15 @@ Status moe_permute_bf16(const int32_t* ids, int64_t tokens, int64_t k, int64_t e
 // bits [capacity, inter]), out_sorted = act W2^T (fp32 [capacity, dim]). Two launches. The
 // first call per kernel variant queries occupancy and raises its shared-memory limit;
 // later calls make no such calls (capture-safe after a warm-up).
+// Tile schedule: CTA i starts at tile i. With a `workspace` (moe_decode.h's, at least 8
+// bytes, zero before the first call; the fused decode kernel's queue can be shared, calls
+// being ordered on one stream) each CTA then claims the next unclaimed tile from its first
+// two words (an atomic counter; the last CTA of each launch zeroes them again), so long
+// tiles (a hot expert, Zipf's head) no longer hold up the tiles striding left to their CTA.
+// Without one, CTAs stride by the grid. Calls that may overlap in time need separate
+// workspaces. Every tile is computed the same way under both: bit-identical outputs.
 Status moe_expert_mlp_prefill(const MoeDecodeWeights& w, const int32_t* offsets, int64_t local_experts, int64_t capacity,
-                              const uint16_t* x_sorted, uint16_t* act, float* out_sorted, cudaStream_t stream);
+                              const uint16_t* x_sorted, uint16_t* act, float* out_sorted, cudaStream_t stream,
+                              MoeDecodeWorkspace workspace = {});
 
 }  // namespace pdserve::cuda

@@ -23,6 +23,19 @@ constexpr int kXRowBytes = kChunk * 2;
 constexpr int kXBytes = kTokTile * kXRowBytes;
 constexpr int kStageBytes = kWBytes + kSBytes + kXBytes;
 constexpr size_t kSmem = size_t(kStages) * kStageBytes;
+// The gate/up epilogue stages a tile's fp32 gate and up sums in the (drained) ring, token
+// rows of kActStride floats: 260 = 8 mod 32 banks, so the 32 lanes' stores (rows 2t + k,
+// columns g + ..) hit 32 different banks.
+constexpr int kActStride = 260;
+static_assert(size_t(2) * kTokTile * kActStride * 4 <= kSmem, "the staged gate/up tile must fit in the ring");
+
+// The dynamic tile queue: the first two words of the caller's MoeDecodeWorkspace. `next`
+// hands out tiles past the first gridDim.x; the last CTA to finish (`done`) zeroes both, so
+// the next launch in stream order (down after gate/up, the next call, a graph replay)
+// starts from zero.
+struct TileQueue {
+  unsigned next, done;
+};
 
 __device__ __forceinline__ void cp_async16(uint32_t dst, const void* src, uint32_t src_bytes) {
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dst), "l"(src), "r"(src_bytes) : "memory");
@@ -69,6 +82,21 @@ __device__ __forceinline__ void dequant_half(uint32_t q, uint32_t s, int half, u
     const uint32_t c = (s == 0 ? 0x0040u : s == 255 ? 0x7FC0u : (s << 7)) * 0x10001u;
     o[0] = bf16x2_mul(bf16x2_mul(o[0], lift), c), o[1] = bf16x2_mul(bf16x2_mul(o[1], lift), c);
   }
+}
+
+__device__ __forceinline__ float tanh_approx(float x) {
+  float y;
+  asm("tanh.approx.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+
+// MoeAct (moe_activation.cuh) on the special-function unit: tanh.approx (relative error
+// 2^-11) and an __expf sigmoid; the result is rounded to bf16 (2^-9) right after.
+__device__ __forceinline__ float act_fast(const MoeAct& fn, float g, float u) {
+  const float sig = __frcp_rn(1.0f + __expf(-g));
+  if (fn.kind == MoeActivation::kSiLU) return g * sig * u;
+  const float a = fn.beta * tanh_approx(g * (1.0f / fn.beta)) * sig;
+  return a * (fn.linear_beta > 0.0f ? fn.linear_beta * tanh_approx(u * (1.0f / fn.linear_beta)) : u);
 }
 
 struct Tile {
@@ -178,27 +206,54 @@ __device__ __forceinline__ void run_tile(const Mxfp4Decode& a, const Mxfp4Decode
     }
   }
   cp_async_wait<0>();
-  __syncthreads();  // the ring is free for the next tile's first loads
-  if (!live) return;
+  __syncthreads();  // the ring is free: the next tile's first loads, or the gate/up staging
 
-  // acc[p][n]: (weight row g, tokens 2t, 2t+1), (row g + 8, the same tokens) of A operand p.
+  if constexpr (kGated) {
+    // Stage gate and up sums in shared memory, then one rolled loop applies the activation
+    // and writes bf16 pairs, coalesced along the output row. Unrolled over the 128
+    // accumulators, the activation's code was large enough to miss the instruction cache
+    // every tile.
+    float* sg = reinterpret_cast<float*>(smem);
+    float* su = sg + kTokTile * kActStride;
+    if (live) {
 #pragma unroll
-  for (int p = 0; p < (kGated ? 2 : 4); ++p) {
+      for (int p = 0; p < 2; ++p)
 #pragma unroll
-    for (int n = 0; n < kNV; ++n) {
+        for (int n = 0; n < kNV; ++n)
 #pragma unroll
-      for (int h = 0; h < 2; ++h) {
+          for (int v = 0; v < 4; ++v) {
+            const int idx = (8 * n + 2 * t + (v & 1)) * kActStride + 32 * warp + 16 * p + g + 8 * (v >> 1);
+            sg[idx] = acc[p][n][v];
+            su[idx] = acc[p + 2][n][v];
+          }
+    }
+    __syncthreads();
+    const int width = min(kOutPerTile, rows - tl.ot * kOutPerTile);  // a multiple of 128
+    uint16_t* dst = act_out + int64_t(tl.tok0) * rows + tl.ot * kOutPerTile;
+#pragma unroll 1
+    for (int i = threadIdx.x; i < tl.ntok * (kOutPerTile / 2); i += kThreads) {
+      const int tok = i / (kOutPerTile / 2), f = 2 * (i % (kOutPerTile / 2));
+      if (f >= width) continue;
+      const float2 gv = *reinterpret_cast<const float2*>(sg + tok * kActStride + f);
+      const float2 uv = *reinterpret_cast<const float2*>(su + tok * kActStride + f);
+      *reinterpret_cast<__nv_bfloat162*>(dst + int64_t(tok) * rows + f) = __floats2bfloat162_rn(act_fast(fn, gv.x, uv.x), act_fast(fn, gv.y, uv.y));
+    }
+    __syncthreads();  // the staging area is the next tile's ring
+  } else {
+    if (!live) return;
+    // acc[p][n]: (weight row g, tokens 2t, 2t+1), (row g + 8, the same tokens) of A operand p.
 #pragma unroll
-        for (int k = 0; k < 2; ++k) {
-          const int tok = 8 * n + 2 * t + k;
-          if (tok >= tl.ntok) continue;
-          const int64_t row = tl.tok0 + tok;
-          if constexpr (kGated) {
-            const int f = tl.ot * 256 + 32 * warp + 16 * p + g + 8 * h;
-            act_out[row * rows + f] = __bfloat16_as_ushort(__float2bfloat16_rn(fn(acc[p][n][2 * h + k], acc[p + 2][n][2 * h + k])));
-          } else {
+    for (int p = 0; p < 4; ++p) {
+#pragma unroll
+      for (int n = 0; n < kNV; ++n) {
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+#pragma unroll
+          for (int k = 0; k < 2; ++k) {
+            const int tok = 8 * n + 2 * t + k;
+            if (tok >= tl.ntok) continue;
             const int f = tl.ot * 512 + 64 * warp + 16 * p + g + 8 * h;
-            out[row * rows + f] = acc[p][n][2 * h + k];
+            out[(tl.tok0 + int64_t(tok)) * rows + f] = acc[p][n][2 * h + k];
           }
         }
       }
@@ -208,12 +263,13 @@ __device__ __forceinline__ void run_tile(const Mxfp4Decode& a, const Mxfp4Decode
 
 // One persistent CTA: builds the tile list from `offsets`, then strides over it. A tile is
 // (expert e, output tile ot, token tile mt); see moe_prefill.h.
-template <bool kGated, bool kWide>
+template <bool kGated, bool kWide, bool kQueue>
 __global__ void __launch_bounds__(kThreads, 1)
     prefill_gemm(Mxfp4Decode a, Mxfp4Decode b, const int32_t* __restrict__ offsets, int experts, const uint16_t* __restrict__ x,
-                 uint16_t* __restrict__ act_out, float* __restrict__ out, MoeAct fn) {
+                 uint16_t* __restrict__ act_out, float* __restrict__ out, MoeAct fn, TileQueue* queue_ptr) {  // queue_ptr: null unless kQueue
   extern __shared__ __align__(128) uint8_t smem[];
   __shared__ int tile_start[kMaxExperts + 1];
+  __shared__ int next_tile[2];  // kQueue: thread 0 fetches tile it + 1 while tile it runs
   constexpr int kOutPerTile = kGated ? 256 : 512;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int out_tiles = (static_cast<int>(a.rows) + kOutPerTile - 1) / kOutPerTile;
@@ -236,7 +292,11 @@ __global__ void __launch_bounds__(kThreads, 1)
   __syncthreads();
   const int total = tile_start[experts];
 
-  for (int tile = blockIdx.x; tile < total; tile += gridDim.x) {
+  int tile = blockIdx.x;
+  for (int it = 0; tile < total; ++it) {
+    // Read after run_tile's barriers; rewritten two tiles later, after the next tile's
+    // barriers, so no thread still reads the old value.
+    if (kQueue && threadIdx.x == 0) next_tile[it & 1] = int(gridDim.x + atomicAdd(&queue_ptr->next, 1u));
     int lo = 0, hi = experts - 1;  // the last expert whose first tile is <= tile (never an empty one)
     while (lo < hi) {
       const int mid = (lo + hi + 1) >> 1;
@@ -255,17 +315,25 @@ __global__ void __launch_bounds__(kThreads, 1)
       case 3: run_tile<kGated, kWide, 6>(a, b, x, act_out, out, fn, smem, tl); break;
       default: run_tile<kGated, kWide, 8>(a, b, x, act_out, out, fn, smem, tl); break;
     }
+    tile = kQueue ? next_tile[it & 1] : tile + int(gridDim.x);
+  }
+  if (kQueue && threadIdx.x == 0) {
+    __threadfence();  // this CTA's last fetch is done before it counts itself out
+    if (atomicAdd(&queue_ptr->done, 1u) == gridDim.x - 1) {
+      atomicExch(&queue_ptr->next, 0u);
+      atomicExch(&queue_ptr->done, 0u);
+    }
   }
 }
 
 template <bool kGated, bool kWide>
 Status launch(const Mxfp4Decode& a, const Mxfp4Decode& b, const int32_t* offsets, int64_t experts, int64_t capacity, const uint16_t* x,
-              uint16_t* act, float* out, const MoeAct& fn, cudaStream_t stream) {
-  auto kernel = prefill_gemm<kGated, kWide>;
+              uint16_t* act, float* out, const MoeAct& fn, TileQueue* queue, cudaStream_t stream) {
+  auto kernel = queue ? prefill_gemm<kGated, kWide, true> : prefill_gemm<kGated, kWide, false>;
   const int64_t per_tile = kGated ? 256 : 512;
   const int64_t max_tiles = (capacity / kTokTile + experts) * ((a.rows + per_tile - 1) / per_tile);
   PDS_ASSIGN_OR_RETURN(unsigned grid, grid_for(kernel, kSmem, max_tiles, kThreads));
-  kernel<<<grid, kThreads, kSmem, stream>>>(a, b, offsets, static_cast<int>(experts), x, act, out, fn);
+  kernel<<<grid, kThreads, kSmem, stream>>>(a, b, offsets, static_cast<int>(experts), x, act, out, fn, queue);
   return last_launch_status(kGated ? "moe_expert_mlp_prefill gate/up" : "moe_expert_mlp_prefill down");
 }
 
@@ -278,18 +346,19 @@ bool moe_prefill_fits(const MoeDecodeWeights& w) {
 }
 
 Status moe_expert_mlp_prefill(const MoeDecodeWeights& w, const int32_t* offsets, int64_t local_experts, int64_t capacity,
-                              const uint16_t* x_sorted, uint16_t* act, float* out_sorted, cudaStream_t stream) {
+                              const uint16_t* x_sorted, uint16_t* act, float* out_sorted, cudaStream_t stream, MoeDecodeWorkspace workspace) {
   if (!moe_prefill_fits(w)) return invalid_argument("moe_expert_mlp_prefill: weight widths must be multiples of 128 (moe_prefill_fits)");
   if (local_experts <= 0 || local_experts > kMaxExperts) return invalid_argument("moe_expert_mlp_prefill: local_experts must be 1..1024");
   if (capacity <= 0) return Status::ok();
   if (capacity > INT32_MAX / 2) return invalid_argument("moe_expert_mlp_prefill: capacity too large");
   const MoeAct fn{w.activation, w.situ_beta, w.situ_linear_beta};
+  TileQueue* queue = workspace.data && workspace.bytes >= sizeof(TileQueue) ? static_cast<TileQueue*>(workspace.data) : nullptr;
   const bool wide_up = w.w1.wide_scales || w.w3.wide_scales;
-  const Status up = wide_up ? launch<true, true>(w.w1, w.w3, offsets, local_experts, capacity, x_sorted, act, nullptr, fn, stream)
-                            : launch<true, false>(w.w1, w.w3, offsets, local_experts, capacity, x_sorted, act, nullptr, fn, stream);
+  const Status up = wide_up ? launch<true, true>(w.w1, w.w3, offsets, local_experts, capacity, x_sorted, act, nullptr, fn, queue, stream)
+                            : launch<true, false>(w.w1, w.w3, offsets, local_experts, capacity, x_sorted, act, nullptr, fn, queue, stream);
   PDS_RETURN_IF_ERROR(up);
-  return w.w2.wide_scales ? launch<false, true>(w.w2, w.w2, offsets, local_experts, capacity, act, nullptr, out_sorted, fn, stream)
-                          : launch<false, false>(w.w2, w.w2, offsets, local_experts, capacity, act, nullptr, out_sorted, fn, stream);
+  return w.w2.wide_scales ? launch<false, true>(w.w2, w.w2, offsets, local_experts, capacity, act, nullptr, out_sorted, fn, queue, stream)
+                          : launch<false, false>(w.w2, w.w2, offsets, local_experts, capacity, act, nullptr, out_sorted, fn, queue, stream);
 }
 
 }  // namespace pdserve::cuda

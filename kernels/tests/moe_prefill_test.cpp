@@ -5,12 +5,14 @@
 // single experts of 1, 15, 17, 64, 65 and 129 rows beside empty ones (token tiles of 64,
 // column blocks of 8), at widths that leave the last output tile part-filled; one hot
 // expert (skew); uniform routing under SiLU and SiTU; scales above 2^1 (two-multiply
-// path); no local rows; a CUDA-graph replay that must give the eager launch's bits.
+// path); the tile queue against the static schedule, call after call; no local rows; a CUDA-graph replay that must give the eager launch's bits.
 // Bound: normalised error max|gpu - cpu| / max|cpu| < 1e-2. x and act are rounded to bf16
 // once each (relative 2^-9), weights exact, fp32 accumulation; runs print the measured
 // error (a few 1e-3 expected).
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
+#include <cstring>
 
 #include "moe/moe_prefill.h"
 #include "moe/moe_prefill_schedule.h"
@@ -56,10 +58,21 @@ struct Buffers {
   MoePlan plan() { return {off.get(), sorted.get(), prow.get()}; }
 };
 
+// The tile queue's workspace, as the backend passes one: zeroed once, left zero by every
+// call (calls here never overlap). Never freed: it outlives the CUDA context's users.
+MoeDecodeWorkspace queue_workspace() {
+  static DeviceBuffer<uint32_t>* buf = [] {
+    auto* d = new DeviceBuffer<uint32_t>(2);
+    EXPECT_EQ(cudaMemset(d->get(), 0, 8), cudaSuccess);
+    return d;
+  }();
+  return {buf->get(), 8};
+}
+
 Status pipeline(Buffers& b, const DevWeights& dw, int64_t tokens, int64_t k, int64_t begin, int64_t local, cudaStream_t st) {
   const int64_t dim = dw.w.w1.cols, cap = tokens * k;
   PDS_RETURN_IF_ERROR(moe_permute_bf16(b.ids.get(), tokens, k, begin, local, b.x.get(), dim, b.plan(), b.xs.get(), st));
-  PDS_RETURN_IF_ERROR(moe_expert_mlp_prefill(dw.w, b.off.get(), local, cap, b.xs.get(), b.act.get(), b.os.get(), st));
+  PDS_RETURN_IF_ERROR(moe_expert_mlp_prefill(dw.w, b.off.get(), local, cap, b.xs.get(), b.act.get(), b.os.get(), st, queue_workspace()));
   return moe_combine(b.os.get(), b.prow.get(), b.wts.get(), tokens, k, dim, b.y.get(), st);
 }
 
@@ -170,6 +183,46 @@ TEST_F(MoePrefill, ScalesAboveTwoTakeTheTwoMultiplyPath) {
   const HostExperts h = make_experts(4, 256, 256, 120, false, 124, 10);  // scale bytes 124..133
   const Routing r = route(70, 4, 2, 121);
   EXPECT_LT(run_prefill(r, 70, 2, 0, h, MoeActivation::kSiLU, 122, "wide scales"), 1e-2);
+}
+
+// The dynamic tile queue hands every tile out once per call and is zeroed for the next
+// one: three calls in a row (queue, queue, static) on the same skewed rows give the same
+// bits; a queue left non-zero would skip tiles on the second call.
+TEST_F(MoePrefill, TileQueueAndStaticScheduleGiveTheSameBitsCallAfterCall) {
+  const int64_t local = 12, tokens = 700, k = 2, cap = tokens * k, dim = 384, inter = 512;
+  const HostExperts h = make_experts(local, inter, dim, 140, true);
+  const DevWeights dw = upload(h, MoeActivation::kSiTU, 4.0f, 25.0f);
+  // Expert 2 gets every token once (11 token tiles); the other pick spreads over the rest.
+  std::vector<int32_t> counts(local, 0);
+  for (int64_t t = 0; t < tokens; ++t) ++counts[2], ++counts[t % 7 == 0 ? 5 : (t * 5) % local == 2 ? 3 : (t * 5) % local];
+  std::vector<int32_t> offsets(local + 1, 0);
+  for (int64_t e = 0; e < local; ++e) offsets[e + 1] = offsets[e] + counts[e];
+  DeviceBuffer<int32_t> off = dev(offsets);
+  std::vector<uint16_t> xh(cap * dim);
+  const auto xf = randn(cap * dim, 141);
+  for (size_t i = 0; i < xh.size(); ++i) {
+    uint32_t bits;
+    std::memcpy(&bits, &xf[i], 4);
+    xh[i] = static_cast<uint16_t>(bits >> 16);
+  }
+  DeviceBuffer<uint16_t> xs = dev(xh), act(cap * inter);
+  DeviceBuffer<float> os(cap * dim);
+  DeviceBuffer<uint32_t> ws_buf(2);
+  ASSERT_EQ(cudaMemset(ws_buf.get(), 0, 8), cudaSuccess);
+  const MoeDecodeWorkspace ws{ws_buf.get(), 8};
+  std::vector<std::vector<float>> outs;
+  for (const MoeDecodeWorkspace call_ws : {ws, ws, MoeDecodeWorkspace{}}) {  // queue, queue, static
+    ASSERT_EQ(cudaMemset(os.get(), 0xff, cap * dim * sizeof(float)), cudaSuccess);  // NaN: a skipped tile shows
+    const Status s = moe_expert_mlp_prefill(dw.w, off.get(), local, cap, xs.get(), act.get(), os.get(), nullptr, call_ws);
+    ASSERT_TRUE(s.is_ok()) << s.to_string();
+    outs.push_back(host(os));
+  }
+  const int64_t rows = offsets[local];
+  for (int i = 0; i < 3; ++i) outs[i].resize(rows * dim);
+  for (float v : outs[2]) ASSERT_TRUE(std::isfinite(v));
+  EXPECT_EQ(host(ws_buf), std::vector<uint32_t>(2, 0u)) << "the last CTA leaves the queue zero";
+  EXPECT_TRUE(outs[0] == outs[2]) << "first queue call vs static";
+  EXPECT_TRUE(outs[1] == outs[2]) << "second queue call vs static";
 }
 
 TEST_F(MoePrefill, NoLocalRowsLeavesTheOutputZeroAndGraphReplayRepeats) {
