@@ -74,6 +74,10 @@ inline double median_us(const std::function<void(int)>& f) {
   return t[t.size() / 2];
 }
 
+inline double median_us(const std::function<void()>& f) {
+  return median_us([&](int) { f(); });
+}
+
 // One table row; a stage with no floor of its own (bytes 0) prints dashes there.
 inline void row(const std::string& what, double us, double bytes, double floor_us, const std::string& note = "") {
   if (bytes <= 0 || floor_us <= 0) {

@@ -19,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "bench_util.h"
 #include "common/cuda_check.h"
 #include "moe/moe_decode.h"
 #include "moe/moe_prefill.h"
@@ -26,26 +27,14 @@
 namespace pdserve::cuda {
 namespace {
 
-int g_reps = 10;
 bool g_quick = false;
 constexpr int64_t kExperts = 224, kInter = 3072, kDim = 3584, kRows = 32768, kTokens = 8192;
 constexpr double kPeak = 790e12;
 
-void check(const Status& s, const char* what) {
-  if (s.is_ok()) return;
-  std::fprintf(stderr, "%s: %s\n", what, s.to_string().c_str());
-  std::exit(1);
-}
-void check(cudaError_t e, const char* what) { check(cuda_status(e, what), what); }
-
-void fill_bytes(std::vector<uint8_t>& v, uint64_t seed, uint8_t lo = 0, uint8_t span = 0) {
-  uint64_t s = seed * 0x9E3779B97F4A7C15ull + 1;
-  for (size_t i = 0; i < v.size(); ++i) {
-    s ^= s >> 12, s ^= s << 25, s ^= s >> 27;
-    const uint64_t r = (s * 0x2545F4914F6CDD1Dull) >> 32;
-    v[i] = span ? static_cast<uint8_t>(lo + r % span) : static_cast<uint8_t>(r);
-  }
-}
+using bench::check;
+using bench::fill_bytes;
+using bench::g_reps;
+using bench::median_us;
 
 // n bytes on the device, a random pattern of at most 64 MB repeated.
 DeviceBuffer<uint8_t> random_device(size_t n, uint64_t seed, uint8_t lo = 0, uint8_t span = 0) {
@@ -57,27 +46,6 @@ DeviceBuffer<uint8_t> random_device(size_t n, uint64_t seed, uint8_t lo = 0, uin
   return d;
 }
 
-double median_us(const std::function<void()>& f) {
-  cudaEvent_t a, b;
-  cudaEventCreate(&a);
-  cudaEventCreate(&b);
-  for (int i = 0; i < 3; ++i) f();
-  std::vector<double> t;
-  for (int i = 0; i < g_reps; ++i) {
-    cudaEventRecord(a);
-    f();
-    cudaEventRecord(b);
-    cudaEventSynchronize(b);
-    float ms = 0;
-    cudaEventElapsedTime(&ms, a, b);
-    t.push_back(ms * 1e3);
-  }
-  check(cudaGetLastError(), "bench");
-  cudaEventDestroy(a);
-  cudaEventDestroy(b);
-  std::sort(t.begin(), t.end());
-  return t[t.size() / 2];
-}
 
 // Rows per expert; `total` rows. Remainders go one each to the first experts.
 std::vector<int64_t> counts_for(const std::string& kind, int64_t total) {
@@ -104,6 +72,7 @@ std::vector<int32_t> offsets_of(const std::vector<int64_t>& c) {
 }
 
 void run(int argc, char** argv) {
+  g_reps = 10;  // this bench's default (--reps): each call is ~10 ms
   for (int i = 1; i + 1 < argc; i += 2)
     if (!std::strcmp(argv[i], "--reps")) g_reps = std::atoi(argv[i + 1]);
     else if (!std::strcmp(argv[i], "--quick")) g_quick = std::atoi(argv[i + 1]) != 0;
