@@ -224,7 +224,27 @@ Result<std::unique_ptr<FollowerLink>> FollowerLink::connect(const std::string& h
 }
 
 FollowerLink::~FollowerLink() {
+  stop_watching();
   if (fd_ >= 0) ::close(fd_);
+}
+
+void FollowerLink::watch(std::function<void(const Status&)> on_lost) {
+  stop_watching();
+  watching_.store(true);
+  watcher_ = std::thread([this, on_lost = std::move(on_lost)] {
+    // POLLRDHUP only: the leader's next step frame (POLLIN) is the main loop's business.
+    pollfd p{fd_, POLLRDHUP, 0};
+    while (watching_.load()) {
+      if (::poll(&p, 1, 100) <= 0 || p.revents == 0) continue;
+      on_lost(Status(ErrorCode::kUnavailable, "the leader's control stream ended (its process is gone)"));
+      return;
+    }
+  });
+}
+
+void FollowerLink::stop_watching() {
+  watching_.store(false);
+  if (watcher_.joinable()) watcher_.join();
 }
 
 Result<Frame> FollowerLink::receive(std::chrono::milliseconds idle_timeout) {
