@@ -3,6 +3,7 @@
 // garbage as a result), and a follower's link notices its leader hanging up during a step.
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <condition_variable>
 #include <future>
 #include <mutex>
@@ -143,6 +144,27 @@ TEST(NodeLost, AFollowersWatcherNoticesTheLeaderHangingUpButNotItsFrames) {
   ASSERT_EQ(lost.size(), 1u);
   EXPECT_EQ(lost[0].code(), ErrorCode::kUnavailable);
   EXPECT_NE(lost[0].message().find("leader's control stream ended"), std::string::npos) << lost[0].message();
+}
+
+TEST(NodeLost, AFollowersWatcherTakesShutdownThenHangUpAsAGoodbyeNotALoss) {
+  using namespace transfer::node;
+  auto l = LeaderLink::listen("127.0.0.1", 0, 2, "");
+  ASSERT_TRUE(l.is_ok()) << l.status().message();
+  std::unique_ptr<LeaderLink> leader = std::move(*l);
+  auto follower = std::async(std::launch::async, [&] { return FollowerLink::connect("127.0.0.1", leader->port(), 1, "", std::chrono::seconds(10)); });
+  ASSERT_TRUE(leader->accept_followers(std::chrono::seconds(10)).is_ok());
+  auto f = follower.get();
+  ASSERT_TRUE(f.is_ok()) << f.status().message();
+  std::atomic<int> lost{0};
+  (*f)->watch([&](const Status&) { ++lost; });
+  ASSERT_TRUE(leader->broadcast(encode(Shutdown{"the leader is stopping"})).is_ok());
+  leader.reset();  // Shutdown, then the end of the stream, while this node finishes a step
+  for (int i = 0; i < 3000 && !(*f)->watcher_done(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  ASSERT_TRUE((*f)->watcher_done()) << "the watcher never saw the hang-up";
+  EXPECT_EQ(lost.load(), 0);
+  auto got = (*f)->receive();  // the frame is still there for the main loop
+  ASSERT_TRUE(got.is_ok()) << got.status().message();
+  EXPECT_EQ(got->type, MsgType::kShutdown);
 }
 
 }  // namespace
