@@ -57,9 +57,9 @@ PY
 }
 # start NAME PORT: leader and follower; sets L and F.
 start() {
-  CUDA_VISIBLE_DEVICES=1 "$P" serve "${COMMON[@]}" --node-rank 1 --dist-init-addr 127.0.0.1:$2 >"$OUT/$1-node1.log" 2>&1 &
+  CUDA_VISIBLE_DEVICES=1 "$P" serve "${COMMON[@]}" --node-rank 1 --dist-init-addr "127.0.0.1:$2" >"$OUT/$1-node1.log" 2>&1 &
   F=$!
-  CUDA_VISIBLE_DEVICES=0 "$P" serve "${COMMON[@]}" --node-rank 0 --dist-init-addr 127.0.0.1:$2 --port $(($2 - 10000)) \
+  CUDA_VISIBLE_DEVICES=0 "$P" serve "${COMMON[@]}" --node-rank 0 --dist-init-addr "127.0.0.1:$2" --port $(($2 - 10000)) \
     >"$OUT/$1-node0.log" 2>&1 &
   L=$!
   wait_port "$OUT/$1-node0.log" >/dev/null && return 0
@@ -97,6 +97,6 @@ if start b 29532; then
   check "B: the follower exits non-zero by itself" "[ $rc != 0 ] && [ $rc != 200 ]"
   check "B: within 10 s" "awk 'BEGIN{exit !($dt < 10)}'"
   tail -3 "$OUT/b-node1.log"
-  wait_exit "$c" 30; cat "$OUT/b-reply.txt" | cut -c1-200
+  wait_exit "$c" 30; cut -c1-200 "$OUT/b-reply.txt"
 else FAILS=$((FAILS + 1)); fi
 echo "FAILS=$FAILS"; date -u
