@@ -42,6 +42,9 @@ class CudaModel final : public DeviceForward {
   ~CudaModel() override;
 
   Status forward(const ForwardBatch& batch, ForwardOutput* out) override;
+  void abort_collectives() override {
+    if (comm_) comm_->abort();
+  }
   std::string describe() const override;
   Status download(const CacheRegion& region, MlaKvPool& kv, KdaStatePool& state) override;          // cuda_cache_copy.cpp
   Status upload(const CacheRegion& region, const MlaKvPool& kv, const KdaStatePool& state) override;  // cuda_cache_copy.cpp

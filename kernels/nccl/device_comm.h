@@ -30,6 +30,11 @@ class DeviceCommunicator {
   // matching recv. Enqueued on `stream`; messages between one pair arrive in order.
   virtual Status send(const void* data, size_t bytes, int peer, cudaStream_t stream) = 0;
   virtual Status recv(void* data, size_t bytes, int peer, cudaStream_t stream) = 0;
+  // A peer was lost (another node died): ends this rank's part of the group for good. Any
+  // collective blocked on the peer (enqueued or running on the stream) returns, so a stream
+  // synchronisation after it returns too, and every later call fails. Safe from any thread,
+  // while another thread is inside a collective; idempotent.
+  virtual void abort() {}
 };
 
 // NCCL's unique id (128 bytes), made by rank 0 and handed to the others (in one process

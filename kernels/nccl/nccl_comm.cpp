@@ -2,6 +2,8 @@
 #include <dlfcn.h>
 #include <nccl.h>
 
+#include <atomic>
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
@@ -82,41 +84,61 @@ class NcclCommunicator final : public DeviceCommunicator {
   // Abort, not Destroy: the owners are torn down one after another on one thread, and a
   // destroy that waits for the other ranks would then hang. Nothing is in flight by now
   // (every forward ends with a stream synchronisation).
-  ~NcclCommunicator() override {
-    if (!comm_) return;
-    cudaSetDevice(device_);
-    api().comm_abort(comm_);
-  }
+  ~NcclCommunicator() override { abort(); }
   int rank() const override { return rank_; }
   int size() const override { return size_; }
   int device() const override { return device_; }
   Status all_reduce_sum(float* data, int64_t n, cudaStream_t stream) override {
     if (n <= 0) return Status::ok();
-    return nccl_status(api().all_reduce(data, data, static_cast<size_t>(n), ncclFloat32, ncclSum, comm_, stream), "ncclAllReduce");
+    return call("ncclAllReduce", [&] { return api().all_reduce(data, data, static_cast<size_t>(n), ncclFloat32, ncclSum, comm_, stream); });
   }
   Status all_gather(const float* in, int64_t n, float* out, cudaStream_t stream) override {
     if (n <= 0) return Status::ok();
-    return nccl_status(api().all_gather(in, out, static_cast<size_t>(n), ncclFloat32, comm_, stream), "ncclAllGather");
+    return call("ncclAllGather", [&] { return api().all_gather(in, out, static_cast<size_t>(n), ncclFloat32, comm_, stream); });
   }
   // Grouped so that a send and a recv on one rank (a middle pipeline stage) cannot deadlock.
   Status send(const void* data, size_t bytes, int peer, cudaStream_t stream) override {
     if (bytes == 0) return Status::ok();
-    api().group_start();
-    ncclResult_t r = api().send(data, bytes, ncclUint8, peer, comm_, stream);
-    ncclResult_t e = api().group_end();
-    return nccl_status(r != ncclSuccess ? r : e, "ncclSend");
+    return call("ncclSend", [&] {
+      api().group_start();
+      ncclResult_t r = api().send(data, bytes, ncclUint8, peer, comm_, stream);
+      ncclResult_t e = api().group_end();
+      return r != ncclSuccess ? r : e;
+    });
   }
   Status recv(void* data, size_t bytes, int peer, cudaStream_t stream) override {
     if (bytes == 0) return Status::ok();
-    api().group_start();
-    ncclResult_t r = api().recv(data, bytes, ncclUint8, peer, comm_, stream);
-    ncclResult_t e = api().group_end();
-    return nccl_status(r != ncclSuccess ? r : e, "ncclRecv");
+    return call("ncclRecv", [&] {
+      api().group_start();
+      ncclResult_t r = api().recv(data, bytes, ncclUint8, peer, comm_, stream);
+      ncclResult_t e = api().group_end();
+      return r != ncclSuccess ? r : e;
+    });
+  }
+  // ncclCommAbort sets the flag that NCCL's kernels and proxy poll, so a collective spinning
+  // on a dead peer ends and the stream drains; it then frees the communicator. The lock keeps
+  // that free from racing an enqueue on the engine thread. An enqueue can itself block on the
+  // dead peer (NCCL connects peers lazily, at the first collective): after a short wait the
+  // abort goes ahead without the lock, since it is what unblocks that call.
+  void abort() override {
+    if (aborted_.exchange(true) || !comm_) return;
+    std::unique_lock<std::timed_mutex> l(mu_, std::defer_lock);
+    (void)l.try_lock_for(std::chrono::seconds(2));
+    cudaSetDevice(device_);
+    api().comm_abort(comm_);
   }
 
  private:
+  template <class F>
+  Status call(const char* what, F&& enqueue) {
+    std::lock_guard<std::timed_mutex> l(mu_);
+    if (aborted_.load()) return Status(ErrorCode::kAborted, std::string(what) + ": the NCCL group was aborted (a peer was lost)");
+    return nccl_status(enqueue(), what);
+  }
   ncclComm_t comm_;
   int rank_, size_, device_;
+  std::timed_mutex mu_;
+  std::atomic<bool> aborted_{false};
 };
 
 }  // namespace

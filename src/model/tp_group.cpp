@@ -103,7 +103,20 @@ Status TpModelGroup::forward(const ForwardBatch& batch, ForwardOutput* out, cons
   // A lost peer explains whatever the ranks saw after it, so it is the error to report.
   for (const auto& c : comms_)
     if (Status st = c->health(); !st.is_ok()) return break_group(st);
+  // Lost during the step (the watcher aborted the collectives): the logits are garbage.
+  PDS_RETURN_IF_ERROR(health());
   return ran;
+}
+
+Status TpModelGroup::break_group(const Status& why) {
+  {
+    std::lock_guard<std::mutex> l(broken_mu_);
+    if (!broken_.is_ok()) return broken_;
+    broken_ = Status(ErrorCode::kInternal, "this instance lost one of its nodes and serves no more (restart every node): " + why.message());
+  }
+  // Outside the lock: an abort can take a while, and health() must keep answering meanwhile.
+  for (const auto& d : devices_) d->abort_collectives();
+  return health();
 }
 
 Status TpModelGroup::run_local_ranks(const ForwardBatch& batch, ForwardOutput* out, const ForwardOptions& opts) {

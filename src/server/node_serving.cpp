@@ -2,6 +2,7 @@
 #include "pdserve/server/node_serving.h"
 
 #include <atomic>
+#include <mutex>
 #include <iostream>
 
 #include <spdlog/spdlog.h>
@@ -82,6 +83,37 @@ ForwardBatch to_batch(node::Step&& m) {
   return b;
 }
 
+// The follower's side of a lost leader. Between steps the main loop's receive() sees the end
+// of the control stream itself; during a step the ranks may sit in a collective waiting for
+// the dead leader's ranks (NCCL would wait for ever), so the link's watcher breaks the group,
+// which aborts them, and the step fails.
+class LeaderWatch {
+ public:
+  explicit LeaderWatch(TpModelGroup& g) : g_(g) {}
+  void lost(const Status& why) {
+    std::lock_guard<std::mutex> l(mu_);
+    gone_ = why;
+    if (in_step_) g_.lose_node(why);
+  }
+  // Not ok: the leader is gone already (do not start a step it will never meet).
+  Status begin_step() {
+    std::lock_guard<std::mutex> l(mu_);
+    if (!gone_.is_ok()) return gone_;
+    in_step_ = true;
+    return Status::ok();
+  }
+  void end_step() {
+    std::lock_guard<std::mutex> l(mu_);
+    in_step_ = false;
+  }
+
+ private:
+  TpModelGroup& g_;
+  std::mutex mu_;
+  bool in_step_ = false;
+  Status gone_ = Status::ok();
+};
+
 }  // namespace
 
 Result<std::unique_ptr<NodeLeader>> NodeLeader::join(const ServeConfig& cfg, std::unique_ptr<TpModelGroup>* group) {
@@ -141,7 +173,8 @@ Status NodeLeader::start(TpModelGroup& g, const ServeConfig& cfg) {
   auto steps = std::make_shared<std::atomic<uint64_t>>(0);
   g.set_step_sender([link = link_, steps](const ForwardBatch& batch) { return link->broadcast(node::encode(to_message(batch, steps->fetch_add(1)))); });
   // A follower lost between steps: refuse the next step instead of waiting for it in a
-  // collective (which NCCL would do for ever).
+  // collective (which NCCL would do for ever); lost during a step: lose_node aborts the NCCL
+  // collectives the step is blocked in, so it fails with the same error.
   link_->watch([&g](const Status& why) {
     spdlog::error("{}", why.message());
     g.lose_node(why);
@@ -214,6 +247,13 @@ int run_node_follower(const ServeConfig& cfg) {
   std::cout << "pdserve: node " << cfg.node_rank << " of " << cfg.nnodes << " following the leader at " << cfg.dist_init_addr << " (ranks "
             << first << ".." << first + local - 1 << " of " << cfg.tp << ")" << std::endl;
 
+  LeaderWatch watch(g);
+  (*link)->watch([&watch](const Status& why) { watch.lost(why); });
+  struct StopWatching {  // before `watch` and the group go away
+    node::FollowerLink& l;
+    ~StopWatching() { l.stop_watching(); }
+  } stop_watching{**link};
+
   uint64_t steps = 0;
   while (true) {
     auto f = (*link)->receive();
@@ -235,9 +275,13 @@ int run_node_follower(const ServeConfig& cfg) {
     const uint64_t n = step->step;
     if (n != steps) return fail(1, "step " + std::to_string(n) + " arrived, expected step " + std::to_string(steps));
     ForwardOutput out;
+    if (Status st = watch.begin_step(); !st.is_ok())
+      return fail(1, "the leader at " + cfg.dist_init_addr + " went away before step " + std::to_string(n) + " (" + st.message() + ")");
     // Any failure leaves this node's caches behind the leader's: the instance cannot go on,
     // and exiting makes the leader's next collective fail instead of hanging.
-    if (Status st = g.forward(to_batch(std::move(*step)), &out); !st.is_ok()) return fail(1, "step " + std::to_string(n) + ": " + st.message());
+    Status st = g.forward(to_batch(std::move(*step)), &out);
+    watch.end_step();
+    if (!st.is_ok()) return fail(1, "step " + std::to_string(n) + ": " + st.message());
     ++steps;
   }
 }

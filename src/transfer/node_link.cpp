@@ -187,7 +187,40 @@ Result<std::unique_ptr<FollowerLink>> FollowerLink::connect(const std::string& h
 }
 
 FollowerLink::~FollowerLink() {
+  stop_watching();
   if (fd_ >= 0) ::close(fd_);
+}
+
+void FollowerLink::watch(std::function<void(const Status&)> on_lost) {
+  stop_watching();
+  watching_.store(true);
+  watcher_done_.store(false);
+  watcher_ = std::thread([this, on_lost = std::move(on_lost)] {
+    struct Done {
+      std::atomic<bool>& d;
+      ~Done() { d.store(true); }
+    } done{watcher_done_};
+    // POLLRDHUP only: the leader's next step frame (POLLIN) is the main loop's business.
+    pollfd p{fd_, POLLRDHUP, 0};
+    while (watching_.load()) {
+      if (::poll(&p, 1, 100) <= 0 || p.revents == 0) continue;
+      // A leader that stops normally sends Shutdown, then closes, right after its last step:
+      // this node may still be finishing that step, which must not count as a loss.
+      uint8_t head[kHeaderBytes];
+      const ssize_t n = ::recv(fd_, head, sizeof(head), MSG_PEEK | MSG_DONTWAIT);
+      if (n == static_cast<ssize_t>(sizeof(head))) {
+        auto h = decode_header(head);
+        if (h.is_ok() && h->type == MsgType::kShutdown) return;  // receive() reads it
+      }
+      on_lost(Status(ErrorCode::kUnavailable, "the leader's control stream ended (its process is gone)"));
+      return;
+    }
+  });
+}
+
+void FollowerLink::stop_watching() {
+  watching_.store(false);
+  if (watcher_.joinable()) watcher_.join();
 }
 
 Result<Frame> FollowerLink::receive(std::chrono::milliseconds idle_timeout) {

@@ -36,11 +36,12 @@ struct TwoNodes {
   std::unique_ptr<ChildServer> leader, follower;
   explicit TwoNodes(const std::string& tp = "2") {
     const std::string addr = "127.0.0.1:" + std::to_string(pdserve::testing::free_loopback_port());
-    auto f = std::async(std::launch::async, [&] {
-      return std::make_unique<ChildServer>(serve_args({"--tp", tp, "--nnodes", "2", "--node-rank", "1", "--dist-init-addr", addr}),
-                                           "following the leader", true);
-    });
-    leader = std::make_unique<ChildServer>(serve_args({"--tp", tp, "--nnodes", "2", "--node-rank", "0", "--dist-init-addr", addr}));
+    // Both argument lists on this thread: serve_args makes the tiny model on first use, and
+    // two threads making it at once aborted the test process now and then.
+    const auto follower_args = serve_args({"--tp", tp, "--nnodes", "2", "--node-rank", "1", "--dist-init-addr", addr});
+    const auto leader_args = serve_args({"--tp", tp, "--nnodes", "2", "--node-rank", "0", "--dist-init-addr", addr});
+    auto f = std::async(std::launch::async, [&] { return std::make_unique<ChildServer>(follower_args, "following the leader", true); });
+    leader = std::make_unique<ChildServer>(leader_args);
     follower = f.get();
   }
 };

@@ -39,6 +39,11 @@ class DeviceForward {
   virtual Status download(const CacheRegion& region, MlaKvPool& kv, KdaStatePool& state) = 0;
   // Host pools -> device pools; the next forward sees the bytes.
   virtual Status upload(const CacheRegion& region, const MlaKvPool& kv, const KdaStatePool& state) = 0;
+  // Another node of the instance was lost: aborts this rank's cross-rank collectives so that
+  // a forward blocked in one returns (its result is then garbage: the caller reports the
+  // loss instead), and later forwards fail. Safe from any thread; idempotent. Default: no
+  // collectives, nothing to do.
+  virtual void abort_collectives() {}
 };
 
 // Runs of consecutive page ids, in order: {first, count} each (the copy unit above).

@@ -55,7 +55,9 @@ class TpModelGroup {
   // refuses every later forward with that error, since the other nodes' caches are lost.
   using StepSender = std::function<Status(const ForwardBatch&)>;
   void set_step_sender(StepSender s) { step_sender_ = std::move(s); }
-  // Marks the group as having lost a node (e.g. noticed between steps); safe from any thread.
+  // Marks the group as having lost a node (a watcher noticed it between or during steps); safe
+  // from any thread. The first call aborts the device ranks' collectives (a forward blocked
+  // in one then returns, and forward() reports this loss), later ones change nothing.
   void lose_node(const Status& why) { (void)break_group(why); }
   // Not ok once the group lost a node (see set_step_sender). Safe from any thread.
   Status health() const {
@@ -118,12 +120,9 @@ class TpModelGroup {
   std::vector<std::unique_ptr<DeviceForward>> devices_;
   StageFault fault_;
   StepSender step_sender_;
-  Status break_group(Status why) {
-    std::lock_guard<std::mutex> l(broken_mu_);
-    if (broken_.is_ok())
-      broken_ = Status(ErrorCode::kInternal, "this instance lost one of its nodes and serves no more (restart every node): " + why.message());
-    return broken_;
-  }
+  // The one place the group turns broken: records the first cause, and on that transition
+  // aborts the device collectives (DeviceForward::abort_collectives). Returns the error.
+  Status break_group(const Status& why);
   mutable std::mutex broken_mu_;
   Status broken_ = Status::ok();
 };

@@ -6,8 +6,10 @@
 //
 // Lost node: the leader's group breaks for good (TpModelGroup::health); in-flight requests
 // fail with that error, /health answers 503 and new /v1 requests are refused with it. The
-// instance must be restarted as a whole: the lost node's caches are gone. A follower whose
-// leader went away (end of the control stream without a shutdown frame) exits 1.
+// instance must be restarted as a whole: the lost node's caches are gone. A node lost during
+// a step: TpModelGroup::lose_node aborts the local NCCL collectives, so the step fails instead
+// of waiting for ever. A follower whose leader went away (end of the control stream without a
+// shutdown frame, between or during steps) exits 1.
 #pragma once
 
 #include <memory>

@@ -75,10 +75,20 @@ class FollowerLink {
   // that does not parse. `idle_timeout` zero: wait for ever.
   Result<Frame> receive(std::chrono::milliseconds idle_timeout = std::chrono::milliseconds(0));
   Status send(const std::string& frame);
+  // A thread that notices the leader hanging up (end of stream, e.g. its process died) while
+  // receive() is not being called, i.e. during a step: calls on_lost once; not when the
+  // unread frame before the end is a Shutdown (the leader stopped normally). Frames stay
+  // queued for receive(). stop_watching() ends the thread (the destructor too).
+  void watch(std::function<void(const Status&)> on_lost);
+  void stop_watching();
+  // The watcher saw the end of the stream and returned (with or without calling on_lost).
+  bool watcher_done() const { return watcher_done_.load(); }
 
  private:
   FollowerLink() = default;
   int fd_ = -1;
+  std::atomic<bool> watching_{false}, watcher_done_{false};
+  std::thread watcher_;
 };
 
 }  // namespace pdserve::transfer::node
