@@ -63,4 +63,38 @@ inline std::chrono::milliseconds left(Clock::time_point deadline) {
   return std::max(ms, std::chrono::milliseconds(1));
 }
 
+// The opening both links share. The listener sends a fresh nonce ns; the joiner answers
+// rank (u32) + its nonce nc + MAC(label + ns + nc + rank); the listener replies one verdict
+// byte ('\0' accepted, '\1' refused) and, when accepted, its own payload, whose MAC the
+// caller binds to both nonces.
+struct Join {
+  uint32_t rank = 0;
+  bool accepted = false;  // listener: the joiner's MAC checks out; joiner: the verdict byte
+  std::string ns, nc;
+};
+
+// Listener side: an I/O error is an error; a wrong MAC is a Join with accepted = false.
+inline Result<Join> read_join(int fd, const std::string& secret, const std::string& label) {
+  Join j;
+  j.ns = random_bytes(kNonce);
+  PDS_RETURN_IF_ERROR(send_str(fd, j.ns));
+  PDS_ASSIGN_OR_RETURN(std::string hello, recv_str(fd, 4 + kNonce + kMac));
+  j.rank = read_u32_le(hello);
+  j.nc = hello.substr(4, kNonce);
+  j.accepted = secret.empty() || constant_time_equal(hello.substr(4 + kNonce), mac(secret, label + j.ns + j.nc + u32_le(j.rank)));
+  return j;
+}
+
+// Joiner side: returns the nonces and the listener's verdict (its payload follows when accepted).
+inline Result<Join> send_join(int fd, uint32_t rank, const std::string& secret, const std::string& label) {
+  Join j;
+  j.rank = rank;
+  PDS_ASSIGN_OR_RETURN(j.ns, recv_str(fd, kNonce));
+  j.nc = random_bytes(kNonce);
+  PDS_RETURN_IF_ERROR(send_str(fd, u32_le(rank) + j.nc + mac(secret, label + j.ns + j.nc + u32_le(rank))));
+  PDS_ASSIGN_OR_RETURN(std::string verdict, recv_str(fd, 1));
+  j.accepted = verdict[0] == '\0';
+  return j;
+}
+
 }  // namespace pdserve::transfer::link

@@ -69,21 +69,16 @@ Status LeaderLink::accept_followers(std::chrono::milliseconds timeout) {
     net::Fd conn(::accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC));
     if (!conn.valid()) continue;
     if (!net::tune(conn.get(), std::min(left(deadline), std::chrono::milliseconds(5000))).is_ok()) continue;
-    const std::string ns = random_bytes(kNonce);
-    if (!send_str(conn.get(), ns).is_ok()) continue;
-    auto hello = recv_str(conn.get(), 4 + kNonce + kMac);
-    if (!hello.is_ok()) continue;
-    uint32_t rank = 0;
-    for (int i = 0; i < 4; ++i) rank |= static_cast<uint32_t>(static_cast<uint8_t>((*hello)[i])) << (8 * i);
-    const std::string nc = hello->substr(4, kNonce), mac_c = hello->substr(4 + kNonce);
-    const bool mac_ok = secret_.empty() || constant_time_equal(mac_c, mac(secret_, "pdserve-node-join" + ns + nc + u32_le(rank)));
+    auto join = read_join(conn.get(), secret_, "pdserve-node-join");
+    if (!join.is_ok()) continue;
+    const uint32_t rank = join->rank;
     const bool rank_ok = rank >= 1 && rank < static_cast<uint32_t>(nnodes_) && fds_[rank - 1] < 0;
-    if (!mac_ok || !rank_ok) {
+    if (!join->accepted || !rank_ok) {
       ++refused_;
       (void)send_str(conn.get(), std::string(1, '\1'));
       continue;
     }
-    if (!send_str(conn.get(), std::string(1, '\0') + mac(secret_, "pdserve-node-lead" + nc + ns)).is_ok()) continue;
+    if (!send_str(conn.get(), std::string(1, '\0') + mac(secret_, "pdserve-node-lead" + join->nc + join->ns)).is_ok()) continue;
     (void)net::tune(conn.get(), kIoTimeout);
     (void)net::set_recv_timeout(conn.get(), std::chrono::milliseconds(0));  // steps may be far apart
     fds_[rank - 1] = conn.release();
@@ -165,16 +160,12 @@ Result<std::unique_ptr<FollowerLink>> FollowerLink::connect(const std::string& h
     }
     const int fd = conn->get();
     PDS_RETURN_IF_ERROR(net::tune(fd, std::min(left(deadline), kIoTimeout)));
-    PDS_ASSIGN_OR_RETURN(std::string ns, recv_str(fd, kNonce));
-    const std::string nc = random_bytes(kNonce);
-    const uint32_t rank = static_cast<uint32_t>(node_rank);
-    PDS_RETURN_IF_ERROR(send_str(fd, u32_le(rank) + nc + mac(secret, "pdserve-node-join" + ns + nc + u32_le(rank))));
-    PDS_ASSIGN_OR_RETURN(std::string verdict, recv_str(fd, 1));
-    if (verdict[0] != '\0')
+    PDS_ASSIGN_OR_RETURN(Join join, send_join(fd, static_cast<uint32_t>(node_rank), secret, "pdserve-node-join"));
+    if (!join.accepted)
       return invalid_argument("the leader at " + where + " refused node " + std::to_string(node_rank) +
                               " (a different cluster secret, or the node rank is taken or out of range)");
     PDS_ASSIGN_OR_RETURN(std::string mac_s, recv_str(fd, kMac));
-    if (!secret.empty() && !constant_time_equal(mac_s, mac(secret, "pdserve-node-lead" + nc + ns)))
+    if (!secret.empty() && !constant_time_equal(mac_s, mac(secret, "pdserve-node-lead" + join.nc + join.ns)))
       return invalid_argument("the leader at " + where + " fails authentication (it holds a different cluster secret)");
     (void)net::tune(fd, kIoTimeout);
     (void)net::set_recv_timeout(fd, std::chrono::milliseconds(0));

@@ -51,21 +51,17 @@ Status RankBootstrapServer::serve(const std::vector<uint8_t>& id) {
     if (!conn.valid()) continue;
     // One peer at a time: a stalled one costs at most a few seconds of the budget.
     if (!net::tune(conn.get(), std::min(left(deadline), std::chrono::milliseconds(5000))).is_ok()) continue;
-    const std::string ns = random_bytes(kNonce);
-    if (!send_str(conn.get(), ns).is_ok()) continue;
-    auto hello = recv_str(conn.get(), 4 + kNonce + kMac);
-    if (!hello.is_ok()) continue;
-    const uint32_t rank = read_u32_le(*hello);
-    const std::string nc = hello->substr(4, kNonce), mac_c = hello->substr(4 + kNonce);
-    const bool mac_ok = cfg_.secret.empty() || constant_time_equal(mac_c, mac(cfg_.secret, "pdserve-rank-join" + ns + nc + u32_le(rank)));
+    auto join = read_join(conn.get(), cfg_.secret, "pdserve-rank-join");
+    if (!join.is_ok()) continue;
+    const uint32_t rank = join->rank;
     const bool rank_ok = rank >= 1 && rank < static_cast<uint32_t>(cfg_.world_size) && !served.count(static_cast<int>(rank));
-    if (!mac_ok || !rank_ok) {
+    if (!join->accepted || !rank_ok) {
       ++refused_;
       (void)send_str(conn.get(), std::string(1, '\1'));
       continue;
     }
     const std::string answer = std::string(1, '\0') + u32_le(static_cast<uint32_t>(id_str.size())) + id_str +
-                               mac(cfg_.secret, "pdserve-rank-id" + nc + ns + id_str);
+                               mac(cfg_.secret, "pdserve-rank-id" + join->nc + join->ns + id_str);
     if (send_str(conn.get(), answer).is_ok()) served.insert(static_cast<int>(rank));
   }
   return Status::ok();
@@ -85,11 +81,8 @@ Result<std::vector<uint8_t>> fetch_rank_id(const std::string& host, uint16_t por
     }
     const int fd = conn->get();
     PDS_RETURN_IF_ERROR(net::tune(fd, left(deadline)));
-    PDS_ASSIGN_OR_RETURN(std::string ns, recv_str(fd, kNonce));
-    const std::string nc = random_bytes(kNonce);
-    PDS_RETURN_IF_ERROR(send_str(fd, u32_le(static_cast<uint32_t>(rank)) + nc + mac(cfg.secret, "pdserve-rank-join" + ns + nc + u32_le(rank))));
-    PDS_ASSIGN_OR_RETURN(std::string verdict, recv_str(fd, 1));
-    if (verdict[0] != '\0')
+    PDS_ASSIGN_OR_RETURN(Join join, send_join(fd, static_cast<uint32_t>(rank), cfg.secret, "pdserve-rank-join"));
+    if (!join.accepted)
       return invalid_argument("rank bootstrap: rank 0 at " + where + " refused rank " + std::to_string(rank) +
                               " (a different cluster secret, or the rank is taken or out of range)");
     PDS_ASSIGN_OR_RETURN(std::string len, recv_str(fd, 4));
@@ -97,7 +90,7 @@ Result<std::vector<uint8_t>> fetch_rank_id(const std::string& host, uint16_t por
     if (n == 0 || n > kMaxId) return Status(ErrorCode::kDataLoss, "rank bootstrap: bad id length from " + where);
     PDS_ASSIGN_OR_RETURN(std::string id, recv_str(fd, n));
     PDS_ASSIGN_OR_RETURN(std::string mac_s, recv_str(fd, kMac));
-    if (!cfg.secret.empty() && !constant_time_equal(mac_s, mac(cfg.secret, "pdserve-rank-id" + nc + ns + id)))
+    if (!cfg.secret.empty() && !constant_time_equal(mac_s, mac(cfg.secret, "pdserve-rank-id" + join.nc + join.ns + id)))
       return invalid_argument("rank bootstrap: the answer from " + where + " fails authentication (it holds a different cluster secret)");
     return std::vector<uint8_t>(id.begin(), id.end());
   }
