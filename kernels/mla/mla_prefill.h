@@ -18,7 +18,8 @@
 //   1. gather: every context token's cache entry -> latent bf16 [ctx][lat] + key part into K;
 //      kv_b -> bf16; q -> bf16
 //   2. expand: [ctx][lat] x kv_b^T on mma.sync (bf16, fp32 acc) -> K nope part and V, bf16
-//   3. attend: flash attention, mma.sync m16n8k16 bf16, fp32 online softmax; CTA = 128 query
+//   3. attend (plan.kernel picks): kWgmma, warpgroup MMA (mla_prefill_wgmma_sm90.cu), or
+//      kMmaSync: flash attention, mma.sync m16n8k16 bf16, fp32 online softmax; CTA = 128 query
 //      rows x one head, 8 warps of 16 rows; K/V tiles of 64 tokens double-buffered with
 //      cp.async; key tiles past the tile's last query position are never visited (causal
 //      skipping), masking only on tiles that cross the diagonal.
@@ -38,6 +39,14 @@ namespace pdserve::cuda {
 inline constexpr int64_t kMlaPrefillTileRows = 128;
 inline constexpr int64_t kMlaPrefillKeyTile = 64;
 
+// Which attention kernel a plan runs. kMmaSync: warp mma.sync m16n8k16 (any compiled head dims,
+// 128- or 64-row tiles). kWgmma: Hopper warpgroup MMA (two warpgroups of 64 rows, key tiles of
+// 128, the softmax of one tile under the P V of the previous); kWgmmaSerial: the same without
+// that overlap (kept for comparison). Both wgmma forms: 128-row tiles, qk 192 x v 128 only
+// (other head dims fall back to kMmaSync).
+enum class MlaPrefillKernel { kMmaSync, kWgmma, kWgmmaSerial };
+inline constexpr MlaPrefillKernel kMlaPrefillDefaultKernel = MlaPrefillKernel::kMmaSync;
+
 struct MlaPrefillSeq {
   int64_t row_begin = 0;   // first row of its new tokens in q / out
   int64_t new_len = 0;     // new tokens (>= 1)
@@ -52,11 +61,12 @@ struct MlaPrefillSeq {
 struct MlaPrefillPlan {
   int64_t seqs = 0, tiles = 0, ctx_total = 0, rows = 0;
   int64_t tile_rows = kMlaPrefillTileRows;  // the kernel variant runs tiles of this many rows
+  MlaPrefillKernel kernel = kMlaPrefillDefaultKernel;
   std::vector<int32_t> image;
 };
-// tile_rows: 128 or 64 (the kernel variant; 64 kept for comparison and small chunks).
+// tile_rows: 128 or 64 (64 kept for comparison, mma.sync only).
 Status build_mla_prefill_plan(const std::vector<MlaPrefillSeq>& seqs, int64_t page_size, MlaPrefillPlan* plan,
-                              int64_t tile_rows = kMlaPrefillTileRows);
+                              int64_t tile_rows = kMlaPrefillTileRows, MlaPrefillKernel kernel = kMlaPrefillDefaultKernel);
 
 struct MlaPrefillArgs {
   const float* q = nullptr;      // [rows][heads][nope + rope]

@@ -6,9 +6,12 @@
 
 namespace pdserve::cuda {
 
-Status build_mla_prefill_plan(const std::vector<MlaPrefillSeq>& seqs, int64_t page_size, MlaPrefillPlan* plan, int64_t tile_rows) {
+Status build_mla_prefill_plan(const std::vector<MlaPrefillSeq>& seqs, int64_t page_size, MlaPrefillPlan* plan, int64_t tile_rows,
+                              MlaPrefillKernel kernel) {
   if (page_size <= 0) return invalid_argument("mla prefill plan: page_size must be positive");
   if (tile_rows != 64 && tile_rows != 128) return invalid_argument("mla prefill plan: tile_rows must be 64 or 128");
+  if (kernel != MlaPrefillKernel::kMmaSync && tile_rows != 128)
+    return invalid_argument("mla prefill plan: the wgmma kernel runs 128-row tiles only");
   struct Tile {
     int32_t seq, row0;
     int64_t keys;
@@ -33,6 +36,7 @@ Status build_mla_prefill_plan(const std::vector<MlaPrefillSeq>& seqs, int64_t pa
   plan->ctx_total = ctx_total;
   plan->rows = rows;
   plan->tile_rows = tile_rows;
+  plan->kernel = kernel;
   std::vector<int32_t>& im = plan->image;
   im.assign(4 + 4 * plan->seqs + 2 * plan->tiles + ctx_total, 0);
   im[0] = static_cast<int32_t>(plan->seqs), im[1] = static_cast<int32_t>(plan->tiles);

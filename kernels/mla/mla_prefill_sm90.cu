@@ -6,6 +6,7 @@
 
 #include "common/cuda_check.h"
 #include "mla/mla_prefill.h"
+#include "mla/mla_prefill_wgmma.h"
 #include "mla/mma_bf16.cuh"
 
 namespace pdserve::cuda {
@@ -179,6 +180,8 @@ Status mla_prefill_attend(const void* qb, const void* kb, const void* vb, int64_
                           const MlaPrefillPlan& plan_host, const int32_t* plan, float* out, cudaStream_t stream) {
   if (plan_host.tiles == 0) return Status::ok();
   if (heads <= 0 || heads > 65535 || plan_host.tiles > INT32_MAX) return invalid_argument("mla_prefill_attend: bad grid");
+  if (plan_host.kernel != MlaPrefillKernel::kMmaSync && mla_prefill_wgmma_has_kernel(qk, v_dim))
+    return mla_prefill_attend_wgmma(qb, kb, vb, heads, scale, plan_host, plan, out, stream);
   const bool wide = plan_host.tile_rows == 128;
   if (!wide && plan_host.tile_rows != 64) return invalid_argument("mla_prefill_attend: tile_rows must be 64 or 128");
   if (qk == 192 && v_dim == 128)
