@@ -61,13 +61,11 @@ void bench_case(int64_t cached, int64_t fresh) {
   std::iota(pages.begin(), pages.end(), 0);
   std::mt19937 gen(3);
   std::shuffle(pages.begin(), pages.end(), gen);
-  MlaPrefillPlan plan, plan64, plan_wg;
+  MlaPrefillPlan plan, plan64;
   check(build_mla_prefill_plan({{0, fresh, cached, pages.data()}}, kPage, &plan, 128, MlaPrefillKernel::kMmaSync), "plan");
   check(build_mla_prefill_plan({{0, fresh, cached, pages.data()}}, kPage, &plan64, 64, MlaPrefillKernel::kMmaSync), "plan");
-  check(build_mla_prefill_plan({{0, fresh, cached, pages.data()}}, kPage, &plan_wg, 128, MlaPrefillKernel::kWgmma), "plan");
   auto dplan = upload(plan.image);
   auto dplan64 = upload(plan64.image);
-  auto dplan_wg = upload(plan_wg.image);
   auto cache = upload(randn(np * kPage * (kLat + kRope), 1));
   auto q = upload(randn(fresh * kHeads * kQk, 2));
   std::vector<float> w = randn(kHeads * (kNope + kV) * kLat, 3);
@@ -91,26 +89,40 @@ void bench_case(int64_t cached, int64_t fresh) {
   const double t_attn = time_ms([&] { check(mla_prefill_attend(qb.get(), kb.get(), vb.get(), kHeads, kQk, kV, a.scale, plan, dplan.get(), out.get(), nullptr), "attend"); }, 10);
   const double t_attn64 = time_ms([&] { check(mla_prefill_attend(qb.get(), kb.get(), vb.get(), kHeads, kQk, kV, a.scale, plan64, dplan64.get(), out.get(), nullptr), "attend"); }, 10);
   const double t_run = time_ms([&] { check(mla_prefill_run(a, plan, dplan.get(), ws.get(), nullptr), "run"); }, 10);
-  // wgmma: the same inputs; its output is compared with mma.sync's (both bf16 in, fp32 out).
-  DeviceBuffer<float> out_wg;
-  check(out_wg.resize(fresh * kHeads * kV), "out");
-  const double t_attn_wg = time_ms([&] { check(mla_prefill_attend(qb.get(), kb.get(), vb.get(), kHeads, kQk, kV, a.scale, plan_wg, dplan_wg.get(), out_wg.get(), nullptr), "attend wgmma"); }, 10);
-  const double t_run_wg = time_ms([&] { check(mla_prefill_run(a, plan_wg, dplan_wg.get(), ws.get(), nullptr), "run wgmma"); }, 10);
-  check(cuda_status(cudaDeviceSynchronize(), "sync"), "sync");
+  // The wgmma forms on the same inputs; each output is compared with mma.sync's (bf16 in, fp32 out).
+  struct WgResult {
+    const char* name;
+    double t_attn, t_run, diff;
+    bool finite;
+  };
+  std::vector<WgResult> wg;
   {
-    // Both attentions again on the random bf16 inputs (the whole runs above overwrote `out`).
     check(mla_prefill_attend(qb.get(), kb.get(), vb.get(), kHeads, kQk, kV, a.scale, plan, dplan.get(), out.get(), nullptr), "attend");
-    check(mla_prefill_attend(qb.get(), kb.get(), vb.get(), kHeads, kQk, kV, a.scale, plan_wg, dplan_wg.get(), out_wg.get(), nullptr), "attend wgmma");
     std::vector<float> ref(fresh * kHeads * kV), got(ref.size());
     check(cuda_status(cudaMemcpy(ref.data(), out.get(), ref.size() * 4, cudaMemcpyDeviceToHost), "copy"), "copy");
-    check(cuda_status(cudaMemcpy(got.data(), out_wg.get(), got.size() * 4, cudaMemcpyDeviceToHost), "copy"), "copy");
-    double diff = 0, mag = 0;
-    bool finite = true;
-    for (size_t i = 0; i < ref.size(); ++i) {
-      finite = finite && std::isfinite(got[i]);
-      diff = std::max(diff, static_cast<double>(std::fabs(got[i] - ref[i]))), mag = std::max(mag, static_cast<double>(std::fabs(ref[i])));
+    DeviceBuffer<float> out_wg;
+    check(out_wg.resize(fresh * kHeads * kV), "out");
+    const std::pair<MlaPrefillKernel, const char*> forms[] = {{MlaPrefillKernel::kWgmma, "wgmma (S with the previous P V)"},
+                                                               {MlaPrefillKernel::kWgmmaPingpong, "wgmma pingpong"},
+                                                               {MlaPrefillKernel::kWgmmaSerial, "wgmma serial"}};
+    for (const auto& [kind, name] : forms) {
+      MlaPrefillPlan pw;
+      check(build_mla_prefill_plan({{0, fresh, cached, pages.data()}}, kPage, &pw, 128, kind), "plan");
+      auto dpw = upload(pw.image);
+      check(cudaMemset(out_wg.get(), 0xff, got.size() * 4), "memset");  // NaN: a row never written shows
+      check(mla_prefill_attend(qb.get(), kb.get(), vb.get(), kHeads, kQk, kV, a.scale, pw, dpw.get(), out_wg.get(), nullptr), "attend wgmma");
+      check(cuda_status(cudaMemcpy(got.data(), out_wg.get(), got.size() * 4, cudaMemcpyDeviceToHost), "copy"), "copy");
+      double diff = 0, mag = 0;
+      bool finite = true;
+      for (size_t i = 0; i < ref.size(); ++i) {
+        finite = finite && std::isfinite(got[i]);
+        diff = std::max(diff, static_cast<double>(std::fabs(got[i] - ref[i]))), mag = std::max(mag, static_cast<double>(std::fabs(ref[i])));
+      }
+      const double ta = time_ms([&] { check(mla_prefill_attend(qb.get(), kb.get(), vb.get(), kHeads, kQk, kV, a.scale, pw, dpw.get(), out_wg.get(), nullptr), "attend wgmma"); }, 10);
+      const double tr = time_ms([&] { check(mla_prefill_run(a, pw, dpw.get(), ws.get(), nullptr), "run wgmma"); }, 10);
+      wg.push_back({name, ta, tr, diff / mag, finite});
     }
-    std::printf("    wgmma vs mma.sync on these inputs: max|diff| / max|mma.sync| = %.3e%s\n", diff / mag, finite ? "" : " (NON-FINITE outputs)");
+    check(cuda_status(cudaDeviceSynchronize(), "sync"), "sync");
   }
   const double floor_ms = attn_flops / g_flops * 1e3;
   std::printf("cached %6lld new %6lld heads %lld | attention %8.3f ms %6.1f TFLOP/s (%.2f of 790 floor %.3f ms) | "
@@ -119,9 +131,11 @@ void bench_case(int64_t cached, int64_t fresh) {
               attn_flops / t_attn * 1e-9, floor_ms / t_attn, floor_ms, t_run, attn_flops / t_run * 1e-9, t_run - t_attn,
               expand_flops * 1e-9);
   std::printf("    attention with 64-row tiles (4 warps, 2 CTAs an SM): %8.3f ms %6.1f TFLOP/s\n", t_attn64, attn_flops / t_attn64 * 1e-9);
-  std::printf("    attention on wgmma (2 warpgroups x 64 rows, key tiles of 128): %8.3f ms %6.1f TFLOP/s (%.2f of floor, %.2fx mma.sync) | "
-              "whole run %8.3f ms %6.1f TFLOP/s-attn-equiv\n",
-              t_attn_wg, attn_flops / t_attn_wg * 1e-9, floor_ms / t_attn_wg, t_attn / t_attn_wg, t_run_wg, attn_flops / t_run_wg * 1e-9);
+  for (const WgResult& r : wg)
+    std::printf("    attention on %-32s (2 warpgroups x 64 rows, key tiles of 128): %8.3f ms %6.1f TFLOP/s (%.2f of floor, %.2fx mma.sync) | "
+                "whole run %8.3f ms %6.1f TFLOP/s-attn-equiv | max|diff| / max|mma.sync| = %.3e%s\n",
+                r.name, r.t_attn, attn_flops / r.t_attn * 1e-9, floor_ms / r.t_attn, t_attn / r.t_attn, r.t_run, attn_flops / r.t_run * 1e-9,
+                r.diff, r.finite ? "" : " (NON-FINITE outputs)");
   if (cached + fresh <= 16384) {
     // Before this kernel the backend ran prefill chunks through the split-KV absorbed decode
     // kernel, one (row, prefix) item per query row, fp32 on CUDA cores: its attention alone.

@@ -41,10 +41,11 @@ inline constexpr int64_t kMlaPrefillKeyTile = 64;
 
 // Which attention kernel a plan runs. kMmaSync: warp mma.sync m16n8k16 (any compiled head dims,
 // 128- or 64-row tiles). kWgmma: Hopper warpgroup MMA (two warpgroups of 64 rows, key tiles of
-// 128, the softmax of one tile under the P V of the previous); kWgmmaSerial: the same without
-// that overlap (kept for comparison). Both wgmma forms: 128-row tiles, qk 192 x v 128 only
-// (other head dims fall back to kMmaSync).
-enum class MlaPrefillKernel { kMmaSync, kWgmma, kWgmmaSerial };
+// 128, S of one tile issued with P V of the previous); kWgmmaPingpong: the same with the two
+// warpgroups taking turns at the tensor cores; kWgmmaSerial: S, softmax, P V one after the other
+// (kept for comparison). All wgmma forms: 128-row tiles, qk 192 x v 128 only (other head dims
+// fall back to kMmaSync).
+enum class MlaPrefillKernel { kMmaSync, kWgmma, kWgmmaPingpong, kWgmmaSerial };
 inline constexpr MlaPrefillKernel kMlaPrefillDefaultKernel = MlaPrefillKernel::kMmaSync;
 
 struct MlaPrefillSeq {

@@ -245,12 +245,29 @@ __device__ __forceinline__ void issue_loads(const Work& w, uint32_t k_s, uint32_
   mma::cp_async_commit();
 }
 
-// Overlapped form (MlaPrefillKernel::kWgmma): step j issues S_j = Q K_j^T and then
-// O += P_{j-1} V_{j-1} as two commit groups, waits for S_j only, and runs the softmax of tile j
-// while P V of tile j - 1 is still on the tensor cores; only the packing of P_j waits for it (O
-// takes tile j's rescale at the next step, between its two MMA issues). The copies for the next step are issued after the MMAs, under them: K_{j+1}
-// into the K buffer S_{j-1} read, V_j into the V buffer P V_{j-2} read (both finished before the
-// step's barrier). Step num_kt only runs the last P V.
+// Pingpong order (MlaPrefillKernel::kWgmmaPingpong): in every step warpgroup 1 issues its MMAs
+// only after warpgroup 0 has issued its own (named barrier 2: 0 arrives, 1 waits), so the
+// tensor cores take the two warpgroups' work one after the other and warpgroup 0's softmax runs
+// under warpgroup 1's MMAs. Each warpgroup passes it once a step, whatever the step holds.
+template <bool kPingpong>
+__device__ __forceinline__ void issue_turn_begin(int wg) {
+  if (kPingpong && wg == 1) asm volatile("bar.sync 2, %0;\n" ::"n"(kThreads) : "memory");
+}
+template <bool kPingpong>
+__device__ __forceinline__ void issue_turn_end(int wg) {
+  if (kPingpong && wg == 0) asm volatile("bar.arrive 2, %0;\n" ::"n"(kThreads) : "memory");
+}
+
+// Overlapped form (MlaPrefillKernel::kWgmma, and kWgmmaPingpong with kPingpong): step j issues
+// S_j = Q K_j^T and then O += P_{j-1} V_{j-1} as two commit groups and waits for S_j first
+// (wait_group 1), meaning the softmax of tile j to run under P V_{j-1}. ptxas (13.0) however
+// moves the wait for P V_{j-1} up into the softmax (it interleaves the packing of P_j, which
+// rewrites P_{j-1}'s registers, with the exponentials), so only the scaling and masking of S_j
+// overlap it; O takes tile j's rescale at the next step, between its two MMA issues. The copies
+// for step j + 1 (K_{j+1} into the K buffer S_{j-1} read, V_j into the V buffer P V_{j-2} read,
+// both finished before the step's barrier) are issued at the start of step j. Step num_kt only
+// runs the last P V.
+template <bool kPingpong>
 __global__ void __launch_bounds__(kThreads, 1)
     attend_overlap_kernel(const bf16* __restrict__ qb, const bf16* __restrict__ kb, const bf16* __restrict__ vb, int heads,
                           float scale_log2, const int32_t* __restrict__ plan, float* __restrict__ out) {
@@ -272,9 +289,11 @@ __global__ void __launch_bounds__(kThreads, 1)
   if (w.wg_num_kt > 0) {
     tile_barrier();
     issue_loads(w, k_s, v_s, kb, vb, heads, 0);
+    issue_turn_begin<kPingpong>(w.wg);
     wgmma::fence();
     issue_s(sc, q_s, k_s, w.wg);
     wgmma::commit();
+    issue_turn_end<kPingpong>(w.wg);
     wgmma::wait<0>();
     wgmma::pin(sc);
     float2 a_prev = softmax_tile(sc, w, 0, scale_log2, m0, m1, l0, l1);  // O's rescale owed to the last softmax
@@ -282,6 +301,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     for (j = 1; j < w.wg_num_kt; ++j) {
       tile_barrier();  // K_j and V_{j-1} landed; S_{j-1} and P V_{j-2} finished in both warpgroups
       issue_loads(w, k_s, v_s, kb, vb, heads, j);
+      issue_turn_begin<kPingpong>(w.wg);
       wgmma::fence();
       issue_s(sc, q_s, k_s + (j & 1) * kKBytes, w.wg);
       wgmma::commit();
@@ -289,6 +309,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       wgmma::fence();
       issue_pv(o, p, v_s + ((j - 1) & 1) * kVBytes);
       wgmma::commit();
+      issue_turn_end<kPingpong>(w.wg);
       wgmma::wait<1>();  // S_j done; P V_{j-1} may still run
       wgmma::pin(sc);
       a_prev = softmax_tile(sc, w, j, scale_log2, m0, m1, l0, l1);
@@ -299,9 +320,11 @@ __global__ void __launch_bounds__(kThreads, 1)
     tile_barrier();
     issue_loads(w, k_s, v_s, kb, vb, heads, j);
     rescale(o, a_prev);
+    issue_turn_begin<kPingpong>(w.wg);
     wgmma::fence();
     issue_pv(o, p, v_s + ((j - 1) & 1) * kVBytes);
     wgmma::commit();
+    issue_turn_end<kPingpong>(w.wg);
     wgmma::wait<0>();
     wgmma::pin(o);
     ++j;
@@ -309,6 +332,8 @@ __global__ void __launch_bounds__(kThreads, 1)
   for (; j <= w.num_kt; ++j) {  // the other warpgroup still computes: keep its copies coming
     tile_barrier();
     issue_loads(w, k_s, v_s, kb, vb, heads, j);
+    issue_turn_begin<kPingpong>(w.wg);
+    issue_turn_end<kPingpong>(w.wg);
   }
   mma::cp_async_wait<0>();
   if (w.wg_rows > 0) store_out(w, o, l0, l1, heads, out);
@@ -321,7 +346,9 @@ bool mla_prefill_wgmma_has_kernel(int64_t qk, int64_t v_dim) { return qk == kQk 
 Status mla_prefill_attend_wgmma(const void* qb, const void* kb, const void* vb, int64_t heads, float scale,
                                 const MlaPrefillPlan& p, const int32_t* plan, float* out, cudaStream_t stream) {
   if (p.tile_rows != kRows) return invalid_argument("mla_prefill_attend: the wgmma kernel runs tiles of 128 rows");
-  const auto kernel = p.kernel == MlaPrefillKernel::kWgmmaSerial ? attend_serial_kernel : attend_overlap_kernel;
+  const auto kernel = p.kernel == MlaPrefillKernel::kWgmmaSerial     ? attend_serial_kernel
+                      : p.kernel == MlaPrefillKernel::kWgmmaPingpong ? attend_overlap_kernel<true>
+                                                                     : attend_overlap_kernel<false>;
   // Per call: the attribute belongs to the current device (TP ranks each own one); not a stream op.
   PDS_RETURN_IF_ERROR(cuda_status(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes),
                                   "mla prefill wgmma: shared memory attribute"));

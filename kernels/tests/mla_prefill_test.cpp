@@ -67,8 +67,8 @@ std::vector<float> reference(const Dims& d, const std::vector<SeqSpec>& specs, c
 
 // Random pages (shuffled ids, so no sequence's pages are contiguous), random cache, q and kv_b;
 // runs both sides and returns the normalised error.
-// The kernel variants every GPU case runs: mma.sync with 128- and 64-row tiles, wgmma (overlapped
-// and serial).
+// The kernel variants every GPU case runs: mma.sync with 128- and 64-row tiles, wgmma (overlapped,
+// pingpong and serial).
 struct Variant {
   int64_t tile_rows;
   MlaPrefillKernel kernel;
@@ -77,6 +77,7 @@ struct Variant {
 const Variant kVariants[] = {{128, MlaPrefillKernel::kMmaSync, "mma.sync 128-row"},
                              {64, MlaPrefillKernel::kMmaSync, "mma.sync 64-row"},
                              {128, MlaPrefillKernel::kWgmma, "wgmma 128-row"},
+                             {128, MlaPrefillKernel::kWgmmaPingpong, "wgmma pingpong 128-row"},
                              {128, MlaPrefillKernel::kWgmmaSerial, "wgmma serial 128-row"}};
 
 double run_case(const Dims& d, const std::vector<SeqSpec>& specs, uint32_t seed, const Variant& var) {
