@@ -18,8 +18,10 @@
 //   1. gather: every context token's cache entry -> latent bf16 [ctx][lat] + key part into K;
 //      kv_b -> bf16; q -> bf16
 //   2. expand: [ctx][lat] x kv_b^T on mma.sync (bf16, fp32 acc) -> K nope part and V, bf16
-//   3. attend (plan.kernel picks): kWgmma, warpgroup MMA (mla_prefill_wgmma_sm90.cu), or
-//      kMmaSync: flash attention, mma.sync m16n8k16 bf16, fp32 online softmax; CTA = 128 query
+//   3. attend (plan.kernel picks; default kWgmmaPingpong): flash attention on warpgroup MMA
+//      (mla_prefill_wgmma_sm90.cu: two warpgroups of 64 rows, key tiles of 128, swizzled
+//      shared-memory tiles, the warpgroups taking turns at the tensor cores), or the fallback
+//      kMmaSync: mma.sync m16n8k16 bf16, fp32 online softmax; CTA = 128 query
 //      rows x one head, 8 warps of 16 rows; K/V tiles of 64 tokens double-buffered with
 //      cp.async; key tiles past the tile's last query position are never visited (causal
 //      skipping), masking only on tiles that cross the diagonal.
@@ -35,7 +37,7 @@
 namespace pdserve::cuda {
 
 // Query rows per CTA (16 per warp): 128 (8 warps, one CTA an SM) or 64 (4 warps, two an SM).
-// Keys per K/V tile: 64 in both.
+// Keys per K/V tile of the mma.sync kernel: 64 in both (the wgmma kernels: 128 rows, 128 keys).
 inline constexpr int64_t kMlaPrefillTileRows = 128;
 inline constexpr int64_t kMlaPrefillKeyTile = 64;
 
@@ -46,7 +48,7 @@ inline constexpr int64_t kMlaPrefillKeyTile = 64;
 // (kept for comparison). All wgmma forms: 128-row tiles, qk 192 x v 128 only (other head dims
 // fall back to kMmaSync).
 enum class MlaPrefillKernel { kMmaSync, kWgmma, kWgmmaPingpong, kWgmmaSerial };
-inline constexpr MlaPrefillKernel kMlaPrefillDefaultKernel = MlaPrefillKernel::kMmaSync;
+inline constexpr MlaPrefillKernel kMlaPrefillDefaultKernel = MlaPrefillKernel::kWgmmaPingpong;
 
 struct MlaPrefillSeq {
   int64_t row_begin = 0;   // first row of its new tokens in q / out

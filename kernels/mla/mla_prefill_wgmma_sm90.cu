@@ -1,6 +1,7 @@
-// The attention step of the MLA prefill on Hopper warpgroup MMA (MlaPrefillKernel::kWgmma;
-// contract: mla_prefill.h, design: docs/design.md "MLA prefill on tensor cores"). K3 head dims
-// only (qk 192, v 128); other dims run the mma.sync kernel.
+// The attention step of the MLA prefill on Hopper warpgroup MMA (MlaPrefillKernel::kWgmma,
+// kWgmmaPingpong -- the default -- and kWgmmaSerial; contract: mla_prefill.h, design:
+// docs/design.md "MLA prefill on tensor cores"). K3 head dims only (qk 192, v 128); other dims
+// run the mma.sync kernel.
 //
 // CTA = one head x 128 query rows, two warpgroups of 64 rows each, one CTA an SM. Per key tile
 // of 128 tokens each warpgroup computes S = Q K^T with wgmma m64n128k16 (Q and K from shared

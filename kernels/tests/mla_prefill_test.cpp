@@ -127,7 +127,7 @@ TEST(MlaPrefillPlan, TilesCoverEveryRowLongestFirst) {
   // Seq 0: 1 new token after 100 cached (pages of 64); seq 1: 130 new tokens after 65 cached.
   std::vector<MlaPrefillSeq> seqs = {{0, 1, 100, p0.data()}, {1, 130, 65, p1.data()}};
   MlaPrefillPlan plan;
-  ASSERT_TRUE(build_mla_prefill_plan(seqs, 64, &plan, /*tile_rows=*/64).is_ok());
+  ASSERT_TRUE(build_mla_prefill_plan(seqs, 64, &plan, /*tile_rows=*/64, MlaPrefillKernel::kMmaSync).is_ok());
   EXPECT_EQ(plan.seqs, 2);
   EXPECT_EQ(plan.tiles, 1 + 3);
   EXPECT_EQ(plan.ctx_total, 101 + 195);
@@ -150,8 +150,9 @@ TEST(MlaPrefillPlan, RejectsEmptyChunks) {
   EXPECT_FALSE(build_mla_prefill_plan({{0, 1, 0, p.data()}}, 0, &plan).is_ok());
   EXPECT_FALSE(build_mla_prefill_plan({{0, 1, 0, p.data()}}, 64, &plan, 32).is_ok());  // no such kernel variant
   EXPECT_FALSE(build_mla_prefill_plan({{0, 1, 0, p.data()}}, 64, &plan, 64, MlaPrefillKernel::kWgmma).is_ok());
-  ASSERT_TRUE(build_mla_prefill_plan({{0, 1, 0, p.data()}}, 64, &plan, 128, MlaPrefillKernel::kWgmma).is_ok());
-  EXPECT_EQ(plan.kernel, MlaPrefillKernel::kWgmma);
+  EXPECT_FALSE(build_mla_prefill_plan({{0, 1, 0, p.data()}}, 64, &plan, 64).is_ok());  // the default is a wgmma form
+  ASSERT_TRUE(build_mla_prefill_plan({{0, 1, 0, p.data()}}, 64, &plan).is_ok());
+  EXPECT_EQ(plan.kernel, MlaPrefillKernel::kWgmmaPingpong);  // the default, measured fastest (docs/perf.md)
 }
 
 class MlaPrefill : public ktest::GpuTest {};
