@@ -9,7 +9,7 @@ namespace pdserve::cuda {
 
 Status CudaModel::check_region(const CacheRegion& region, const MlaKvPool& kv, const KdaStatePool& state) const {
   const ModelConfig& c = cfg_;
-  if (kv.num_layers() != c.num_mla_layers() || kv.num_pages() != num_pages_ || kv.page_size() != page_size_ ||
+  if (kv.num_layers() != mla_layers_ || kv.num_pages() != num_pages_ || kv.page_size() != page_size_ ||
       kv.entry_dim() != c.mla_cache_dim())
     return invalid_argument("cuda cache copy: the host page pool's geometry differs from the device's");
   if (state.num_slots() != num_slots_ || state.slot_floats() != slot_floats_)
@@ -24,7 +24,7 @@ Status CudaModel::copy_region(const CacheRegion& region, float* host_kv, int64_t
   PDS_RETURN_IF_ERROR(cuda_status(cudaSetDevice(device_), "cudaSetDevice"));
   const int64_t page_floats = page_size_ * cfg_.mla_cache_dim();
   const size_t pitch_dev = kv_layer_stride_ * sizeof(float), pitch_host = host_kv_stride * sizeof(float);
-  const int64_t layers = cfg_.num_mla_layers();
+  const int64_t layers = mla_layers_;  // a pipeline stage's pools hold its layers only
   if (layers > 0) {
     for (auto [first, count] : page_runs(region.pages)) {
       float* dev = kv_ + first * page_floats;

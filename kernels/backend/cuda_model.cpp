@@ -36,7 +36,10 @@ Result<std::unique_ptr<CudaModel>> CudaModel::create(std::shared_ptr<const Model
   if (c.num_kda_layers() > 0 && c.kda_head_dim > 256) return unsupported("cuda backend: kda head_dim must be at most 256");
   PDS_RETURN_IF_ERROR(cuda_status(cudaSetDevice(device), "cudaSetDevice"));
   PDS_RETURN_IF_ERROR(cuda_status(cudaStreamCreateWithFlags(&m->stream_, cudaStreamNonBlocking), "cudaStreamCreate"));
-  PDS_ASSIGN_OR_RETURN(m->w_, DeviceWeights::upload(c, m->model_->weights()));
+  // A pipeline stage uploads and pools only its own layers (the Model read only those).
+  PDS_ASSIGN_OR_RETURN(m->w_, DeviceWeights::upload(c, m->model_->weights(), m->model_->layers()));
+  m->mla_layers_ = m->model_->stage_mla_layers();
+  m->kda_layers_ = m->model_->stage_kda_layers();
   m->num_pages_ = num_pages;
   m->page_size_ = page_size;
   m->num_slots_ = num_slots;
@@ -44,7 +47,7 @@ Result<std::unique_ptr<CudaModel>> CudaModel::create(std::shared_ptr<const Model
   const int64_t P = c.kda_proj_dim() / shard.size;  // a rank's KDA state holds its heads only
   m->kda_conv_floats_ = 3 * P * (c.conv_kernel - 1);
   m->kda_layer_floats_ = m->kda_conv_floats_ + c.kda_num_heads / shard.size * c.kda_head_dim * c.kda_head_dim;
-  m->slot_floats_ = c.num_kda_layers() * m->kda_layer_floats_;
+  m->slot_floats_ = m->kda_layers_ * m->kda_layer_floats_;
   // Pools start zeroed: never-written pages read as zeros, as on the CPU.
   if (m->kv_floats() > 0) {
     PDS_RETURN_IF_ERROR(cuda_status(cudaMalloc(&m->kv_, m->kv_floats() * sizeof(float)), "cudaMalloc (MLA pages)"));
@@ -83,13 +86,17 @@ CudaModel::~CudaModel() {
   if (stream_) cudaStreamDestroy(stream_);
 }
 
-int64_t CudaModel::kv_floats() const { return cfg_.num_mla_layers() * kv_layer_stride_; }
+int64_t CudaModel::kv_floats() const { return mla_layers_ * kv_layer_stride_; }
 int64_t CudaModel::state_floats() const { return num_slots_ * slot_floats_; }
 
 std::string CudaModel::describe() const {
   cudaDeviceProp p{};
   std::string name = cudaGetDeviceProperties(&p, device_) == cudaSuccess ? p.name : "unknown GPU";
   if (comm_) name += ", device " + std::to_string(device_) + ", tp rank " + std::to_string(comm_->rank()) + " of " + std::to_string(comm_->size());
+  if (stage_link_)
+    name += ", device " + std::to_string(device_) + ", pipeline stage " + std::to_string(stage_link_->rank()) + " of " +
+            std::to_string(stage_link_->size()) + " (layers " + std::to_string(model_->layers().begin) + ".." +
+            std::to_string(model_->layers().end - 1) + ")";
   return "cuda (" + name + ", fp32 correct-first kernels, decode " + (opts_.graphs ? "CUDA graphs" : "eager") + ", " +
          std::to_string(device_bytes_ >> 20) + " MiB of weights and pools, " +
          std::to_string(num_pages_) + " pages of " + std::to_string(page_size_) + ", " + std::to_string(num_slots_) + " slots)";
@@ -127,7 +134,7 @@ template Result<int32_t*> CudaModel::upload_scratch<int32_t>(int, const std::vec
 
 Status CudaModel::plan_mla(const int32_t* ctx, int64_t rows, bool in_graph, Step* st) {
   st->mla = MlaDecodeWork{};
-  if (!opts_.split_kv_mla || cfg_.num_mla_layers() == 0) return Status::ok();
+  if (!opts_.split_kv_mla || mla_layers_ == 0) return Status::ok();
   const int64_t capacity = mla_decode_plan_capacity(rows);
   MlaDecodePlan plan;
   PDS_RETURN_IF_ERROR(build_mla_decode_plan(ctx, rows, page_size_, capacity, &plan));
@@ -165,6 +172,22 @@ Status CudaModel::check(const ForwardBatch& batch) const {
 }
 
 Status CudaModel::forward(const ForwardBatch& batch, ForwardOutput* out) {
+  if (!staged()) return forward_rows(batch, out);
+  stage_received_ = stage_sent_ = false;
+  Status st = forward_rows(batch, out);
+  if (st.is_ok()) return st;
+  // The neighbours wait for exactly one message each per forward (pipeline.h): read the
+  // input that was not read, and pass the failure on instead of the activations.
+  if (!first_stage() && !stage_received_) {
+    int64_t T = 0;
+    for (const SequenceInput& seq : batch.seqs) T += static_cast<int64_t>(seq.tokens.size());
+    drain_upstream(T);
+  }
+  if (!last_stage() && !stage_sent_) (void)send_failure(st);
+  return st;
+}
+
+Status CudaModel::forward_rows(const ForwardBatch& batch, ForwardOutput* out) {
   PDS_RETURN_IF_ERROR(check(batch));
   PDS_RETURN_IF_ERROR(cuda_status(cudaSetDevice(device_), "cudaSetDevice"));  // the calling thread may be new
   if (const int64_t bucket = decode_bucket(batch); bucket > 0) return forward_graph(batch, bucket, out);
@@ -204,7 +227,7 @@ Status CudaModel::forward(const ForwardBatch& batch, ForwardOutput* out) {
     PDS_ASSIGN_OR_RETURN(st.slots, upload_scratch(kKdaSlots, slots));
   }
   const bool prefill = T > static_cast<int64_t>(batch.seqs.size());
-  if (prefill && opts_.bf16_mla_prefill && cfg_.num_mla_layers() > 0 &&
+  if (prefill && opts_.bf16_mla_prefill && mla_layers_ > 0 &&
       mla_prefill_supported(cfg_.qk_nope_head_dim, cfg_.qk_rope_head_dim, cfg_.v_head_dim, cfg_.kv_lora_rank)) {
     std::vector<MlaPrefillSeq> seqs;
     for (size_t s = 0; s < batch.seqs.size(); ++s) {
@@ -234,6 +257,10 @@ Status CudaModel::forward(const ForwardBatch& batch, ForwardOutput* out) {
   PDS_ASSIGN_OR_RETURN(int32_t* d_rows, upload_scratch(kRows, rows));
   float* logits = nullptr;
   PDS_RETURN_IF_ERROR(run_body(st, d_ids, d_rows, R, &logits));
+  if (!last_stage()) {  // the activations went on to the next stage; the logits come from the last
+    out->logits.clear();
+    return Status::ok();
+  }
   out->logits.resize(R * V);
   if (comm_) return gather_logits(logits, R, out);
   PDS_RETURN_IF_ERROR(
@@ -252,7 +279,11 @@ Status CudaModel::run_body(const Step& st, const int32_t* d_ids, const int32_t* 
   const int64_t max_bank = c.attn_residuals() ? (c.num_layers + c.attn_res_block_size - 1) / c.attn_res_block_size : 0;
   PDS_ASSIGN_OR_RETURN(float* bank, scratch<float>(kBank, max_bank * T * hd));
   int bank_count = 0;
-  PDS_RETURN_IF_ERROR(gather_rows(w_.embed.p, hd, d_ids, T, x, stream_));
+  if (first_stage()) {
+    PDS_RETURN_IF_ERROR(gather_rows(w_.embed.p, hd, d_ids, T, x, stream_));
+  } else {
+    PDS_RETURN_IF_ERROR(recv_activations(T, x, bank, &bank_count));
+  }
 
   auto mix = [&](const float* partial, const float* score, float* dst) {
     return attn_res_mix(bank, bank_count, partial, T, hd, score, eps, dst, stream_);
@@ -272,7 +303,8 @@ Status CudaModel::run_body(const Step& st, const int32_t* d_ids, const int32_t* 
     return cuda_status(cudaMemcpyAsync(dst, src, T * hd * sizeof(float), cudaMemcpyDeviceToDevice, stream_), "copy");
   };
 
-  for (int64_t i = 0; i < c.num_layers; ++i) {
+  const LayerSpan& span = model_->layers();
+  for (int64_t i = span.begin; i < span.end; ++i) {
     const DeviceLayer& l = w_.layers[i];
     if (!c.attn_residuals()) {
       PDS_RETURN_IF_ERROR(attention(l, x, block_out));
@@ -299,6 +331,10 @@ Status CudaModel::run_body(const Step& st, const int32_t* d_ids, const int32_t* 
     PDS_RETURN_IF_ERROR(mix(x, l.mlp_res_score, mixed));
     PDS_RETURN_IF_ERROR(ffn(l, mixed, block_out));
     PDS_RETURN_IF_ERROR(add_inplace(x, block_out, T * hd, stream_));
+  }
+  if (!last_stage()) {
+    *logits_out = nullptr;
+    return send_activations(T, x, bank, bank_count);
   }
   if (c.attn_residuals()) {
     PDS_RETURN_IF_ERROR(mix(x, w_.output_res_score, mixed));

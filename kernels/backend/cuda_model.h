@@ -13,6 +13,10 @@
 // - Decode steps (every sequence one new token, at most 64 of them) replay a CUDA graph per
 //   batch-size bucket (1, 2, 4, ..., 64 rows, padded) over fixed input buffers (cuda_graphs.cpp);
 //   the KDA state is reached through a device slot table, so a graph serves any slots.
+// - A pipeline stage (the Model was loaded with a LayerSpan short of the whole model) holds
+//   only its layers' weights and pools; it receives the residual stream and the
+//   attention-residual snapshots from the previous stage and sends them on to the next, GPU
+//   to GPU over NCCL send/recv (cuda_pp_stage.cpp). Only the last stage returns logits.
 // Numbers differ from the CPU by fp32 summation order only (measured in docs/perf.md), unless
 // bf16_mla_prefill puts the prefill attention on bf16 tensor cores.
 #pragma once
@@ -39,11 +43,18 @@ class CudaModel final : public DeviceForward {
   static Result<std::unique_ptr<CudaModel>> create(std::shared_ptr<const Model> model, int64_t num_pages, int64_t page_size,
                                                    int64_t num_slots, int device, std::unique_ptr<DeviceCommunicator> comm,
                                                    CudaForwardOptions opts = {});
+  // A pipeline stage: `model` was loaded with its LayerSpan, its buffers live on `device`, and
+  // `stage_link` (rank = this stage's index, size = the stage count, on `device`) carries the
+  // activations to and from the neighbouring stages. Decode graphs are off for a stage.
+  static Result<std::unique_ptr<CudaModel>> create_stage(std::shared_ptr<const Model> model, int64_t num_pages, int64_t page_size,
+                                                         int64_t num_slots, int device, std::unique_ptr<DeviceCommunicator> stage_link,
+                                                         CudaForwardOptions opts = {});
   ~CudaModel() override;
 
   Status forward(const ForwardBatch& batch, ForwardOutput* out) override;
   void abort_collectives() override {
     if (comm_) comm_->abort();
+    if (stage_link_) stage_link_->abort();
   }
   std::string describe() const override;
   Status download(const CacheRegion& region, MlaKvPool& kv, KdaStatePool& state) override;          // cuda_cache_copy.cpp
@@ -66,6 +77,22 @@ class CudaModel final : public DeviceForward {
  private:
   CudaModel() = default;
   Status check(const ForwardBatch& batch) const;
+  Status forward_rows(const ForwardBatch& batch, ForwardOutput* out);
+  // cuda_pp_stage.cpp: whether this model is a pipeline stage short of the first / last layer.
+  bool first_stage() const { return model_->first_stage(); }
+  bool last_stage() const { return model_->last_stage(); }
+  bool staged() const { return !first_stage() || !last_stage(); }
+  // The previous stage's message for a micro-batch of T rows: the residual stream into x,
+  // the attention-residual snapshots into bank (their count into *bank_count), device to
+  // device; or the previous stage's failure.
+  Status recv_activations(int64_t T, float* x, float* bank, int* bank_count);
+  // This stage's output for the next one (x, then bank_count snapshots of T rows each).
+  Status send_activations(int64_t T, const float* x, const float* bank, int bank_count);
+  // Instead of activations: the code of the error that stopped this stage.
+  Status send_failure(const Status& why);
+  // A stage that fails before reading its input still reads it, so the previous stage's send
+  // (which waits for the matching recv) completes.
+  void drain_upstream(int64_t T);
   Status check_region(const CacheRegion& region, const MlaKvPool& kv, const KdaStatePool& state) const;
   Status copy_region(const CacheRegion& region, float* host_kv, int64_t host_kv_stride, float* host_slot, bool to_host);
   // Grow-only device scratch: buffer `slot`, at least `n` elements of T.
@@ -118,6 +145,9 @@ class CudaModel final : public DeviceForward {
   size_t device_bytes_ = 0;
   int device_ = 0;
   std::unique_ptr<DeviceCommunicator> comm_;  // null on one rank
+  std::unique_ptr<DeviceCommunicator> stage_link_;  // pipeline stages only: rank = stage index
+  int64_t mla_layers_ = 0, kda_layers_ = 0;          // this model's (stage's) MLA / KDA layers: its pools' layer counts
+  bool stage_received_ = false, stage_sent_ = false;  // this forward read its input / sent its output (stages only)
 };
 
 }  // namespace pdserve::cuda

@@ -1,7 +1,7 @@
 // make_nccl_pipeline: StageChannel endpoints whose messages travel GPU to GPU over NCCL
 // send/recv (stage s on device s). The CPU backend's stages hand host activations, so each
-// message is staged host -> device, sent, and copied device -> host on the receiver; a
-// device-resident stage would pass its device buffer straight to send/recv.
+// message is staged host -> device, sent, and copied device -> host on the receiver. The
+// CUDA backend's stages do not use this: they send their device buffers (cuda_pp_stage.cpp).
 //
 // Wire format per message: a 16-byte header {status code, float count}, then the floats when
 // the code is kOk. A failure crosses as its code only (NCCL carries bytes, not text).
@@ -89,7 +89,7 @@ class NcclStageChannel final : public StageChannel {
 }  // namespace
 
 Result<std::vector<std::unique_ptr<StageChannel>>> make_nccl_pipeline(int stages) {
-  PDS_RETURN_IF_ERROR(check_cuda_devices(stages));
+  PDS_RETURN_IF_ERROR(check_cuda_devices(1, stages));
   PDS_ASSIGN_OR_RETURN(auto comms, cuda::make_nccl_group(stages));
   std::vector<std::unique_ptr<StageChannel>> out;
   for (auto& c : comms) out.push_back(std::make_unique<NcclStageChannel>(std::move(c), stages));

@@ -42,6 +42,7 @@ enum ScratchSlot : int {
   kMlaPlan, kMlaPartO, kMlaPartLse,
   kMlaPrefillPlan, kMlaPrefillWs,
   kKdaChunkWs,
+  kStageHeader, kStageDrain,
 };
 
 }  // namespace pdserve::cuda

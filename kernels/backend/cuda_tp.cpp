@@ -8,13 +8,16 @@
 
 namespace pdserve {
 
-Status check_cuda_devices(int tp) {
+Status check_cuda_devices(int tp, int pp) {
   int devices = 0;
   if (cudaGetDeviceCount(&devices) != cudaSuccess) devices = 0;
-  if (devices < tp)
-    return invalid_argument("--device cuda --tp " + std::to_string(tp) + " needs " + std::to_string(tp) +
-                            " GPUs (one per rank), this machine has " + std::to_string(devices));
-  return Status::ok();
+  if (devices >= tp * pp) return Status::ok();
+  const std::string need = std::to_string(tp * pp);
+  if (pp == 1)
+    return invalid_argument("--device cuda --tp " + std::to_string(tp) + " needs " + need + " GPUs (one per rank), this machine has " +
+                            std::to_string(devices));
+  return invalid_argument("--device cuda --pp " + std::to_string(pp) + (tp > 1 ? " --tp " + std::to_string(tp) : "") + " needs " + need +
+                          " GPUs (one per stage" + (tp > 1 ? " and rank" : "") + "), this machine has " + std::to_string(devices));
 }
 
 Result<std::vector<std::unique_ptr<DeviceForward>>> make_cuda_tp_forwards(const std::vector<std::shared_ptr<const Model>>& shards,
@@ -35,6 +38,25 @@ Result<std::vector<std::unique_ptr<DeviceForward>>> make_cuda_tp_forwards(const 
   PDS_ASSIGN_OR_RETURN(auto comms, cuda::make_nccl_group(size));
   for (int r = 0; r < size; ++r) {
     PDS_ASSIGN_OR_RETURN(auto m, cuda::CudaModel::create(shards[r], num_pages, page_size, num_slots, r, std::move(comms[r]), opts));
+    out.push_back(std::move(m));
+  }
+  return out;
+}
+
+Result<std::vector<std::unique_ptr<DeviceForward>>> make_cuda_pp_forwards(const std::vector<std::shared_ptr<const Model>>& stages,
+                                                                          int64_t num_pages, int64_t page_size, int64_t num_slots,
+                                                                          CudaForwardOptions opts) {
+  const int size = static_cast<int>(stages.size());
+  if (size < 2) return invalid_argument("cuda backend: a pipeline needs at least two stages");
+  PDS_RETURN_IF_ERROR(check_cuda_devices(1, size));
+  for (int s = 0; s < size; ++s)
+    if (!stages[s] || stages[s]->first_stage() != (s == 0) || stages[s]->last_stage() != (s == size - 1))
+      return invalid_argument("cuda backend: model " + std::to_string(s) + " is not pipeline stage " + std::to_string(s) + " of " + std::to_string(size));
+  // One NCCL group over the stages (rank s on device s); only send/recv between neighbours use it.
+  PDS_ASSIGN_OR_RETURN(auto links, cuda::make_nccl_group(size));
+  std::vector<std::unique_ptr<DeviceForward>> out;
+  for (int s = 0; s < size; ++s) {
+    PDS_ASSIGN_OR_RETURN(auto m, cuda::CudaModel::create_stage(stages[s], num_pages, page_size, num_slots, s, std::move(links[s]), opts));
     out.push_back(std::move(m));
   }
   return out;

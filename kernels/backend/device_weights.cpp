@@ -187,15 +187,23 @@ Status DeviceWeights::put_layer(const ModelConfig& c, const LayerWeights& lw, De
   return Status::ok();
 }
 
-Result<DeviceWeights> DeviceWeights::upload(const ModelConfig& c, const ModelWeights& w) {
+Result<DeviceWeights> DeviceWeights::upload(const ModelConfig& c, const ModelWeights& w, const LayerSpan& span) {
   DeviceWeights d;
   PDS_ASSIGN_OR_RETURN(d.embed, d.put(w.embed));
   PDS_ASSIGN_OR_RETURN(d.lm_head, d.put(w.lm_head));
   PDS_ASSIGN_OR_RETURN(d.final_norm, d.put(w.final_norm));
   PDS_ASSIGN_OR_RETURN(d.output_res_score, d.put(w.output_res_score));
   int64_t mla = 0, kda = 0;
-  for (const LayerWeights& lw : w.layers) {
+  for (size_t i = 0; i < w.layers.size(); ++i) {
+    const LayerWeights& lw = w.layers[i];
     DeviceLayer dl;
+    dl.kind = lw.kind;
+    dl.is_moe = lw.is_moe;
+    if (!span.contains(static_cast<int64_t>(i), c.num_layers)) {  // another stage's layer
+      dl.pool_layer = -1;
+      d.layers.push_back(dl);
+      continue;
+    }
     dl.pool_layer = lw.kind == LayerKind::kMla ? mla++ : kda++;
     PDS_RETURN_IF_ERROR(d.put_layer(c, lw, &dl));
     d.layers.push_back(dl);

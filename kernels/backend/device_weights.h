@@ -62,7 +62,9 @@ class DeviceWeights {
   DeviceWeights& operator=(DeviceWeights&& o) noexcept;
   ~DeviceWeights();
 
-  static Result<DeviceWeights> upload(const ModelConfig& cfg, const ModelWeights& w);
+  // `span`: a pipeline stage's layers; the others get a placeholder (kind and is_moe only, no
+  // memory) and pool_layer counts the stage's own layers, as its pools hold only those.
+  static Result<DeviceWeights> upload(const ModelConfig& cfg, const ModelWeights& w, const LayerSpan& span = {});
 
   DeviceMat embed, lm_head;
   const float* final_norm = nullptr;

@@ -3,6 +3,7 @@
 
   compare_replies.py query PORT               -> JSON list of {text, token_logprobs} on stdout
   compare_replies.py compare NODES TP2 TP1    -> equality of NODES with TP2 and with TP1
+  compare_replies.py same NAME GOT REF        -> equality of GOT with REF, printed as NAME (run_pp_cuda_h200.sh)
 """
 import json
 import sys
@@ -32,8 +33,18 @@ def compare(nodes_path, tp2_path, tp1_path):
               f"{'bitwise equal' if bitwise else 'max |diff| %.3g' % diff} over {len(PROMPTS)} prompts x 16 tokens")
 
 
+def same(name, got_path, ref_path):
+    got, ref = (json.load(open(p)) for p in (got_path, ref_path))
+    same_text = len(got) == len(ref) and all(a["text"] == b["text"] for a, b in zip(got, ref))
+    diff = max(abs(x - y) for a, b in zip(got, ref) for x, y in zip(a["token_logprobs"], b["token_logprobs"]))
+    print(f"{name}: texts {'equal' if same_text else 'DIFFER'}, logprobs "
+          f"{'bitwise equal' if got == ref else 'max |diff| %.3g' % diff} over {len(PROMPTS)} prompts x 16 tokens")
+
+
 if __name__ == "__main__":
     if sys.argv[1] == "query":
         query(int(sys.argv[2]))
+    elif sys.argv[1] == "same":
+        same(*sys.argv[2:5])
     else:
         compare(*sys.argv[2:5])

@@ -4,8 +4,11 @@
 // make_nccl_pipeline's host-staged channel (what the CPU backend's stages use: H2D, send,
 // D2H). Reported against the best device-to-device rate seen in the run at 256 MiB
 // (the bus as NCCL drives it). CUDA events on the receiver, warm-up first, median of repeats.
+// With --model DIR: one prefill forward (TpModelGroup::forward, wall clock, median) of that
+// model on one GPU vs two CUDA pipeline stages (make_cuda_pp_forwards) at 1, 2 and 4
+// micro-batches.
 //
-//   pp_bench [--reps N]
+//   pp_bench [--reps N] [--model DIR] [--only-forward]
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -19,6 +22,7 @@
 #include "nccl/device_comm.h"
 #include "pdserve/model/device_forward.h"
 #include "pdserve/model/pipeline.h"
+#include "pdserve/model/tp_group.h"
 
 namespace pdserve::cuda {
 namespace {
@@ -93,11 +97,72 @@ double staged_send(std::vector<std::unique_ptr<StageChannel>>& p, int64_t n, int
   return median(times);
 }
 
+// One prefill forward of `seqs` prompts of `len` tokens (cached_len 0, last-row logits), on
+// one GPU (pp 1) or two CUDA stages; milliseconds, median of reps after two warm-ups.
+double forward_ms(const std::string& dir, int pp, int micro, int seqs, int64_t len, int reps) {
+  const int64_t page = 16, pages_each = (len + page - 1) / page;
+  auto g = TpModelGroup::load(dir, 1, pages_each * seqs, page, seqs, pp);
+  CHECK(g.status());
+  TpModelGroup& grp = **g;
+  CudaForwardOptions opts;
+  opts.graphs = false;
+  if (pp == 1) {
+    auto d = make_cuda_tp_forwards({grp.model_ptr(0)}, pages_each * seqs, page, seqs, opts);
+    CHECK(d.status());
+    CHECK(grp.set_device_forwards(std::move(d).value()));
+  } else {
+    std::vector<std::shared_ptr<const Model>> stages;
+    for (int s = 0; s < pp; ++s) stages.push_back(grp.stage_model_ptr(s, 0));
+    auto d = make_cuda_pp_forwards(stages, pages_each * seqs, page, seqs, opts);
+    CHECK(d.status());
+    CHECK(grp.set_device_forwards(std::move(d).value()));
+    grp.set_micro_batches(micro);
+  }
+  ForwardBatch b;
+  for (int s = 0; s < seqs; ++s) {
+    SequenceInput in;
+    in.pages = grp.allocate_pages(pages_each).value();
+    in.state_slot = grp.allocate_slot().value();
+    for (int64_t i = 0; i < len; ++i) in.tokens.push_back(static_cast<int32_t>((i * 7 + s * 13) % 1000));
+    b.seqs.push_back(in);
+  }
+  std::vector<double> times;
+  for (int it = 0; it < reps + 2; ++it) {
+    ForwardOutput o;
+    const auto t0 = std::chrono::steady_clock::now();
+    CHECK(grp.forward(b, &o));
+    const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    if (it >= 2) times.push_back(ms);
+  }
+  return median(times);
+}
+
+void forward_table(const std::string& dir, int reps) {
+  std::printf("prefill forward of %s (wall clock, median of %d)\n", dir.c_str(), reps);
+  std::printf("%-22s %10s %10s %10s %10s\n", "batch", "PP1 ms", "PP2 mb1", "PP2 mb2", "PP2 mb4");
+  for (auto [seqs, len] : {std::pair{1, 2048}, std::pair{4, 512}, std::pair{8, 256}}) {
+    const double one = forward_ms(dir, 1, 1, seqs, len, reps);
+    const double m1 = forward_ms(dir, 2, 1, seqs, len, reps);
+    const double m2 = forward_ms(dir, 2, 2, seqs, len, reps);
+    const double m4 = forward_ms(dir, 2, 4, seqs, len, reps);
+    char name[48];
+    std::snprintf(name, sizeof(name), "%d x %lld tokens", seqs, static_cast<long long>(len));
+    std::printf("%-22s %10.2f %10.2f %10.2f %10.2f\n", name, one, m1, m2, m4);
+  }
+}
+
 int run(int argc, char** argv) {
   int reps = 20;
-  for (int i = 1; i + 1 < argc; i += 2)
-    if (!std::strcmp(argv[i], "--reps")) reps = std::atoi(argv[i + 1]);
+  std::string model;
+  bool only_forward = false;
+  for (int i = 1; i < argc; ++i) {
+    if (!std::strcmp(argv[i], "--reps") && i + 1 < argc) reps = std::atoi(argv[++i]);
+    else if (!std::strcmp(argv[i], "--model") && i + 1 < argc) model = argv[++i];
+    else if (!std::strcmp(argv[i], "--only-forward")) only_forward = true;
+  }
   std::printf("%s\n", nccl_describe().c_str());
+  if (!model.empty()) forward_table(model, reps);
+  if (only_forward) return 0;
   auto comms = make_nccl_group(2);
   CHECK(comms.status());
   const double big = 256.0 * 1024 * 1024;

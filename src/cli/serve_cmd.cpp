@@ -110,7 +110,7 @@ void add_server_options(CLI::App* cmd, const std::shared_ptr<server::ServeConfig
   cmd->add_option("--model", cfg->model_dir, "Model directory (or MODEL_PATH of --config)");
   add_config_option(cmd, config_path);
   cmd->add_option("--tp", cfg->tp, "Tensor-parallel ranks (threads; with --device cuda, rank r on GPU r)")->capture_default_str();
-  cmd->add_option("--pp", cfg->pp, "Pipeline stages of --tp ranks each (CPU backend; prefill or unified role)")->capture_default_str();
+  cmd->add_option("--pp", cfg->pp, "Pipeline stages of --tp ranks each (prefill or unified role; --device cuda: one GPU a stage, --tp 1)")->capture_default_str();
   cmd->add_option("--device", cfg->device, "Backend: cpu or cuda (--tp GPUs)")->capture_default_str();
   cmd->add_option("--nnodes", cfg->nnodes, "Nodes this instance spans (--tp splits evenly over them; see docs/operations.md)")
       ->capture_default_str();

@@ -114,8 +114,9 @@ class Up {
     t.bootstrap_port = a_.bootstrap_port;
     t.prefill.page_size = t.decode.page_size = a_.page_size;
     t.prefill.tp = a_.prefill_tp;
-    if (a_.prefill_pp > 1 && a_.device != "cpu")
-      return invalid_argument("--prefill-pp " + std::to_string(a_.prefill_pp) + ": pipeline stages run on the CPU backend only for now (--device cpu)");
+    if (a_.prefill_pp > 1 && a_.device == "cuda" && a_.prefill_tp > 1)
+      return invalid_argument("--prefill-pp " + std::to_string(a_.prefill_pp) + " with --prefill-tp " + std::to_string(a_.prefill_tp) +
+                              ": on --device cuda a pipeline stage is one GPU (--prefill-tp 1) for now");
     t.prefill.pp = a_.prefill_pp;
     t.decode.tp = a_.decode_tp;
     t.chunk_size = a_.chunk_size;
@@ -233,7 +234,7 @@ void add_up_command(CLI::App& app) {
   cmd->add_option("--chunk-size", a->chunk_size, "Prefill chunk size")->capture_default_str();
   cmd->add_option("--prefill-tp", a->prefill_tp, "Prefill tensor-parallel ranks (with --device cuda: GPUs 0..N-1)")
       ->check(CLI::PositiveNumber)->capture_default_str();
-  cmd->add_option("--prefill-pp", a->prefill_pp, "Prefill pipeline stages of --prefill-tp ranks each (CPU backend)")
+  cmd->add_option("--prefill-pp", a->prefill_pp, "Prefill pipeline stages of --prefill-tp ranks each (--device cuda: one GPU a stage, --prefill-tp 1)")
       ->check(CLI::PositiveNumber)->capture_default_str();
   cmd->add_option("--decode-tp", a->decode_tp, "Decode tensor-parallel ranks (with --device cuda: GPUs 0..N-1)")
       ->check(CLI::PositiveNumber)->capture_default_str();

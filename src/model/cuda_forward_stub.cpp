@@ -8,11 +8,16 @@ Result<std::unique_ptr<DeviceForward>> make_cuda_forward(std::shared_ptr<const M
   return Status(ErrorCode::kUnsupported, "--device cuda: pdserve was built without CUDA (PDSERVE_CUDA=OFF or no nvcc found)");
 }
 
-Status check_cuda_devices(int) {
+Status check_cuda_devices(int, int) {
   return Status(ErrorCode::kUnsupported, "--device cuda: pdserve was built without CUDA (PDSERVE_CUDA=OFF or no nvcc found)");
 }
 
 Result<std::vector<std::unique_ptr<DeviceForward>>> make_cuda_tp_forwards(const std::vector<std::shared_ptr<const Model>>&, int64_t,
+                                                                          int64_t, int64_t, CudaForwardOptions) {
+  return Status(ErrorCode::kUnsupported, "--device cuda: pdserve was built without CUDA (PDSERVE_CUDA=OFF or no nvcc found)");
+}
+
+Result<std::vector<std::unique_ptr<DeviceForward>>> make_cuda_pp_forwards(const std::vector<std::shared_ptr<const Model>>&, int64_t,
                                                                           int64_t, int64_t, CudaForwardOptions) {
   return Status(ErrorCode::kUnsupported, "--device cuda: pdserve was built without CUDA (PDSERVE_CUDA=OFF or no nvcc found)");
 }

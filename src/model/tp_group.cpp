@@ -138,7 +138,7 @@ Status TpModelGroup::run_local_ranks(const ForwardBatch& batch, ForwardOutput* o
 }
 
 Status TpModelGroup::set_device_forward(std::unique_ptr<DeviceForward> device) {
-  if (pp_ > 1) return unsupported("device forward: pipeline parallelism runs on the CPU backend only for now");
+  if (pp_ > 1) return invalid_argument("device forward: " + std::to_string(pp_) + " pipeline stages need one device forward each");
   if (size() > 1)
     return invalid_argument("device forward: a group of " + std::to_string(size()) + " ranks needs one device forward per rank");
   devices_.clear();
@@ -147,9 +147,8 @@ Status TpModelGroup::set_device_forward(std::unique_ptr<DeviceForward> device) {
 }
 
 Status TpModelGroup::set_device_forwards(std::vector<std::unique_ptr<DeviceForward>> devices) {
-  if (pp_ > 1) return unsupported("device forward: pipeline parallelism runs on the CPU backend only for now");
-  if (static_cast<int>(devices.size()) != size())
-    return invalid_argument("device forward: " + std::to_string(devices.size()) + " device forwards for " + std::to_string(size()) + " ranks");
+  if (static_cast<int>(devices.size()) != pp_ * size())
+    return invalid_argument("device forward: " + std::to_string(devices.size()) + " device forwards for " + std::to_string(pp_ * size()) + " ranks");
   for (const auto& d : devices)
     if (!d) return invalid_argument("device forward: a rank without a device forward");
   devices_ = std::move(devices);
@@ -158,6 +157,11 @@ Status TpModelGroup::set_device_forwards(std::vector<std::unique_ptr<DeviceForwa
 
 Status TpModelGroup::cache_to_host(const CacheRegion& region) {
   if (pp_ > 1) {
+    // Device stages: each stage's device pools -> its host stage pools (same geometry), then
+    // the gather of every stage into the whole-model pools the transfer layer reads.
+    if (!devices_.empty() && (!region.pages.empty() || region.slot >= 0))
+      for (int i = 0; i < pp_ * tp_; ++i)
+        PDS_RETURN_IF_ERROR(devices_[i]->download(region, stage_kv(i / tp_, i % tp_), stage_state(i / tp_, i % tp_)));
     move_stage_region(region, true);
     return Status::ok();
   }
@@ -169,6 +173,9 @@ Status TpModelGroup::cache_to_host(const CacheRegion& region) {
 Status TpModelGroup::cache_to_device(const CacheRegion& region) {
   if (pp_ > 1) {
     move_stage_region(region, false);
+    if (!devices_.empty() && (!region.pages.empty() || region.slot >= 0))
+      for (int i = 0; i < pp_ * tp_; ++i)
+        PDS_RETURN_IF_ERROR(devices_[i]->upload(region, stage_kv(i / tp_, i % tp_), stage_state(i / tp_, i % tp_)));
     return Status::ok();
   }
   if (devices_.empty() || (region.pages.empty() && region.slot < 0)) return Status::ok();

@@ -47,16 +47,19 @@ Status TpModelGroup::forward_pipeline(const ForwardBatch& batch, ForwardOutput* 
   std::vector<ForwardOutput> group_out(groups.size());
   std::vector<Status> rank_status(static_cast<size_t>(pp_ * tp_));
 
+  const bool device = !devices_.empty();
   auto run_rank = [&](int s, int r) {
     ModelCaches caches{&stage_kv(s, r), &stage_state(s, r)};
     ForwardOptions o = opts;
     o.channel = channels_[s * tp_ + r].get();
+    // Device stages hold their own pools and pass activations themselves (their links).
+    DeviceForward* dev = device ? devices_[s * tp_ + r].get() : nullptr;
     // GPipe fill/drain: micro-batches in order; stage s starts k as soon as s - 1 sent it.
     for (size_t k = 0; k < groups.size(); ++k) {
       ForwardBatch mb;
       for (size_t i : groups[k]) mb.seqs.push_back(batch.seqs[i]);
       ForwardOutput fo;
-      Status st = stage_model(s, r).forward(mb, caches, &fo, o);
+      Status st = dev ? dev->forward(mb, &fo) : stage_model(s, r).forward(mb, caches, &fo, o);
       if (!st.is_ok()) rank_status[s * tp_ + r] = st;
       if (r != 0) continue;  // rank 0 of a stage speaks for the stage
       for (size_t j = 0; j < groups[k].size(); ++j) {

@@ -41,7 +41,7 @@ Result<std::unique_ptr<HttpServer>> HttpServer::create(ServeConfig cfg, Transpor
   if (cfg.nnodes > 1 && cfg.node_rank != 0)
     return invalid_argument("--node-rank " + std::to_string(cfg.node_rank) + ": only node 0 serves HTTP (the others follow it: run_node_follower)");
   // Not with a test's device factory: it decides itself where its forward runs.
-  if (cfg.device == "cuda" && !make_device) PDS_RETURN_IF_ERROR(check_cuda_devices(cfg.tp / cfg.nnodes));  // before loading any weights
+  if (cfg.device == "cuda" && !make_device) PDS_RETURN_IF_ERROR(check_cuda_devices(cfg.tp / cfg.nnodes, cfg.pp));  // before loading any weights
   std::unique_ptr<NodeLeader> nodes;
   std::unique_ptr<TpModelGroup> group;
   if (cfg.nnodes > 1) {
@@ -68,6 +68,14 @@ Result<std::unique_ptr<HttpServer>> HttpServer::create(ServeConfig cfg, Transpor
       PDS_ASSIGN_OR_RETURN(std::unique_ptr<DeviceForward> dev, make_device(g, cfg));
       spdlog::info("device: {}", dev->describe());
       PDS_RETURN_IF_ERROR(g.set_device_forward(std::move(dev)));
+    } else if (g.pp() > 1) {
+      // One GPU per stage, each holding only its layers (validate() keeps --tp 1 here).
+      std::vector<std::shared_ptr<const Model>> stages;
+      for (int st = 0; st < g.pp(); ++st) stages.push_back(g.stage_model_ptr(st, 0));
+      PDS_ASSIGN_OR_RETURN(auto devs, make_cuda_pp_forwards(stages, g.kv(0).num_pages(), g.kv(0).page_size(), g.state(0).num_slots(),
+                                                            cuda_forward_options(cfg, g.kv(0).pages_for_tokens(cfg.runtime.max_model_len))));
+      for (const auto& d : devs) spdlog::info("device: {}", d->describe());
+      PDS_RETURN_IF_ERROR(g.set_device_forwards(std::move(devs)));
     } else {
       std::vector<std::shared_ptr<const Model>> shards;
       for (int r = 0; r < g.size(); ++r) shards.push_back(g.model_ptr(r));

@@ -24,7 +24,9 @@ Status ServeConfig::validate() const {
     return invalid_argument("config pp (--pp): pipeline parallelism is for the prefill (or unified) role; decode takes --tp only");
   if (cuda_bf16_mla_prefill && device != "cuda")
     return invalid_argument("config cuda_bf16_mla_prefill (--bf16-mla-prefill): needs --device cuda");
-  if (pp > 1 && device != "cpu") return invalid_argument("config pp (--pp): pipeline stages run on the CPU backend only for now (--device cpu)");
+  if (pp > 1 && device == "cuda" && tp > 1)
+    return invalid_argument("config pp (--pp) with tp (--tp): on --device cuda a pipeline stage is one GPU (--tp 1) for now; "
+                            "stages of several tensor-parallel ranks run on --device cpu");
   if (device != "cpu" && device != "cuda") return invalid_argument("config device: must be \"cpu\" or \"cuda\", got \"" + device + "\"");
   if (Status st = transfer::validate_dist_init({nnodes, node_rank, dist_init_addr}, tp); !st.is_ok())
     return invalid_argument("config " + st.message());

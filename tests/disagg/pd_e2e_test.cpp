@@ -213,7 +213,8 @@ TEST(PdServe, UnifiedPp2MatchesPp1AndBadSplitsNameTheFlag) {
   ASSERT_EQ(a.first, 200);
   ASSERT_EQ(b.first, 200);
   expect_same_completion(b.second, a.second, 0.0);
-  // More stages than layers, a decode role with stages, stages on CUDA: refused, naming --pp.
+  // More stages than layers, a decode role with stages, stages of several TP ranks on CUDA:
+  // refused, naming --pp. One-GPU stages on CUDA are accepted.
   ServeConfig too_many = pd_config(ServerRole::kPrefill, 1);
   too_many.pp = 64;
   auto s = HttpServer::create(too_many);
@@ -225,7 +226,12 @@ TEST(PdServe, UnifiedPp2MatchesPp1AndBadSplitsNameTheFlag) {
   ServeConfig cuda = pd_config(ServerRole::kPrefill, 1);
   cuda.pp = 2;
   cuda.device = "cuda";
+  EXPECT_TRUE(cuda.validate().is_ok()) << cuda.validate().message();
+  decode.device = "cuda";
+  EXPECT_NE(decode.validate().message().find("decode takes --tp only"), std::string::npos) << decode.validate().message();
+  cuda.tp = 2;
   EXPECT_NE(cuda.validate().message().find("--pp"), std::string::npos);
+  EXPECT_NE(cuda.validate().message().find("--tp 1"), std::string::npos) << cuda.validate().message();
 }
 
 TEST(PdServe, PageSizeMismatchIsRefusedBeforeAnyTransfer) {

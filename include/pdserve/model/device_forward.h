@@ -76,9 +76,9 @@ struct CudaForwardOptions {
 // The whole (unsharded) model on CUDA device 0, pools of the given geometry.
 Result<std::unique_ptr<DeviceForward>> make_cuda_forward(std::shared_ptr<const Model> model, int64_t num_pages,
                                                          int64_t page_size, int64_t num_slots, CudaForwardOptions opts = {});
-// Whether this machine can hold `tp` ranks on the GPU (one GPU a rank), before any weights are
-// loaded: the refusal names both counts.
-Status check_cuda_devices(int tp);
+// Whether this machine can hold `pp` stages of `tp` ranks on the GPU (one GPU a rank), before
+// any weights are loaded: the refusal names the flags and both counts.
+Status check_cuda_devices(int tp, int pp = 1);
 // One forward per tensor-parallel rank (shards[r] is rank r's Model): rank r on CUDA device r,
 // the ranks joined by NCCL. Refuses, saying so, when the machine has fewer GPUs than ranks or
 // NCCL cannot be loaded. The forwards must run concurrently, one thread per rank
@@ -95,6 +95,15 @@ Result<std::vector<std::unique_ptr<DeviceForward>>> make_cuda_node_tp_forwards(c
                                                                                const std::vector<uint8_t>& group_id, int world, int first_rank,
                                                                                int64_t num_pages, int64_t page_size, int64_t num_slots,
                                                                                CudaForwardOptions opts = {});
+
+// Pipeline stages on the GPU (tensor-parallel size 1): stages[s] is stage s's Model (loaded
+// with its LayerSpan, so it holds only its layers' weights), on CUDA device s; activations
+// pass stage to stage GPU to GPU over NCCL send/recv. The forwards must run concurrently, one
+// thread per stage (TpModelGroup::forward does); a failure crosses to the later stages as an
+// error code. Refuses, saying so, with fewer GPUs than stages or without NCCL.
+Result<std::vector<std::unique_ptr<DeviceForward>>> make_cuda_pp_forwards(const std::vector<std::shared_ptr<const Model>>& stages,
+                                                                          int64_t num_pages, int64_t page_size, int64_t num_slots,
+                                                                          CudaForwardOptions opts = {});
 
 class StageChannel;  // pipeline.h
 

@@ -78,6 +78,7 @@ class TpModelGroup {
   const Model& model(int rank) const { return *models_[rank]; }
   const Model& stage_model(int stage, int rank) const { return *models_[stage * tp_ + rank]; }
   std::shared_ptr<const Model> model_ptr(int rank) const { return models_[rank]; }
+  std::shared_ptr<const Model> stage_model_ptr(int stage, int rank) const { return models_[stage * tp_ + rank]; }
 
   // Pipeline knobs. Micro-batches per round (whole sequences each; at most one per sequence);
   // default: one per stage.
@@ -92,7 +93,9 @@ class TpModelGroup {
 
   // Hands the forward to a device backend (its pools must have this group's geometry): one
   // DeviceForward for a one-rank group, or one per rank (rank r's at index r), which then run
-  // in the rank threads exactly as the CPU ranks do. Not with pp > 1 yet.
+  // in the rank threads exactly as the CPU ranks do. With pp > 1: one per stage and rank
+  // (index stage * tp + rank, each holding its stage's layers and pools, passing activations
+  // itself, e.g. make_cuda_pp_forwards); the stage channels are then unused.
   Status set_device_forward(std::unique_ptr<DeviceForward> device);
   Status set_device_forwards(std::vector<std::unique_ptr<DeviceForward>> devices);
   const DeviceForward* device_forward() const { return devices_.empty() ? nullptr : devices_[0].get(); }
