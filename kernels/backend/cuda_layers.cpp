@@ -199,7 +199,12 @@ Status CudaModel::kda_layer(const DeviceLayer& l, const Step& st, const float* x
     a.heads = H, a.head_dim = D, a.num_seqs = n_seqs, a.cu_seqlens = cu.data(), a.slots = chunk_slots.data();
     a.state = state_, a.slot_stride = slot_floats_, a.layer_offset = l.pool_layer * kda_layer_floats_ + kda_conv_floats_;
     a.workspace = ws, a.workspace_bytes = ws_bytes;
+    // Every KDA layer of the step plans the same batch: upload its tables once.
+    Step::KdaChunkTables& t = st.kda_chunk_tables;
+    a.tables_uploaded = t.workspace == ws && t.workspace_bytes == ws_bytes && t.cu == cu && t.slots == chunk_slots;
+    t.workspace = nullptr;  // until this call has succeeded
     PDS_RETURN_IF_ERROR(kda_chunk_prefill(a, stream_));
+    t.workspace = ws, t.workspace_bytes = ws_bytes, t.cu = cu, t.slots = chunk_slots;
   }
   PDS_RETURN_IF_ERROR(gated_rms_norm(o, go, T * H, D, l.o_norm, static_cast<float>(c.rms_norm_eps), o, stream_));
   return linear(o, T, l.ko, out, stream_);

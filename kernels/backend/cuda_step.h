@@ -27,6 +27,16 @@ struct CudaModel::Step {
   // not used this step) and its sizes; every MLA layer of the step runs it for all rows.
   const int32_t* mla_prefill = nullptr;
   MlaPrefillPlan mla_prefill_host;
+  // The chunked KDA prefill's job tables, uploaded by the step's first KDA layer into the
+  // workspace; later layers (same batch, only the layer offset differs) reuse them. Mutable:
+  // the layers see the step as const, and this only caches what they would upload again.
+  struct KdaChunkTables {
+    const void* workspace = nullptr;  // null: none uploaded this step
+    size_t workspace_bytes = 0;
+    std::vector<int64_t> cu;
+    std::vector<int32_t> slots;
+  };
+  mutable KdaChunkTables kda_chunk_tables;
 };
 
 // One buffer per purpose, so a pointer taken earlier in a forward stays valid.

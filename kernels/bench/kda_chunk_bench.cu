@@ -4,10 +4,12 @@
 // Floor: max(bytes / 4.2 TB/s, FLOPs / 790 TF/s); bytes = q, k, v, g read and o written once
 // (fp32) plus beta and the state read and written; FLOPs = the chunked form's matmuls,
 // 5 C^2 D + 6 C D^2 per chunk and head (C = 64). Median of 20 timed calls after 3 warm-ups;
-// then the intra-chunk and state-passing kernels timed alone (where the time goes).
-//   kda_chunk_bench [T H state_tile precise state_buffers]   (no arguments: the issue's
-//   shapes at tile 32, one and two state buffers, both precisions; KDA_CHUNK_BENCH_RECURRENT=1
-//   adds the token recurrence once)
+// then the intra-chunk, state-passing and (output in its own pass) output kernels timed alone
+// (where the time goes).
+//   kda_chunk_bench [T H state_tile precise state_buffers output]   (output 1: in the state
+//   kernel, 2: its own pass; no arguments: the issue's shapes, both precisions, the output in
+//   the state kernel and in its own pass at tile 32 with two buffers;
+//   KDA_CHUNK_BENCH_RECURRENT=1 adds the token recurrence once)
 #include <cstdio>
 #include <cstdlib>
 #include <vector>
@@ -41,7 +43,7 @@ DeviceBuffer<float> random_buffer(int64_t n, uint32_t seed, int kind) {
   return b;
 }
 
-void run_shape(int64_t T, int64_t H, int tile, bool precise, int buffers) {
+void run_shape(int64_t T, int64_t H, int tile, bool precise, int buffers, int output) {
   const int64_t D = 128, n = T * H * D;
   DeviceBuffer<float> q = random_buffer(n, 1, 0), k = random_buffer(n, 2, 0), v = random_buffer(n, 3, 0);
   DeviceBuffer<float> g = random_buffer(n, 4, 1), beta = random_buffer(T * H, 5, 2), o(n);
@@ -56,10 +58,10 @@ void run_shape(int64_t T, int64_t H, int tile, bool precise, int buffers) {
   a.heads = H, a.head_dim = D, a.num_seqs = 1, a.cu_seqlens = cu, a.slots = &slot;
   a.state = state.get(), a.slot_stride = H * D * D, a.layer_offset = 0;
   a.workspace = ws.get(), a.workspace_bytes = ws.size(), a.state_tile = tile;
-  a.precise = precise, a.state_buffers = buffers;
+  a.precise = precise, a.state_buffers = buffers, a.output = static_cast<KdaChunkOutput>(output);
   const double us = bench::median_us([&](int) { check(kda_chunk_prefill(a, nullptr), "kda_chunk_prefill"); });
   check(cuda_status(cudaDeviceSynchronize(), "sync"), "sync");
-  // The two kernels alone (the same tables kda_chunk_prefill builds for one sequence).
+  // The kernels alone (the same tables kda_chunk_prefill builds for one sequence).
   const int64_t nch = (T + 63) / 64;
   std::vector<kda_chunk::ChunkJob> cj;
   for (int64_t c = 0; c < nch; ++c) cj.push_back({c * 64, static_cast<int32_t>(std::min<int64_t>(64, T - c * 64)), 0});
@@ -76,15 +78,26 @@ void run_shape(int64_t T, int64_t H, int tile, bool precise, int buffers) {
                       "intra"),
           "intra");
   });
+  // (The separate-output state kernel overwrites u with v_new: repeated runs time the same
+  // work on drifting values.)
+  const bool separate = output == 2;
   const double us_state = bench::median_us([&](int) {
-    check(cuda_status(kda_chunk_state_launch(128, vt, precise, buffers != 1, inter.get(), H, dseq.get(), 1, a.state, a.o, nullptr), "state"), "state");
+    if (separate)
+      check(cuda_status(kda_chunk_state_split_launch(128, vt, precise, buffers != 1, inter.get(), H, dseq.get(), 1, a.state, 0, nullptr), "state"),
+            "state");
+    else
+      check(cuda_status(kda_chunk_state_launch(128, vt, precise, buffers != 1, inter.get(), H, dseq.get(), 1, a.state, 0, a.o, nullptr), "state"),
+            "state");
+  });
+  const double us_out = !separate ? 0.0 : bench::median_us([&](int) {
+    check(cuda_status(kda_chunk_output_launch(128, precise, inter.get(), H, dchunks.get(), nch, a.o, nullptr), "output"), "output");
   });
   const double C = 64, chunks = double((T + 63) / 64) * H;
   const double flops = chunks * (5 * C * C * D + 6 * C * D * D);
   const double bytes = 4.0 * (5.0 * n + T * H + 2.0 * H * D * D);
   const double floor_us = std::max(bytes / bench::g_bw, flops / bench::g_flops) * 1e6;
-  std::printf("chunk %s buf=%d T=%6ld H=%2ld D=%ld tile=%2d  %9.1f us (intra %8.1f, state %8.1f)  floor %7.1f us (%s)  x%.2f floor  %6.1f TF/s  %6.0f GB/s  ws %.0f MB\n",
-              precise ? "3xtf32" : "tf32  ", buffers, static_cast<long>(T), static_cast<long>(H), static_cast<long>(D), tile, us, us_intra, us_state, floor_us,
+  std::printf("chunk %s %s buf=%d T=%6ld H=%2ld D=%ld tile=%2d  %9.1f us (intra %8.1f, state %8.1f, output %7.1f)  floor %7.1f us (%s)  x%.2f floor  %6.1f TF/s  %6.0f GB/s  ws %.0f MB\n",
+              precise ? "3xtf32" : "tf32  ", separate ? "sep" : "ins", buffers, static_cast<long>(T), static_cast<long>(H), static_cast<long>(D), tile, us, us_intra, us_state, us_out, floor_us,
               bytes / bench::g_bw > flops / bench::g_flops ? "bytes" : "flops", us / floor_us, flops / us * 1e-6, bytes / us * 1e-3,
               ws.size() / 1e6);
 }
@@ -116,19 +129,19 @@ int main(int argc, char** argv) {
   using namespace pdserve::cuda;
   if (argc >= 3) {
     run_shape(std::atol(argv[1]), std::atol(argv[2]), argc > 3 ? std::atoi(argv[3]) : 0, argc > 4 ? std::atoi(argv[4]) != 0 : true,
-              argc > 5 ? std::atoi(argv[5]) : 0);
+              argc > 5 ? std::atoi(argv[5]) : 0, argc > 6 ? std::atoi(argv[6]) : 0);
     return 0;
   }
-  // The state kernel single- then double-buffered, each precision, at the chosen tile (32);
-  // tile 16 double-buffered for the record (tile 64 cannot double-buffer at D = 128).
-  for (bool precise : {true, false}) {
-    for (int buffers : {1, 2}) {
-      run_shape(16384, 32, 32, precise, buffers);
-      run_shape(65536, 32, 32, precise, buffers);
-      run_shape(8192, 24, 32, precise, buffers);
-    }
-    run_shape(16384, 32, 16, precise, 2);
-  }
+  // Per precision and shape: the output in the state kernel (the default), then in its own
+  // pass, both at tile 32 with two buffers (the best of tiles 16 / 32 and one / two buffers
+  // in docs/perf.md; other settings through the arguments).
+  struct Shape {
+    int64_t T, H;
+  };
+  const Shape shapes[] = {{16384, 32}, {65536, 32}, {8192, 24}};
+  for (bool precise : {true, false})
+    for (const Shape& sh : shapes)
+      for (int output : {1, 2}) run_shape(sh.T, sh.H, 32, precise, 2, output);
   if (std::getenv("KDA_CHUNK_BENCH_RECURRENT")) run_recurrent(8192, 24);
   return 0;
 }

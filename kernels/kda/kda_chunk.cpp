@@ -1,5 +1,6 @@
 // Host side of the chunked KDA prefill: plans passes that fit the workspace, uploads each
-// pass's job tables and launches the intra-chunk and state-passing kernels.
+// pass's job tables once (every pass's at the workspace's front) and launches the intra-chunk,
+// state-passing and (output in its own pass) output kernels.
 #include "kda/kda_chunk.h"
 
 #include <algorithm>
@@ -17,20 +18,30 @@ using kda_chunk::SeqJob;
 
 // The state kernel's default buffering of w, qg (docs/perf.md "Chunked KDA prefill").
 constexpr bool kKdaChunkStateDoubleBuffer = true;
+// The output in its own pass shortens the serial kernel by ~2 us a chunk (3xTF32, D = 128)
+// and costs ~68 ns per chunk and head in the parallel pass, so it pays where heads x chunks
+// over the serial chunk count is below ~29: one long sequence at the TP4 rank's 24 heads
+// (-11% at 8K tokens) but not at 32 heads (+1.4% at 16K). Plain tf32 saves too little a chunk
+// (0.9 us) to pay at these head counts; D < 128 is unmeasured. docs/perf.md "Output out of
+// the serial pass".
+constexpr int64_t kKdaChunkSeparateMaxWidth = 28;
+bool separate_output_pays(bool precise, int64_t D, int64_t H, int64_t pass_chunks, int64_t serial_chunks) {
+  return precise && D == 128 && H * pass_chunks < kKdaChunkSeparateMaxWidth * serial_chunks;
+}
 
 constexpr size_t align256(size_t n) { return (n + 255) / 256 * 256; }
 
-int64_t chunk_floats(int64_t D) { return 4 * kKdaChunk * D + kKdaChunk * kKdaChunk + D; }
+int64_t chunk_floats(int64_t D) { return 4 * kKdaChunk * D + kKdaChunk * kKdaChunk + D + D * D; }
 
+// Tables of `chunks` chunks: one ChunkJob each and at most one SeqJob each (every sequence
+// piece of a pass has at least one chunk).
 size_t table_bytes(int64_t chunks) { return align256(chunks * sizeof(ChunkJob)) + align256(chunks * sizeof(SeqJob)); }
 
-// Most chunks a pass can hold in `bytes` of workspace.
-int64_t pass_capacity(int64_t H, int64_t D, size_t bytes) {
-  const size_t per = sizeof(ChunkJob) + sizeof(SeqJob) + static_cast<size_t>(H * chunk_floats(D)) * sizeof(float);
-  int64_t n = static_cast<int64_t>(bytes / per);
-  while (n > 0 && kda_chunk_workspace_bytes(H, D, n) > bytes) --n;
-  return n;
-}
+// One pass: its slices of the tables (pass-local chunk indices in SeqJob::chunk0).
+struct Pass {
+  int64_t chunk0, chunks, seq0, seqs;
+  int64_t serial;  // chunks of its longest sequence: the state kernel's serial steps
+};
 
 }  // namespace
 
@@ -52,66 +63,95 @@ Status kda_chunk_prefill(const KdaChunkArgs& a, cudaStream_t stream) {
   if (a.state_tile != 0 && a.state_tile != 16 && a.state_tile != 32 && a.state_tile != 64)
     return invalid_argument("kda_chunk_prefill: state_tile must be 16, 32 or 64");
   if (a.state_buffers < 0 || a.state_buffers > 2) return invalid_argument("kda_chunk_prefill: state_buffers must be 0, 1 or 2");
+  if (a.output != KdaChunkOutput::kPick && a.output != KdaChunkOutput::kInState && a.output != KdaChunkOutput::kSeparate)
+    return invalid_argument("kda_chunk_prefill: bad output mode");
   if (H <= 0 || H > 65535 || a.num_seqs < 0) return invalid_argument("kda_chunk_prefill: bad head or sequence count");
   if (a.num_seqs == 0) return Status::ok();
   if (!a.cu_seqlens || !a.slots || !a.workspace) return invalid_argument("kda_chunk_prefill: missing cu_seqlens, slots or workspace");
   if (reinterpret_cast<uintptr_t>(a.workspace) % 256) return invalid_argument("kda_chunk_prefill: workspace must be 256-byte aligned");
-  const int64_t capacity = pass_capacity(H, D, a.workspace_bytes);
-  if (capacity < 1) return invalid_argument("kda_chunk_prefill: workspace smaller than one chunk");
   for (int64_t s = 0; s < a.num_seqs; ++s)
     if (a.cu_seqlens[s + 1] < a.cu_seqlens[s]) return invalid_argument("kda_chunk_prefill: cu_seqlens must not decrease");
+  const int64_t total = kda_chunk_count(a.cu_seqlens, a.num_seqs);
+  if (total == 0) return Status::ok();
+  // Every pass's tables at the workspace's front (uploaded once, reusable by later layers),
+  // the per-chunk intermediates of one pass after them.
+  const size_t tables = table_bytes(total);
+  const size_t per_chunk = static_cast<size_t>(H * chunk_floats(D)) * sizeof(float);
+  const int64_t capacity = a.workspace_bytes > tables ? static_cast<int64_t>((a.workspace_bytes - tables) / per_chunk) : 0;
+  if (capacity < 1) return invalid_argument("kda_chunk_prefill: workspace smaller than the tables and one chunk");
 
   char* base = static_cast<char*>(a.workspace);
   auto* chunk_table = reinterpret_cast<ChunkJob*>(base);
-  auto* seq_table = reinterpret_cast<SeqJob*>(base + align256(capacity * sizeof(ChunkJob)));
-  float* inter = reinterpret_cast<float*>(base + table_bytes(capacity));
+  auto* seq_table = reinterpret_cast<SeqJob*>(base + align256(total * sizeof(ChunkJob)));
+  float* inter = reinterpret_cast<float*>(base + tables);
 
+  // Plan every pass on the host (cheap; the same plan for every layer of a step).
   std::vector<ChunkJob> chunks;
   std::vector<SeqJob> seqs;
+  std::vector<Pass> passes;
+  chunks.reserve(static_cast<size_t>(total));
   int64_t s = 0, pos = 0;  // next token: sequence s, offset pos
   while (s < a.num_seqs) {
-    chunks.clear();
-    seqs.clear();
+    Pass p{static_cast<int64_t>(chunks.size()), 0, static_cast<int64_t>(seqs.size()), 0, 0};
     // Fill the pass: whole sequences while they fit, the rest of a long one in later passes.
-    while (s < a.num_seqs && static_cast<int64_t>(chunks.size()) < capacity) {
+    while (s < a.num_seqs && p.chunks < capacity) {
       const int64_t len = a.cu_seqlens[s + 1] - a.cu_seqlens[s];
       if (pos >= len) {
         ++s, pos = 0;
         continue;
       }
       const int64_t left = (len - pos + kKdaChunk - 1) / kKdaChunk;
-      const int64_t take = std::min(left, capacity - static_cast<int64_t>(chunks.size()));
+      const int64_t take = std::min(left, capacity - p.chunks);
       SeqJob j{};
       j.row0 = a.cu_seqlens[s] + pos;
       j.rows = std::min(take * kKdaChunk, len - pos);
-      j.state_off = static_cast<int64_t>(a.slots[s]) * a.slot_stride + a.layer_offset;
-      j.chunk0 = static_cast<int32_t>(chunks.size());
+      j.slot_off = static_cast<int64_t>(a.slots[s]) * a.slot_stride;
+      j.chunk0 = static_cast<int32_t>(p.chunks);
       j.chunks = static_cast<int32_t>(take);
       for (int64_t c = 0; c < take; ++c)
         chunks.push_back(ChunkJob{j.row0 + c * kKdaChunk, static_cast<int32_t>(std::min<int64_t>(kKdaChunk, j.rows - c * kKdaChunk)), 0});
       seqs.push_back(j);
+      p.chunks += take;
+      p.serial = std::max(p.serial, take);
+      ++p.seqs;
       pos += j.rows;
     }
-    if (chunks.empty()) break;
-    if (seqs.size() > 65535) return invalid_argument("kda_chunk_prefill: at most 65535 sequences a pass");
-    // Pageable sources: the copies return once the host buffers are staged, so reusing them
-    // in the next pass is safe; stream order keeps the device tables valid for the kernels.
+    if (p.chunks == 0) break;
+    if (p.seqs > 65535) return invalid_argument("kda_chunk_prefill: at most 65535 sequences a pass");
+    passes.push_back(p);
+  }
+  if (!a.tables_uploaded) {
+    // Pageable sources: the copies return once the host buffers are staged; stream order
+    // keeps the device tables valid for the kernels (and for later calls that reuse them).
     PDS_RETURN_IF_ERROR(cuda_status(cudaMemcpyAsync(chunk_table, chunks.data(), chunks.size() * sizeof(ChunkJob), cudaMemcpyHostToDevice, stream),
                                     "kda_chunk_prefill: chunk table"));
     PDS_RETURN_IF_ERROR(cuda_status(cudaMemcpyAsync(seq_table, seqs.data(), seqs.size() * sizeof(SeqJob), cudaMemcpyHostToDevice, stream),
                                     "kda_chunk_prefill: sequence table"));
-    PDS_RETURN_IF_ERROR(cuda_status(kda_chunk_intra_launch(static_cast<int>(D), a.precise, a.q, a.k, a.v, a.g, a.beta, H, chunk_table,
-                                                           static_cast<int64_t>(chunks.size()), inter, stream),
+  }
+  const bool double_buffer = a.state_buffers == 0 ? kKdaChunkStateDoubleBuffer : a.state_buffers == 2;
+  for (const Pass& p : passes) {
+    const ChunkJob* cj = chunk_table + p.chunk0;
+    const SeqJob* sj = seq_table + p.seq0;
+    PDS_RETURN_IF_ERROR(cuda_status(kda_chunk_intra_launch(static_cast<int>(D), a.precise, a.q, a.k, a.v, a.g, a.beta, H, cj, p.chunks, inter, stream),
                                     "kda_chunk_intra"));
     // Narrow state slices when wide ones would leave most SMs idle.
     int vt = a.state_tile;
-    if (vt == 0) vt = (D / 32) * H * static_cast<int64_t>(seqs.size()) >= 96 ? 32 : 16;
+    if (vt == 0) vt = (D / 32) * H * p.seqs >= 96 ? 32 : 16;
     if (D == 32) vt = 32;  // 16 leaves too few state tiles for the block's 8 warps; 64 > D
     if (vt > D) vt = static_cast<int>(D);
-    const bool double_buffer = a.state_buffers == 0 ? kKdaChunkStateDoubleBuffer : a.state_buffers == 2;
-    PDS_RETURN_IF_ERROR(cuda_status(kda_chunk_state_launch(static_cast<int>(D), vt, a.precise, double_buffer, inter, H, seq_table,
-                                                           static_cast<int64_t>(seqs.size()), a.state, a.o, stream),
-                                    "kda_chunk_state"));
+    const bool separate = a.output == KdaChunkOutput::kPick ? separate_output_pays(a.precise, D, H, p.chunks, p.serial)
+                                                            : a.output == KdaChunkOutput::kSeparate;
+    if (separate) {
+      PDS_RETURN_IF_ERROR(cuda_status(kda_chunk_state_split_launch(static_cast<int>(D), vt, a.precise, double_buffer, inter, H, sj, p.seqs,
+                                                                   a.state, a.layer_offset, stream),
+                                      "kda_chunk_state (separate output)"));
+      PDS_RETURN_IF_ERROR(cuda_status(kda_chunk_output_launch(static_cast<int>(D), a.precise, inter, H, cj, p.chunks, a.o, stream),
+                                      "kda_chunk_output"));
+    } else {
+      PDS_RETURN_IF_ERROR(cuda_status(kda_chunk_state_launch(static_cast<int>(D), vt, a.precise, double_buffer, inter, H, sj, p.seqs, a.state,
+                                                             a.layer_offset, a.o, stream),
+                                      "kda_chunk_state"));
+    }
   }
   return Status::ok();
 }

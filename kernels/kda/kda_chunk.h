@@ -14,7 +14,9 @@
 // middle, each bounded by exp(8 * |g|max); with |g| <= 10 both stay within fp32's range.
 // (Kimi-K3's gate is bounded below by -5; the unbounded softplus gate takes kda_recurrent.)
 // Slots must be distinct within a call. cu_seqlens and slots live on the host (prefill
-// batches are planned there); the launcher uploads a small job table into the workspace.
+// batches are planned there); the launcher uploads small job tables (every pass's) to the
+// workspace's front, which later calls for the same batch (the other KDA layers of a step)
+// may reuse (KdaChunkArgs::tables_uploaded).
 // Not graph-capturable (host tables, pageable uploads): prefill runs eagerly.
 #pragma once
 
@@ -29,6 +31,13 @@ namespace pdserve::cuda {
 
 inline constexpr int kKdaChunk = 64;               // tokens per chunk (the UT block)
 inline constexpr float kKdaChunkMinLogDecay = -10.0f;  // smallest g the factored exponentials allow
+
+// Where o = q S + intra-chunk attention is computed (docs/design.md "Chunked prefill").
+enum class KdaChunkOutput : int {
+  kPick = 0,      // per pass, by the launcher's measured rule (kda_chunk.cpp)
+  kInState = 1,   // inside the serial state-passing kernel
+  kSeparate = 2,  // the state kernel stores each chunk's state; a parallel kernel computes o
+};
 
 struct KdaChunkArgs {
   const float* q = nullptr;
@@ -53,6 +62,11 @@ struct KdaChunkArgs {
   // true: every matmul in error-compensated 3xTF32 (operands split hi + lo, ~fp32 accuracy,
   // 3x the tensor-core work); false: plain tf32 (10-bit mantissa). See docs/design.md.
   bool precise = true;
+  KdaChunkOutput output = KdaChunkOutput::kPick;
+  // true: the workspace already holds this batch's job tables, uploaded by an earlier call on
+  // this stream with the same cu_seqlens, slots, slot_stride, heads, head_dim and workspace
+  // (pointer and bytes); only layer_offset (and the tensors) may differ. Skips the uploads.
+  bool tables_uploaded = false;
 };
 
 bool kda_chunk_supported(int64_t head_dim);

@@ -18,9 +18,10 @@ struct ChunkJob {
 };
 // One sequence's run of chunks in this pass (the state kernel's blockIdx.z).
 struct SeqJob {
-  int64_t row0;       // first token row
-  int64_t rows;       // tokens in this pass
-  int64_t state_off;  // floats from the pool base to this sequence's [H][V][K] block
+  int64_t row0;      // first token row
+  int64_t rows;      // tokens in this pass
+  int64_t slot_off;  // floats from the pool base to this sequence's slot (the kernels add the
+                     // layer offset, so one table serves every KDA layer of a step)
   int32_t chunk0;     // pass-local index of its first chunk
   int32_t chunks;
 };
@@ -32,19 +33,23 @@ struct SeqJob {
 //   kg  [C][D]  k exp(G_last - G)                 keys decayed to the chunk end
 //   aqk [C][C]  (q_i k_j exp(G_i - G_j)), j <= i  the causal intra-chunk scores
 //   gl  [D]     exp(G_last)                       the chunk's total decay
+// and, with the output in its own pass (KdaChunkOutput::kSeparate), by the state kernel:
+//   u   becomes v_new = u - w S^T in place (each state block overwrites its own columns)
+//   s   [D][D]  S^T at the chunk's start (row = key channel, column = value row)
 // G is the cumulative log decay inside the chunk (G_i = g_0 + ... + g_i).
 template <int D>
 struct Layout {
   static constexpr int64_t w = 0, u = C * D, qg = 2 * C * D, kg = 3 * C * D, aqk = 4 * C * D, gl = 4 * C * D + C * C;
-  static constexpr int64_t floats = 4 * C * D + C * C + D;  // multiple of 4: 16-byte aligned blocks
+  static constexpr int64_t s = 4 * C * D + C * C + D;
+  static constexpr int64_t floats = 4 * C * D + C * C + D + D * D;  // multiple of 4: 16-byte aligned blocks
 };
 
 #ifdef __CUDACC__  // the device helpers (the host launcher includes this header for the tables)
-__device__ __forceinline__ uint32_t tf32(float x) {
-  uint32_t r;
-  asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(x));
-  return r;
-}
+// x rounded to tf32 (nearest, ties away from zero: cvt.rna's result for finite x) with two
+// integer ops: add half a tf32 ulp to the magnitude bits, clear the 13 dropped bits. In place
+// of cvt.rna.tf32.f32 this made the state kernel 16% faster in 3xTF32 (its fragment builders
+// convert every operand, per warp), bit-identical results (docs/perf.md, kdapre3).
+__device__ __forceinline__ uint32_t tf32(float x) { return (__float_as_uint(x) + 0x1000u) & 0xffffe000u; }
 
 // d += a * b, m16n8k8, tf32 inputs, fp32 accumulators. Fragments (gid = lane / 4, tig = lane % 4):
 //   a: (gid, tig) (gid+8, tig) (gid, tig+4) (gid+8, tig+4)   b: (k=tig, n=gid) (k=tig+4, n=gid)
@@ -113,5 +118,14 @@ cudaError_t kda_chunk_intra_launch(int D, bool precise, const float* q, const fl
                                    int64_t H, const kda_chunk::ChunkJob* jobs, int64_t chunks, float* ws, cudaStream_t stream);
 // double_buffer: two buffers for each chunk's w and qg where shared memory allows (kda_chunk_state_sm90.cu).
 cudaError_t kda_chunk_state_launch(int D, int vt, bool precise, bool double_buffer, const float* ws, int64_t H,
-                                   const kda_chunk::SeqJob* jobs, int64_t seqs, float* state, float* o, cudaStream_t stream);
+                                   const kda_chunk::SeqJob* jobs, int64_t seqs, float* state, int64_t layer_offset, float* o,
+                                   cudaStream_t stream);
+// The output in its own pass: the state kernel carries only the state, storing each chunk's
+// starting state and v_new in the workspace (kda_chunk_state_split_sm90.cu); the output kernel
+// then computes o = qg S^T + Aqk v_new for all chunks in parallel (kda_chunk_output_sm90.cu).
+cudaError_t kda_chunk_state_split_launch(int D, int vt, bool precise, bool double_buffer, float* ws, int64_t H,
+                                         const kda_chunk::SeqJob* jobs, int64_t seqs, float* state, int64_t layer_offset,
+                                         cudaStream_t stream);
+cudaError_t kda_chunk_output_launch(int D, bool precise, const float* ws, int64_t H, const kda_chunk::ChunkJob* jobs, int64_t chunks,
+                                    float* o, cudaStream_t stream);
 }  // namespace pdserve::cuda

@@ -94,8 +94,7 @@ __global__ void __launch_bounds__(256, 2) intra_kernel(const float* __restrict__
     const float* X = qk ? sqv : sk;
     float* xg = out + (qk ? L::qg : L::kg);
     const int r0 = I * 16 + gid, r1 = r0 + 8, rf = I * 16, rm = I * 16 + 8;
-    const int ntiles = 2 * I + 2;
-    float acc[8][4] = {};
+    float acc[6][4] = {}, dacc[2][4] = {};  // tiles left of the diagonal block, the diagonal block
 #pragma unroll 2
     for (int kb = 0; kb < D; kb += 8) {
       const int c0 = kb + tig, c1 = c0 + 4;
@@ -113,15 +112,21 @@ __global__ void __launch_bounds__(256, 2) intra_kernel(const float* __restrict__
                           x11 * bounded_exp(G11 - gf1));
       const FragA<P> adia(x00 * bounded_exp(G00 - gm0), x10 * bounded_exp(G10 - gm0), x01 * bounded_exp(G01 - gm1),
                           x11 * bounded_exp(G11 - gm1));
+      // Off-diagonal tiles (nt < 2I) against the first-row factors, the two diagonal ones
+      // against the middle row's (each mma names its operand: no fragment picked at run time).
 #pragma unroll
-      for (int nt = 0; nt < 8; ++nt) {
-        if (nt < ntiles) {
-          const bool dia = nt >= 2 * I;
+      for (int nt = 0; nt < 6; ++nt) {
+        if (nt < 2 * I) {
           const int j = nt * 8 + gid;
-          const float ref0 = dia ? gm0 : gf0, ref1 = dia ? gm1 : gf1;
-          const FragB<P> b(sk[at<D>(j, c0)] * bounded_exp(ref0 - sG[at<D>(j, c0)]), sk[at<D>(j, c1)] * bounded_exp(ref1 - sG[at<D>(j, c1)]));
-          mma(acc[nt], dia ? adia : aoff, b);
+          const FragB<P> b(sk[at<D>(j, c0)] * bounded_exp(gf0 - sG[at<D>(j, c0)]), sk[at<D>(j, c1)] * bounded_exp(gf1 - sG[at<D>(j, c1)]));
+          mma(acc[nt], aoff, b);
         }
+      }
+#pragma unroll
+      for (int d = 0; d < 2; ++d) {
+        const int j = 16 * I + d * 8 + gid;
+        const FragB<P> b(sk[at<D>(j, c0)] * bounded_exp(gm0 - sG[at<D>(j, c0)]), sk[at<D>(j, c1)] * bounded_exp(gm1 - sG[at<D>(j, c1)]));
+        mma(dacc[d], adia, b);
       }
     }
 #pragma unroll
@@ -129,7 +134,13 @@ __global__ void __launch_bounds__(256, 2) intra_kernel(const float* __restrict__
 #pragma unroll
       for (int half = 0; half < 2; ++half) {
         const int row = half ? r1 : r0, col = nt * 8 + 2 * tig;
-        float v0 = nt < ntiles ? acc[nt][2 * half] : 0.0f, v1 = nt < ntiles ? acc[nt][2 * half + 1] : 0.0f;
+        // Tile nt: left of the diagonal (acc), on it (dacc), or right of it (zero).
+        float v0 = 0.0f, v1 = 0.0f;
+        if (nt < 6 && nt < 2 * I) {
+          v0 = acc[nt < 6 ? nt : 0][2 * half], v1 = acc[nt < 6 ? nt : 0][2 * half + 1];
+        } else if (nt == 2 * I || nt == 2 * I + 1) {
+          v0 = dacc[nt & 1][2 * half], v1 = dacc[nt & 1][2 * half + 1];
+        }
         if (qk) {
           v0 = col <= row ? v0 : 0.0f;
           v1 = col + 1 <= row ? v1 : 0.0f;

@@ -38,7 +38,7 @@ struct StateSmem {
 
 template <int D, int VT, bool P, bool DB>
 __global__ void __launch_bounds__(256) state_kernel(const float* __restrict__ ws, int64_t H, const SeqJob* __restrict__ jobs,
-                                                    float* __restrict__ state, float* __restrict__ o) {
+                                                    float* __restrict__ state, int64_t layer_offset, float* __restrict__ o) {
   using Sm = StateSmem<D, VT, DB>;
   using L = Layout<D>;
   constexpr int WS = Sm::WS, KGS = Sm::KGS, AS = Sm::AS, VS = Sm::VS, MT = Sm::MT, NT = Sm::NT, WM = Sm::WM;
@@ -57,7 +57,7 @@ __global__ void __launch_bounds__(256) state_kernel(const float* __restrict__ ws
   const int v0 = blockIdx.x * VT;
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, gid = lane >> 2, tig = lane & 3;
   const int wm = warp % WM, wn = warp / WM;
-  float* S = state + job.state_off + h * D * D;  // [V][K]
+  float* S = state + job.slot_off + layer_offset + h * D * D;  // [V][K]
 
   // The slice S^T[c][v0 + v] in accumulator layout: tile (mi, ni) rows c = (wm*MT+mi)*16 + gid
   // (+8), columns v = (wn*NT+ni)*8 + 2 tig (+1).
@@ -251,47 +251,48 @@ __global__ void __launch_bounds__(256) state_kernel(const float* __restrict__ ws
 }
 
 template <int D, int VT, bool P, bool DB>
-cudaError_t launch_state_db(const float* ws, int64_t H, const SeqJob* jobs, int64_t seqs, float* state, float* o, cudaStream_t stream) {
+cudaError_t launch_state_db(const float* ws, int64_t H, const SeqJob* jobs, int64_t seqs, float* state, int64_t lo, float* o,
+                            cudaStream_t stream) {
   static_assert(StateSmem<D, VT, DB>::fits, "state kernel shared memory over the per-block limit");
   constexpr size_t bytes = StateSmem<D, VT, DB>::bytes;
   const cudaError_t e = cudaFuncSetAttribute(state_kernel<D, VT, P, DB>, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes));
   if (e != cudaSuccess) return e;
   const dim3 grid(D / VT, static_cast<unsigned>(H), static_cast<unsigned>(seqs));
-  state_kernel<D, VT, P, DB><<<grid, 256, bytes, stream>>>(ws, H, jobs, state, o);
+  state_kernel<D, VT, P, DB><<<grid, 256, bytes, stream>>>(ws, H, jobs, state, lo, o);
   return cudaGetLastError();
 }
 
 // Double buffering where asked for and shared memory allows (not D = 128 at VT = 64).
 template <int D, int VT, bool P>
-cudaError_t launch_state(bool db, const float* ws, int64_t H, const SeqJob* jobs, int64_t seqs, float* state, float* o,
+cudaError_t launch_state(bool db, const float* ws, int64_t H, const SeqJob* jobs, int64_t seqs, float* state, int64_t lo, float* o,
                          cudaStream_t stream) {
   if constexpr (StateSmem<D, VT, true>::fits) {
-    if (db) return launch_state_db<D, VT, P, true>(ws, H, jobs, seqs, state, o, stream);
+    if (db) return launch_state_db<D, VT, P, true>(ws, H, jobs, seqs, state, lo, o, stream);
   }
-  return launch_state_db<D, VT, P, false>(ws, H, jobs, seqs, state, o, stream);
+  return launch_state_db<D, VT, P, false>(ws, H, jobs, seqs, state, lo, o, stream);
 }
 
 template <bool P>
-cudaError_t state_for(int D, int vt, bool db, const float* ws, int64_t H, const SeqJob* jobs, int64_t seqs, float* state, float* o,
-                      cudaStream_t stream) {
+cudaError_t state_for(int D, int vt, bool db, const float* ws, int64_t H, const SeqJob* jobs, int64_t seqs, float* state, int64_t lo,
+                      float* o, cudaStream_t stream) {
   if (vt == 64) {
     switch (D) {
-      case 64: return launch_state<64, 64, P>(db, ws, H, jobs, seqs, state, o, stream);
-      case 128: return launch_state<128, 64, P>(db, ws, H, jobs, seqs, state, o, stream);
+      case 64: return launch_state<64, 64, P>(db, ws, H, jobs, seqs, state, lo, o, stream);
+      case 128: return launch_state<128, 64, P>(db, ws, H, jobs, seqs, state, lo, o, stream);
       default: return cudaErrorInvalidValue;
     }
   }
   if (vt == 16) {
     switch (D) {
-      case 64: return launch_state<64, 16, P>(db, ws, H, jobs, seqs, state, o, stream);
-      case 128: return launch_state<128, 16, P>(db, ws, H, jobs, seqs, state, o, stream);
+      case 64: return launch_state<64, 16, P>(db, ws, H, jobs, seqs, state, lo, o, stream);
+      case 128: return launch_state<128, 16, P>(db, ws, H, jobs, seqs, state, lo, o, stream);
       default: return cudaErrorInvalidValue;
     }
   }
   switch (D) {
-    case 32: return launch_state<32, 32, P>(db, ws, H, jobs, seqs, state, o, stream);
-    case 64: return launch_state<64, 32, P>(db, ws, H, jobs, seqs, state, o, stream);
-    case 128: return launch_state<128, 32, P>(db, ws, H, jobs, seqs, state, o, stream);
+    case 32: return launch_state<32, 32, P>(db, ws, H, jobs, seqs, state, lo, o, stream);
+    case 64: return launch_state<64, 32, P>(db, ws, H, jobs, seqs, state, lo, o, stream);
+    case 128: return launch_state<128, 32, P>(db, ws, H, jobs, seqs, state, lo, o, stream);
     default: return cudaErrorInvalidValue;
   }
 }
@@ -299,9 +300,9 @@ cudaError_t state_for(int D, int vt, bool db, const float* ws, int64_t H, const 
 }  // namespace
 
 cudaError_t kda_chunk_state_launch(int D, int vt, bool precise, bool double_buffer, const float* ws, int64_t H, const SeqJob* jobs,
-                                   int64_t seqs, float* state, float* o, cudaStream_t stream) {
-  return precise ? state_for<true>(D, vt, double_buffer, ws, H, jobs, seqs, state, o, stream)
-                 : state_for<false>(D, vt, double_buffer, ws, H, jobs, seqs, state, o, stream);
+                                   int64_t seqs, float* state, int64_t layer_offset, float* o, cudaStream_t stream) {
+  return precise ? state_for<true>(D, vt, double_buffer, ws, H, jobs, seqs, state, layer_offset, o, stream)
+                 : state_for<false>(D, vt, double_buffer, ws, H, jobs, seqs, state, layer_offset, o, stream);
 }
 
 }  // namespace pdserve::cuda

@@ -2,7 +2,9 @@
 // on fresh random inputs: a ragged batch whose lengths straddle the chunk boundaries, nonzero
 // initial states in scattered slots of a multi-layer pool, the whole pool checked afterwards
 // (written states and untouched bytes), state carried across two calls equals one pass, and a
-// workspace small enough to force several passes equals one pass.
+// workspace small enough to force several passes equals one pass; both places of the output
+// (in the serial state kernel, or its own parallel pass) and job tables reused by a second
+// layer.
 // Bound: normalised error max|gpu - cpu| / max|cpu| on outputs and states <= 1e-4 in the
 // default 3xTF32 mode (about fp32: reduction orders and the chunked form differ from the
 // token recurrence) and <= 5e-3 in plain tf32 (10-bit mantissa, ~5e-4 relative per operand;
@@ -81,13 +83,15 @@ std::vector<float> cpu_prefill(const Problem& p, const Inputs& in, const std::ve
 struct DeviceRun {
   DeviceBuffer<float> q, k, v, g, beta, o;
   DeviceBuffer<uint8_t> ws;
+  DeviceBuffer<uint8_t>* other_ws = nullptr;  // set: run in another run's workspace (and tables)
   explicit DeviceRun(const Inputs& in, size_t ws_bytes) {
     EXPECT_TRUE(q.upload(in.q).is_ok() && k.upload(in.k).is_ok() && v.upload(in.v).is_ok() && g.upload(in.g).is_ok() &&
                 beta.upload(in.beta).is_ok() && o.resize(in.q.size()).is_ok() && ws.resize(ws_bytes).is_ok());
   }
   // Runs sequences with lengths `lens` whose rows start at row `row0` of the inputs.
   Status run(const Problem& p, const std::vector<int64_t>& lens, int64_t row0, const std::vector<int32_t>& slots, float* pool,
-             int state_tile = 0, bool precise = true, int state_buffers = 0) {
+             int state_tile = 0, bool precise = true, int state_buffers = 0, KdaChunkOutput output = KdaChunkOutput::kPick,
+             bool tables_uploaded = false) {
     std::vector<int64_t> cu = cu_of(lens);
     const int64_t off = row0 * p.H * p.D;
     KdaChunkArgs a;
@@ -95,8 +99,9 @@ struct DeviceRun {
     a.o = o.get() + off;
     a.heads = p.H, a.head_dim = p.D, a.num_seqs = static_cast<int64_t>(lens.size()), a.cu_seqlens = cu.data();
     a.slots = slots.data(), a.state = pool, a.slot_stride = p.slot_floats(), a.layer_offset = p.layer_offset();
-    a.workspace = ws.get(), a.workspace_bytes = ws.size() * sizeof(uint8_t), a.state_tile = state_tile, a.precise = precise;
-    a.state_buffers = state_buffers;
+    DeviceBuffer<uint8_t>& w = other_ws ? *other_ws : ws;
+    a.workspace = w.get(), a.workspace_bytes = w.size() * sizeof(uint8_t), a.state_tile = state_tile, a.precise = precise;
+    a.state_buffers = state_buffers, a.output = output, a.tables_uploaded = tables_uploaded;
     return kda_chunk_prefill(a, nullptr);
   }
 };
@@ -108,19 +113,19 @@ size_t full_workspace(const Problem& p) {
 
 // One call over the ragged batch vs the CPU: outputs and the whole pool.
 void check_one_pass(const Problem& p, uint32_t seed, int state_tile = 0, size_t ws_bytes = 0, bool precise = true,
-                    int state_buffers = 0) {
+                    int state_buffers = 0, KdaChunkOutput output = KdaChunkOutput::kPick) {
   SCOPED_TRACE(::testing::Message() << "H=" << p.H << " D=" << p.D << " tile=" << state_tile << " ws=" << ws_bytes
-                                    << " precise=" << precise << " buffers=" << state_buffers);
+                                    << " precise=" << precise << " buffers=" << state_buffers << " output=" << static_cast<int>(output));
   const Inputs in = make_inputs(p, seed);
   const std::vector<int32_t> slots = scattered_slots(p, seed + 7);
   std::vector<float> pool = randn(p.slots * p.slot_floats(), seed + 8, 0.1f);
   auto dpool = dev(pool);
   DeviceRun d(in, ws_bytes ? ws_bytes : full_workspace(p));
-  ASSERT_TRUE(d.run(p, p.lens, 0, slots, dpool.get(), state_tile, precise, state_buffers).is_ok());
+  ASSERT_TRUE(d.run(p, p.lens, 0, slots, dpool.get(), state_tile, precise, state_buffers, output).is_ok());
   const std::vector<float> o = cpu_prefill(p, in, slots, pool);
   const double eo = nerr(host(d.o), o), es = nerr(host(dpool), pool);
-  std::printf("  H=%ld D=%ld tile=%d precise=%d buffers=%d T=%ld: output nerr %.2e, pool nerr %.2e\n", static_cast<long>(p.H),
-              static_cast<long>(p.D), state_tile, precise, state_buffers, static_cast<long>(p.T()), eo, es);
+  std::printf("  H=%ld D=%ld tile=%d precise=%d buffers=%d output=%d T=%ld: output nerr %.2e, pool nerr %.2e\n", static_cast<long>(p.H),
+              static_cast<long>(p.D), state_tile, precise, state_buffers, static_cast<int>(output), static_cast<long>(p.T()), eo, es);
   EXPECT_LE(eo, bound(precise));
   EXPECT_LE(es, bound(precise));
 }
@@ -150,6 +155,49 @@ TEST_F(KdaChunk, BothStateBufferingsMatch) {
   }
 }
 
+// Both places of the output: in the serial state kernel and in its own pass, over the tiles,
+// bufferings, head dims, precisions and several passes.
+TEST_F(KdaChunk, BothOutputPlacesMatch) {
+  for (KdaChunkOutput out : {KdaChunkOutput::kInState, KdaChunkOutput::kSeparate}) {
+    for (int buffers : {1, 2})
+      for (int tile : {16, 32, 64}) check_one_pass({2, 128, {1, 64, 65, 128, 129, 300}}, 41, tile, 0, true, buffers, out);
+    check_one_pass({2, 64, {1, 65, 300}}, 42, 16, 0, true, 1, out);
+    check_one_pass({2, 32, {7, 64, 65, 333}}, 43, 0, 0, true, 2, out);
+    check_one_pass({4, 128, {1, 63, 64, 65, 200, 1000}}, 44, 0, 0, false, 0, out);
+    const Problem p{2, 128, {1, 200, 63, 400}};
+    check_one_pass(p, 45, 0, kda_chunk_workspace_bytes(p.H, p.D, 3), true, 0, out);
+  }
+}
+
+// The job tables uploaded by one layer's call serve the next layer's (tables_uploaded: only
+// the layer offset and the tensors differ), also when the batch needs several passes.
+TEST_F(KdaChunk, UploadedTablesServeTheNextLayer) {
+  for (int64_t chunks : {int64_t{0}, int64_t{3}}) {
+    Problem p0{2, 128, {1, 200, 63, 400}};
+    p0.layer = 0;
+    Problem p1 = p0;
+    p1.layer = 1;
+    SCOPED_TRACE(::testing::Message() << "workspace chunks " << chunks);
+    const size_t ws_bytes = chunks ? kda_chunk_workspace_bytes(p0.H, p0.D, chunks) : full_workspace(p0);
+    const Inputs in0 = make_inputs(p0, 51), in1 = make_inputs(p1, 52);
+    const std::vector<int32_t> slots = scattered_slots(p0, 53);
+    std::vector<float> pool = randn(p0.slots * p0.slot_floats(), 54, 0.1f);
+    auto dpool = dev(pool);
+    DeviceRun d0(in0, ws_bytes), d1(in1, 0);
+    ASSERT_TRUE(d0.run(p0, p0.lens, 0, slots, dpool.get()).is_ok());
+    // Layer 1's call: its own tensors, layer 0's workspace (and tables).
+    d1.other_ws = &d0.ws;
+    ASSERT_TRUE(d1.run(p1, p1.lens, 0, slots, dpool.get(), 0, true, 0, KdaChunkOutput::kPick, true).is_ok());
+    const std::vector<float> o0 = cpu_prefill(p0, in0, slots, pool), o1 = cpu_prefill(p1, in1, slots, pool);
+    const double e0 = nerr(host(d0.o), o0), e1 = nerr(host(d1.o), o1), es = nerr(host(dpool), pool);
+    std::printf("  reused tables (ws chunks %ld): layer 0 output nerr %.2e, layer 1 %.2e, pool %.2e\n", static_cast<long>(chunks), e0, e1,
+                es);
+    EXPECT_LE(e0, kBoundPrecise);
+    EXPECT_LE(e1, kBoundPrecise);
+    EXPECT_LE(es, kBoundPrecise);
+  }
+}
+
 TEST_F(KdaChunk, SmallHeadDims) {
   check_one_pass({3, 64, {1, 64, 129, 500}}, 13);
   check_one_pass({2, 32, {7, 64, 65, 333}}, 14);
@@ -170,21 +218,21 @@ TEST_F(KdaChunk, SeveralPassesMatch) {
 }
 
 // Prefill in two calls (the first ends mid-chunk for some sequences) equals one call.
-TEST_F(KdaChunk, StateCarriedAcrossCallsEqualsOnePass) {
+void carried_across_calls(KdaChunkOutput out) {
   const Problem p{2, 128, {150, 64, 1000}};
   const Inputs in = make_inputs(p, 21);
   const std::vector<int32_t> slots = scattered_slots(p, 22);
   const std::vector<float> pool0 = randn(p.slots * p.slot_floats(), 23, 0.1f);
   auto one = dev(pool0), two = dev(pool0);
   DeviceRun d1(in, full_workspace(p)), d2(in, full_workspace(p));
-  ASSERT_TRUE(d1.run(p, p.lens, 0, slots, one.get()).is_ok());
+  ASSERT_TRUE(d1.run(p, p.lens, 0, slots, one.get(), 0, true, 0, out).is_ok());
   // Call split: sequence s's first cut[s] tokens, then the rest. Rows of one call must be
   // packed, so each sequence's pieces run as their own calls in order.
   const std::vector<int64_t> cut = {37, 64, 700};
   const std::vector<int64_t> cu = cu_of(p.lens);
   for (size_t s = 0; s < p.lens.size(); ++s) {
-    ASSERT_TRUE(d2.run(p, {cut[s]}, cu[s], {slots[s]}, two.get()).is_ok());
-    ASSERT_TRUE(d2.run(p, {p.lens[s] - cut[s]}, cu[s] + cut[s], {slots[s]}, two.get()).is_ok());
+    ASSERT_TRUE(d2.run(p, {cut[s]}, cu[s], {slots[s]}, two.get(), 0, true, 0, out).is_ok());
+    ASSERT_TRUE(d2.run(p, {p.lens[s] - cut[s]}, cu[s] + cut[s], {slots[s]}, two.get(), 0, true, 0, out).is_ok());
   }
   const double eo = nerr(host(d2.o), host(d1.o)), es = nerr(host(two), host(one));
   std::printf("  two calls vs one: output nerr %.2e, pool nerr %.2e\n", eo, es);
@@ -194,6 +242,13 @@ TEST_F(KdaChunk, StateCarriedAcrossCallsEqualsOnePass) {
   const std::vector<float> o = cpu_prefill(p, in, slots, pool);
   EXPECT_LE(nerr(host(d2.o), o), kBoundPrecise);
   EXPECT_LE(nerr(host(two), pool), kBoundPrecise);
+}
+
+TEST_F(KdaChunk, StateCarriedAcrossCallsEqualsOnePass) {
+  for (KdaChunkOutput out : {KdaChunkOutput::kInState, KdaChunkOutput::kSeparate}) {
+    SCOPED_TRACE(::testing::Message() << "output " << static_cast<int>(out));
+    carried_across_calls(out);
+  }
 }
 
 TEST(KdaChunkContract, RefusesUnsupportedShapes) {
@@ -206,6 +261,9 @@ TEST(KdaChunkContract, RefusesUnsupportedShapes) {
   a.head_dim = 128;  // no tables, no workspace
   EXPECT_FALSE(kda_chunk_prefill(a, nullptr).is_ok());
   a.state_buffers = 3;
+  EXPECT_FALSE(kda_chunk_prefill(a, nullptr).is_ok());
+  a.state_buffers = 0;
+  a.output = static_cast<KdaChunkOutput>(7);
   EXPECT_FALSE(kda_chunk_prefill(a, nullptr).is_ok());
   const int64_t cu[3] = {0, 64, 129};
   EXPECT_EQ(kda_chunk_count(cu, 2), 1 + 2);
