@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # moewg device run (one call, <= 150 s; docs/perf.md "wgmma main loop"): GPU 0: moe_prefill_test
-# (both main loops), moe_prefill_bench (mma.sync and wgmma, queue and static, + crossover),
-# the torch anchor. GPU 1 meanwhile: compute-sanitizer memcheck of the small test cases (both
-# main loops), then ncu on the wgmma launches (uniform, --quick). Nothing is built there.
+# (every main loop), moe_prefill_bench (mma.sync, wgmma, wgmma-wideN; queue and static; + crossover),
+# the torch anchor. GPU 1 meanwhile: compute-sanitizer memcheck of the small test cases (every
+# main loop), then ncu on the kWgmmaWideN launches (uniform, --quick). Nothing is built there.
 #   OUT=dir bash .dev/moewg/run.sh      (this file, carried with bin/ and lib/)
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -15,7 +15,7 @@ small='MoePrefill.OddRowCountsBesideEmptyExperts:MoePrefill.SkewedAndUniformRout
 (
   timeout 80 env CUDA_VISIBLE_DEVICES=1 compute-sanitizer --tool memcheck --error-exitcode 9 "$here/bin/moe_prefill_test" --gtest_filter="$small" \
     >"$out/memcheck.log" 2>&1; echo "memcheck rc=$? $(t)" >>"$out/memcheck.log"
-  timeout 45 env CUDA_VISIBLE_DEVICES=1 ncu --clock-control none -k regex:prefill_wgmma -c 2 --section SpeedOfLight --section WarpStateStats \
+  timeout 45 env CUDA_VISIBLE_DEVICES=1 ncu --clock-control none --kernel-name-base mangled -k regex:prefill_wgmmaILb1 -c 2 --section SpeedOfLight --section WarpStateStats \
     --section ComputeWorkloadAnalysis --section Occupancy "$here/bin/moe_prefill_bench" --reps 1 --quick 1 >"$out/ncu.log" 2>&1; echo "ncu rc=$? $(t)" >>"$out/ncu.log"
 ) &
 side=$!
@@ -28,5 +28,5 @@ PYTHONUNBUFFERED=1 timeout 55 python3 "$here/moe_prefill_torch.py" >"$out/torch.
 echo "== torch (GPU 0)"; tail -12 "$out/torch.log"
 wait "$side"
 echo "== memcheck (GPU 1)"; grep -E "ERROR SUMMARY|rc=|FAILED|PASSED|Invalid|prefill MoE" "$out/memcheck.log" | head -30
-echo "== ncu (GPU 1, wgmma gate/up then down, uniform)"
+echo "== ncu (GPU 1, wgmma-wideN gate/up then down, uniform)"
 grep -E "prefill_wgmma|Duration|Compute \(SM\) Throughput|DRAM Throughput|Registers Per|Achieved Occupancy|Warp Cycles Per Issued|Issue Slots Busy|One or More Eligible|Stall|rc=" "$out/ncu.log" | head -40

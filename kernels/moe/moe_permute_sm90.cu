@@ -156,8 +156,8 @@ Status moe_permute_bf16(const int32_t* ids, int64_t tokens, int64_t k, int64_t e
                         int64_t dim, const MoePlan& plan, uint16_t* x_sorted, cudaStream_t stream, MoePrefillKernel kernel) {
   if (local_experts <= 0 || local_experts > kMaxLocalExperts) return invalid_argument("moe_permute_bf16: local_experts must be 1..1024");
   if (k <= 0 || dim % 4) return invalid_argument("moe_permute_bf16: k must be positive and dim a multiple of 4");
-  const bool wgmma_order = moe_prefill_choice(kernel) == MoePrefillKernel::kWgmma;
-  if (wgmma_order && dim % 32) return invalid_argument("moe_permute_bf16: kWgmma needs dim a multiple of 32");
+  const bool wgmma_order = moe_prefill_choice(kernel) != MoePrefillKernel::kMmaSync;
+  if (wgmma_order && dim % 32) return invalid_argument("moe_permute_bf16: the wgmma kernels need dim a multiple of 32");
   const int64_t n = tokens * k;
   if (n > INT32_MAX) return invalid_argument("moe_permute_bf16: too many pairs");
   plan_kernel<<<static_cast<unsigned>(local_experts), kThreads, 0, stream>>>(ids, n, expert_begin, local_experts, plan.offsets,

@@ -46,19 +46,21 @@ namespace pdserve::cuda {
 // 128 too (a warp's 32 or 64 output rows are all real or all past the end).
 bool moe_prefill_fits(const MoeDecodeWeights& w);
 
-// The main loop: kMmaSync (mma.sync m16n8k16, 8 warps, 64-token tiles; the default) or
-// kWgmma (warpgroup MMA: two consumer warpgroups, wgmma.m64nNk16 with the dequantised weights
-// as the register A operand and up to 128 tokens as B from a swizzled shared-memory ring;
-// docs/design.md). kWgmma keeps x_sorted and act with the inputs of each 32-input group in
-// the order its MMA fragments take (moe_prefill_schedule.h, wgmma_k_position), so
-// moe_permute_bf16 and moe_expert_mlp_prefill of one chunk must be given the same kernel.
-// kAuto resolves to moe_prefill_choice().
-enum class MoePrefillKernel { kAuto, kMmaSync, kWgmma };
+// The main loop: kMmaSync (mma.sync m16n8k16, 8 warps, 64-token tiles), or warpgroup MMA
+// (two consumer warpgroups, wgmma.m64nNk16 with the dequantised weights as the register A
+// operand and the tokens as B from a swizzled shared-memory ring; docs/design.md): kWgmma
+// (two m64 blocks a warpgroup, token tiles of 128 in order) or kWgmmaWideN (one m64 block
+// a warpgroup, an expert's rows in equal token tiles of at most 192). The wgmma kernels keep
+// x_sorted and act with the inputs of each 32-input group in the order their MMA fragments
+// take (moe_prefill_schedule.h, wgmma_k_position), so moe_permute_bf16 and
+// moe_expert_mlp_prefill of one chunk must be given the same kernel. kAuto resolves to
+// moe_prefill_choice() (docs/perf.md has the measurements behind it).
+enum class MoePrefillKernel { kAuto, kMmaSync, kWgmma, kWgmmaWideN };
 MoePrefillKernel moe_prefill_choice(MoePrefillKernel kernel = MoePrefillKernel::kAuto);
 
 // moe_permute (moe.h) writing the sorted rows as bf16 bits (round to nearest even):
-// x_sorted [capacity, dim] uint16, each row's inputs in `kernel`'s order (kWgmma: permuted
-// within 32-input groups, so dim % 32 == 0 there).
+// x_sorted [capacity, dim] uint16, each row's inputs in `kernel`'s order (the wgmma kernels:
+// permuted within 32-input groups, so dim % 32 == 0 there).
 Status moe_permute_bf16(const int32_t* ids, int64_t tokens, int64_t k, int64_t expert_begin, int64_t local_experts, const float* x,
                         int64_t dim, const MoePlan& plan, uint16_t* x_sorted, cudaStream_t stream,
                         MoePrefillKernel kernel = MoePrefillKernel::kAuto);

@@ -11,9 +11,11 @@
 
 namespace pdserve::cuda::moe_prefill_detail {
 
-// Gate/up + activation, then down, with wgmma; x_sorted in wgmma_k_position order, act
-// written (and read) in it too. `queue`: the tile queue's two words, or null (static stride).
+// Gate/up + activation, then down, with wgmma (wide_n: kWgmmaWideN, else kWgmma); x_sorted
+// in wgmma_k_position order, act written (and read) in it too. `queue`: the tile queue's two
+// words, or null (static stride).
 Status expert_mlp_prefill_wgmma(const MoeDecodeWeights& w, const int32_t* offsets, int64_t experts, int64_t capacity,
-                                const uint16_t* x_sorted, uint16_t* act, float* out_sorted, void* queue, cudaStream_t stream);
+                                const uint16_t* x_sorted, uint16_t* act, float* out_sorted, void* queue, bool wide_n,
+                                cudaStream_t stream);
 
 }  // namespace pdserve::cuda::moe_prefill_detail

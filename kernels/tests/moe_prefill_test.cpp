@@ -2,12 +2,12 @@
 // moe_expert_mlp_prefill -> moe_combine against the routed part of moe_forward on the CPU
 // (moe_reference.h), fresh random inputs each case. GPU tests skip without an sm_90 GPU.
 // Cases: the K3 expert shape (3584 -> 3072 -> 3584, SiTU(4, 25)) with real top-16 routing;
-// single experts of 1, 15, 17, 64, 65 and 129 rows beside empty ones (token tiles of 64,
-// column blocks of 8), at widths that leave the last output tile part-filled; one hot
+// single experts of 1, 15, 17, 64, 65, 129, 190 and 385 rows beside empty ones (token tiles
+// of 64 / 128 / balanced up to 192, column blocks of 8 / wgmma N of 32..192), at widths that leave the last output tile part-filled; one hot
 // expert (skew); uniform routing under SiLU and SiTU; scales above 2^1 (two-multiply
 // path); the tile queue against the static schedule, call after call; no local rows; a CUDA-graph replay that must give the eager launch's bits.
-// Every GPU case runs both main loops (MoePrefillKernel::kMmaSync and kWgmma); a CPU test
-// checks kWgmma's input order against the MMA fragment it must match.
+// Every GPU case runs every main loop (MoePrefillKernel::kMmaSync, kWgmma, kWgmmaWideN); a
+// CPU test checks the wgmma kernels' input order against the MMA fragment it must match.
 // Bound: normalised error max|gpu - cpu| / max|cpu| < 1e-2. x and act are rounded to bf16
 // once each (relative 2^-9), weights exact, fp32 accumulation; runs print the measured
 // error (a few 1e-3 expected).
@@ -27,8 +27,10 @@ namespace {
 using namespace ktest;
 using MoePrefill = GpuTest;
 
-constexpr MoePrefillKernel kKernels[] = {MoePrefillKernel::kMmaSync, MoePrefillKernel::kWgmma};
-const char* name_of(MoePrefillKernel k) { return k == MoePrefillKernel::kWgmma ? "wgmma" : "mma.sync"; }
+constexpr MoePrefillKernel kKernels[] = {MoePrefillKernel::kMmaSync, MoePrefillKernel::kWgmma, MoePrefillKernel::kWgmmaWideN};
+const char* name_of(MoePrefillKernel k) {
+  return k == MoePrefillKernel::kWgmma ? "wgmma" : k == MoePrefillKernel::kWgmmaWideN ? "wgmma-wideN" : "mma.sync";
+}
 
 struct DevWeights {
   std::vector<DeviceBuffer<uint8_t>> bufs;
@@ -83,7 +85,7 @@ Status pipeline(Buffers& b, const DevWeights& dw, int64_t tokens, int64_t k, int
   return moe_combine(b.os.get(), b.prow.get(), b.wts.get(), tokens, k, dim, b.y.get(), st);
 }
 
-// The worse normalised error of the two main loops on the same case.
+// The worst normalised error of the main loops on the same case.
 double run_prefill(const Routing& r, int64_t tokens, int64_t k, int64_t begin, const HostExperts& h, MoeActivation act, uint32_t seed,
                    const std::string& what) {
   const float beta = 4.0f, lb = 25.0f;
@@ -197,7 +199,7 @@ TEST_F(MoePrefill, OddRowCountsBesideEmptyExperts) {
   // Local experts 0 and 2 get n rows each (k = 2: one pick each per token), 1 and 3 none.
   const int64_t local = 4, begin = 8;
   const HostExperts h = make_experts(local, 384, 640, 100, true);  // 384: 1.5 gate/up tiles; 640: 1.25 down tiles
-  for (int64_t n : {1, 15, 17, 64, 65, 129}) {
+  for (int64_t n : {1, 15, 17, 64, 65, 129, 190, 385}) {
     Routing r{std::vector<int32_t>(2 * n), std::vector<float>(2 * n)};
     for (int64_t t = 0; t < n; ++t) r.ids[2 * t] = begin + 2, r.ids[2 * t + 1] = begin, r.weights[2 * t] = 0.6f, r.weights[2 * t + 1] = 0.4f;
     EXPECT_LT(run_prefill(r, n, 2, begin, h, MoeActivation::kSiTU, 101 + static_cast<uint32_t>(n), "rows=" + std::to_string(n)), 1e-2);
