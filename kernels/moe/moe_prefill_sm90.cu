@@ -1,5 +1,6 @@
 // moe_expert_mlp_prefill (contract and design: moe_prefill.h): grouped MXFP4 GEMM over the
-// local experts, mma.sync m16n8k16 bf16 with fp32 accumulators, weights-as-A.
+// local experts, mma.sync m16n8k16 bf16 with fp32 accumulators, weights-as-A (kMmaSync); the
+// wgmma kernels live in moe_prefill_wgmma_sm90.cu.
 #include <cuda_bf16.h>
 
 #include "moe/moe_prefill.h"
@@ -255,9 +256,11 @@ Status launch(const Mxfp4Decode& a, const Mxfp4Decode& b, const int32_t* offsets
 
 }  // namespace
 
-// kMmaSync stays the default until kWgmma is measured correct and faster on the H200 (docs/perf.md).
+// kWgmma: correct in two H200 runs and 1.37-1.53x kMmaSync on uniform, Zipf and one-hot
+// routing; kWgmmaWideN beat it only on uniform rows (1.06x) and lost 1.19-1.25x on the skewed
+// ones (docs/perf.md, "wgmma main loop").
 MoePrefillKernel moe_prefill_choice(MoePrefillKernel kernel) {
-  return kernel == MoePrefillKernel::kAuto ? MoePrefillKernel::kMmaSync : kernel;
+  return kernel == MoePrefillKernel::kAuto ? MoePrefillKernel::kWgmma : kernel;
 }
 
 bool moe_prefill_fits(const MoeDecodeWeights& w) {
