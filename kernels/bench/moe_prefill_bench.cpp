@@ -5,7 +5,8 @@
 // proportion to 1/(e+1): 5470 down to 24) and one hot expert (8192 rows, every token, the
 // rest uniform). FLOPs = 2 * rows * 3 * 3072 * 3584, against the floor (790 TFLOP/s).
 // The torch anchor (moe_prefill_torch.py) builds the same distributions and times the same
-// work in bf16. Each distribution runs under both tile schedules (moe_prefill.h: the
+// work in bf16. Each distribution runs every main loop (MoePrefillKernel::kMmaSync, kWgmma,
+// kWgmmaWideN; the input order does not change the time) under both tile schedules (moe_prefill.h: the
 // dynamic queue in a workspace, as the backend calls it, and the static stride). Also the crossover against moe_expert_mlp_decode (kAuto) at 2..64 rows a
 // expert, which sets the backend's switch (cuda_layers.cpp). CUDA events, 3 warm-ups,
 // median of --reps. Weight bytes are random (scales 2^-7..2^-3), tiled from a 64 MB pattern.
@@ -108,18 +109,21 @@ void run(int argc, char** argv) {
     if (g_quick && kind != "uniform") break;
     const auto c = counts_for(kind, kRows);
     check(off.upload(offsets_of(c)), "offsets");
-    for (const bool queue : {true, false}) {
-      if (g_quick && !queue) break;
-      const double us = median_us([&] {
-        check(moe_expert_mlp_prefill(w, off.get(), kExperts, cap, x.get(), act.get(), out.get(), nullptr, queue ? prefill_ws : MoeDecodeWorkspace{}),
-              "prefill");
-      });
-      const double flops = 2.0 * kRows * 3 * kInter * kDim;
-      std::printf("prefill %-7s %-6s rows %lld (max %lld min %lld a expert): %8.1f us  %6.1f TFLOP/s  floor %6.1f us  ours/floor %.2fx\n",
-                  kind.c_str(), queue ? "queue" : "static", (long long)kRows,
-                  (long long)*std::max_element(c.begin(), c.end()), (long long)*std::min_element(c.begin(), c.end()), us, flops / us * 1e-6,
-                  flops / kPeak * 1e6, us / (flops / kPeak * 1e6));
-    }
+    for (const MoePrefillKernel kernel : {MoePrefillKernel::kMmaSync, MoePrefillKernel::kWgmma, MoePrefillKernel::kWgmmaWideN})
+      for (const bool queue : {true, false}) {
+        if (g_quick && !queue) break;
+        const double us = median_us([&] {
+          check(moe_expert_mlp_prefill(w, off.get(), kExperts, cap, x.get(), act.get(), out.get(), nullptr,
+                                       queue ? prefill_ws : MoeDecodeWorkspace{}, kernel),
+                "prefill");
+        });
+        const double flops = 2.0 * kRows * 3 * kInter * kDim;
+        std::printf("prefill %-7s %-8s %-6s rows %lld (max %lld min %lld a expert): %8.1f us  %6.1f TFLOP/s  floor %6.1f us  ours/floor %.2fx\n",
+                    kind.c_str(),
+                    kernel == MoePrefillKernel::kWgmma ? "wgmma" : kernel == MoePrefillKernel::kWgmmaWideN ? "wgmma-wN" : "mma.sync", queue ? "queue" : "static", (long long)kRows,
+                    (long long)*std::max_element(c.begin(), c.end()), (long long)*std::min_element(c.begin(), c.end()), us,
+                    flops / us * 1e-6, flops / kPeak * 1e6, us / (flops / kPeak * 1e6));
+      }
   }
   if (g_quick) return;
   // Crossover with the decode kernels (fp32 activations there), uniform rows.

@@ -7,6 +7,7 @@
 #include "common/cuda_check.h"
 #include "moe/moe.h"
 #include "moe/moe_prefill.h"
+#include "moe/moe_prefill_schedule.h"
 
 namespace pdserve::cuda {
 
@@ -83,16 +84,24 @@ __global__ void gather_kernel(const float* __restrict__ x, int64_t dim, int64_t 
 
 // gather_kernel writing bf16 (the prefill GEMM's operand): 4 features per thread.
 __global__ void gather_bf16_kernel(const float* __restrict__ x, int64_t dim, int64_t k, const int32_t* offsets, int64_t experts,
-                                   const int32_t* sorted_pairs, uint16_t* x_sorted) {
+                                   const int32_t* sorted_pairs, uint16_t* x_sorted, bool wgmma_order) {
   const int64_t row = blockIdx.x;
   if (row >= offsets[experts]) return;
   const int64_t t = sorted_pairs[row] / k;
   const float4* src = reinterpret_cast<const float4*>(x + t * dim);
   uint2* dst = reinterpret_cast<uint2*>(x_sorted + row * dim);
+  uint32_t* dst32 = reinterpret_cast<uint32_t*>(x_sorted + row * dim);
   for (int64_t i = threadIdx.x; i < dim / 4; i += blockDim.x) {
     const float4 v = src[i];
     const __nv_bfloat162 lo = __floats2bfloat162_rn(v.x, v.y), hi = __floats2bfloat162_rn(v.z, v.w);
-    dst[i] = make_uint2(*reinterpret_cast<const uint32_t*>(&lo), *reinterpret_cast<const uint32_t*>(&hi));
+    if (!wgmma_order) {
+      dst[i] = make_uint2(*reinterpret_cast<const uint32_t*>(&lo), *reinterpret_cast<const uint32_t*>(&hi));
+    } else {  // inputs 4i .. 4i + 3 as two pairs to their wgmma_k_position slots
+      const int64_t group = (4 * i) & ~int64_t(31);
+      const int j = static_cast<int>((4 * i) & 31);
+      dst32[(group + moe_prefill_detail::wgmma_k_position(j)) / 2] = *reinterpret_cast<const uint32_t*>(&lo);
+      dst32[(group + moe_prefill_detail::wgmma_k_position(j + 2)) / 2] = *reinterpret_cast<const uint32_t*>(&hi);
+    }
   }
 }
 
@@ -144,15 +153,18 @@ Status moe_permute(const int32_t* ids, int64_t tokens, int64_t k, int64_t expert
 }
 
 Status moe_permute_bf16(const int32_t* ids, int64_t tokens, int64_t k, int64_t expert_begin, int64_t local_experts, const float* x,
-                        int64_t dim, const MoePlan& plan, uint16_t* x_sorted, cudaStream_t stream) {
+                        int64_t dim, const MoePlan& plan, uint16_t* x_sorted, cudaStream_t stream, MoePrefillKernel kernel) {
   if (local_experts <= 0 || local_experts > kMaxLocalExperts) return invalid_argument("moe_permute_bf16: local_experts must be 1..1024");
   if (k <= 0 || dim % 4) return invalid_argument("moe_permute_bf16: k must be positive and dim a multiple of 4");
+  const bool wgmma_order = moe_prefill_choice(kernel) != MoePrefillKernel::kMmaSync;
+  if (wgmma_order && dim % 32) return invalid_argument("moe_permute_bf16: the wgmma kernels need dim a multiple of 32");
   const int64_t n = tokens * k;
   if (n > INT32_MAX) return invalid_argument("moe_permute_bf16: too many pairs");
   plan_kernel<<<static_cast<unsigned>(local_experts), kThreads, 0, stream>>>(ids, n, expert_begin, local_experts, plan.offsets,
                                                                              plan.sorted_pairs, plan.pair_row);
   if (n > 0)
-    gather_bf16_kernel<<<static_cast<unsigned>(n), 128, 0, stream>>>(x, dim, k, plan.offsets, local_experts, plan.sorted_pairs, x_sorted);
+    gather_bf16_kernel<<<static_cast<unsigned>(n), 128, 0, stream>>>(x, dim, k, plan.offsets, local_experts, plan.sorted_pairs, x_sorted,
+                                                                     wgmma_order);
   return last_launch_status("moe_permute_bf16");
 }
 

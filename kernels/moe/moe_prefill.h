@@ -1,5 +1,7 @@
 // Prefill-time routed experts: a grouped GEMM over the local experts on bf16 tensor cores
-// (mma.sync m16n8k16, fp32 accumulate), MXFP4 weights dequantised in registers on the way.
+// (fp32 accumulate), MXFP4 weights dequantised in registers on the way. Three main loops
+// (MoePrefillKernel below): warpgroup MMA (wgmma, the default) and the mma.sync kernel this
+// comment describes; the wgmma tiles are in docs/design.md.
 // It replaces step 2 of moe.h for many rows per expert; steps 1 and 3 stay, so a prefill
 // chunk runs
 //   moe_permute_bf16 -> moe_expert_mlp_prefill -> moe_combine
@@ -46,10 +48,24 @@ namespace pdserve::cuda {
 // 128 too (a warp's 32 or 64 output rows are all real or all past the end).
 bool moe_prefill_fits(const MoeDecodeWeights& w);
 
+// The main loop: kMmaSync (mma.sync m16n8k16, 8 warps, 64-token tiles), or warpgroup MMA
+// (two consumer warpgroups, wgmma.m64nNk16 with the dequantised weights as the register A
+// operand and the tokens as B from a swizzled shared-memory ring; docs/design.md): kWgmma
+// (two m64 blocks a warpgroup, token tiles of 128 in order) or kWgmmaWideN (one m64 block
+// a warpgroup, an expert's rows in equal token tiles of at most 192). The wgmma kernels keep
+// x_sorted and act with the inputs of each 32-input group in the order their MMA fragments
+// take (moe_prefill_schedule.h, wgmma_k_position), so moe_permute_bf16 and
+// moe_expert_mlp_prefill of one chunk must be given the same kernel. kAuto resolves to
+// moe_prefill_choice() (docs/perf.md has the measurements behind it).
+enum class MoePrefillKernel { kAuto, kMmaSync, kWgmma, kWgmmaWideN };
+MoePrefillKernel moe_prefill_choice(MoePrefillKernel kernel = MoePrefillKernel::kAuto);
+
 // moe_permute (moe.h) writing the sorted rows as bf16 bits (round to nearest even):
-// x_sorted [capacity, dim] uint16.
+// x_sorted [capacity, dim] uint16, each row's inputs in `kernel`'s order (the wgmma kernels:
+// permuted within 32-input groups, so dim % 32 == 0 there).
 Status moe_permute_bf16(const int32_t* ids, int64_t tokens, int64_t k, int64_t expert_begin, int64_t local_experts, const float* x,
-                        int64_t dim, const MoePlan& plan, uint16_t* x_sorted, cudaStream_t stream);
+                        int64_t dim, const MoePlan& plan, uint16_t* x_sorted, cudaStream_t stream,
+                        MoePrefillKernel kernel = MoePrefillKernel::kAuto);
 
 // moe_expert_mlp's contract on decode-layout weights with bf16 activations: per local
 // expert e, over its rows [offsets[e], offsets[e+1]): act = act_fn(x W1^T, x W3^T) (bf16
@@ -63,8 +79,9 @@ Status moe_permute_bf16(const int32_t* ids, int64_t tokens, int64_t k, int64_t e
 // tiles (a hot expert, Zipf's head) no longer hold up the tiles striding left to their CTA.
 // Without one, CTAs stride by the grid. Calls that may overlap in time need separate
 // workspaces. Every tile is computed the same way under both: bit-identical outputs.
+// x_sorted as moe_permute_bf16 wrote it for the same `kernel`; act is that kernel's scratch.
 Status moe_expert_mlp_prefill(const MoeDecodeWeights& w, const int32_t* offsets, int64_t local_experts, int64_t capacity,
                               const uint16_t* x_sorted, uint16_t* act, float* out_sorted, cudaStream_t stream,
-                              MoeDecodeWorkspace workspace = {});
+                              MoeDecodeWorkspace workspace = {}, MoePrefillKernel kernel = MoePrefillKernel::kAuto);
 
 }  // namespace pdserve::cuda

@@ -1,16 +1,18 @@
 // moe_expert_mlp_prefill (contract and design: moe_prefill.h): grouped MXFP4 GEMM over the
-// local experts, mma.sync m16n8k16 bf16 with fp32 accumulators, weights-as-A.
+// local experts, mma.sync m16n8k16 bf16 with fp32 accumulators, weights-as-A (kMmaSync); the
+// wgmma kernels live in moe_prefill_wgmma_sm90.cu.
 #include <cuda_bf16.h>
 
-#include "moe/moe_decode_device.cuh"
 #include "moe/moe_prefill.h"
+#include "moe/moe_prefill_device.cuh"
+#include "moe/moe_prefill_internal.h"
 #include "moe/moe_prefill_schedule.h"
 
 namespace pdserve::cuda {
 
 namespace {
 
-using namespace moe_decode_detail;
+using namespace moe_prefill_detail;
 
 constexpr int kThreads = 256;  // 8 warps
 constexpr int kTokTile = 64;   // tokens of one expert per CTA tile (8 MMA column blocks)
@@ -29,23 +31,6 @@ constexpr size_t kSmem = size_t(kStages) * kStageBytes;
 constexpr int kActStride = 260;
 static_assert(size_t(2) * kTokTile * kActStride * 4 <= kSmem, "the staged gate/up tile must fit in the ring");
 
-// The dynamic tile queue: the first two words of the caller's MoeDecodeWorkspace. `next`
-// hands out tiles past the first gridDim.x; the last CTA to finish (`done`) zeroes both, so
-// the next launch in stream order (down after gate/up, the next call, a graph replay)
-// starts from zero.
-struct TileQueue {
-  unsigned next, done;
-};
-
-__device__ __forceinline__ void cp_async16(uint32_t dst, const void* src, uint32_t src_bytes) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dst), "l"(src), "r"(src_bytes) : "memory");
-}
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
-template <int kPending>
-__device__ __forceinline__ void cp_async_wait() {
-  asm volatile("cp.async.wait_group %0;" ::"n"(kPending) : "memory");
-}
-
 // Stage tile j (0..63) -> this projection's 8-row tile index within the output tile, and
 // which matrix (gated: j < 32 gate, else up).
 template <bool kGated>
@@ -61,47 +46,6 @@ __device__ __forceinline__ void mma(float (&d)[4], const uint32_t (&a)[4], uint3
       : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
-
-// Half of dequant_word (moe_decode_device.cuh): the two bf16x2 registers of k-step `half`
-// (0: out0, out1; 1: out2, out3), so only one k-step's A operands are live at a time.
-template <bool kWide>
-__device__ __forceinline__ void dequant_half(uint32_t q, uint32_t s, int half, uint32_t (&o)[2]) {
-  constexpr uint32_t kMask = 0x81C081C0u;
-  if (half == 0) {
-    o[0] = q & kMask;
-    o[1] = (q << 3) & kMask;
-  } else {
-    o[0] = (q << 6) & kMask;
-    o[1] = ((q >> 4) & 0x00C000C0u) | ((q >> 6) & 0x01000100u) | ((q << 2) & 0x80008000u);
-  }
-  if constexpr (!kWide) {
-    const uint32_t c = ((s + 126u) << 7) * 0x10001u;
-    o[0] = bf16x2_mul(o[0], c), o[1] = bf16x2_mul(o[1], c);
-  } else {
-    const uint32_t lift = 0x7E807E80u;
-    const uint32_t c = (s == 0 ? 0x0040u : s == 255 ? 0x7FC0u : (s << 7)) * 0x10001u;
-    o[0] = bf16x2_mul(bf16x2_mul(o[0], lift), c), o[1] = bf16x2_mul(bf16x2_mul(o[1], lift), c);
-  }
-}
-
-__device__ __forceinline__ float tanh_approx(float x) {
-  float y;
-  asm("tanh.approx.f32 %0, %1;" : "=f"(y) : "f"(x));
-  return y;
-}
-
-// MoeAct (moe_activation.cuh) on the special-function unit: tanh.approx (relative error
-// 2^-11) and an __expf sigmoid; the result is rounded to bf16 (2^-9) right after.
-__device__ __forceinline__ float act_fast(const MoeAct& fn, float g, float u) {
-  const float sig = __frcp_rn(1.0f + __expf(-g));
-  if (fn.kind == MoeActivation::kSiLU) return g * sig * u;
-  const float a = fn.beta * tanh_approx(g * (1.0f / fn.beta)) * sig;
-  return a * (fn.linear_beta > 0.0f ? fn.linear_beta * tanh_approx(u * (1.0f / fn.linear_beta)) : u);
-}
-
-struct Tile {
-  int e, ot, tok0, ntok;
-};
 
 // One CTA tile: the cp.async ring over the input chunks, the MMAs, the epilogue. kNV: token
 // column blocks computed (>= the real ones, rounded up to even), so the MMA loops have no
@@ -271,24 +215,9 @@ __global__ void __launch_bounds__(kThreads, 1)
   __shared__ int tile_start[kMaxExperts + 1];
   __shared__ int next_tile[2];  // kQueue: thread 0 fetches tile it + 1 while tile it runs
   constexpr int kOutPerTile = kGated ? 256 : 512;
-  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int out_tiles = (static_cast<int>(a.rows) + kOutPerTile - 1) / kOutPerTile;
 
-  if (warp == 0) {  // tile_start[e] = tiles of experts below e (inclusive warp scans, 32 experts a step)
-    int run = 0;
-    if (lane == 0) tile_start[0] = 0;
-    for (int base = 0; base < experts; base += 32) {
-      const int e = base + lane;
-      int n = e < experts ? (offsets[e + 1] - offsets[e] + kTokTile - 1) / kTokTile * out_tiles : 0;
-#pragma unroll
-      for (int o = 1; o < 32; o <<= 1) {
-        const int v = __shfl_up_sync(0xffffffffu, n, o);
-        if (lane >= o) n += v;
-      }
-      if (e < experts) tile_start[e + 1] = run + n;
-      run += __shfl_sync(0xffffffffu, n, 31);
-    }
-  }
+  scan_tile_starts(offsets, experts, kTokTile, out_tiles, tile_start);
   __syncthreads();
   const int total = tile_start[experts];
 
@@ -297,13 +226,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     // Read after run_tile's barriers; rewritten two tiles later, after the next tile's
     // barriers, so no thread still reads the old value.
     if (kQueue && threadIdx.x == 0) next_tile[it & 1] = int(gridDim.x + atomicAdd(&queue_ptr->next, 1u));
-    int lo = 0, hi = experts - 1;  // the last expert whose first tile is <= tile (never an empty one)
-    while (lo < hi) {
-      const int mid = (lo + hi + 1) >> 1;
-      if (tile_start[mid] <= tile) lo = mid;
-      else hi = mid - 1;
-    }
-    const int e = lo, local = tile - tile_start[e];
+    const int e = expert_of_tile(tile_start, experts, tile), local = tile - tile_start[e];
     const int row_begin = offsets[e], nrows = offsets[e + 1] - row_begin;
     const int mtiles = (nrows + kTokTile - 1) / kTokTile;
     int ot, mt;
@@ -317,13 +240,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
     tile = kQueue ? next_tile[it & 1] : tile + int(gridDim.x);
   }
-  if (kQueue && threadIdx.x == 0) {
-    __threadfence();  // this CTA's last fetch is done before it counts itself out
-    if (atomicAdd(&queue_ptr->done, 1u) == gridDim.x - 1) {
-      atomicExch(&queue_ptr->next, 0u);
-      atomicExch(&queue_ptr->done, 0u);
-    }
-  }
+  if (kQueue && threadIdx.x == 0) finish_tile_queue(queue_ptr);
 }
 
 template <bool kGated, bool kWide>
@@ -339,6 +256,13 @@ Status launch(const Mxfp4Decode& a, const Mxfp4Decode& b, const int32_t* offsets
 
 }  // namespace
 
+// kWgmma: correct in two H200 runs and 1.37-1.53x kMmaSync on uniform, Zipf and one-hot
+// routing; kWgmmaWideN beat it only on uniform rows (1.06x) and lost 1.19-1.25x on the skewed
+// ones (docs/perf.md, "wgmma main loop").
+MoePrefillKernel moe_prefill_choice(MoePrefillKernel kernel) {
+  return kernel == MoePrefillKernel::kAuto ? MoePrefillKernel::kWgmma : kernel;
+}
+
 bool moe_prefill_fits(const MoeDecodeWeights& w) {
   auto ok = [](const Mxfp4Decode& m) { return m.packed && m.scales && m.rows > 0 && m.cols > 0 && m.cols % 128 == 0; };
   return ok(w.w1) && ok(w.w3) && ok(w.w2) && w.w3.rows == w.w1.rows && w.w3.cols == w.w1.cols && w.w2.rows == w.w1.cols &&
@@ -346,13 +270,18 @@ bool moe_prefill_fits(const MoeDecodeWeights& w) {
 }
 
 Status moe_expert_mlp_prefill(const MoeDecodeWeights& w, const int32_t* offsets, int64_t local_experts, int64_t capacity,
-                              const uint16_t* x_sorted, uint16_t* act, float* out_sorted, cudaStream_t stream, MoeDecodeWorkspace workspace) {
+                              const uint16_t* x_sorted, uint16_t* act, float* out_sorted, cudaStream_t stream, MoeDecodeWorkspace workspace,
+                              MoePrefillKernel kernel) {
   if (!moe_prefill_fits(w)) return invalid_argument("moe_expert_mlp_prefill: weight widths must be multiples of 128 (moe_prefill_fits)");
   if (local_experts <= 0 || local_experts > kMaxExperts) return invalid_argument("moe_expert_mlp_prefill: local_experts must be 1..1024");
   if (capacity <= 0) return Status::ok();
   if (capacity > INT32_MAX / 2) return invalid_argument("moe_expert_mlp_prefill: capacity too large");
-  const MoeAct fn{w.activation, w.situ_beta, w.situ_linear_beta};
   TileQueue* queue = workspace.data && workspace.bytes >= sizeof(TileQueue) ? static_cast<TileQueue*>(workspace.data) : nullptr;
+  const MoePrefillKernel chosen = moe_prefill_choice(kernel);
+  if (chosen != MoePrefillKernel::kMmaSync)
+    return expert_mlp_prefill_wgmma(w, offsets, local_experts, capacity, x_sorted, act, out_sorted, queue,
+                                    chosen == MoePrefillKernel::kWgmmaWideN, stream);
+  const MoeAct fn{w.activation, w.situ_beta, w.situ_linear_beta};
   const bool wide_up = w.w1.wide_scales || w.w3.wide_scales;
   const Status up = wide_up ? launch<true, true>(w.w1, w.w3, offsets, local_experts, capacity, x_sorted, act, nullptr, fn, queue, stream)
                             : launch<true, false>(w.w1, w.w3, offsets, local_experts, capacity, x_sorted, act, nullptr, fn, queue, stream);

@@ -2,10 +2,12 @@
 // moe_expert_mlp_prefill -> moe_combine against the routed part of moe_forward on the CPU
 // (moe_reference.h), fresh random inputs each case. GPU tests skip without an sm_90 GPU.
 // Cases: the K3 expert shape (3584 -> 3072 -> 3584, SiTU(4, 25)) with real top-16 routing;
-// single experts of 1, 15, 17, 64, 65 and 129 rows beside empty ones (token tiles of 64,
-// column blocks of 8), at widths that leave the last output tile part-filled; one hot
+// single experts of 1, 15, 17, 64, 65, 129, 190 and 385 rows beside empty ones (token tiles
+// of 64 / 128 / balanced up to 192, column blocks of 8 / wgmma N of 32..192), at widths that leave the last output tile part-filled; one hot
 // expert (skew); uniform routing under SiLU and SiTU; scales above 2^1 (two-multiply
 // path); the tile queue against the static schedule, call after call; no local rows; a CUDA-graph replay that must give the eager launch's bits.
+// Every GPU case runs every main loop (MoePrefillKernel::kMmaSync, kWgmma, kWgmmaWideN); a
+// CPU test checks the wgmma kernels' input order against the MMA fragment it must match.
 // Bound: normalised error max|gpu - cpu| / max|cpu| < 1e-2. x and act are rounded to bf16
 // once each (relative 2^-9), weights exact, fp32 accumulation; runs print the measured
 // error (a few 1e-3 expected).
@@ -24,6 +26,11 @@ namespace {
 
 using namespace ktest;
 using MoePrefill = GpuTest;
+
+constexpr MoePrefillKernel kKernels[] = {MoePrefillKernel::kMmaSync, MoePrefillKernel::kWgmma, MoePrefillKernel::kWgmmaWideN};
+const char* name_of(MoePrefillKernel k) {
+  return k == MoePrefillKernel::kWgmma ? "wgmma" : k == MoePrefillKernel::kWgmmaWideN ? "wgmma-wideN" : "mma.sync";
+}
 
 struct DevWeights {
   std::vector<DeviceBuffer<uint8_t>> bufs;
@@ -69,13 +76,16 @@ MoeDecodeWorkspace queue_workspace() {
   return {buf->get(), 8};
 }
 
-Status pipeline(Buffers& b, const DevWeights& dw, int64_t tokens, int64_t k, int64_t begin, int64_t local, cudaStream_t st) {
+Status pipeline(Buffers& b, const DevWeights& dw, int64_t tokens, int64_t k, int64_t begin, int64_t local, cudaStream_t st,
+                MoePrefillKernel kernel) {
   const int64_t dim = dw.w.w1.cols, cap = tokens * k;
-  PDS_RETURN_IF_ERROR(moe_permute_bf16(b.ids.get(), tokens, k, begin, local, b.x.get(), dim, b.plan(), b.xs.get(), st));
-  PDS_RETURN_IF_ERROR(moe_expert_mlp_prefill(dw.w, b.off.get(), local, cap, b.xs.get(), b.act.get(), b.os.get(), st, queue_workspace()));
+  PDS_RETURN_IF_ERROR(moe_permute_bf16(b.ids.get(), tokens, k, begin, local, b.x.get(), dim, b.plan(), b.xs.get(), st, kernel));
+  PDS_RETURN_IF_ERROR(
+      moe_expert_mlp_prefill(dw.w, b.off.get(), local, cap, b.xs.get(), b.act.get(), b.os.get(), st, queue_workspace(), kernel));
   return moe_combine(b.os.get(), b.prow.get(), b.wts.get(), tokens, k, dim, b.y.get(), st);
 }
 
+// The worst normalised error of the main loops on the same case.
 double run_prefill(const Routing& r, int64_t tokens, int64_t k, int64_t begin, const HostExperts& h, MoeActivation act, uint32_t seed,
                    const std::string& what) {
   const float beta = 4.0f, lb = 25.0f;
@@ -86,16 +96,21 @@ double run_prefill(const Routing& r, int64_t tokens, int64_t k, int64_t begin, c
   Buffers b{dev(r.ids), DeviceBuffer<int32_t>(local + 1), DeviceBuffer<int32_t>(cap), DeviceBuffer<int32_t>(cap),
         dev(r.weights), dev(x), DeviceBuffer<float>(cap * dim), DeviceBuffer<float>(tokens * dim),
         DeviceBuffer<uint16_t>(cap * dim), DeviceBuffer<uint16_t>(cap * inter)};
-  const Status s = pipeline(b, dw, tokens, k, begin, local, nullptr);
-  EXPECT_TRUE(s.is_ok()) << s.to_string();
-  const auto got = host(b.y);
   int64_t rows = 0;
   for (int32_t id : r.ids) rows += id >= begin && id < begin + local;
-  const double err = nerr(got, ref);
-  std::printf("prefill MoE %s: tokens=%lld local=%lld k=%lld rows=%lld dim=%lld inter=%lld: normalised error %.3g\n", what.c_str(),
-              (long long)tokens, (long long)local, (long long)k, (long long)rows, (long long)dim, (long long)inter, err);
   EXPECT_GT(rows, 0) << what << ": the case should route some rows here";
-  return err;
+  double worst = 0.0;
+  for (const MoePrefillKernel kernel : kKernels) {
+    EXPECT_EQ(cudaMemset(b.y.get(), 0xff, tokens * dim * sizeof(float)), cudaSuccess);  // NaN: a row the kernel skipped shows
+    const Status s = pipeline(b, dw, tokens, k, begin, local, nullptr, kernel);
+    EXPECT_TRUE(s.is_ok()) << s.to_string();
+    const double err = nerr(host(b.y), ref);
+    std::printf("prefill MoE %s [%s]: tokens=%lld local=%lld k=%lld rows=%lld dim=%lld inter=%lld: normalised error %.3g\n", what.c_str(),
+                name_of(kernel), (long long)tokens, (long long)local, (long long)k, (long long)rows, (long long)dim, (long long)inter, err);
+    EXPECT_LT(err, 1e-2) << what << " [" << name_of(kernel) << "]";
+    worst = std::isnan(err) ? 1.0 : std::max(worst, err);
+  }
+  return worst;
 }
 
 TEST(MoePrefillShapes, FitsNeedsWidthsOf128) {
@@ -148,6 +163,31 @@ TEST(MoePrefillSchedule, StridingCtasShareTheShortTokenTiles) {
   EXPECT_LE(*hi - *lo, 2);
 }
 
+// kWgmma's input order (wgmma_k_position) is a permutation of each 32-input group that
+// keeps pairs adjacent and puts lane t's inputs 8t + 4h + {0,1} / {2,3} (dequant_half's two
+// registers of k-step h) at k slots 2t, 2t + 1 / 2t + 8, 2t + 9 of k-step h, as the m16n8k16
+// A fragment (and wgmma's register A) takes them.
+TEST(MoePrefillSchedule, WgmmaInputOrderMatchesTheAFragment) {
+  std::vector<int> seen(32, 0);
+  for (int j = 0; j < 32; ++j) {
+    const int pos = moe_prefill_detail::wgmma_k_position(j);
+    ASSERT_GE(pos, 0);
+    ASSERT_LT(pos, 32);
+    ++seen[pos];
+    if (j % 2 == 0) {
+      EXPECT_EQ(moe_prefill_detail::wgmma_k_position(j + 1), pos + 1) << "pairs stay adjacent";
+    }
+  }
+  EXPECT_EQ(seen, std::vector<int>(32, 1));
+  for (int t = 0; t < 4; ++t)
+    for (int h = 0; h < 2; ++h) {
+      EXPECT_EQ(moe_prefill_detail::wgmma_k_position(8 * t + 4 * h), 16 * h + 2 * t);
+      EXPECT_EQ(moe_prefill_detail::wgmma_k_position(8 * t + 4 * h + 2), 16 * h + 2 * t + 8);
+    }
+  EXPECT_EQ(moe_prefill_choice(MoePrefillKernel::kWgmma), MoePrefillKernel::kWgmma);
+  EXPECT_NE(moe_prefill_choice(), MoePrefillKernel::kAuto);
+}
+
 TEST_F(MoePrefill, MatchesCpuAtK3ExpertShapeWithTop16) {
   const int64_t experts = 32, local = 4, k = 16, tokens = 40;
   const HostExperts h = make_experts(local, 3072, 3584, 90, false);
@@ -159,7 +199,7 @@ TEST_F(MoePrefill, OddRowCountsBesideEmptyExperts) {
   // Local experts 0 and 2 get n rows each (k = 2: one pick each per token), 1 and 3 none.
   const int64_t local = 4, begin = 8;
   const HostExperts h = make_experts(local, 384, 640, 100, true);  // 384: 1.5 gate/up tiles; 640: 1.25 down tiles
-  for (int64_t n : {1, 15, 17, 64, 65, 129}) {
+  for (int64_t n : {1, 15, 17, 64, 65, 129, 190, 385}) {
     Routing r{std::vector<int32_t>(2 * n), std::vector<float>(2 * n)};
     for (int64_t t = 0; t < n; ++t) r.ids[2 * t] = begin + 2, r.ids[2 * t + 1] = begin, r.weights[2 * t] = 0.6f, r.weights[2 * t + 1] = 0.4f;
     EXPECT_LT(run_prefill(r, n, 2, begin, h, MoeActivation::kSiTU, 101 + static_cast<uint32_t>(n), "rows=" + std::to_string(n)), 1e-2);
@@ -210,19 +250,21 @@ TEST_F(MoePrefill, TileQueueAndStaticScheduleGiveTheSameBitsCallAfterCall) {
   DeviceBuffer<uint32_t> ws_buf(2);
   ASSERT_EQ(cudaMemset(ws_buf.get(), 0, 8), cudaSuccess);
   const MoeDecodeWorkspace ws{ws_buf.get(), 8};
-  std::vector<std::vector<float>> outs;
-  for (const MoeDecodeWorkspace call_ws : {ws, ws, MoeDecodeWorkspace{}}) {  // queue, queue, static
-    ASSERT_EQ(cudaMemset(os.get(), 0xff, cap * dim * sizeof(float)), cudaSuccess);  // NaN: a skipped tile shows
-    const Status s = moe_expert_mlp_prefill(dw.w, off.get(), local, cap, xs.get(), act.get(), os.get(), nullptr, call_ws);
-    ASSERT_TRUE(s.is_ok()) << s.to_string();
-    outs.push_back(host(os));
+  for (const MoePrefillKernel kernel : kKernels) {  // x's input order does not matter here: runs are compared with each other
+    std::vector<std::vector<float>> outs;
+    for (const MoeDecodeWorkspace call_ws : {ws, ws, MoeDecodeWorkspace{}}) {  // queue, queue, static
+      ASSERT_EQ(cudaMemset(os.get(), 0xff, cap * dim * sizeof(float)), cudaSuccess);  // NaN: a skipped tile shows
+      const Status s = moe_expert_mlp_prefill(dw.w, off.get(), local, cap, xs.get(), act.get(), os.get(), nullptr, call_ws, kernel);
+      ASSERT_TRUE(s.is_ok()) << s.to_string();
+      outs.push_back(host(os));
+    }
+    const int64_t rows = offsets[local];
+    for (int i = 0; i < 3; ++i) outs[i].resize(rows * dim);
+    for (float v : outs[2]) ASSERT_TRUE(std::isfinite(v)) << name_of(kernel);
+    EXPECT_EQ(host(ws_buf), std::vector<uint32_t>(2, 0u)) << name_of(kernel) << ": the last CTA leaves the queue zero";
+    EXPECT_TRUE(outs[0] == outs[2]) << name_of(kernel) << ": first queue call vs static";
+    EXPECT_TRUE(outs[1] == outs[2]) << name_of(kernel) << ": second queue call vs static";
   }
-  const int64_t rows = offsets[local];
-  for (int i = 0; i < 3; ++i) outs[i].resize(rows * dim);
-  for (float v : outs[2]) ASSERT_TRUE(std::isfinite(v));
-  EXPECT_EQ(host(ws_buf), std::vector<uint32_t>(2, 0u)) << "the last CTA leaves the queue zero";
-  EXPECT_TRUE(outs[0] == outs[2]) << "first queue call vs static";
-  EXPECT_TRUE(outs[1] == outs[2]) << "second queue call vs static";
 }
 
 TEST_F(MoePrefill, NoLocalRowsLeavesTheOutputZeroAndGraphReplayRepeats) {
@@ -235,33 +277,35 @@ TEST_F(MoePrefill, NoLocalRowsLeavesTheOutputZeroAndGraphReplayRepeats) {
                DeviceBuffer<uint16_t>(cap * dim), DeviceBuffer<uint16_t>(cap * inter)};
   };
   const Routing none{std::vector<int32_t>(cap, 40), std::vector<float>(cap, 0.5f)};
-  Buffers b0 = make(none);
-  ASSERT_TRUE(pipeline(b0, dw, tokens, k, 0, local, nullptr).is_ok());
-  EXPECT_EQ(host(b0.y), std::vector<float>(tokens * dim, 0.0f));
+  for (const MoePrefillKernel kernel : kKernels) {
+    Buffers b0 = make(none);
+    ASSERT_TRUE(pipeline(b0, dw, tokens, k, 0, local, nullptr, kernel).is_ok());
+    EXPECT_EQ(host(b0.y), std::vector<float>(tokens * dim, 0.0f)) << name_of(kernel);
 
-  Routing r{std::vector<int32_t>(cap), std::vector<float>(cap, 0.5f)};
-  for (int64_t t = 0; t < tokens; ++t) r.ids[2 * t] = 1, r.ids[2 * t + 1] = t % 3 == 0 ? 4 : 9;  // experts 0, 2, 3, 5 empty
-  Buffers b = make(r);
-  ASSERT_TRUE(pipeline(b, dw, tokens, k, 0, local, nullptr).is_ok());
-  const auto first = host(b.y);
-  cudaStream_t st;
-  ASSERT_EQ(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking), cudaSuccess);
-  cudaGraph_t graph;
-  cudaGraphExec_t exec;
-  ASSERT_EQ(cudaStreamBeginCapture(st, cudaStreamCaptureModeGlobal), cudaSuccess);
-  const Status captured = pipeline(b, dw, tokens, k, 0, local, st);
-  ASSERT_EQ(cudaStreamEndCapture(st, &graph), cudaSuccess);
-  ASSERT_TRUE(captured.is_ok()) << captured.to_string();
-  ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
-  for (int i = 0; i < 2; ++i) {
-    ASSERT_EQ(cudaMemsetAsync(b.y.get(), 0, tokens * dim * sizeof(float), st), cudaSuccess);
-    ASSERT_EQ(cudaGraphLaunch(exec, st), cudaSuccess);
-    ASSERT_EQ(cudaStreamSynchronize(st), cudaSuccess);
-    EXPECT_EQ(host(b.y), first) << "graph replay " << i + 1;
+    Routing r{std::vector<int32_t>(cap), std::vector<float>(cap, 0.5f)};
+    for (int64_t t = 0; t < tokens; ++t) r.ids[2 * t] = 1, r.ids[2 * t + 1] = t % 3 == 0 ? 4 : 9;  // experts 0, 2, 3, 5 empty
+    Buffers b = make(r);
+    ASSERT_TRUE(pipeline(b, dw, tokens, k, 0, local, nullptr, kernel).is_ok());
+    const auto first = host(b.y);
+    cudaStream_t st;
+    ASSERT_EQ(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking), cudaSuccess);
+    cudaGraph_t graph;
+    cudaGraphExec_t exec;
+    ASSERT_EQ(cudaStreamBeginCapture(st, cudaStreamCaptureModeGlobal), cudaSuccess);
+    const Status captured = pipeline(b, dw, tokens, k, 0, local, st, kernel);
+    ASSERT_EQ(cudaStreamEndCapture(st, &graph), cudaSuccess);
+    ASSERT_TRUE(captured.is_ok()) << captured.to_string();
+    ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
+    for (int i = 0; i < 2; ++i) {
+      ASSERT_EQ(cudaMemsetAsync(b.y.get(), 0, tokens * dim * sizeof(float), st), cudaSuccess);
+      ASSERT_EQ(cudaGraphLaunch(exec, st), cudaSuccess);
+      ASSERT_EQ(cudaStreamSynchronize(st), cudaSuccess);
+      EXPECT_EQ(host(b.y), first) << name_of(kernel) << ": graph replay " << i + 1;
+    }
+    cudaGraphExecDestroy(exec);
+    cudaGraphDestroy(graph);
+    cudaStreamDestroy(st);
   }
-  cudaGraphExecDestroy(exec);
-  cudaGraphDestroy(graph);
-  cudaStreamDestroy(st);
 }
 
 }  // namespace

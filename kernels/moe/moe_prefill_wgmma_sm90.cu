@@ -1,0 +1,290 @@
+// moe_expert_mlp_prefill's warpgroup-MMA variants (MoePrefillKernel::kWgmma, kWgmmaWideN;
+// contract and design: moe_prefill.h, docs/design.md). Two consumer warpgroups a CTA, each
+// running wgmma.m64nNk16 with A = 64 weight rows dequantised in registers (the same fragment
+// as mma.m16n8k16's A, per warp 16 rows = two decode-layout tiles) and B = N tokens from a
+// cp.async ring in shared memory in the 128-byte swizzle, fp32 accumulators in registers.
+// kWgmma: two m64 blocks a warpgroup (gate and up rows), token tiles of 128 cut in order
+// (N 32..128). kWgmmaWideN: one m64 block a warpgroup (gate on the first, up on the second),
+// an expert's rows cut into equal token tiles of at most 192 (N 32..192): half the
+// accumulators a token, so an expert of ~146 rows is one tile and no short tail tile
+// repeats the dequantisation for a few tokens.
+// The tokens must be in wgmma_k_position order (moe_prefill_schedule.h), which
+// moe_permute_bf16 and this gate/up epilogue write.
+#include <cuda_bf16.h>
+
+#include "moe/moe_prefill.h"
+#include "moe/moe_prefill_device.cuh"
+#include "moe/moe_prefill_internal.h"
+#include "moe/moe_prefill_schedule.h"
+#include "moe/moe_prefill_wgmma.cuh"
+
+namespace pdserve::cuda::moe_prefill_detail {
+
+namespace {
+
+constexpr int kThreads = 256;  // two warpgroups
+constexpr int kChunk = 128;    // inputs per ring stage: one decode-layout tile column
+
+// kSplit = false: kWgmma; true: kWgmmaWideN (see the top of the file).
+template <bool kSplit>
+struct Cfg {
+  static constexpr int kBlocks = kSplit ? 1 : 2;         // m64 blocks a warpgroup
+  static constexpr int kTokTile = kSplit ? 192 : 128;    // most tokens a tile: the largest wgmma N used
+  static constexpr bool kBalanced = kSplit;              // equal token tiles per expert, else 128 in order
+  static constexpr int kOutGated = kSplit ? 64 : 128;    // gate (and as many up) outputs a tile
+  static constexpr int kOutDown = kSplit ? 128 : 256;    // down outputs a tile
+  static constexpr int kStages = kSplit ? 4 : 5;         // ring slots
+  static constexpr int kAhead = kStages - 2;             // chunks in flight ahead of the MMAs; slot c - 2 is free (main loop)
+  static constexpr int kHalfBytes = kTokTile * 128;      // 64 inputs x the tokens: one column of swizzle atoms
+  static constexpr int kStageBytes = 2 * kHalfBytes;
+  static constexpr int kActStride = kOutGated + 4;       // gate/up staging row (floats): 4 mod 32 banks, conflict-free stores
+  static constexpr size_t kRingBytes = size_t(kStages) * kStageBytes;
+  static constexpr size_t kSmem = kRingBytes + 1024;     // + the 1024-byte alignment the swizzle atoms need
+  static_assert(size_t(2) * kTokTile * kActStride * 4 <= kRingBytes, "the staged gate/up tile must fit in the ring");
+  static_assert(kHalfBytes % 1024 == 0, "swizzle atoms start 1024-byte aligned");
+};
+
+__device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); }
+
+// One tile. kWgmma: gated 128 gate + 128 up outputs (warpgroup wg: rows 64 wg .. + 63 of
+// each), down 256 outputs (warpgroup wg: rows 128 wg .. + 127 as two m64 blocks).
+// kWgmmaWideN: gated 64 gate (warpgroup 0) + the same 64 up rows (warpgroup 1), down 128
+// outputs (warpgroup wg: rows 64 wg .. + 63). kN: the wgmma N, the tile's tokens rounded up
+// (rows past the tile are zeros in shared memory).
+template <bool kSplit, bool kGated, bool kWide, int kN>
+__device__ __forceinline__ void run_tile(const Mxfp4Decode& a, const Mxfp4Decode& b, const uint16_t* __restrict__ x,
+                                         uint16_t* __restrict__ act_out, float* __restrict__ out, const MoeAct& fn, uint8_t* smem,
+                                         const Tile& tl) {
+  using C = Cfg<kSplit>;
+  constexpr int kOut = kGated ? C::kOutGated : C::kOutDown, kHalfBytes = C::kHalfBytes, kStageBytes = C::kStageBytes;
+  constexpr int kStages = C::kStages, kAhead = C::kAhead, kActStride = C::kActStride;
+  const int tid = threadIdx.x, wg = tid >> 7, warp = (tid >> 5) & 3, lane = tid & 31, g = lane >> 2, t = lane & 3;
+  const int rows = static_cast<int>(a.rows), cols = static_cast<int>(a.cols), chunks = cols / kChunk, rtiles = rows / 8;
+  const uint32_t smem_base = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
+  // First row of this warpgroup's m64 blocks (kWgmma: block 1 in b when gated).
+  const int r0 = kSplit ? (kGated ? tl.ot * kOut : tl.ot * kOut + 64 * wg) : (kGated ? tl.ot * kOut + 64 * wg : tl.ot * kOut + 128 * wg);
+  const int r1 = kSplit ? r0 : kGated ? r0 : r0 + 64;
+  const Mxfp4Decode& m0 = (kSplit && kGated && wg == 1) ? b : a;
+  const Mxfp4Decode& m1 = kGated ? b : a;
+  // Rows are a multiple of 128 (moe_prefill_fits): a warpgroup's rows are all real or none.
+  const bool live = r1 + 64 <= rows;
+
+  // This warp's two 8-row tiles (rows 16 warp .. + 15 of each block): lane's 16 bytes of the
+  // low tile, the high tile chunks * 512 bytes further; the scale word (4 groups) of row g.
+  const int64_t tile_bytes = int64_t(chunks) * 512;
+  const int64_t t0 = int64_t(tl.e) * rtiles + r0 / 8 + 2 * warp, t1 = int64_t(tl.e) * rtiles + r1 / 8 + 2 * warp;
+  const uint8_t* pa = m0.packed + t0 * tile_bytes + lane * 16;
+  const uint8_t* pb = m1.packed + t1 * tile_bytes + lane * 16;
+  const uint8_t* sa = m0.scales + t0 * chunks * 32 + g * 4;
+  const uint8_t* sb = m1.scales + t1 * chunks * 32 + g * 4;
+  constexpr int kQ = 2 * C::kBlocks;  // packed quads (and scale words) a chunk: two tiles a block
+  auto load_w = [&](int c, uint4 (&q)[kQ], uint32_t (&s)[kQ]) {
+    q[0] = __ldg(reinterpret_cast<const uint4*>(pa + c * 512));
+    q[1] = __ldg(reinterpret_cast<const uint4*>(pa + tile_bytes + c * 512));
+    s[0] = __ldg(reinterpret_cast<const uint32_t*>(sa + c * 32));
+    s[1] = __ldg(reinterpret_cast<const uint32_t*>(sa + chunks * 32 + c * 32));
+    if constexpr (kQ == 4) {
+      q[2] = __ldg(reinterpret_cast<const uint4*>(pb + c * 512));
+      q[3] = __ldg(reinterpret_cast<const uint4*>(pb + tile_bytes + c * 512));
+      s[2] = __ldg(reinterpret_cast<const uint32_t*>(sb + c * 32));
+      s[3] = __ldg(reinterpret_cast<const uint32_t*>(sb + chunks * 32 + c * 32));
+    }
+  };
+
+  // Token rows of a chunk: 16-byte piece p (8 inputs) of row r goes to half p / 8, row r's
+  // 128-byte line, slot (p % 8) ^ (r % 8): the 128-byte swizzle the descriptor names.
+  const int piece = tid & 15, xr0 = tid >> 4;
+  const uint16_t* xp = x + int64_t(tl.tok0) * cols + piece * 8;
+  const uint32_t piece_off = (piece >> 3) * kHalfBytes;
+  auto load_x = [&](int c, int slot) {
+    const uint32_t base = smem_base + slot * kStageBytes + piece_off;
+#pragma unroll
+    for (int k = 0; k < kN / 16; ++k) {
+      const int r = xr0 + 16 * k;
+      const bool ok = r < tl.ntok;
+      cp_async16(base + r * 128 + (((piece & 7) ^ (r & 7)) << 4), xp + (ok ? int64_t(r) * cols : 0) + c * kChunk, ok ? 16u : 0u);
+    }
+  };
+
+  float acc0[kN / 2], acc1[C::kBlocks == 2 ? kN / 2 : 1];
+#pragma unroll
+  for (int i = 0; i < kN / 2; ++i) acc0[i] = 0.0f;
+#pragma unroll
+  for (int i = 0; i < int(sizeof(acc1) / 4); ++i) acc1[i] = 0.0f;
+
+#pragma unroll
+  for (int s = 0; s < kAhead; ++s) {
+    if (s < chunks) load_x(s, s);
+    cp_async_commit();
+  }
+  uint4 qn[kQ];
+  uint32_t sn[kQ];
+  if (live) load_w(0, qn, sn);
+  for (int c = 0; c < chunks; ++c) {
+    cp_async_wait<kAhead - 1>();
+    fence_proxy_async();  // the cp.async writes (generic proxy) become visible to wgmma (async proxy)
+    __syncthreads();
+    // Slot (c + kAhead) % kStages was last read by chunk c + kAhead - kStages <= c - 2,
+    // whose wgmmas every warpgroup finished before this barrier (wait<1> leaves only c - 1's last).
+    if (c + kAhead < chunks) load_x(c + kAhead, (c + kAhead) % kStages);
+    cp_async_commit();
+    if (!live) continue;
+    uint4 q[kQ];
+    uint32_t sc[kQ];
+#pragma unroll
+    for (int j = 0; j < kQ; ++j) q[j] = qn[j], sc[j] = sn[j];
+    if (c + 1 < chunks) load_w(c + 1, qn, sn);  // a chunk ahead, in registers
+    const uint32_t slot = smem_base + (c % kStages) * kStageBytes;
+#pragma unroll
+    for (int s = 0; s < 8; ++s) {  // k-step s: group i = s / 2, half h = s % 2
+      const int i = s >> 1, h = s & 1;
+      uint32_t fa[4], fb[4] = {0u, 0u, 0u, 0u};
+      {
+        uint32_t lo[2], hi[2];
+        dequant_half<kWide>(word_of(q[0], i), (sc[0] >> (8 * i)) & 0xffu, h, lo);
+        dequant_half<kWide>(word_of(q[1], i), (sc[1] >> (8 * i)) & 0xffu, h, hi);
+        fa[0] = lo[0], fa[1] = hi[0], fa[2] = lo[1], fa[3] = hi[1];
+        if constexpr (kQ == 4) {
+          dequant_half<kWide>(word_of(q[2], i), (sc[2] >> (8 * i)) & 0xffu, h, lo);
+          dequant_half<kWide>(word_of(q[3], i), (sc[3] >> (8 * i)) & 0xffu, h, hi);
+          fb[0] = lo[0], fb[1] = hi[0], fb[2] = lo[1], fb[3] = hi[1];
+        }
+      }
+      const uint64_t desc = sw128_desc(slot + (s >> 2) * kHalfBytes + (s & 3) * 32);
+      wgmma_fence();
+      wgmma_rs<kN>(acc0, fa, desc);
+      if constexpr (kQ == 4) wgmma_rs<kN>(acc1, fb, desc);
+      wgmma_commit();
+      wgmma_wait<1>();  // k-step s - 1 is done: its A registers and, at s = 0, chunk c - 1's slot are free
+    }
+  }
+  wgmma_wait<0>();
+  cp_async_wait<0>();
+  __syncthreads();  // the ring is free: the gate/up staging, or the next tile's first copies
+
+  // Accumulator element 4j + v: weight row 16 warp + g + 8 (v / 2) of the block, token 8j + 2t + v % 2.
+  if constexpr (kGated) {
+    float* sg = reinterpret_cast<float*>(smem);
+    float* su = sg + C::kTokTile * kActStride;
+#pragma unroll
+    for (int j = 0; j < kN / 8; ++j)
+#pragma unroll
+      for (int v = 0; v < 4; ++v) {
+        const int tok = 8 * j + 2 * t + (v & 1), f = 16 * warp + g + 8 * (v >> 1);
+        if constexpr (kSplit) {
+          (wg == 0 ? sg : su)[tok * kActStride + f] = acc0[4 * j + v];
+        } else {
+          sg[tok * kActStride + 64 * wg + f] = acc0[4 * j + v];
+          su[tok * kActStride + 64 * wg + f] = acc1[4 * j + v];
+        }
+      }
+    __syncthreads();
+    // act in wgmma_k_position order (the down launch's B): pairs stay adjacent.
+    uint16_t* dst = act_out + int64_t(tl.tok0) * rows + tl.ot * kOut;
+#pragma unroll 1
+    for (int i = tid; i < tl.ntok * (kOut / 2); i += kThreads) {
+      const int tok = i / (kOut / 2), f = 2 * (i % (kOut / 2));
+      const float2 gv = *reinterpret_cast<const float2*>(sg + tok * kActStride + f);
+      const float2 uv = *reinterpret_cast<const float2*>(su + tok * kActStride + f);
+      const int pos = (f & ~31) | wgmma_k_position(f & 31);
+      *reinterpret_cast<__nv_bfloat162*>(dst + int64_t(tok) * rows + pos) = __floats2bfloat162_rn(act_fast(fn, gv.x, uv.x), act_fast(fn, gv.y, uv.y));
+    }
+    __syncthreads();  // the staging area is the next tile's ring
+  } else {
+    if (!live) return;
+#pragma unroll
+    for (int j = 0; j < kN / 8; ++j)
+#pragma unroll
+      for (int v = 0; v < 4; ++v) {
+        const int tok = 8 * j + 2 * t + (v & 1);
+        if (tok >= tl.ntok) continue;
+        const int f = 16 * warp + g + 8 * (v >> 1);
+        float* o = out + (tl.tok0 + int64_t(tok)) * rows;
+        o[r0 + f] = acc0[4 * j + v];
+        if constexpr (!kSplit) o[r1 + f] = acc1[4 * j + v];
+      }
+  }
+}
+
+template <bool kSplit, bool kGated, bool kWide, bool kQueue>
+__global__ void __launch_bounds__(kThreads, 1)
+    prefill_wgmma(Mxfp4Decode a, Mxfp4Decode b, const int32_t* __restrict__ offsets, int experts, const uint16_t* __restrict__ x,
+                  uint16_t* __restrict__ act_out, float* __restrict__ out, MoeAct fn, TileQueue* queue_ptr) {  // queue_ptr: null unless kQueue
+  extern __shared__ uint8_t smem_raw[];
+  __shared__ int tile_start[kMaxExperts + 1];
+  __shared__ int next_tile[2];  // kQueue: thread 0 fetches tile it + 1 while tile it runs
+  uint8_t* smem = smem_raw + ((1024 - (static_cast<uint32_t>(__cvta_generic_to_shared(smem_raw)) & 1023)) & 1023);
+  using C = Cfg<kSplit>;
+  constexpr int kOut = kGated ? C::kOutGated : C::kOutDown, kTokTile = C::kTokTile;
+  const int out_tiles = (static_cast<int>(a.rows) + kOut - 1) / kOut;
+  scan_tile_starts(offsets, experts, kTokTile, out_tiles, tile_start);
+  __syncthreads();
+  const int total = tile_start[experts];
+
+  int tile = blockIdx.x;
+  for (int it = 0; tile < total; ++it) {
+    // Read after run_tile's barriers; rewritten two tiles later, after the next tile's barriers.
+    if (kQueue && threadIdx.x == 0) next_tile[it & 1] = int(gridDim.x + atomicAdd(&queue_ptr->next, 1u));
+    const int e = expert_of_tile(tile_start, experts, tile), local = tile - tile_start[e];
+    const int row_begin = offsets[e], nrows = offsets[e + 1] - row_begin;
+    const int mtiles = (nrows + kTokTile - 1) / kTokTile;
+    int ot, mt;
+    prefill_tile_coords(local, mtiles, &ot, &mt);
+    // Token tiles: kTokTile in order, or (kBalanced) mtiles equal ones of per <= kTokTile.
+    // Tiles cover [0, nrows) either way; a balanced split of a huge expert can leave the
+    // last tile empty (never below ~18K rows), which is skipped, the CTA as a whole.
+    const int per = C::kBalanced ? (nrows + mtiles - 1) / mtiles : kTokTile;
+    const Tile tl{e, ot, row_begin + mt * per, min(per, nrows - mt * per)};
+    const int nv = (tl.ntok + 31) >> 5;
+    if (nv <= 1) {
+      if (tl.ntok > 0) run_tile<kSplit, kGated, kWide, 32>(a, b, x, act_out, out, fn, smem, tl);
+    } else if (nv == 2) {
+      run_tile<kSplit, kGated, kWide, 64>(a, b, x, act_out, out, fn, smem, tl);
+    } else if (nv == 3) {
+      run_tile<kSplit, kGated, kWide, 96>(a, b, x, act_out, out, fn, smem, tl);
+    } else if (!kSplit || nv == 4) {
+      run_tile<kSplit, kGated, kWide, 128>(a, b, x, act_out, out, fn, smem, tl);
+    } else if constexpr (kSplit) {
+      if (nv == 5) run_tile<kSplit, kGated, kWide, 160>(a, b, x, act_out, out, fn, smem, tl);
+      else run_tile<kSplit, kGated, kWide, 192>(a, b, x, act_out, out, fn, smem, tl);
+    }
+    tile = kQueue ? next_tile[it & 1] : tile + int(gridDim.x);
+  }
+  if (kQueue && threadIdx.x == 0) finish_tile_queue(queue_ptr);
+}
+
+template <bool kSplit, bool kGated, bool kWide>
+Status launch(const Mxfp4Decode& a, const Mxfp4Decode& b, const int32_t* offsets, int64_t experts, int64_t capacity, const uint16_t* x,
+              uint16_t* act, float* out, const MoeAct& fn, TileQueue* queue, cudaStream_t stream) {
+  using C = Cfg<kSplit>;
+  auto kernel = queue ? prefill_wgmma<kSplit, kGated, kWide, true> : prefill_wgmma<kSplit, kGated, kWide, false>;
+  const int64_t per_tile = kGated ? C::kOutGated : C::kOutDown;
+  const int64_t max_tiles = (capacity / C::kTokTile + experts) * ((a.rows + per_tile - 1) / per_tile);
+  PDS_ASSIGN_OR_RETURN(unsigned grid, grid_for(kernel, C::kSmem, max_tiles, kThreads));
+  kernel<<<grid, kThreads, C::kSmem, stream>>>(a, b, offsets, static_cast<int>(experts), x, act, out, fn, queue);
+  return last_launch_status(kGated ? "moe_expert_mlp_prefill (wgmma) gate/up" : "moe_expert_mlp_prefill (wgmma) down");
+}
+
+template <bool kSplit>
+Status run_both(const MoeDecodeWeights& w, const int32_t* offsets, int64_t experts, int64_t capacity, const uint16_t* x_sorted,
+                uint16_t* act, float* out_sorted, TileQueue* queue, cudaStream_t stream) {
+  const MoeAct fn{w.activation, w.situ_beta, w.situ_linear_beta};
+  const bool wide_up = w.w1.wide_scales || w.w3.wide_scales;
+  const Status up = wide_up ? launch<kSplit, true, true>(w.w1, w.w3, offsets, experts, capacity, x_sorted, act, nullptr, fn, queue, stream)
+                            : launch<kSplit, true, false>(w.w1, w.w3, offsets, experts, capacity, x_sorted, act, nullptr, fn, queue, stream);
+  PDS_RETURN_IF_ERROR(up);
+  return w.w2.wide_scales ? launch<kSplit, false, true>(w.w2, w.w2, offsets, experts, capacity, act, nullptr, out_sorted, fn, queue, stream)
+                          : launch<kSplit, false, false>(w.w2, w.w2, offsets, experts, capacity, act, nullptr, out_sorted, fn, queue, stream);
+}
+
+}  // namespace
+
+Status expert_mlp_prefill_wgmma(const MoeDecodeWeights& w, const int32_t* offsets, int64_t experts, int64_t capacity,
+                                const uint16_t* x_sorted, uint16_t* act, float* out_sorted, void* queue_words, bool wide_n,
+                                cudaStream_t stream) {
+  TileQueue* queue = static_cast<TileQueue*>(queue_words);
+  return wide_n ? run_both<true>(w, offsets, experts, capacity, x_sorted, act, out_sorted, queue, stream)
+                : run_both<false>(w, offsets, experts, capacity, x_sorted, act, out_sorted, queue, stream);
+}
+
+}  // namespace pdserve::cuda::moe_prefill_detail
