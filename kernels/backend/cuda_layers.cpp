@@ -84,6 +84,7 @@ Status CudaModel::mla_layer(const DeviceLayer& l, const Step& st, const float* x
   a.o_lat = o_lat;
   if (st.mla.plan && mla_decode_supported(nh, lat, rope)) {
     MlaDecodeWork w = st.mla;
+    w.pdl = opts_.pdl_mla_decode;  // the plan is uploaded before the step; q_lat comes from the kernel just before
     PDS_ASSIGN_OR_RETURN(w.part_o, scratch<float>(kMlaPartO, w.capacity * nh * lat));
     PDS_ASSIGN_OR_RETURN(w.part_lse, scratch<float>(kMlaPartLse, w.capacity * nh));
     PDS_RETURN_IF_ERROR(mla_decode_run(a, w, stream_));
@@ -147,6 +148,7 @@ Status CudaModel::kda_layer(const DeviceLayer& l, const Step& st, const float* x
     a.norm_eps = static_cast<float>(c.rms_norm_eps);
     a.slots = st.slots, a.state = state_, a.slot_stride = slot_floats_, a.layer_offset = l.pool_layer * kda_layer_floats_;
     a.batch = T, a.heads = H, a.head_dim = D, a.conv_kernel = K, a.out = o;
+    a.pdl = opts_.pdl_kda_decode;  // the kernel just before is the gate projection: no slot or state writes
     PDS_RETURN_IF_ERROR(kda_decode_step(a, stream_));
     return linear(o, T, l.ko, out, stream_);
   }

@@ -84,6 +84,20 @@ __global__ void copy_kernel(const float4* __restrict__ x, float4* __restrict__ y
   for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) y[i] = x[i];
 }
 
+// The same with four independent 16-byte loads in flight per thread before the first store.
+__global__ void copy4_kernel(const float4* __restrict__ x, float4* __restrict__ y, size_t n) {
+  const size_t stride = size_t(gridDim.x) * blockDim.x;
+  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += 4 * stride) {
+    float4 v[4];
+#pragma unroll
+    for (int u = 0; u < 4; ++u)
+      if (i + u * stride < n) v[u] = __ldcs(x + i + u * stride);
+#pragma unroll
+    for (int u = 0; u < 4; ++u)
+      if (i + u * stride < n) __stcs(y + i + u * stride, v[u]);
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -102,6 +116,11 @@ int main(int argc, char** argv) {
     std::printf("copy ceiling: %.2f TB/s (1 GiB cudaMemcpyAsync D2D in a graph, read+write)\n", 2.0 * n * 4 / (ms * 1e-3) / 1e12);
     const double mk = graph_ms(s, [&] { copy_kernel<<<132 * 16, 256, 0, s>>>(reinterpret_cast<const float4*>(x), reinterpret_cast<float4*>(y), n / 4); });
     std::printf("copy ceiling: %.2f TB/s (1 GiB float4 copy kernel, read+write)\n", 2.0 * n * 4 / (mk * 1e-3) / 1e12);
+    for (int per_sm : {4, 8}) {
+      const double m4 = graph_ms(s, [&] { copy4_kernel<<<132 * per_sm, 256, 0, s>>>(reinterpret_cast<const float4*>(x), reinterpret_cast<float4*>(y), n / 4); });
+      std::printf("copy ceiling: %.2f TB/s (1 GiB copy, 4 float4 in flight a thread, %d blocks an SM, read+write)\n",
+                  2.0 * n * 4 / (m4 * 1e-3) / 1e12, per_sm);
+    }
     cudaFree(x);
     cudaFree(y);
     const double e = graph_ms(s, [&] {
@@ -140,6 +159,7 @@ int main(int argc, char** argv) {
     const char* name;
     int warps = 4;
     int stages = 0, items = 0;  // stream plan: ring depth, items a block (0: defaults)
+    bool pdl = false;           // stream plan: programmatic dependent launch (kda.h)
   };
   const Variant variants[] = {{KdaDecodePlan::kAuto, 0, "auto"},       {KdaDecodePlan::kCluster, 2, "cluster/2"},
                               {KdaDecodePlan::kCluster, 4, "cluster/4"}, {KdaDecodePlan::kCluster, 8, "cluster/8"},
@@ -159,7 +179,19 @@ int main(int argc, char** argv) {
                               {KdaDecodePlan::kStream, 4, "stream/8x4x3", 8, 3},
                               {KdaDecodePlan::kStream, 4, "s/4x4x4/i1", 4, 4, 1},
                               {KdaDecodePlan::kStream, 4, "s/4x4x4/i4", 4, 4, 4},
-                              {KdaDecodePlan::kStream, 4, "s/4x4x6/i1", 4, 6, 1}};
+                              {KdaDecodePlan::kStream, 4, "s/4x4x6/i1", 4, 6, 1},
+                              {KdaDecodePlan::kAuto, 0, "auto/pdl", 4, 0, 0, true},
+                              {KdaDecodePlan::kStream, 4, "s/4x4x4/pdl", 4, 4, 0, true},
+                              {KdaDecodePlan::kStream, 4, "s/4x4x6/pdl", 4, 6, 0, true},
+                              {KdaDecodePlan::kStream, 2, "s/4x2x6/pdl", 4, 6, 0, true},
+                              {KdaDecodePlan::kStream, 8, "s/4x8x3/pdl", 4, 3, 0, true},
+                              {KdaDecodePlan::kStream, 4, "s/8x4x3/pdl", 8, 3, 0, true},
+                              {KdaDecodePlan::kStream, 4, "s/4x4x6/i1/pdl", 4, 6, 1, true},
+                              {KdaDecodePlan::kStream, 4, "s/4x4x4/i1/pdl", 4, 4, 1, true},
+                              {KdaDecodePlan::kStream, 4, "s/8x4x3/i1/pdl", 8, 3, 1, true},
+                              {KdaDecodePlan::kPush, 4, "push/4x4/pdl", 4, 0, 0, true},
+                              {KdaDecodePlan::kPush, 8, "push/4x8/pdl", 4, 0, 0, true},
+                              {KdaDecodePlan::kPush, 4, "push/8x4/pdl", 8, 0, 0, true}};
   for (int64_t B : {1, 3, 8, 16, 32, 64, 128, 256}) {
     if (only_batch > 0 && B != only_batch) continue;
     const KdaDecodeShape pick = kda_decode_pick(B, H, D, K);
@@ -174,7 +206,7 @@ int main(int argc, char** argv) {
       a.state = pool, a.slot_stride = layer_floats, a.layer_offset = 0;
       a.batch = B, a.heads = H, a.head_dim = D, a.conv_kernel = K, a.out = out;
       a.plan = var.plan, a.rows_per_warp = var.rw, a.warps = var.warps, a.tickets = tickets;
-      a.stages = var.stages, a.stream_items = var.items;
+      a.stages = var.stages, a.stream_items = var.items, a.pdl = var.pdl;
       bool ok = true;
       const double ms = graph_ms(s, [&] {
         for (int i = 0; i < kSteps; ++i) {
@@ -184,7 +216,7 @@ int main(int argc, char** argv) {
       });
       if (!ok) {
         std::printf("launch failed at B=%ld %s\n", long(B), var.name);
-        return 1;
+        continue;
       }
       const double us = ms * 1e3 / kSteps;
       std::printf("%5ld %-12s %10.2f %10.3f %10.2f\n", long(B), var.name, us, bytes / (us * 1e-6) / 1e12, bytes / 4.2e12 * 1e6);

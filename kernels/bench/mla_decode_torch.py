@@ -5,6 +5,7 @@ pre-gathered dense latents. Bandwidth = the same cache bytes (rows x ctx x 576 x
   python3 mla_decode_torch.py
 """
 import math
+import sys
 import torch
 
 LAT, ROPE, PAGE = 512, 64, 64
@@ -54,6 +55,13 @@ def main():
     print(f"torch {torch.__version__}, {torch.cuda.get_device_name()}: fp32 absorbed MLA decode, page 64")
     print("| H | batch | ctx | MB | floor us | gather+attend us | BW | attend (pre-gathered) us | BW |")
     print("|---|---|---|---|---|---|---|---|---|")
+    if len(sys.argv) > 1 and sys.argv[1] == "focus":  # mla_decode_bench's focus shapes
+        for b in (1, 8, 32, 128, 256):
+            for c in (1024, 16384):
+                shape(3, b, c)
+        for b, c in ((256, 4096), (1, 65536), (8, 65536)):
+            shape(3, b, c)
+        return
     for b in (1, 8, 32, 64, 128, 256):
         for c in (1024, 4096, 16384):
             shape(3, b, c)

@@ -82,6 +82,7 @@ struct KdaDecodeShape {
   int rows_per_warp = 0;
   int warps = 4;   // warps per block: the push (4, 8 or 16) and stream (4, 8) plans; the others use 4
   int stages = 0;  // the stream plan's ring depth (0: the shape's default)
+  int items = 0;   // the stream plan's items a block (0: fewest with every block resident); KdaDecodeArgs::stream_items overrides
 };
 struct KdaDecodeArgs {
   const float* q_raw = nullptr;       // [B][P] q projection before the conv, P = H*D
@@ -110,10 +111,17 @@ struct KdaDecodeArgs {
   int stages = 0;                     // stream plan: ring depth (0: default)
   int stream_items = 0;               // stream plan: items a block (0: fewest with every block resident)
   int32_t* tickets = nullptr;         // [B*H], zero; only the ticket plan uses it
+  // Stream and push plans (ignored by the others): a programmatic dependent launch, so the
+  // step's slot and first state reads overlap the drain of the kernel just before it.
+  // The kernel waits (griddepcontrol.wait) before reading the projections or writing `out`;
+  // the slots, weights and the state must not be written by that kernel.
+  bool pdl = false;
   float* out = nullptr;               // [B][P] gated, normalised output (input to the o projection)
 };
 Status kda_decode_step(const KdaDecodeArgs& a, cudaStream_t stream);
 // The plan kda_decode_step uses for kAuto (for benchmarks and logs).
-KdaDecodeShape kda_decode_pick(int64_t batch, int64_t heads, int64_t head_dim, int64_t conv_kernel = 4);
+// pdl: the launch will be a programmatic dependent one (KdaDecodeArgs::pdl), which moves the
+// large-batch choice (docs/perf.md, "KDA fused decode step on the H200", fourth version).
+KdaDecodeShape kda_decode_pick(int64_t batch, int64_t heads, int64_t head_dim, int64_t conv_kernel = 4, bool pdl = false);
 
 }  // namespace pdserve::cuda

@@ -7,6 +7,7 @@
 #include <cooperative_groups.h>
 
 #include "common/cuda_check.h"
+#include "common/pdl_bulk.cuh"
 #include "common/reduce.cuh"
 #include "kda/kda.h"
 #include "kda/kda_decode_common.cuh"
@@ -36,37 +37,43 @@ __global__ void __launch_bounds__(32 * W) kda_decode_push_kernel(const __grid_co
   const int64_t H = a.heads, P = H * D, hd = h * int64_t(D), row_base = b * P + hd;
   if constexpr (CS > 1) cluster_arrive_relaxed();  // peers must have started before we write them
 
-  // Slot-independent inputs (read-only for the whole kernel), all in flight together.
+  // Weights, the slot and the slot's state first: none of them is written by the kernel just
+  // before (kda.h), so with a.pdl they are in flight while it drains. All loads are issued
+  // before the first use (the slot id is the only load anything waits on).
   // Item: channel ci of this block, pushed to peer pi (each channel computed by CS threads).
   const bool has_item = tid < D;
   const int ci = first + tid % R, pi = tid / R;
-  const float xq = __ldg(a.q_raw + row_base + ci), xk = __ldg(a.k_raw + row_base + ci);
+  const int row0 = first + warp * RW, vrow = row0 + lane % RW;  // lane i < RW: v of row row0 + i
   const float4 wq = __ldg(reinterpret_cast<const float4*>(a.conv_q) + hd + ci);
   const float4 wk = __ldg(reinterpret_cast<const float4*>(a.conv_k) + hd + ci);
-  const float fx = __ldg(a.f + row_base + ci) + __ldg(a.dt_bias + hd + ci);
-  const float alpha = expf(__ldg(a.a_log + h));
-  const float beta = sigmoid(__ldg(a.beta_logit + b * H + h));
-  const int row0 = first + warp * RW, vrow = row0 + lane % RW;  // lane i < RW: v of row row0 + i
-  const float xv = __ldg(a.v_raw + row_base + vrow);
   const float4 wv = __ldg(reinterpret_cast<const float4*>(a.conv_v) + hd + vrow);
-  const float onorm = __ldg(a.o_norm + ci), ogate = __ldg(a.out_gate + row_base + ci);
-
-  // The slot's state: recurrent rows (streamed), then the three conv windows.
+  const float dtb = __ldg(a.dt_bias + hd + ci), alpha = expf(__ldg(a.a_log + h)), onorm = __ldg(a.o_norm + ci);
   const int32_t slot = __ldg(a.slots + b);
+  // The slot's state: recurrent rows (streamed), then the three conv windows.
+  float* layer = a.state + int64_t(slot < 0 ? 0 : slot) * a.slot_stride + a.layer_offset;
+  float* rec = layer + 3 * P * (kConv - 1) + hd * D;
+  float* cq = layer + (hd + ci) * (kConv - 1);
+  float* ck = layer + (P + hd + ci) * (kConv - 1);
+  float* cv = layer + (2 * P + hd + vrow) * (kConv - 1);
+  float4 s[RW];
+  float q0 = 0, q1 = 0, q2 = 0, k0 = 0, k1 = 0, k2 = 0, v0 = 0, v1 = 0, v2 = 0;
+  if (slot >= 0) {
+#pragma unroll
+    for (int i = 0; i < RW; ++i) s[i] = __ldcs(reinterpret_cast<const float4*>(rec + int64_t(row0 + i) * D) + lane);
+    q0 = cq[0], q1 = cq[1], q2 = cq[2], k0 = ck[0], k1 = ck[1], k2 = ck[2], v0 = cv[0], v1 = cv[1], v2 = cv[2];
+  }
+  pdl_bulk::pdl_wait();  // the projections may come from the kernel just before
+  pdl_bulk::pdl_trigger();
+  const float xq = __ldg(a.q_raw + row_base + ci), xk = __ldg(a.k_raw + row_base + ci);
+  const float fx = __ldg(a.f + row_base + ci) + dtb;
+  const float beta = sigmoid(__ldg(a.beta_logit + b * H + h));
+  const float xv = __ldg(a.v_raw + row_base + vrow);
+  const float ogate = __ldg(a.out_gate + row_base + ci);
   if (slot < 0) {  // padding row, uniform over the cluster: zeros out, no state touched
     if (tid < R) a.out[row_base + ci] = 0.0f;
     if constexpr (CS > 1) cluster_wait();  // pairs the early arrive; no peer is written
     return;
   }
-  float* layer = a.state + int64_t(slot) * a.slot_stride + a.layer_offset;
-  float* rec = layer + 3 * P * (kConv - 1) + hd * D;
-  float4 s[RW];
-#pragma unroll
-  for (int i = 0; i < RW; ++i) s[i] = __ldcs(reinterpret_cast<const float4*>(rec + int64_t(row0 + i) * D) + lane);
-  float* cq = layer + (hd + ci) * (kConv - 1);
-  float* ck = layer + (P + hd + ci) * (kConv - 1);
-  float* cv = layer + (2 * P + hd + vrow) * (kConv - 1);
-  const float q0 = cq[0], q1 = cq[1], q2 = cq[2], k0 = ck[0], k1 = ck[1], k2 = ck[2], v0 = cv[0], v1 = cv[1], v2 = cv[2];
 
   const float q = conv4_silu(wq, q0, q1, q2, xq), k = conv4_silu(wk, k0, k1, k2, xk), v = conv4_silu(wv, v0, v1, v2, xv);
   const float decay = gate_decay(a, alpha, fx);
@@ -149,11 +156,20 @@ Status launch_push(const KdaDecodeArgs& a, cudaStream_t stream) {
   cfg.gridDim = dim3(cs, static_cast<unsigned>(a.heads), static_cast<unsigned>(a.batch));
   cfg.blockDim = dim3(32 * W);
   cfg.stream = stream;
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeClusterDimension;
-  attr[0].val.clusterDim.x = cs, attr[0].val.clusterDim.y = 1, attr[0].val.clusterDim.z = 1;
+  cudaLaunchAttribute attr[2];
+  unsigned n = 0;
+  if (cs > 1) {
+    attr[n].id = cudaLaunchAttributeClusterDimension;
+    attr[n].val.clusterDim.x = cs, attr[n].val.clusterDim.y = 1, attr[n].val.clusterDim.z = 1;
+    ++n;
+  }
+  if (a.pdl) {  // kda.h: the step may start while the kernel before it drains
+    attr[n].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[n].val.programmaticStreamSerializationAllowed = 1;
+    ++n;
+  }
   cfg.attrs = attr;
-  cfg.numAttrs = cs > 1 ? 1 : 0;
+  cfg.numAttrs = n;
   return cuda_status(cudaLaunchKernelEx(&cfg, kernel, a), "kda_decode_step (push)");
 }
 

@@ -225,21 +225,23 @@ bool aligned16(int64_t floats) { return floats % 4 == 0; }
 // latency-bound (4 rows a warp = 8-block clusters below ~32 heads, then 8 rows a warp =
 // 4-block clusters), then the stream plan (8 warps x 4 rows, 3 stages below ~384 heads; then
 // 4 warps x 4 rows, 6 stages).
-KdaDecodeShape pick_push(int64_t head_rows) {
+// With programmatic launches (dec4 sweep) the same, except from 384 heads one item a block:
+// more blocks than fit at once, so the next step's blocks fill the SMs as this step's leave.
+KdaDecodeShape pick_push(int64_t head_rows, bool pdl) {
   if (head_rows < 32) return {KdaDecodePlan::kPush, 4, 4};
   if (head_rows < 96) return {KdaDecodePlan::kPush, 8, 4};
   if (head_rows < 384) return {KdaDecodePlan::kStream, 4, 8, 3};
-  return {KdaDecodePlan::kStream, 4, 4, 6};
+  return {KdaDecodePlan::kStream, 4, 4, 6, pdl ? 1 : 0};
 }
 
 
 }  // namespace
 
-KdaDecodeShape kda_decode_pick(int64_t batch, int64_t heads, int64_t head_dim, int64_t conv_kernel) {
+KdaDecodeShape kda_decode_pick(int64_t batch, int64_t heads, int64_t head_dim, int64_t conv_kernel, bool pdl) {
   // D = 128, K = 4 (the K3 shape): pick_push. Otherwise the older plans, from the first
   // H200 sweep (D = 128, H = 3): cluster (8 blocks a head) below ~32 heads, then the one-block
   // plan; other head sizes were not swept: cluster.
-  if (head_dim == 128 && conv_kernel == 4) return pick_push(batch * heads);
+  if (head_dim == 128 && conv_kernel == 4) return pick_push(batch * heads, pdl);
   if (head_dim != 128) return {KdaDecodePlan::kCluster, head_dim == 256 ? 8 : 2};
   const int64_t head_rows = batch * heads;
   if (head_rows < 32) return {KdaDecodePlan::kCluster, 4};
@@ -254,14 +256,18 @@ Status kda_decode_step(const KdaDecodeArgs& a, cudaStream_t stream) {
   if (reinterpret_cast<uintptr_t>(a.state) % 16 != 0 || !aligned16(a.slot_stride) || !aligned16(a.layer_offset))
     return invalid_argument("kda_decode_step: state, slot_stride and layer_offset must be 16-byte aligned");
   KdaDecodeShape shape{a.plan, a.rows_per_warp, a.warps, a.stages};
-  if (shape.plan == KdaDecodePlan::kAuto) shape = kda_decode_pick(a.batch, a.heads, D, a.conv_kernel);
+  if (shape.plan == KdaDecodePlan::kAuto) shape = kda_decode_pick(a.batch, a.heads, D, a.conv_kernel, a.pdl);
   if ((shape.plan == KdaDecodePlan::kPush || shape.plan == KdaDecodePlan::kStream) && (D != 128 || a.conv_kernel != 4))
     return invalid_argument("kda_decode_step: the push and stream plans need head_dim 128 and conv kernel 4");
   if (shape.plan == KdaDecodePlan::kTickets && !a.tickets) return invalid_argument("kda_decode_step: the ticket plan needs tickets");
   if (a.batch == 0 || a.heads == 0) return Status::ok();
   const int rw = shape.rows_per_warp;
   if (shape.plan == KdaDecodePlan::kPush) return kda_decode_push_step(a, shape.rows_per_warp, shape.warps, stream);
-  if (shape.plan == KdaDecodePlan::kStream) return kda_decode_stream_step(a, shape.rows_per_warp, shape.warps, shape.stages, stream);
+  if (shape.plan == KdaDecodePlan::kStream) {
+    KdaDecodeArgs b = a;
+    if (b.stream_items == 0) b.stream_items = shape.items;
+    return kda_decode_stream_step(b, shape.rows_per_warp, shape.warps, shape.stages, stream);
+  }
   const Status bad = invalid_argument("kda_decode_step: no kernel for this plan, head_dim and rows_per_warp");
   if (shape.plan == KdaDecodePlan::kCluster) {
     if (D == 128) {

@@ -8,6 +8,7 @@
 // 16-byte chunks it copied itself, so the ring needs no barrier; two block barriers per head
 // hand q, k, decays, v and the outputs over in shared memory.
 #include "common/cuda_check.h"
+#include "common/pdl_bulk.cuh"
 #include "common/reduce.cuh"
 #include "kda/kda.h"
 #include "kda/kda_decode_common.cuh"
@@ -95,6 +96,10 @@ __global__ void __launch_bounds__(32 * W) kda_decode_stream_kernel(const __grid_
   float* rec = cur.layer ? cur.rec(P) : nullptr;
 #pragma unroll
   for (int t = 0; t < NS - 1; ++t) issue(rec, t, t);
+  // With a.pdl the step may start while the kernel before it drains: the slots and the state
+  // above are not that kernel's outputs (kda.h), the projections below may be.
+  pdl_bulk::pdl_wait();
+  pdl_bulk::pdl_trigger();
   ItemInputs in;
   load_inputs(a, cur, tid, in);
   const float onorm = tid < kD ? __ldg(a.o_norm + tid) : 0.0f;
@@ -191,7 +196,8 @@ Status launch_stream(const KdaDecodeArgs& a, int per_block, cudaStream_t stream)
   // Fewest items a block such that every block is resident at once; then as few blocks as that needs.
   const int64_t k = per_block > 0 ? per_block : (items + resident - 1) / resident;
   const int64_t grid = (items + k - 1) / k;
-  kernel<<<static_cast<unsigned>(grid), threads, smem, stream>>>(a, static_cast<int>(k));
+  const cudaError_t e = pdl_bulk::launch_pdl(a.pdl, kernel, dim3(static_cast<unsigned>(grid)), dim3(threads), smem, stream, a, static_cast<int>(k));
+  if (e != cudaSuccess) return cuda_status(e, "kda_decode_step (stream)");
   return last_launch_status("kda_decode_step (stream)");
 }
 

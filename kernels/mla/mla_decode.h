@@ -57,6 +57,13 @@ Status build_mla_decode_plan(const int32_t* ctx_len, int64_t rows, int64_t page_
 // (one barrier a tile), states combined at the end. kAuto: kWarp where it applies.
 enum class MlaDecodeVariant { kAuto, kBlock, kWarp };
 
+// How the warp variant streams tiles into shared memory. kCpAsync: every thread issues 16-byte
+// cp.async (any page size). kBulk: one thread issues one bulk copy (cp.async.bulk) per tile,
+// completing on an mbarrier (pages a multiple of the tile, else it falls back to kCpAsync);
+// no per-thread copy instructions or address arithmetic. kAuto: kBulk, the measured default
+// (docs/perf.md, "MLA split-KV latent decode on the H200", fourth version).
+enum class MlaDecodeLoader { kAuto, kCpAsync, kBulk };
+
 // Device side of one step's plan. part_o: [capacity][heads][latent_dim], part_lse:
 // [capacity][heads]. launch_items: CTAs to launch (the plan's num_items when known on the host,
 // its capacity inside a graph: surplus CTAs exit). merge: launch the merge (always, in a graph).
@@ -66,6 +73,11 @@ struct MlaDecodeWork {
   int64_t launch_items = 0;
   bool merge = true;
   MlaDecodeVariant variant = MlaDecodeVariant::kAuto;
+  MlaDecodeLoader loader = MlaDecodeLoader::kAuto;
+  // Programmatic dependent launches (sm_90): the run may launch while the kernel before it
+  // drains and the merge while the run drains; each waits (griddepcontrol.wait) before
+  // reading anything but the plan, so the plan must not be written by the kernel just before.
+  bool pdl = false;
   float* part_o = nullptr;
   float* part_lse = nullptr;
 };

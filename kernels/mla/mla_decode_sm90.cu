@@ -3,12 +3,14 @@
 #include <cmath>
 
 #include "common/cuda_check.h"
+#include "common/pdl_bulk.cuh"
 #include "mla/mla_decode.h"
 
 namespace pdserve::cuda {
 
 namespace {
 
+using namespace pdl_bulk;
 constexpr int kThreads = 256;
 constexpr int kWarps = kThreads / 32;
 constexpr int kTile = kMlaTileTokens;         // tokens per shared-memory stage (2 per warp when scoring)
@@ -17,6 +19,9 @@ constexpr int kMaxEntry = 576;                // latent + key floats per token, 
 constexpr int kSlots = kMaxEntry / 64;        // float2 per lane covering one token's entry
 constexpr int kMaxHeadGroup = 4;              // heads scored together (their q in registers)
 constexpr float kLog2e = 1.4426950408889634f;
+// kAuto's loader: bulk, from the H200 measurement (docs/perf.md, "MLA split-KV latent decode
+// on the H200", fourth version).
+constexpr bool kMlaDefaultLoaderIsBulk = true;
 
 __device__ __forceinline__ void cp_async16(void* smem, const void* gmem, int src_bytes) {
   const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
@@ -89,6 +94,8 @@ __global__ void __launch_bounds__(kThreads, HMAX <= 8 ? 2 : 1)
   const int ps = static_cast<int>(a.page_size);
   const int32_t* table = a.page_table + static_cast<int64_t>(row) * a.max_pages;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  pdl_wait();  // q and the cache may come from the kernels before (only the plan is read above)
+  pdl_trigger();
 
   auto load_tile = [&](int t0, float* dst) { load_tile_async(a, table, end, t0, dst); };
 
@@ -227,14 +234,17 @@ __global__ void __launch_bounds__(kThreads, HMAX <= 8 ? 2 : 1)
 // The warp variant (<= 3 heads, latent_dim % 4 == 0): each warp runs its own online softmax
 // over its two tokens of every tile, for all heads, with a private accumulator (lane = 16
 // latent dims x NH heads in registers), so a tile costs one barrier (its arrival) instead of
-// three; the 8 warps' states are combined once at the end of the item.
-template <int NH>
+// three; the 8 warps' states are combined once at the end of the item. BULK: tiles arrive by
+// one bulk copy each (thread 0 issues it), completing on the stage's mbarrier; tokens past the
+// end or on a negative page are not copied (their stale rows are masked like in kCpAsync).
+template <int NH, bool BULK>
 __global__ void __launch_bounds__(kThreads, 2)
     mla_decode_warp_kernel(const __grid_constant__ MlaDecodeArgs a, const int32_t* __restrict__ plan, float* __restrict__ part_o,
                            float* __restrict__ part_lse) {
   extern __shared__ float4 smem_raw[];
   float* tiles = reinterpret_cast<float*>(smem_raw);  // [kStages][kTile][entry]; then the warps' states
   __shared__ float s_m[kWarps][NH], s_l[kWarps][NH];
+  __shared__ __align__(8) uint64_t s_full[kStages];  // BULK: stage s's tile has landed
   const int item = blockIdx.x;
   if (item >= plan[0]) return;
   const int4 it = reinterpret_cast<const int4*>(plan + 4)[item];
@@ -243,6 +253,38 @@ __global__ void __launch_bounds__(kThreads, 2)
   const int ps = static_cast<int>(a.page_size);
   const int32_t* table = a.page_table + static_cast<int64_t>(row) * a.max_pages;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  if constexpr (BULK) {
+    if (threadIdx.x == 0) {
+#pragma unroll
+      for (int st = 0; st < kStages; ++st) mbar_init(&s_full[st], 1);
+      mbar_init_fence();
+    }
+    __syncthreads();
+  }
+  pdl_wait();  // q and the cache may come from the kernels before (only the plan is read above)
+  pdl_trigger();
+  // Tile [t0, t0 + kTile) into stage `st`: kCpAsync = one commit group (every thread);
+  // BULK = thread 0 arms the stage's barrier with the valid bytes (pages hold whole tiles).
+  auto issue = [&](int t0, int st) {
+    float* dst = tiles + st * kTile * entry;
+    if constexpr (BULK) {
+      if (threadIdx.x == 0) {
+        const int page = table[t0 / ps];
+        const unsigned bytes = page < 0 ? 0u : static_cast<unsigned>(min(kTile, end - t0) * entry * 4);
+        if (bytes > 0) {
+          mbar_arrive_expect_tx(&s_full[st], bytes);
+          bulk_copy(dst, a.cache + (static_cast<int64_t>(page) * ps + t0 % ps) * entry, bytes, &s_full[st]);
+        } else {
+          mbar_arrive(&s_full[st]);
+        }
+      }
+    } else {
+      load_tile_async(a, table, end, t0, dst);
+    }
+  };
+  auto empty_group = [] {
+    if constexpr (!BULK) cp_async_commit();
+  };
 
   const float qscale = a.scale * kLog2e;
   float2 q[NH][kSlots];
@@ -268,16 +310,17 @@ __global__ void __launch_bounds__(kThreads, 2)
   }
 
   const int ntiles = (end - begin + kTile - 1) / kTile;
-  load_tile_async(a, table, end, begin, tiles);
-  if (ntiles > 1) load_tile_async(a, table, end, begin + kTile, tiles + kTile * entry);
-  else cp_async_commit();
+  issue(begin, 0);
+  if (ntiles > 1) issue(begin + kTile, 1);
+  else empty_group();
   for (int i = 0; i < ntiles; ++i) {
     const int t0 = begin + i * kTile;
     const float* tile = tiles + (i % kStages) * kTile * entry;
-    cp_async_wait_one();
+    if constexpr (BULK) mbar_wait(&s_full[i % kStages], (i / kStages) & 1);
+    else cp_async_wait_one();
     __syncthreads();  // tile i visible; every warp is past tile i-1, so its stage is free
-    if (i + 2 < ntiles) load_tile_async(a, table, end, t0 + 2 * kTile, tiles + ((i + 2) % kStages) * kTile * entry);
-    else cp_async_commit();
+    if (i + 2 < ntiles) issue(t0 + 2 * kTile, (i + 2) % kStages);
+    else empty_group();
     float s[2][NH];
     bool valid[2];
 #pragma unroll
@@ -387,6 +430,8 @@ __global__ void __launch_bounds__(kThreads) mla_merge_kernel(const __grid_consta
   const int32_t* info = plan + 4 + 4 * capacity + 2 * row;
   const int first = info[0], n = info[1];
   if (n == 1) return;
+  pdl_wait();  // the run's partials (and, for the zero rows, nothing before us reads o_lat)
+  pdl_trigger();
   const int H = static_cast<int>(a.heads), lat = static_cast<int>(a.latent_dim);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, d = blockIdx.z * 64 + 2 * lane;
   float* out = a.o_lat + (static_cast<int64_t>(row) * H + h) * lat;
@@ -436,13 +481,20 @@ cudaError_t opt_in_shared(Kernel kernel) {
   return cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, 100);
 }
 
-template <int NH>
+template <int NH, bool BULK>
 Status launch_warp_run(const MlaDecodeArgs& a, const MlaDecodeWork& w, cudaStream_t stream) {
   const size_t smem = kStages * kTile * (a.latent_dim + a.rope_dim) * sizeof(float);
-  static const cudaError_t opt_in = opt_in_shared(mla_decode_warp_kernel<NH>);  // first (eager) call, never in a capture
+  static const cudaError_t opt_in = opt_in_shared(mla_decode_warp_kernel<NH, BULK>);  // first (eager) call, never in a capture
   if (opt_in != cudaSuccess) return cuda_status(opt_in, "mla_decode_run (shared memory opt-in)");
-  mla_decode_warp_kernel<NH><<<static_cast<unsigned>(w.launch_items), kThreads, smem, stream>>>(a, w.plan, w.part_o, w.part_lse);
+  const cudaError_t e = launch_pdl(w.pdl, mla_decode_warp_kernel<NH, BULK>, dim3(static_cast<unsigned>(w.launch_items)), dim3(kThreads),
+                                   smem, stream, a, w.plan, w.part_o, w.part_lse);
+  if (e != cudaSuccess) return cuda_status(e, "mla_decode_run (warp variant)");
   return last_launch_status("mla_decode_run (warp variant)");
+}
+
+template <int NH>
+Status launch_warp_run(const MlaDecodeArgs& a, const MlaDecodeWork& w, bool bulk, cudaStream_t stream) {
+  return bulk ? launch_warp_run<NH, true>(a, w, stream) : launch_warp_run<NH, false>(a, w, stream);
 }
 
 template <int HMAX>
@@ -457,7 +509,9 @@ Status launch_run(const MlaDecodeArgs& a, const MlaDecodeWork& w, cudaStream_t s
     return cudaFuncSetAttribute(mla_decode_kernel<HMAX>, cudaFuncAttributePreferredSharedMemoryCarveout, 100);
   }();
   if (opt_in != cudaSuccess) return cuda_status(opt_in, "mla_decode_run (shared memory opt-in)");
-  mla_decode_kernel<HMAX><<<static_cast<unsigned>(w.launch_items), kThreads, smem, stream>>>(a, w.plan, w.part_o, w.part_lse);
+  const cudaError_t e = launch_pdl(w.pdl, mla_decode_kernel<HMAX>, dim3(static_cast<unsigned>(w.launch_items)), dim3(kThreads), smem,
+                                   stream, a, w.plan, w.part_o, w.part_lse);
+  if (e != cudaSuccess) return cuda_status(e, "mla_decode_run");
   return last_launch_status("mla_decode_run");
 }
 
@@ -471,10 +525,13 @@ Status mla_decode_run(const MlaDecodeArgs& a, const MlaDecodeWork& w, cudaStream
                             (w.variant == MlaDecodeVariant::kAuto && a.heads <= 3 && a.latent_dim % 4 == 0);
   if (warp_variant && (a.heads > 3 || a.latent_dim % 4 != 0))
     return invalid_argument("mla_decode_run: the warp variant takes <= 3 heads and latent_dim % 4 == 0");
+  // Bulk copies need a tile to lie inside one page.
+  const bool bulk = w.loader != MlaDecodeLoader::kCpAsync && a.page_size % kTile == 0 &&
+                    (w.loader == MlaDecodeLoader::kBulk || kMlaDefaultLoaderIsBulk);
   if (w.launch_items > 0 && warp_variant) {
-    Status s = a.heads == 1   ? launch_warp_run<1>(a, w, stream)
-               : a.heads == 2 ? launch_warp_run<2>(a, w, stream)
-                              : launch_warp_run<3>(a, w, stream);
+    Status s = a.heads == 1   ? launch_warp_run<1>(a, w, bulk, stream)
+               : a.heads == 2 ? launch_warp_run<2>(a, w, bulk, stream)
+                              : launch_warp_run<3>(a, w, bulk, stream);
     PDS_RETURN_IF_ERROR(s);
   } else if (w.launch_items > 0) {
     Status s = a.heads <= 3    ? launch_run<3>(a, w, stream)
@@ -486,7 +543,8 @@ Status mla_decode_run(const MlaDecodeArgs& a, const MlaDecodeWork& w, cudaStream
   }
   if (!w.merge) return Status::ok();
   const dim3 grid(static_cast<unsigned>(a.rows), static_cast<unsigned>(a.heads), static_cast<unsigned>((a.latent_dim + 63) / 64));
-  mla_merge_kernel<<<grid, kThreads, 0, stream>>>(a, w.plan, w.part_o, w.part_lse);
+  const cudaError_t e = launch_pdl(w.pdl, mla_merge_kernel, grid, dim3(kThreads), 0, stream, a, w.plan, w.part_o, w.part_lse);
+  if (e != cudaSuccess) return cuda_status(e, "mla_decode_run (merge)");
   return last_launch_status("mla_decode_run (merge)");
 }
 

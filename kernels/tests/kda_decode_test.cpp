@@ -215,6 +215,80 @@ TEST_F(KdaDecode, StreamPlan) {
   check_steps(Shape{7, 2, 128, 4, false, 9}, {kStream, 4, 4, 4}, true, 950, false, 3);  // softplus gate, graph replays
 }
 
+// The stream plan as programmatic dependent launches (KdaDecodeArgs::pdl): a chain of steps
+// over disjoint slot sets, each step's q projection being the previous step's output, so a
+// step that read its inputs before the previous kernel finished would fail; eager and as one
+// captured graph (the launches become programmatic graph edges).
+void check_pdl_chain(const Shape& s, KdaDecodeShape plan, bool graph, uint32_t seed, int items = 0) {
+  SCOPED_TRACE(::testing::Message() << "pdl chain B=" << s.B << " rw=" << plan.rows_per_warp << " warps=" << plan.warps
+                                    << " stages=" << plan.stages << " items=" << items << " graph=" << graph);
+  constexpr int kChain = 3;
+  const Weights w = make_weights(s, seed);
+  DeviceBuffer<float> wd[6];
+  for (int i = 0; i < 6; ++i) {
+    const std::vector<float>* v[6] = {&w.conv_q, &w.conv_k, &w.conv_v, &w.a_log, &w.dt_bias, &w.o_norm};
+    ASSERT_TRUE(wd[i].upload(*v[i]).is_ok());
+  }
+  std::vector<float> pool = randn(s.slots * s.slot_floats(), seed + 10, 0.1f);
+  auto dpool = dev(pool);
+  std::vector<int32_t> all(s.slots);
+  std::iota(all.begin(), all.end(), 0);
+  std::shuffle(all.begin(), all.end(), std::mt19937(seed + 11));
+  DeviceStep st[kChain];
+  Inputs in[kChain];
+  std::vector<int32_t> slots[kChain];
+  KdaDecodeArgs a[kChain];
+  for (int j = 0; j < kChain; ++j) {
+    slots[j].assign(all.begin() + j * s.B, all.begin() + (j + 1) * s.B);
+    in[j] = make_inputs(s, seed + 20 + 10 * j);
+    st[j].upload(in[j], slots[j]);
+    ASSERT_TRUE(st[j].out.upload(std::vector<float>(s.B * s.P(), NAN)).is_ok());
+    a[j] = args_for(s, wd, st[j], dpool.get(), nullptr, plan);
+    a[j].stream_items = items;
+    a[j].pdl = true;
+    if (j > 0) a[j].q_raw = st[j - 1].out.get();  // written by the kernel just before
+  }
+  cudaStream_t stream = nullptr;
+  ASSERT_TRUE(cuda_status(cudaStreamCreate(&stream), "stream").is_ok());
+  if (graph) {
+    cudaGraph_t g = nullptr;
+    cudaGraphExec_t exec = nullptr;
+    ASSERT_TRUE(cuda_status(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal), "capture").is_ok());
+    for (int j = 0; j < kChain; ++j) ASSERT_TRUE(kda_decode_step(a[j], stream).is_ok());
+    ASSERT_TRUE(cuda_status(cudaStreamEndCapture(stream, &g), "end capture").is_ok());
+    ASSERT_TRUE(cuda_status(cudaGraphInstantiate(&exec, g, 0), "instantiate").is_ok());
+    ASSERT_TRUE(cuda_status(cudaGraphLaunch(exec, stream), "graph launch").is_ok());
+    ASSERT_TRUE(cuda_status(cudaStreamSynchronize(stream), "sync").is_ok());
+    cudaGraphExecDestroy(exec);
+    cudaGraphDestroy(g);
+  } else {
+    for (int j = 0; j < kChain; ++j) ASSERT_TRUE(kda_decode_step(a[j], stream).is_ok());
+    ASSERT_TRUE(cuda_status(cudaStreamSynchronize(stream), "sync").is_ok());
+  }
+  for (int j = 0; j < kChain; ++j) {
+    const std::vector<float> ref = cpu_step(s, w, in[j], slots[j], pool, 1e-6f);
+    EXPECT_LT(nerr(host(st[j].out), ref), 1e-4) << "step " << j;
+    if (j + 1 < kChain) in[j + 1].q = ref;
+  }
+  EXPECT_LT(nerr(host(dpool), pool), 1e-4) << "pool after the chain";
+  cudaStreamDestroy(stream);
+}
+
+TEST_F(KdaDecode, ProgrammaticLaunchChain) {
+  const KdaDecodePlan kStream = KdaDecodePlan::kStream;
+  for (int64_t B : {1, 5, 256}) {
+    const Shape s{B, 3, 128, 4, true, 3 * B + 7};
+    const uint32_t seed = 1500 + 10 * static_cast<uint32_t>(B);
+    check_pdl_chain(s, {kStream, 4, 4, 6}, false, seed);
+    check_pdl_chain(s, {kStream, 4, 4, 6}, true, seed + 1);
+    check_pdl_chain(s, {kStream, 4, 8, 3}, true, seed + 2, 1);
+    check_pdl_chain(s, {KdaDecodePlan::kPush, 4, 4}, true, seed + 3);  // clusters of 8 blocks
+    check_pdl_chain(s, {KdaDecodePlan::kPush, 16, 8}, false, seed + 4);  // one block a head
+  }
+  // The automatic pick with pdl set (the flag only changes the stream plan's launch).
+  check_pdl_chain(Shape{256, 3, 128, 4, true, 800}, {}, true, 1590);
+}
+
 // Padding rows (slot -1, as the decode graphs' buckets pad a batch): zero outputs, the pool
 // untouched apart from the real rows' slots, with every plan, as graph replays too, and a
 // batch of padding rows only (the graphs' scratch-sizing pass).

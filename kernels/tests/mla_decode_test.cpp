@@ -9,6 +9,7 @@
 #include <random>
 #include <vector>
 
+#include "glue/glue.h"
 #include "mla/mla_decode.h"
 #include "pdserve/ops/mla.h"
 #include "test_util.h"
@@ -165,18 +166,43 @@ void run_case(const Case& c, uint32_t seed) {
   w.plan = dplan.get(), w.capacity = cap, w.part_o = part_o.get(), w.part_lse = part_lse.get();
   w.launch_items = c.graph_launch ? cap : plan.num_items;
   w.merge = c.graph_launch || plan.any_split || plan.any_empty;
-  // Both kernels where both apply (kAuto is the warp variant for <= 3 heads).
-  for (MlaDecodeVariant variant : {MlaDecodeVariant::kBlock, MlaDecodeVariant::kAuto}) {
+  // Both kernels where both apply (kAuto is the warp variant for <= 3 heads), both loaders
+  // (kBulk falls back to cp.async where pages are not a multiple of the tile), and
+  // programmatic dependent launches (the run, then the merge, each after a kernel that wrote
+  // q: a run reading q before the wait would fail).
+  struct Opt {
+    MlaDecodeVariant variant;
+    MlaDecodeLoader loader;
+    bool pdl;
+  };
+  const Opt opts[] = {{MlaDecodeVariant::kBlock, MlaDecodeLoader::kAuto, false},
+                      {MlaDecodeVariant::kAuto, MlaDecodeLoader::kCpAsync, false},
+                      {MlaDecodeVariant::kAuto, MlaDecodeLoader::kBulk, false},
+                      {MlaDecodeVariant::kAuto, MlaDecodeLoader::kBulk, true},
+                      {MlaDecodeVariant::kBlock, MlaDecodeLoader::kAuto, true}};
+  // A blocking stream: the uploads below are cudaMemcpy from pageable memory on the legacy
+  // stream, whose DMA may still be landing when the call returns; a non-blocking stream would
+  // race them (seen on the H200: the zeros landing over the add's q).
+  cudaStream_t stream = nullptr;
+  ASSERT_EQ(cudaStreamCreate(&stream), cudaSuccess);
+  auto dql_src = dev(ql);  // q is zero until the kernel just before the run adds it in
+  for (const Opt& o : opts) {
     ASSERT_TRUE(out.upload(std::vector<float>(rows * c.heads * c.lat, NAN)).is_ok());
-    w.variant = variant;
-    ASSERT_TRUE(mla_decode_run(a, w, nullptr).is_ok());
+    w.variant = o.variant, w.loader = o.loader, w.pdl = o.pdl;
+    if (o.pdl) {
+      ASSERT_TRUE(dql.upload(std::vector<float>(ql.size(), 0.0f)).is_ok());
+      ASSERT_TRUE(add_inplace(dql.get(), dql_src.get(), static_cast<int64_t>(ql.size()), stream).is_ok());
+    }
+    ASSERT_TRUE(mla_decode_run(a, w, stream).is_ok());
+    ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
     const auto got = host(out);
     EXPECT_LT(nerr(got, ref), 2e-5) << "heads " << c.heads << " items " << plan.num_items << " variant "
-                                    << static_cast<int>(variant);
+                                    << static_cast<int>(o.variant) << " loader " << static_cast<int>(o.loader) << " pdl " << o.pdl;
     if (c.negative_row >= 0) {
       for (int64_t i = 0; i < c.heads * c.lat; ++i) ASSERT_EQ(got[c.negative_row * c.heads * c.lat + i], 0.0f);
     }
   }
+  cudaStreamDestroy(stream);
 }
 
 TEST_F(MlaDecode, RaggedRowsMatchTheCpuReference) {

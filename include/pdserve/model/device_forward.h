@@ -62,6 +62,12 @@ struct CudaForwardOptions {
   // MLA attention runs through the split-KV plan/run kernel (kernels/mla/mla_decode.h) where
   // the shape allows (<= 32 heads a rank); false keeps the one-block-per-head mla_attend_latent.
   bool split_kv_mla = true;
+  // Programmatic dependent launches (sm_90) for the decode attention kernels: each starts while
+  // the kernel before it drains and waits on the device before reading what that kernel wrote
+  // (design.md). The fused KDA step: on (faster at every batch on the H200). The MLA split-KV
+  // run + merge: off (faster at small steps, but up to 7% slower at 128 rows x 16K, perf.md).
+  bool pdl_kda_decode = true;
+  bool pdl_mla_decode = false;
   // Steps with a prefill chunk (some sequence brings > 1 token) run MLA attention through the
   // tensor-core prefill (kernels/mla/mla_prefill.h: expanded K/V, bf16 inputs, fp32 accumulate)
   // where the head dims have a kernel (qk x v = 192 x 128, 32 x 16). Off by default: it trades

@@ -3,7 +3,7 @@
 // random non-contiguous page tables. Effective bandwidth = cache bytes the step must read
 // (rows x ctx x 576 x 4) / device time; floor = those bytes / 4.2 TB/s. Inputs rotate over
 // enough copies of the page tables (distinct pages) that the 50 MB L2 never holds a step.
-//   mla_decode_bench [quick]    (quick: a few shapes, for a smoke run)
+//   mla_decode_bench [quick | focus] [noold]   (quick: a smoke run; focus: the 3-head shapes; noold: skip the old kernel)
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -18,6 +18,7 @@ using namespace pdserve::cuda::bench;
 
 namespace {
 
+bool g_no_old = false;  // "noold": skip the old kernel (seconds at long context)
 constexpr int64_t kLat = 512, kRope = 64, kEntry = kLat + kRope, kPage = 64;
 
 struct Shape {
@@ -83,37 +84,57 @@ void bench_shape(const Shape& s, bool run_old) {
   });
   // Back to back inside one CUDA graph (as the decode step runs it): no launch gaps.
   constexpr int kInGraph = 20;
-  cudaStream_t stream;
-  cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking);
-  cudaGraph_t graph;
-  cudaGraphExec_t exec;
-  check(cuda_status(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), "capture"), "capture");
-  for (int i = 0; i < kInGraph; ++i) {
-    a.page_table = tables[i % copies].get();
-    check(mla_decode_run(a, w, stream), "mla_decode_run (capture)");
+  auto graph_step_us = [&](const MlaDecodeWork& wv) {
+    cudaStream_t stream;
+    cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking);
+    cudaGraph_t graph;
+    cudaGraphExec_t exec;
+    check(cuda_status(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), "capture"), "capture");
+    for (int i = 0; i < kInGraph; ++i) {
+      a.page_table = tables[i % copies].get();
+      check(mla_decode_run(a, wv, stream), "mla_decode_run (capture)");
+    }
+    check(cuda_status(cudaStreamEndCapture(stream, &graph), "end capture"), "capture");
+    check(cuda_status(cudaGraphInstantiate(&exec, graph, 0), "instantiate"), "instantiate");
+    std::vector<double> graph_runs;
+    cudaEvent_t e0, e1;
+    cudaEventCreate(&e0);
+    cudaEventCreate(&e1);
+    for (int r = 0; r < 8; ++r) {
+      cudaEventRecord(e0, stream);
+      cudaGraphLaunch(exec, stream);
+      cudaEventRecord(e1, stream);
+      cudaEventSynchronize(e1);
+      float ms = 0;
+      cudaEventElapsedTime(&ms, e0, e1);
+      if (r > 0) graph_runs.push_back(ms * 1e3 / kInGraph);
+    }
+    check(cuda_status(cudaGetLastError(), "graph replay"), "graph replay");
+    std::sort(graph_runs.begin(), graph_runs.end());
+    cudaEventDestroy(e0);
+    cudaEventDestroy(e1);
+    cudaGraphExecDestroy(exec);
+    cudaGraphDestroy(graph);
+    cudaStreamDestroy(stream);
+    return graph_runs[graph_runs.size() / 2];
+  };
+  const double graph_us = graph_step_us(w);
+  // The loader and launch options side by side, in graphs (warp variant where it applies):
+  // three interleaved rounds, the median round per option (the first H200 call saw the same
+  // option drift by up to 10% between two graphs measured a few seconds apart).
+  double opt_us[4] = {NAN, NAN, NAN, NAN};  // cp.async, bulk, cp.async + pdl, bulk + pdl
+  std::vector<double> rounds[4];
+  for (int r = 0; r < 3; ++r)
+    for (int o = 0; o < 4; ++o) {
+      MlaDecodeWork wv = w;
+      wv.loader = o % 2 ? MlaDecodeLoader::kBulk : MlaDecodeLoader::kCpAsync;
+      wv.pdl = o >= 2;
+      rounds[o].push_back(graph_step_us(wv));
+    }
+  for (int o = 0; o < 4; ++o) {
+    std::sort(rounds[o].begin(), rounds[o].end());
+    opt_us[o] = rounds[o][1];
   }
-  check(cuda_status(cudaStreamEndCapture(stream, &graph), "end capture"), "capture");
-  check(cuda_status(cudaGraphInstantiate(&exec, graph, 0), "instantiate"), "instantiate");
-  std::vector<double> graph_runs;
-  cudaEvent_t e0, e1;
-  cudaEventCreate(&e0);
-  cudaEventCreate(&e1);
-  for (int r = 0; r < 7; ++r) {
-    cudaEventRecord(e0, stream);
-    cudaGraphLaunch(exec, stream);
-    cudaEventRecord(e1, stream);
-    cudaEventSynchronize(e1);
-    float ms = 0;
-    cudaEventElapsedTime(&ms, e0, e1);
-    if (r > 0) graph_runs.push_back(ms * 1e3 / kInGraph);
-  }
-  std::sort(graph_runs.begin(), graph_runs.end());
-  const double graph_us = graph_runs[graph_runs.size() / 2];
-  cudaEventDestroy(e0);
-  cudaEventDestroy(e1);
-  cudaGraphExecDestroy(exec);
-  cudaGraphDestroy(graph);
-  cudaStreamDestroy(stream);
   // The block variant (any head count) where the warp variant is the default, for comparison.
   double block_us = NAN;
   if (s.heads <= 3) {
@@ -125,13 +146,16 @@ void bench_shape(const Shape& s, bool run_old) {
     w.variant = MlaDecodeVariant::kAuto;
   }
   double old_us = NAN;
-  if (run_old) {
+  if (run_old && !g_no_old) {
     g_reps = 3;
     old_us = median_us([&](int i) {
       a.page_table = tables[i % copies].get();
       check(mla_attend_latent(a, nullptr), "mla_attend_latent");
     });
   }
+  std::printf("| %2ld | %4ld | %6ld | %8.2f (%4.2f) | %8.2f (%4.2f) | %8.2f (%4.2f) | %8.2f (%4.2f) |\n", static_cast<long>(s.heads),
+              static_cast<long>(s.batch), static_cast<long>(s.ctx), opt_us[0], bytes / opt_us[0] * 1e-6, opt_us[1],
+              bytes / opt_us[1] * 1e-6, opt_us[2], bytes / opt_us[2] * 1e-6, opt_us[3], bytes / opt_us[3] * 1e-6);
   std::printf(
       "| %2ld | %4ld | %6ld | %4ld | %5.1f | %9.1f | %8.2f | %8.2f | %5.2f TB/s | %8.2f | %5.2f TB/s | %5.2fx | %8.2f | %10.1f | %6.3f TB/s | %7.1fx |\n",
       static_cast<long>(s.heads), static_cast<long>(s.batch), static_cast<long>(s.ctx), static_cast<long>(plan.num_items), plan_us, bytes / 1e6,
@@ -142,11 +166,43 @@ void bench_shape(const Shape& s, bool run_old) {
 
 }  // namespace
 
+// The read ceiling as a kernel sees it: a float4 grid-stride sum over 2 GiB (read only).
+__global__ void read_kernel(const float4* __restrict__ x, size_t n, float* out) {
+  float acc = 0.0f;
+  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) {
+    const float4 v = __ldcs(x + i);
+    acc += v.x + v.y + v.z + v.w;
+  }
+  if (acc == 12345.0f) *out = acc;  // keeps the loads
+}
+
+void read_ceiling() {
+  const size_t n = size_t(1) << 27;  // float4s: 2 GiB
+  DeviceBuffer<float> x, o;
+  check(x.resize(n * 4), "ceiling buffer");
+  check(o.resize(1), "ceiling out");
+  cudaMemset(x.get(), 0x3f, n * 16);
+  g_reps = 10;
+  for (int per_sm : {8, 16}) {
+    const double us = median_us([&](int) { read_kernel<<<132 * per_sm, 256>>>(reinterpret_cast<const float4*>(x.get()), n, o.get()); });
+    std::printf("read ceiling: %.2f TB/s (2 GiB float4 read-only kernel, %d x 256-thread blocks an SM)\n", n * 16.0 / us * 1e-6, per_sm);
+  }
+}
+
 int main(int argc, char** argv) {
   const bool quick = argc > 1 && std::strcmp(argv[1], "quick") == 0;
+  g_no_old = argc > 1 && std::strcmp(argv[argc - 1], "noold") == 0;
+  read_ceiling();
   std::vector<Shape> shapes;
+  const bool focus = argc > 1 && std::strcmp(argv[1], "focus") == 0;  // the TP32 rank's shapes only
   if (quick) {
     shapes = {{3, 1, 1024}, {3, 64, 4096}};
+  } else if (focus) {
+    for (int64_t b : {1, 8, 32, 128, 256})
+      for (int64_t c : {1024, 16384}) shapes.push_back({3, b, c});
+    shapes.push_back({3, 256, 4096});
+    shapes.push_back({3, 1, 65536});
+    shapes.push_back({3, 8, 65536});
   } else {
     for (int64_t b : {1, 8, 32, 64, 128, 256})
       for (int64_t c : {1024, 4096, 16384}) shapes.push_back({3, b, c});
@@ -161,6 +217,7 @@ int main(int argc, char** argv) {
   std::printf("split-KV us: one launch (run + merge, default variant: warp for <= 3 heads) between events; graph us: per step, %d "
               "steps back to back in a CUDA graph; block-variant us: one launch of the block variant\n",
               20);
+  std::printf("options rows (graph us/step (TB/s)): | H | batch | ctx | cp.async | bulk | cp.async + pdl | bulk + pdl |\n");
   std::printf("| H | batch | ctx | items | plan us (host) | MB | floor us | split-KV us | BW | graph us | BW | graph / floor | block-variant us | old us | old BW | old / split-KV |\n");
   std::printf("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
   for (const Shape& s : shapes) bench_shape(s, /*run_old=*/true);
