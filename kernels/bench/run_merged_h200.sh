@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # One call on nvidia-h200-x2 after the session's merges (NCCL TP + device roles + decode graphs
-# + fused KDA / MoE decode kernels + split-KV MLA decode + MLA, KDA and MoE prefill kernels; PP over NCCL is in cuda_tp_test): every GPU test binary on GPU 0 (cuda_tp_test on both),
+# + fused KDA / MoE decode kernels + split-KV MLA decode + MLA, KDA and MoE prefill kernels; PP over NCCL is in cuda_tp_test, PP on the CUDA backend in cuda_pp_test): every GPU test binary on GPU 0 (cuda_tp_test on both),
 # memcheck of the backend forward and the device-role tests on GPU 1 meanwhile, then end to end:
-# a CPU `serve`, `serve --device cuda` (graphs), `serve --device cuda --tp 2`, and `pdserve up`
+# a CPU `serve`, `serve --device cuda` (graphs), `serve --device cuda --tp 2`, `--pp 2`, and `pdserve up`
 # with prefill on CUDA at TP2 (GPUs 0 and 1) and decode on CUDA at TP1 (GPU 0), every reply
 # compared with the CPU server's at temperature 0 (one request, then 8 at once via the router).
 # Usage (repository root on the device): BIN=dir OUT=dir bash kernels/bench/run_merged_h200.sh
@@ -26,8 +26,8 @@ for b in "${MC[@]}"; do
 done
 echo "== tests (GPU 0; cuda_tp_test on 0 and 1)"
 for b in kernels_test mla_decode_test mla_prefill_test kda_decode_kernels_test kda_chunk_kernels_test moe_kernels_test moe_decode_test moe_prefill_test transfer_kernels_test \
-  cuda_forward_test pd_device_test cuda_tp_test; do
-  vis=0; [ "$b" = cuda_tp_test ] && vis=0,1
+  cuda_forward_test pd_device_test cuda_tp_test cuda_pp_test; do
+  vis=0; case $b in cuda_tp_test | cuda_pp_test) vis=0,1 ;; esac
   CUDA_VISIBLE_DEVICES=$vis timeout 150 "$BIN/$b" >"/tmp/test_$b.log" 2>&1
   echo "$b rc=$? $(grep -cE '^\[       OK' "/tmp/test_$b.log") ok, $(grep -cE '^\[  SKIPPED' "/tmp/test_$b.log") skipped"
   grep -E "^\[  FAILED|Failure|Expected|Which is" "/tmp/test_$b.log" | head -12
@@ -44,35 +44,37 @@ TP2=$!
 # bf16 prefill attention: informational (its logits move ~1e-3, so a near tie may flip a token).
 CUDA_VISIBLE_DEVICES=1 "$P" serve --model /tmp/tk3 --device cuda --bf16-mla-prefill --port 18127 >/tmp/serve_bf16.log 2>&1 &
 BF16=$!
+CUDA_VISIBLE_DEVICES=0,1 "$P" serve --model /tmp/tk3 --device cuda --pp 2 --port 18128 >/tmp/serve_pp2.log 2>&1 &
+PP2=$!
 mkdir -p /tmp/uplogs
 CUDA_VISIBLE_DEVICES=0,1 "$P" up --model /tmp/tk3 --port 18130 --prefill-port 18131 --decode-port 18132 --bootstrap-port 18133 \
   --chunk-size 64 --device cuda --prefill-tp 2 --decode-tp 1 --log-dir /tmp/uplogs >/tmp/up.log 2>&1 &
 UP=$!
 for _ in $(seq 300); do
   curl -sf localhost:18123/health >/dev/null && curl -sf localhost:18124/health >/dev/null &&
-    curl -sf localhost:18126/health >/dev/null && curl -sf localhost:18127/health >/dev/null && grep -q "pdserve up: ready" /tmp/up.log && break
+    curl -sf localhost:18126/health >/dev/null && curl -sf localhost:18127/health >/dev/null && curl -sf localhost:18128/health >/dev/null && grep -q "pdserve up: ready" /tmp/up.log && break
   sleep 0.2
 done
 REQ='{"messages": [{"role": "user", "content": "Hello there, GPU! Tell me about pages."}], "max_tokens": 32, "temperature": 0}'
-for port in 18124 18123 18126 18127 18130; do
+for port in 18124 18123 18126 18127 18128 18130; do
   curl -s -m 60 -o "/tmp/reply_$port.json" -w "port $port: HTTP %{http_code}, %{time_total} s\n" "localhost:$port/v1/chat/completions" \
     -H 'Content-Type: application/json' -d "$REQ"
 done
 msg() { python3 -c "import json; print(json.load(open('$1'))['choices'][0]['message'])" 2>/dev/null; }
 want=$(msg /tmp/reply_18124.json)
-for port in 18123 18126 18127 18130; do
+for port in 18123 18126 18127 18128 18130; do
   [ -n "$want" ] && [ "$(msg /tmp/reply_$port.json)" = "$want" ] && echo "port $port == serve cpu" || echo "port $port DIFFERS from serve cpu"
 done
 MANY=()
 for i in $(seq 8); do
   R="{\"messages\": [{\"role\": \"user\", \"content\": \"Request $i: $(printf 'pages %.0s' $(seq $((i * 9))))\"}], \"max_tokens\": 24, \"temperature\": 0}"
-  for port in 18130 18124 18126; do
+  for port in 18130 18124 18126 18128; do
     curl -s -m 90 -o "/tmp/many_${port}_$i.json" localhost:$port/v1/chat/completions -H 'Content-Type: application/json' -d "$R" &
     MANY+=($!)
   done
 done
 wait "${MANY[@]}"
-for port in 18130 18126; do
+for port in 18130 18126 18128; do
   same=0
   for i in $(seq 8); do
     a=$(msg "/tmp/many_${port}_$i.json"); b=$(msg "/tmp/many_18124_$i.json")
@@ -80,10 +82,10 @@ for port in 18130 18126; do
   done
   echo "8 concurrent requests on port $port: $same of 8 identical to serve cpu"
 done
-grep -h "device:" /tmp/serve_cuda.log /tmp/serve_tp2.log /tmp/uplogs/* 2>/dev/null | cut -c1-200
+grep -h "device:" /tmp/serve_cuda.log /tmp/serve_tp2.log /tmp/serve_pp2.log /tmp/uplogs/* 2>/dev/null | cut -c1-200
 curl -sf localhost:18132/metrics | grep -E '^pdserve_decode_transfer_(succeeded|failed|bytes|runs)_total '
 curl -sf "localhost:18131/transfers?limit=2" | head -c 600; echo
-kill -INT $UP; kill $CPU $GPU $TP2 $BF16; wait $UP $CPU $GPU $TP2 $BF16 2>/dev/null
+kill -INT $UP; kill $CPU $GPU $TP2 $BF16 $PP2; wait $UP $CPU $GPU $TP2 $BF16 $PP2 2>/dev/null
 echo "== decode step, eager vs graphs (GPU 0)"
 CUDA_VISIBLE_DEVICES=0 timeout 120 "$BIN/decode_bench" --preset tiny-k3 --ctx 128 --steps 50
 echo "== memcheck (GPU 1)"
@@ -93,5 +95,5 @@ for i in "${!MC[@]}"; do
 done
 for f in /tmp/memcheck_*.log; do echo "=== $f"; tail -60 "$f"; done >"$OUT/memcheck.log"
 for f in /tmp/test_*.log; do echo "=== $f"; cat "$f"; done >"$OUT/tests.log"
-{ cat /tmp/up.log; for f in /tmp/uplogs/* /tmp/serve_cuda.log /tmp/serve_tp2.log; do echo "=== $f"; tail -40 "$f"; done; } >"$OUT/e2e.log"
+{ cat /tmp/up.log; for f in /tmp/uplogs/* /tmp/serve_cuda.log /tmp/serve_tp2.log /tmp/serve_pp2.log; do echo "=== $f"; tail -40 "$f"; done; } >"$OUT/e2e.log"
 date -u
