@@ -5,13 +5,14 @@
 // proportion to 1/(e+1): 5470 down to 24) and one hot expert (8192 rows, every token, the
 // rest uniform). FLOPs = 2 * rows * 3 * 3072 * 3584, against the floor (790 TFLOP/s).
 // The torch anchor (moe_prefill_torch.py) builds the same distributions and times the same
-// work in bf16. Each distribution runs every main loop (MoePrefillKernel::kMmaSync, kWgmma,
-// kWgmmaWideN; the input order does not change the time) under both tile schedules (moe_prefill.h: the
+// work in bf16. Each distribution runs every main loop picked by --kernels (default all:
+// mma.sync, wgmma, wgmma-wN, wgmma-smemW, wgmma-smemWd = MoePrefillKernel::kMmaSync, kWgmma,
+// kWgmmaWideN, kWgmmaSmemW, kWgmmaSmemWDeep; the input order does not change the time) under both tile schedules (moe_prefill.h: the
 // dynamic queue in a workspace, as the backend calls it, and the static stride). Also the crossover against moe_expert_mlp_decode (kAuto) at 2..64 rows a
 // expert, which sets the backend's switch (cuda_layers.cpp). CUDA events, 3 warm-ups,
 // median of --reps. Weight bytes are random (scales 2^-7..2^-3), tiled from a 64 MB pattern.
 //
-//   moe_prefill_bench [--reps N] [--quick 1]   (--quick: uniform only, for profilers)
+//   moe_prefill_bench [--reps N] [--quick 1] [--kernels wgmma,wgmma-smemW]   (--quick: uniform only, queue only)
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
@@ -72,11 +73,33 @@ std::vector<int32_t> offsets_of(const std::vector<int64_t>& c) {
   return off;
 }
 
+struct NamedKernel {
+  const char* name;
+  MoePrefillKernel kernel;
+};
+constexpr NamedKernel kAllKernels[] = {{"mma.sync", MoePrefillKernel::kMmaSync},
+                                       {"wgmma", MoePrefillKernel::kWgmma},
+                                       {"wgmma-wN", MoePrefillKernel::kWgmmaWideN},
+                                       {"wgmma-smemW", MoePrefillKernel::kWgmmaSmemW},
+                                       {"wgmma-smemWd", MoePrefillKernel::kWgmmaSmemWDeep}};
+
+// --kernels a,b,c: the main loops to time, by the names above (default: all).
+std::vector<NamedKernel> kernels_from(const std::string& list) {
+  std::vector<NamedKernel> out;
+  for (const NamedKernel& k : kAllKernels)
+    if (list.empty() || ("," + list + ",").find(std::string(",") + k.name + ",") != std::string::npos) out.push_back(k);
+  if (out.empty()) std::fprintf(stderr, "--kernels %s names none of mma.sync,wgmma,wgmma-wN,wgmma-smemW,wgmma-smemWd\n", list.c_str());
+  return out;
+}
+
 void run(int argc, char** argv) {
   g_reps = 10;  // this bench's default (--reps): each call is ~10 ms
+  std::string kernel_list;
   for (int i = 1; i + 1 < argc; i += 2)
     if (!std::strcmp(argv[i], "--reps")) g_reps = std::atoi(argv[i + 1]);
     else if (!std::strcmp(argv[i], "--quick")) g_quick = std::atoi(argv[i + 1]) != 0;
+    else if (!std::strcmp(argv[i], "--kernels")) kernel_list = argv[i + 1];
+  const std::vector<NamedKernel> kernels = kernels_from(kernel_list);
   const size_t up_bytes = size_t(kExperts) * kInter * kDim / 2, up_scales = up_bytes / 16;
   auto p1 = random_device(up_bytes, 1), p3 = random_device(up_bytes, 2), p2 = random_device(up_bytes, 3);
   auto s1 = random_device(up_scales, 4, 120, 5), s3 = random_device(up_scales, 5, 120, 5), s2 = random_device(up_scales, 6, 120, 5);
@@ -109,7 +132,7 @@ void run(int argc, char** argv) {
     if (g_quick && kind != "uniform") break;
     const auto c = counts_for(kind, kRows);
     check(off.upload(offsets_of(c)), "offsets");
-    for (const MoePrefillKernel kernel : {MoePrefillKernel::kMmaSync, MoePrefillKernel::kWgmma, MoePrefillKernel::kWgmmaWideN})
+    for (const auto& [kernel_name, kernel] : kernels)
       for (const bool queue : {true, false}) {
         if (g_quick && !queue) break;
         const double us = median_us([&] {
@@ -118,9 +141,9 @@ void run(int argc, char** argv) {
                 "prefill");
         });
         const double flops = 2.0 * kRows * 3 * kInter * kDim;
-        std::printf("prefill %-7s %-8s %-6s rows %lld (max %lld min %lld a expert): %8.1f us  %6.1f TFLOP/s  floor %6.1f us  ours/floor %.2fx\n",
+        std::printf("prefill %-7s %-12s %-6s rows %lld (max %lld min %lld a expert): %8.1f us  %6.1f TFLOP/s  floor %6.1f us  ours/floor %.2fx\n",
                     kind.c_str(),
-                    kernel == MoePrefillKernel::kWgmma ? "wgmma" : kernel == MoePrefillKernel::kWgmmaWideN ? "wgmma-wN" : "mma.sync", queue ? "queue" : "static", (long long)kRows,
+                    kernel_name, queue ? "queue" : "static", (long long)kRows,
                     (long long)*std::max_element(c.begin(), c.end()), (long long)*std::min_element(c.begin(), c.end()), us,
                     flops / us * 1e-6, flops / kPeak * 1e6, us / (flops / kPeak * 1e6));
       }

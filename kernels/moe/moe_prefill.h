@@ -52,12 +52,15 @@ bool moe_prefill_fits(const MoeDecodeWeights& w);
 // (two consumer warpgroups, wgmma.m64nNk16 with the dequantised weights as the register A
 // operand and the tokens as B from a swizzled shared-memory ring; docs/design.md): kWgmma
 // (two m64 blocks a warpgroup, token tiles of 128 in order) or kWgmmaWideN (one m64 block
-// a warpgroup, an expert's rows in equal token tiles of at most 192). The wgmma kernels keep
+// a warpgroup, an expert's rows in equal token tiles of at most 192), kWgmmaSmemW (kWgmma with
+// the packed weights and scales through the shared-memory ring, two chunks ahead, instead of
+// global -> registers one chunk ahead) and kWgmmaSmemWDeep (kWgmmaSmemW leaving two wgmma
+// groups running while the next k-step dequantises, not one). The wgmma kernels keep
 // x_sorted and act with the inputs of each 32-input group in the order their MMA fragments
 // take (moe_prefill_schedule.h, wgmma_k_position), so moe_permute_bf16 and
 // moe_expert_mlp_prefill of one chunk must be given the same kernel. kAuto resolves to
 // moe_prefill_choice() (docs/perf.md has the measurements behind it).
-enum class MoePrefillKernel { kAuto, kMmaSync, kWgmma, kWgmmaWideN };
+enum class MoePrefillKernel { kAuto, kMmaSync, kWgmma, kWgmmaWideN, kWgmmaSmemW, kWgmmaSmemWDeep };
 MoePrefillKernel moe_prefill_choice(MoePrefillKernel kernel = MoePrefillKernel::kAuto);
 
 // moe_permute (moe.h) writing the sorted rows as bf16 bits (round to nearest even):

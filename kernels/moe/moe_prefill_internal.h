@@ -7,15 +7,16 @@
 #include <cstdint>
 
 #include "moe/moe_decode.h"
+#include "moe/moe_prefill.h"
 #include "pdserve/core/status.h"
 
 namespace pdserve::cuda::moe_prefill_detail {
 
-// Gate/up + activation, then down, with wgmma (wide_n: kWgmmaWideN, else kWgmma); x_sorted
+// Gate/up + activation, then down, with wgmma (`kernel`: one of the kWgmma* loops); x_sorted
 // in wgmma_k_position order, act written (and read) in it too. `queue`: the tile queue's two
 // words, or null (static stride).
 Status expert_mlp_prefill_wgmma(const MoeDecodeWeights& w, const int32_t* offsets, int64_t experts, int64_t capacity,
-                                const uint16_t* x_sorted, uint16_t* act, float* out_sorted, void* queue, bool wide_n,
+                                const uint16_t* x_sorted, uint16_t* act, float* out_sorted, void* queue, MoePrefillKernel kernel,
                                 cudaStream_t stream);
 
 }  // namespace pdserve::cuda::moe_prefill_detail

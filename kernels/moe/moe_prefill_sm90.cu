@@ -279,8 +279,7 @@ Status moe_expert_mlp_prefill(const MoeDecodeWeights& w, const int32_t* offsets,
   TileQueue* queue = workspace.data && workspace.bytes >= sizeof(TileQueue) ? static_cast<TileQueue*>(workspace.data) : nullptr;
   const MoePrefillKernel chosen = moe_prefill_choice(kernel);
   if (chosen != MoePrefillKernel::kMmaSync)
-    return expert_mlp_prefill_wgmma(w, offsets, local_experts, capacity, x_sorted, act, out_sorted, queue,
-                                    chosen == MoePrefillKernel::kWgmmaWideN, stream);
+    return expert_mlp_prefill_wgmma(w, offsets, local_experts, capacity, x_sorted, act, out_sorted, queue, chosen, stream);
   const MoeAct fn{w.activation, w.situ_beta, w.situ_linear_beta};
   const bool wide_up = w.w1.wide_scales || w.w3.wide_scales;
   const Status up = wide_up ? launch<true, true>(w.w1, w.w3, offsets, local_experts, capacity, x_sorted, act, nullptr, fn, queue, stream)

@@ -25,23 +25,42 @@ namespace {
 constexpr int kThreads = 256;  // two warpgroups
 constexpr int kChunk = 128;    // inputs per ring stage: one decode-layout tile column
 
-// kSplit = false: kWgmma; true: kWgmmaWideN (see the top of the file).
-template <bool kSplit>
+// The main-loop variants of this file (moe_prefill.h): kRegW = kWgmma, kWide = kWgmmaWideN,
+// kSmemW = kWgmmaSmemW (the packed weights and scales travel through the cp.async ring with
+// the tokens, kAhead chunks ahead, instead of global -> registers one chunk ahead; frees the
+// 20 prefetch registers), kSmemWDeep = kWgmmaSmemWDeep (kSmemW with two wgmma groups left
+// running while the next k-step dequantises: wait_group 2).
+enum Variant : int { kRegW = 0, kWideN = 1, kSmemW = 2, kSmemWDeep = 3 };
+
+template <int kVar>
 struct Cfg {
+  static constexpr bool kSplit = kVar == kWideN;         // one m64 block a warpgroup, balanced token tiles
+  static constexpr bool kWeightsInSmem = kVar >= kSmemW;
+  static constexpr int kPending = kVar == kSmemWDeep ? 2 : 1;  // wgmma groups left running after each k-step
+  // kSmemWDeep reads each k-step's packed words from shared memory as it dequantises (the
+  // third A buffer would not fit beside a chunk's 16 packed registers: 255 + spills).
+  static constexpr bool kWordsPerStep = kVar == kSmemWDeep;
   static constexpr int kBlocks = kSplit ? 1 : 2;         // m64 blocks a warpgroup
   static constexpr int kTokTile = kSplit ? 192 : 128;    // most tokens a tile: the largest wgmma N used
   static constexpr bool kBalanced = kSplit;              // equal token tiles per expert, else 128 in order
   static constexpr int kOutGated = kSplit ? 64 : 128;    // gate (and as many up) outputs a tile
   static constexpr int kOutDown = kSplit ? 128 : 256;    // down outputs a tile
-  static constexpr int kStages = kSplit ? 4 : 5;         // ring slots
+  static constexpr int kStages = (kSplit || kWeightsInSmem) ? 4 : 5;  // ring slots
   static constexpr int kAhead = kStages - 2;             // chunks in flight ahead of the MMAs; slot c - 2 is free (main loop)
   static constexpr int kHalfBytes = kTokTile * 128;      // 64 inputs x the tokens: one column of swizzle atoms
-  static constexpr int kStageBytes = 2 * kHalfBytes;
+  static constexpr int kQ = 2 * kBlocks;                 // decode-layout tiles a warp reads a chunk (two a block)
+  // kWeightsInSmem: after the tokens, each warp's kQ 512-byte weight tiles, then its kQ
+  // 32-byte scale rows (8 warps); the stage stays a multiple of 1024 bytes.
+  static constexpr int kWeightOff = 2 * kHalfBytes;
+  static constexpr int kScaleOff = kWeightOff + 8 * kQ * 512;
+  static constexpr int kStageBytes = kWeightsInSmem ? kScaleOff + 1024 : 2 * kHalfBytes;
   static constexpr int kActStride = kOutGated + 4;       // gate/up staging row (floats): 4 mod 32 banks, conflict-free stores
   static constexpr size_t kRingBytes = size_t(kStages) * kStageBytes;
   static constexpr size_t kSmem = kRingBytes + 1024;     // + the 1024-byte alignment the swizzle atoms need
   static_assert(size_t(2) * kTokTile * kActStride * 4 <= kRingBytes, "the staged gate/up tile must fit in the ring");
-  static_assert(kHalfBytes % 1024 == 0, "swizzle atoms start 1024-byte aligned");
+  static_assert(kHalfBytes % 1024 == 0 && kStageBytes % 1024 == 0, "swizzle atoms start 1024-byte aligned");
+  static_assert(8 * kQ * 32 <= 1024, "the scale rows fit their 1 KB");
+  static_assert(kSmem <= 227 * 1024, "shared memory a CTA");
 };
 
 __device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); }
@@ -51,11 +70,12 @@ __device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.
 // kWgmmaWideN: gated 64 gate (warpgroup 0) + the same 64 up rows (warpgroup 1), down 128
 // outputs (warpgroup wg: rows 64 wg .. + 63). kN: the wgmma N, the tile's tokens rounded up
 // (rows past the tile are zeros in shared memory).
-template <bool kSplit, bool kGated, bool kWide, int kN>
+template <int kVar, bool kGated, bool kWide, int kN>
 __device__ __forceinline__ void run_tile(const Mxfp4Decode& a, const Mxfp4Decode& b, const uint16_t* __restrict__ x,
                                          uint16_t* __restrict__ act_out, float* __restrict__ out, const MoeAct& fn, uint8_t* smem,
                                          const Tile& tl) {
-  using C = Cfg<kSplit>;
+  using C = Cfg<kVar>;
+  constexpr bool kSplit = C::kSplit;
   constexpr int kOut = kGated ? C::kOutGated : C::kOutDown, kHalfBytes = C::kHalfBytes, kStageBytes = C::kStageBytes;
   constexpr int kStages = C::kStages, kAhead = C::kAhead, kActStride = C::kActStride;
   const int tid = threadIdx.x, wg = tid >> 7, warp = (tid >> 5) & 3, lane = tid & 31, g = lane >> 2, t = lane & 3;
@@ -77,7 +97,7 @@ __device__ __forceinline__ void run_tile(const Mxfp4Decode& a, const Mxfp4Decode
   const uint8_t* pb = m1.packed + t1 * tile_bytes + lane * 16;
   const uint8_t* sa = m0.scales + t0 * chunks * 32 + g * 4;
   const uint8_t* sb = m1.scales + t1 * chunks * 32 + g * 4;
-  constexpr int kQ = 2 * C::kBlocks;  // packed quads (and scale words) a chunk: two tiles a block
+  constexpr int kQ = C::kQ;  // packed quads (and scale words) a chunk: two tiles a block
   auto load_w = [&](int c, uint4 (&q)[kQ], uint32_t (&s)[kQ]) {
     q[0] = __ldg(reinterpret_cast<const uint4*>(pa + c * 512));
     q[1] = __ldg(reinterpret_cast<const uint4*>(pa + tile_bytes + c * 512));
@@ -89,6 +109,39 @@ __device__ __forceinline__ void run_tile(const Mxfp4Decode& a, const Mxfp4Decode
       s[2] = __ldg(reinterpret_cast<const uint32_t*>(sb + c * 32));
       s[3] = __ldg(reinterpret_cast<const uint32_t*>(sb + chunks * 32 + c * 32));
     }
+  };
+  // kWeightsInSmem: this warp's kQ tiles of chunk c into `slot`: lane's 16 bytes of each
+  // (read back by the same lane), and the tiles' 32-byte scale rows by lanes 0 .. 2 kQ - 1
+  // (read by the whole warp after the chunk's barrier).
+  const int wslot = (tid >> 5) * kQ;  // this warp's first tile in the stage's weight area
+  auto load_w_smem = [&](int c, int slot) {
+    const uint32_t base = smem_base + slot * kStageBytes;
+    const uint32_t wdst = base + C::kWeightOff + wslot * 512 + lane * 16;
+    cp_async16(wdst, pa + c * 512, 16u);
+    cp_async16(wdst + 512, pa + tile_bytes + c * 512, 16u);
+    if constexpr (kQ == 4) {
+      cp_async16(wdst + 1024, pb + c * 512, 16u);
+      cp_async16(wdst + 1536, pb + tile_bytes + c * 512, 16u);
+    }
+    if (lane < 2 * kQ) {
+      const int j = lane >> 1, part = lane & 1;
+      const uint8_t* src = (j < 2 ? sa - g * 4 : sb - g * 4) + (j & 1) * chunks * 32 + c * 32 + part * 16;
+      cp_async16(base + C::kScaleOff + wslot * 32 + lane * 16, src, 16u);
+    }
+  };
+  auto read_w_smem = [&](int slot, uint4 (&q)[kQ], uint32_t (&s)[kQ]) {
+    const uint8_t* base = smem + slot * kStageBytes;
+    const uint8_t* wsrc = base + C::kWeightOff + wslot * 512 + lane * 16;
+    const uint8_t* ssrc = base + C::kScaleOff + wslot * 32 + g * 4;
+#pragma unroll
+    for (int j = 0; j < kQ; ++j) {
+      if constexpr (!C::kWordsPerStep) q[j] = *reinterpret_cast<const uint4*>(wsrc + j * 512);
+      s[j] = *reinterpret_cast<const uint32_t*>(ssrc + j * 32);
+    }
+  };
+  // kWordsPerStep: tile j's packed word of group i in `slot` (this lane's 16 bytes, word i).
+  auto smem_word = [&](int slot, int j, int i) {
+    return *reinterpret_cast<const uint32_t*>(smem + slot * kStageBytes + C::kWeightOff + wslot * 512 + lane * 16 + j * 512 + i * 4);
   };
 
   // Token rows of a chunk: 16-byte piece p (8 inputs) of row r goes to half p / 8, row r's
@@ -114,39 +167,55 @@ __device__ __forceinline__ void run_tile(const Mxfp4Decode& a, const Mxfp4Decode
 
 #pragma unroll
   for (int s = 0; s < kAhead; ++s) {
-    if (s < chunks) load_x(s, s);
+    if (s < chunks) {
+      load_x(s, s);
+      if constexpr (C::kWeightsInSmem)
+        if (live) load_w_smem(s, s);
+    }
     cp_async_commit();
   }
-  uint4 qn[kQ];
-  uint32_t sn[kQ];
-  if (live) load_w(0, qn, sn);
+  [[maybe_unused]] uint4 qn[C::kWeightsInSmem ? 1 : kQ];
+  [[maybe_unused]] uint32_t sn[C::kWeightsInSmem ? 1 : kQ];
+  if constexpr (!C::kWeightsInSmem)
+    if (live) load_w(0, qn, sn);
   for (int c = 0; c < chunks; ++c) {
     cp_async_wait<kAhead - 1>();
     fence_proxy_async();  // the cp.async writes (generic proxy) become visible to wgmma (async proxy)
     __syncthreads();
     // Slot (c + kAhead) % kStages was last read by chunk c + kAhead - kStages <= c - 2,
-    // whose wgmmas every warpgroup finished before this barrier (wait<1> leaves only c - 1's last).
-    if (c + kAhead < chunks) load_x(c + kAhead, (c + kAhead) % kStages);
+    // whose wgmmas every warpgroup finished before this barrier (wait<kPending <= 2> leaves
+    // only chunk c - 1's last groups running).
+    if (c + kAhead < chunks) {
+      load_x(c + kAhead, (c + kAhead) % kStages);
+      if constexpr (C::kWeightsInSmem)
+        if (live) load_w_smem(c + kAhead, (c + kAhead) % kStages);
+    }
     cp_async_commit();
     if (!live) continue;
     uint4 q[kQ];
     uint32_t sc[kQ];
+    if constexpr (C::kWeightsInSmem) {
+      read_w_smem(c % kStages, q, sc);
+    } else {
 #pragma unroll
-    for (int j = 0; j < kQ; ++j) q[j] = qn[j], sc[j] = sn[j];
-    if (c + 1 < chunks) load_w(c + 1, qn, sn);  // a chunk ahead, in registers
+      for (int j = 0; j < kQ; ++j) q[j] = qn[j], sc[j] = sn[j];
+      if (c + 1 < chunks) load_w(c + 1, qn, sn);  // a chunk ahead, in registers
+    }
     const uint32_t slot = smem_base + (c % kStages) * kStageBytes;
+    const int wslot_c = c % kStages;
+    auto word = [&](int j, int i) { return C::kWordsPerStep ? smem_word(wslot_c, j, i) : word_of(q[j], i); };
 #pragma unroll
     for (int s = 0; s < 8; ++s) {  // k-step s: group i = s / 2, half h = s % 2
       const int i = s >> 1, h = s & 1;
       uint32_t fa[4], fb[4] = {0u, 0u, 0u, 0u};
       {
         uint32_t lo[2], hi[2];
-        dequant_half<kWide>(word_of(q[0], i), (sc[0] >> (8 * i)) & 0xffu, h, lo);
-        dequant_half<kWide>(word_of(q[1], i), (sc[1] >> (8 * i)) & 0xffu, h, hi);
+        dequant_half<kWide>(word(0, i), (sc[0] >> (8 * i)) & 0xffu, h, lo);
+        dequant_half<kWide>(word(1, i), (sc[1] >> (8 * i)) & 0xffu, h, hi);
         fa[0] = lo[0], fa[1] = hi[0], fa[2] = lo[1], fa[3] = hi[1];
         if constexpr (kQ == 4) {
-          dequant_half<kWide>(word_of(q[2], i), (sc[2] >> (8 * i)) & 0xffu, h, lo);
-          dequant_half<kWide>(word_of(q[3], i), (sc[3] >> (8 * i)) & 0xffu, h, hi);
+          dequant_half<kWide>(word(2, i), (sc[2] >> (8 * i)) & 0xffu, h, lo);
+          dequant_half<kWide>(word(3, i), (sc[3] >> (8 * i)) & 0xffu, h, hi);
           fb[0] = lo[0], fb[1] = hi[0], fb[2] = lo[1], fb[3] = hi[1];
         }
       }
@@ -155,7 +224,7 @@ __device__ __forceinline__ void run_tile(const Mxfp4Decode& a, const Mxfp4Decode
       wgmma_rs<kN>(acc0, fa, desc);
       if constexpr (kQ == 4) wgmma_rs<kN>(acc1, fb, desc);
       wgmma_commit();
-      wgmma_wait<1>();  // k-step s - 1 is done: its A registers and, at s = 0, chunk c - 1's slot are free
+      wgmma_wait<C::kPending>();  // k-step s - kPending is done: its A registers are free
     }
   }
   wgmma_wait<0>();
@@ -206,7 +275,7 @@ __device__ __forceinline__ void run_tile(const Mxfp4Decode& a, const Mxfp4Decode
   }
 }
 
-template <bool kSplit, bool kGated, bool kWide, bool kQueue>
+template <int kVar, bool kGated, bool kWide, bool kQueue>
 __global__ void __launch_bounds__(kThreads, 1)
     prefill_wgmma(Mxfp4Decode a, Mxfp4Decode b, const int32_t* __restrict__ offsets, int experts, const uint16_t* __restrict__ x,
                   uint16_t* __restrict__ act_out, float* __restrict__ out, MoeAct fn, TileQueue* queue_ptr) {  // queue_ptr: null unless kQueue
@@ -214,7 +283,8 @@ __global__ void __launch_bounds__(kThreads, 1)
   __shared__ int tile_start[kMaxExperts + 1];
   __shared__ int next_tile[2];  // kQueue: thread 0 fetches tile it + 1 while tile it runs
   uint8_t* smem = smem_raw + ((1024 - (static_cast<uint32_t>(__cvta_generic_to_shared(smem_raw)) & 1023)) & 1023);
-  using C = Cfg<kSplit>;
+  using C = Cfg<kVar>;
+  constexpr bool kSplit = C::kSplit;
   constexpr int kOut = kGated ? C::kOutGated : C::kOutDown, kTokTile = C::kTokTile;
   const int out_tiles = (static_cast<int>(a.rows) + kOut - 1) / kOut;
   scan_tile_starts(offsets, experts, kTokTile, out_tiles, tile_start);
@@ -237,27 +307,27 @@ __global__ void __launch_bounds__(kThreads, 1)
     const Tile tl{e, ot, row_begin + mt * per, min(per, nrows - mt * per)};
     const int nv = (tl.ntok + 31) >> 5;
     if (nv <= 1) {
-      if (tl.ntok > 0) run_tile<kSplit, kGated, kWide, 32>(a, b, x, act_out, out, fn, smem, tl);
+      if (tl.ntok > 0) run_tile<kVar, kGated, kWide, 32>(a, b, x, act_out, out, fn, smem, tl);
     } else if (nv == 2) {
-      run_tile<kSplit, kGated, kWide, 64>(a, b, x, act_out, out, fn, smem, tl);
+      run_tile<kVar, kGated, kWide, 64>(a, b, x, act_out, out, fn, smem, tl);
     } else if (nv == 3) {
-      run_tile<kSplit, kGated, kWide, 96>(a, b, x, act_out, out, fn, smem, tl);
+      run_tile<kVar, kGated, kWide, 96>(a, b, x, act_out, out, fn, smem, tl);
     } else if (!kSplit || nv == 4) {
-      run_tile<kSplit, kGated, kWide, 128>(a, b, x, act_out, out, fn, smem, tl);
+      run_tile<kVar, kGated, kWide, 128>(a, b, x, act_out, out, fn, smem, tl);
     } else if constexpr (kSplit) {
-      if (nv == 5) run_tile<kSplit, kGated, kWide, 160>(a, b, x, act_out, out, fn, smem, tl);
-      else run_tile<kSplit, kGated, kWide, 192>(a, b, x, act_out, out, fn, smem, tl);
+      if (nv == 5) run_tile<kVar, kGated, kWide, 160>(a, b, x, act_out, out, fn, smem, tl);
+      else run_tile<kVar, kGated, kWide, 192>(a, b, x, act_out, out, fn, smem, tl);
     }
     tile = kQueue ? next_tile[it & 1] : tile + int(gridDim.x);
   }
   if (kQueue && threadIdx.x == 0) finish_tile_queue(queue_ptr);
 }
 
-template <bool kSplit, bool kGated, bool kWide>
+template <int kVar, bool kGated, bool kWide>
 Status launch(const Mxfp4Decode& a, const Mxfp4Decode& b, const int32_t* offsets, int64_t experts, int64_t capacity, const uint16_t* x,
               uint16_t* act, float* out, const MoeAct& fn, TileQueue* queue, cudaStream_t stream) {
-  using C = Cfg<kSplit>;
-  auto kernel = queue ? prefill_wgmma<kSplit, kGated, kWide, true> : prefill_wgmma<kSplit, kGated, kWide, false>;
+  using C = Cfg<kVar>;
+  auto kernel = queue ? prefill_wgmma<kVar, kGated, kWide, true> : prefill_wgmma<kVar, kGated, kWide, false>;
   const int64_t per_tile = kGated ? C::kOutGated : C::kOutDown;
   const int64_t max_tiles = (capacity / C::kTokTile + experts) * ((a.rows + per_tile - 1) / per_tile);
   PDS_ASSIGN_OR_RETURN(unsigned grid, grid_for(kernel, C::kSmem, max_tiles, kThreads));
@@ -265,26 +335,32 @@ Status launch(const Mxfp4Decode& a, const Mxfp4Decode& b, const int32_t* offsets
   return last_launch_status(kGated ? "moe_expert_mlp_prefill (wgmma) gate/up" : "moe_expert_mlp_prefill (wgmma) down");
 }
 
-template <bool kSplit>
+template <int kVar>
 Status run_both(const MoeDecodeWeights& w, const int32_t* offsets, int64_t experts, int64_t capacity, const uint16_t* x_sorted,
                 uint16_t* act, float* out_sorted, TileQueue* queue, cudaStream_t stream) {
   const MoeAct fn{w.activation, w.situ_beta, w.situ_linear_beta};
   const bool wide_up = w.w1.wide_scales || w.w3.wide_scales;
-  const Status up = wide_up ? launch<kSplit, true, true>(w.w1, w.w3, offsets, experts, capacity, x_sorted, act, nullptr, fn, queue, stream)
-                            : launch<kSplit, true, false>(w.w1, w.w3, offsets, experts, capacity, x_sorted, act, nullptr, fn, queue, stream);
+  const Status up = wide_up ? launch<kVar, true, true>(w.w1, w.w3, offsets, experts, capacity, x_sorted, act, nullptr, fn, queue, stream)
+                            : launch<kVar, true, false>(w.w1, w.w3, offsets, experts, capacity, x_sorted, act, nullptr, fn, queue, stream);
   PDS_RETURN_IF_ERROR(up);
-  return w.w2.wide_scales ? launch<kSplit, false, true>(w.w2, w.w2, offsets, experts, capacity, act, nullptr, out_sorted, fn, queue, stream)
-                          : launch<kSplit, false, false>(w.w2, w.w2, offsets, experts, capacity, act, nullptr, out_sorted, fn, queue, stream);
+  return w.w2.wide_scales ? launch<kVar, false, true>(w.w2, w.w2, offsets, experts, capacity, act, nullptr, out_sorted, fn, queue, stream)
+                          : launch<kVar, false, false>(w.w2, w.w2, offsets, experts, capacity, act, nullptr, out_sorted, fn, queue, stream);
 }
 
 }  // namespace
 
 Status expert_mlp_prefill_wgmma(const MoeDecodeWeights& w, const int32_t* offsets, int64_t experts, int64_t capacity,
-                                const uint16_t* x_sorted, uint16_t* act, float* out_sorted, void* queue_words, bool wide_n,
+                                const uint16_t* x_sorted, uint16_t* act, float* out_sorted, void* queue_words, MoePrefillKernel kernel,
                                 cudaStream_t stream) {
   TileQueue* queue = static_cast<TileQueue*>(queue_words);
-  return wide_n ? run_both<true>(w, offsets, experts, capacity, x_sorted, act, out_sorted, queue, stream)
-                : run_both<false>(w, offsets, experts, capacity, x_sorted, act, out_sorted, queue, stream);
+  switch (kernel) {
+    case MoePrefillKernel::kWgmmaWideN: return run_both<kWideN>(w, offsets, experts, capacity, x_sorted, act, out_sorted, queue, stream);
+    case MoePrefillKernel::kWgmmaSmemW: return run_both<kSmemW>(w, offsets, experts, capacity, x_sorted, act, out_sorted, queue, stream);
+    case MoePrefillKernel::kWgmmaSmemWDeep:
+      return run_both<kSmemWDeep>(w, offsets, experts, capacity, x_sorted, act, out_sorted, queue, stream);
+    case MoePrefillKernel::kWgmma: return run_both<kRegW>(w, offsets, experts, capacity, x_sorted, act, out_sorted, queue, stream);
+    default: return invalid_argument("moe_expert_mlp_prefill: not a wgmma main loop");
+  }
 }
 
 }  // namespace pdserve::cuda::moe_prefill_detail

@@ -6,7 +6,7 @@
 // of 64 / 128 / balanced up to 192, column blocks of 8 / wgmma N of 32..192), at widths that leave the last output tile part-filled; one hot
 // expert (skew); uniform routing under SiLU and SiTU; scales above 2^1 (two-multiply
 // path); the tile queue against the static schedule, call after call; no local rows; a CUDA-graph replay that must give the eager launch's bits.
-// Every GPU case runs every main loop (MoePrefillKernel::kMmaSync, kWgmma, kWgmmaWideN); a
+// Every GPU case runs every main loop (MoePrefillKernel::kMmaSync and the four kWgmma*); a
 // CPU test checks the wgmma kernels' input order against the MMA fragment it must match.
 // Bound: normalised error max|gpu - cpu| / max|cpu| < 1e-2. x and act are rounded to bf16
 // once each (relative 2^-9), weights exact, fp32 accumulation; runs print the measured
@@ -27,9 +27,16 @@ namespace {
 using namespace ktest;
 using MoePrefill = GpuTest;
 
-constexpr MoePrefillKernel kKernels[] = {MoePrefillKernel::kMmaSync, MoePrefillKernel::kWgmma, MoePrefillKernel::kWgmmaWideN};
+constexpr MoePrefillKernel kKernels[] = {MoePrefillKernel::kMmaSync, MoePrefillKernel::kWgmma, MoePrefillKernel::kWgmmaWideN,
+                                         MoePrefillKernel::kWgmmaSmemW, MoePrefillKernel::kWgmmaSmemWDeep};
 const char* name_of(MoePrefillKernel k) {
-  return k == MoePrefillKernel::kWgmma ? "wgmma" : k == MoePrefillKernel::kWgmmaWideN ? "wgmma-wideN" : "mma.sync";
+  switch (k) {
+    case MoePrefillKernel::kWgmma: return "wgmma";
+    case MoePrefillKernel::kWgmmaWideN: return "wgmma-wideN";
+    case MoePrefillKernel::kWgmmaSmemW: return "wgmma-smemW";
+    case MoePrefillKernel::kWgmmaSmemWDeep: return "wgmma-smemW-deep";
+    default: return "mma.sync";
+  }
 }
 
 struct DevWeights {
@@ -100,11 +107,17 @@ double run_prefill(const Routing& r, int64_t tokens, int64_t k, int64_t begin, c
   for (int32_t id : r.ids) rows += id >= begin && id < begin + local;
   EXPECT_GT(rows, 0) << what << ": the case should route some rows here";
   double worst = 0.0;
+  std::vector<float> y_wgmma;  // kWgmma's output: the shared-memory-weight loops run the same MMAs in the same order
   for (const MoePrefillKernel kernel : kKernels) {
     EXPECT_EQ(cudaMemset(b.y.get(), 0xff, tokens * dim * sizeof(float)), cudaSuccess);  // NaN: a row the kernel skipped shows
     const Status s = pipeline(b, dw, tokens, k, begin, local, nullptr, kernel);
     EXPECT_TRUE(s.is_ok()) << s.to_string();
-    const double err = nerr(host(b.y), ref);
+    const std::vector<float> y = host(b.y);
+    if (kernel == MoePrefillKernel::kWgmma) y_wgmma = y;
+    if (kernel == MoePrefillKernel::kWgmmaSmemW || kernel == MoePrefillKernel::kWgmmaSmemWDeep) {
+      EXPECT_TRUE(y == y_wgmma) << what << " [" << name_of(kernel) << "]: not bit-identical to wgmma";
+    }
+    const double err = nerr(y, ref);
     std::printf("prefill MoE %s [%s]: tokens=%lld local=%lld k=%lld rows=%lld dim=%lld inter=%lld: normalised error %.3g\n", what.c_str(),
                 name_of(kernel), (long long)tokens, (long long)local, (long long)k, (long long)rows, (long long)dim, (long long)inter, err);
     EXPECT_LT(err, 1e-2) << what << " [" << name_of(kernel) << "]";

@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# moewg2 device run (one call, <= 140 s; docs/perf.md "Weights through the shared-memory ring"):
+# GPU 0: moe_prefill_test (every main loop), moe_prefill_bench (mma.sync, wgmma, wgmma-wN,
+# wgmma-smemW, wgmma-smemWd; queue and static; + crossover), the torch anchor. GPU 1 meanwhile:
+# compute-sanitizer memcheck of the small test cases (every main loop), a second bench sample
+# (queue only), then ncu on the kWgmmaSmemW launches (uniform, --quick) in the time left.
+# Nothing is built there.   OUT=dir bash .dev/moewg2/run.sh   (this file, carried with bin/ and lib/)
+set -uo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+out=${OUT:-/tmp/moewg2_out}; mkdir -p "$out"
+export NCCL_NVLS_ENABLE=0 TMPDIR=/tmp LD_LIBRARY_PATH="$here/lib:${LD_LIBRARY_PATH:-}"
+chmod +x "$here"/bin/* 2>/dev/null
+T0=$(date +%s); t() { echo "t=$(( $(date +%s) - T0 ))s"; }
+date -u; nvidia-smi --query-gpu=index,name,driver_version,clocks.max.sm --format=csv,noheader
+small='MoePrefill.OddRowCountsBesideEmptyExperts:MoePrefill.SkewedAndUniformRouting:MoePrefill.ScalesAboveTwoTakeTheTwoMultiplyPath:MoePrefill.TileQueueAndStaticScheduleGiveTheSameBitsCallAfterCall:MoePrefill.NoLocalRowsLeavesTheOutputZeroAndGraphReplayRepeats'
+(
+  timeout 70 env CUDA_VISIBLE_DEVICES=1 compute-sanitizer --tool memcheck --error-exitcode 9 "$here/bin/moe_prefill_test" --gtest_filter="$small" \
+    >"$out/memcheck.log" 2>&1; echo "memcheck rc=$? $(t)" >>"$out/memcheck.log"
+  timeout 25 env CUDA_VISIBLE_DEVICES=1 "$here/bin/moe_prefill_bench" --kernels wgmma,wgmma-wN,wgmma-smemW,wgmma-smemWd >"$out/bench_gpu1.log" 2>&1
+  echo "bench gpu1 rc=$? $(t)" >>"$out/bench_gpu1.log"
+  left=$(( 128 - ($(date +%s) - T0) ))
+  if [ "$left" -gt 12 ]; then
+    timeout "$left" env CUDA_VISIBLE_DEVICES=1 ncu --clock-control none --kernel-name-base mangled -k regex:prefill_wgmmaILi2 -c 2 --section SpeedOfLight --section WarpStateStats \
+      --section ComputeWorkloadAnalysis "$here/bin/moe_prefill_bench" --reps 1 --quick 1 --kernels wgmma-smemW >"$out/ncu.log" 2>&1
+    echo "ncu rc=$? $(t)" >>"$out/ncu.log"
+  else echo "ncu skipped: $left s left" >"$out/ncu.log"; fi
+) &
+side=$!
+export CUDA_VISIBLE_DEVICES=0
+timeout 45 "$here/bin/moe_prefill_test" >"$out/test.log" 2>&1; echo "moe_prefill_test rc=$? $(t)" >>"$out/test.log"
+echo "== test (GPU 0)"; grep -E "^\[  (PASSED|FAILED) |^\[  FAILED|Failure|bit-identical|rc=" "$out/test.log" | head -30
+grep -E "prefill MoE" "$out/test.log" | awk '{print $NF, $0}' | sort -g | tail -3
+timeout 30 "$here/bin/moe_prefill_bench" >"$out/bench.log" 2>&1; echo "bench rc=$? $(t)" >>"$out/bench.log"
+echo "== bench (GPU 0)"; cat "$out/bench.log"
+PYTHONUNBUFFERED=1 timeout 50 python3 "$here/moe_prefill_torch.py" >"$out/torch.log" 2>&1; echo "torch rc=$? $(t)" >>"$out/torch.log"
+echo "== torch (GPU 0)"; tail -10 "$out/torch.log"
+wait "$side"
+echo "== memcheck (GPU 1)"; grep -E "ERROR SUMMARY|rc=|FAILED|PASSED|Invalid" "$out/memcheck.log" | head -20
+echo "== bench (GPU 1, queue and static)"; grep -E "^prefill|rc=" "$out/bench_gpu1.log"
+echo "== ncu (GPU 1, wgmma-smemW gate/up then down, uniform)"
+grep -E "prefill_wgmma|Duration|Compute \(SM\) Throughput|DRAM Throughput|Registers Per|Warp Cycles Per Issued|Issue Slots Busy|One or More Eligible|Stall|rc=|skipped" "$out/ncu.log" | head -30
