@@ -1,7 +1,7 @@
 // Prefill-time routed experts: a grouped GEMM over the local experts on bf16 tensor cores
-// (fp32 accumulate), MXFP4 weights dequantised in registers on the way. Three main loops
-// (MoePrefillKernel below): warpgroup MMA (wgmma, the default) and the mma.sync kernel this
-// comment describes; the wgmma tiles are in docs/design.md.
+// (fp32 accumulate), MXFP4 weights dequantised in registers on the way. Five main loops
+// (MoePrefillKernel below): four warpgroup-MMA ones (kWgmma the default) and the mma.sync
+// kernel this comment describes; the wgmma tiles are in docs/design.md.
 // It replaces step 2 of moe.h for many rows per expert; steps 1 and 3 stay, so a prefill
 // chunk runs
 //   moe_permute_bf16 -> moe_expert_mlp_prefill -> moe_combine
