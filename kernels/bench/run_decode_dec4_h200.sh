@@ -13,10 +13,10 @@ set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 out=${OUT:-/tmp/dec4_out}
 mkdir -p "$out"
-export NCCL_NVLS_ENABLE=0 TMPDIR=/tmp LD_LIBRARY_PATH="$here/lib:${LD_LIBRARY_PATH:-}"
+# shellcheck source=/dev/null
+source kernels/bench/h200_env.sh "$here/lib" /work/wt-dec4
 chmod +x "$here"/bin/* 2>/dev/null
 # The golden-fixture tests look under the source path the binaries were built from.
-[ -e /work/wt-dec4 ] || { mkdir -p /work && ln -s "$PWD" /work/wt-dec4; }
 date -u; nvidia-smi --query-gpu=index,name,driver_version,clocks.max.sm,clocks.max.mem --format=csv,noheader
 (
   export CUDA_VISIBLE_DEVICES=1

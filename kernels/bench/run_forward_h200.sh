@@ -6,7 +6,8 @@
 # BIN holds cuda_forward_test, pdserve and lib/ (their shared libraries, built elsewhere).
 set -uo pipefail
 BIN=${BIN:?} OUT=${OUT:-/tmp/out}
-export LD_LIBRARY_PATH="$BIN/lib:${LD_LIBRARY_PATH:-}" TMPDIR=/tmp
+# shellcheck source=/dev/null
+source kernels/bench/h200_env.sh "$BIN/lib"
 nvidia-smi -L
 echo "== forward test"
 "$BIN/cuda_forward_test" --gtest_output=xml:"$OUT/cuda_forward_test.xml" 2>&1 | tee "$OUT/forward_test.log" | grep -E "^(gpu |tiny|\[  (PASSED|FAILED|  OK|SKIPPED) )|Failure|error|Expected|Which is" | head -60

@@ -11,7 +11,8 @@ OUT=${OUT:-/tmp/kernels-run}
 mkdir -p "$OUT"
 PRE=${1:-}
 BINS=(kernels_test moe_kernels_test transfer_kernels_test)
-export LD_LIBRARY_PATH=/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
+# shellcheck source=/dev/null
+source kernels/bench/h200_env.sh /usr/local/cuda/lib64
 {
   date -u
   nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,memory.total --format=csv

@@ -8,9 +8,9 @@ set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 out=${OUT:-/tmp/mla_prefill_out}
 mkdir -p "$out"
-export NCCL_NVLS_ENABLE=0 TMPDIR=/tmp LD_LIBRARY_PATH="$here/lib:${LD_LIBRARY_PATH:-}"
-# The golden-fixture tests look under the source path the binaries were built from.
-[ -e /work/wt-mlapre ] || { mkdir -p /work && ln -s "$PWD" /work/wt-mlapre; }
+# The golden-fixture tests look under the source path the binaries were built from (linked here).
+# shellcheck source=/dev/null
+source kernels/bench/h200_env.sh "$here/lib" /work/wt-mlapre
 chmod +x "$here"/bin/* 2>/dev/null
 date -u; nvidia-smi --query-gpu=index,name,driver_version,clocks.max.sm,clocks.max.mem --format=csv,noheader
 (

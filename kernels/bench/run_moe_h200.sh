@@ -9,10 +9,10 @@ set -uo pipefail
 D=$(cd "$(dirname "$0")" && pwd)
 out=${OUT:-/tmp/moe_out}
 mkdir -p "$out"
-export LD_LIBRARY_PATH="$D/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}" NCCL_NVLS_ENABLE=0 TMPDIR=/tmp
-chmod +x "$D"/bin/* "$D"/old/* 2>/dev/null
 # cuda_forward_test reads its golden fixtures under the source path it was built from.
-[ -e /work/wt-moepre2 ] || { mkdir -p /work && ln -s "$PWD" /work/wt-moepre2; }
+# shellcheck source=/dev/null
+source kernels/bench/h200_env.sh "$D/lib" /work/wt-moepre2
+chmod +x "$D"/bin/* "$D"/old/* 2>/dev/null
 T0=$(date +%s)
 t() { echo "t=$(($(date +%s) - T0))s"; }
 { date -u; uname -r; nvidia-smi --query-gpu=index,name,driver_version,clocks.max.sm --format=csv,noheader; } | tee "$out/env.log"

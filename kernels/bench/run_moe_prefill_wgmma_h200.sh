@@ -7,7 +7,8 @@
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 out=${OUT:-/tmp/moewg_out}; mkdir -p "$out"
-export NCCL_NVLS_ENABLE=0 TMPDIR=/tmp LD_LIBRARY_PATH="$here/lib:${LD_LIBRARY_PATH:-}"
+# shellcheck source=/dev/null
+source kernels/bench/h200_env.sh "$here/lib"
 chmod +x "$here"/bin/* 2>/dev/null
 T0=$(date +%s); t() { echo "t=$(( $(date +%s) - T0 ))s"; }
 date -u; nvidia-smi --query-gpu=index,name,driver_version,clocks.max.sm --format=csv,noheader

@@ -12,13 +12,10 @@
 # BIN holds the binaries (stripped), lib/ and compare_replies.py (built elsewhere).
 set -uo pipefail
 BIN=${BIN:?} OUT=${OUT:-/tmp/out}
-export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 TMPDIR=/tmp
-NCCLDIR=$(python3 -c "import nvidia.nccl,os;print(os.path.dirname(nvidia.nccl.__file__))" 2>/dev/null)/lib
-export LD_LIBRARY_PATH="$BIN/lib:$NCCLDIR:${LD_LIBRARY_PATH:-}" CUDA_VISIBLE_DEVICES=0,1
 # SRC_LINK=the build tree's path: cuda_forward_test's golden cases read tests/fixtures there.
-for src in /work/main ${SRC_LINK:-}; do
-  [ -e "$src" ] || { mkdir -p "$(dirname "$src")" && ln -s "$PWD" "$src"; }
-done
+# shellcheck source=/dev/null
+source kernels/bench/h200_env.sh "$BIN/lib" /work/main ${SRC_LINK:+"$SRC_LINK"}
+export CUDA_VISIBLE_DEVICES=0,1
 chmod +x "$BIN"/* 2>/dev/null
 exec > >(tee -a "$OUT/run.log") 2>&1
 L=/tmp/pplogs  # every log, gathered into four files under $OUT at the end (8 come back at most)

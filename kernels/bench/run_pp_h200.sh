@@ -6,10 +6,8 @@
 # Usage (repository root on the device): BIN=dir OUT=dir bash kernels/bench/run_pp_h200.sh
 set -uo pipefail
 BIN=${BIN:?} OUT=${OUT:-/tmp/out}
-export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 TMPDIR=/tmp
-NCCLDIR=$(python3 -c "import nvidia.nccl,os;print(os.path.dirname(nvidia.nccl.__file__))" 2>/dev/null)/lib
-export LD_LIBRARY_PATH="$BIN/lib:$NCCLDIR:${LD_LIBRARY_PATH:-}"
-[ -e /work/main ] || { mkdir -p /work && ln -s "$PWD" /work/main; }
+# shellcheck source=/dev/null
+source kernels/bench/h200_env.sh "$BIN/lib" /work/main
 chmod +x "$BIN"/* 2>/dev/null
 exec > >(tee -a "$OUT/run.log") 2>&1
 date -u; nvidia-smi --query-gpu=index,name,driver_version --format=csv,noheader

@@ -9,7 +9,8 @@
 # BIN holds the test binaries, kernels_bench, decode_bench, pdserve and lib/ (built elsewhere).
 set -uo pipefail
 BIN=${BIN:?} OUT=${OUT:-/tmp/out}
-export LD_LIBRARY_PATH="$BIN/lib:${LD_LIBRARY_PATH:-}" TMPDIR=/tmp NCCL_NVLS_ENABLE=0
+# shellcheck source=/dev/null
+source kernels/bench/h200_env.sh "$BIN/lib"
 LOG="$OUT/run.log"
 exec > >(tee -a "$LOG") 2>&1
 date -u; nvidia-smi --query-gpu=index,name,driver_version --format=csv,noheader

@@ -9,9 +9,9 @@
 # (DEVICE=cpu runs the same checks on the CPU backend, collectives over TCP, without a GPU.)
 set -uo pipefail
 BIN=${BIN:?} OUT=${OUT:-/tmp/out}
-export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 TMPDIR=/tmp NCCL_DEBUG=WARN
-NCCLDIR=$(python3 -c "import nvidia.nccl,os;print(os.path.dirname(nvidia.nccl.__file__))" 2>/dev/null)/lib
-export LD_LIBRARY_PATH="$BIN/lib:$NCCLDIR:${LD_LIBRARY_PATH:-}"
+# shellcheck source=/dev/null
+source kernels/bench/h200_env.sh "$BIN/lib"
+export NCCL_DEBUG=WARN
 chmod +x "$BIN"/bin/* 2>/dev/null
 P="$BIN/bin/pdserve"
 exec > >(tee -a "$OUT/run.log") 2>&1
