@@ -9,7 +9,7 @@
 # can take the GPUs out of service for everyone (the device notes, KINDS.md).
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 TMPDIR=/tmp
 h200_nccl_dir=$(python3 -c "import nvidia.nccl, os; print(os.path.dirname(nvidia.nccl.__file__))" 2>/dev/null)
-export LD_LIBRARY_PATH="${1:?h200_env.sh: LIBDIR}${h200_nccl_dir:+:$h200_nccl_dir/lib}:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
+export LD_LIBRARY_PATH="${1:?h200_env.sh: LIBDIR}${h200_nccl_dir:+:$h200_nccl_dir/lib}:/usr/local/cuda/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 shift
 for h200_src in "$@"; do
   [ -e "$h200_src" ] || { mkdir -p "$(dirname "$h200_src")" && ln -s "$PWD" "$h200_src"; }
