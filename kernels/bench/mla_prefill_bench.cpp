@@ -7,12 +7,14 @@
 // Reported: the attention step alone (on bf16 Q/K/V already expanded; mma.sync with 128-row
 // tiles and 64-row tiles, and wgmma), the whole run (gather +
 // up-projection GEMM + attention), and the up-projection's own FLOPs (ctx x 512 x 24*256 x 2).
-//   mla_prefill_bench [cached new]...   (default: 8192 8192 and 16384 8192)
+//   [MLA_PREFILL_FORMS=wgmma-pingpong,wgmma-tma-pingpong] mla_prefill_bench [cached new]...
+//   (default: 8192 8192, 16384 8192 and 0 8192; every wgmma form)
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <numeric>
+#include <string>
 
 #include "bench/bench_util.h"
 #include "mla/mla_decode.h"
@@ -89,22 +91,33 @@ void bench_case(int64_t cached, int64_t fresh) {
   const double t_attn = time_ms([&] { check(mla_prefill_attend(qb.get(), kb.get(), vb.get(), kHeads, kQk, kV, a.scale, plan, dplan.get(), out.get(), nullptr), "attend"); }, 10);
   const double t_attn64 = time_ms([&] { check(mla_prefill_attend(qb.get(), kb.get(), vb.get(), kHeads, kQk, kV, a.scale, plan64, dplan64.get(), out.get(), nullptr), "attend"); }, 10);
   const double t_run = time_ms([&] { check(mla_prefill_run(a, plan, dplan.get(), ws.get(), nullptr), "run"); }, 10);
+  const double floor_ms = attn_flops / g_flops * 1e3;
+  std::printf("cached %6lld new %6lld heads %lld | attention %8.3f ms %6.1f TFLOP/s (%.2f of 790 floor %.3f ms) | "
+              "whole run %8.3f ms %6.1f TFLOP/s-attn-equiv | gather+expand %7.3f ms (expand %.1f GFLOP)\n",
+              static_cast<long long>(cached), static_cast<long long>(fresh), static_cast<long long>(kHeads), t_attn,
+              attn_flops / t_attn * 1e-9, floor_ms / t_attn, floor_ms, t_run, attn_flops / t_run * 1e-9, t_run - t_attn,
+              expand_flops * 1e-9);
+  std::printf("    attention with 64-row tiles (4 warps, 2 CTAs an SM): %8.3f ms %6.1f TFLOP/s\n", t_attn64, attn_flops / t_attn64 * 1e-9);
+  std::fflush(stdout);
   // The wgmma forms on the same inputs; each output is compared with mma.sync's (bf16 in, fp32 out).
-  struct WgResult {
-    const char* name;
-    double t_attn, t_run, diff;
-    bool finite;
-  };
-  std::vector<WgResult> wg;
   {
     check(mla_prefill_attend(qb.get(), kb.get(), vb.get(), kHeads, kQk, kV, a.scale, plan, dplan.get(), out.get(), nullptr), "attend");
     std::vector<float> ref(fresh * kHeads * kV), got(ref.size());
     check(cuda_status(cudaMemcpy(ref.data(), out.get(), ref.size() * 4, cudaMemcpyDeviceToHost), "copy"), "copy");
     DeviceBuffer<float> out_wg;
     check(out_wg.resize(fresh * kHeads * kV), "out");
-    const std::pair<MlaPrefillKernel, const char*> forms[] = {{MlaPrefillKernel::kWgmma, "wgmma (S with the previous P V)"},
-                                                               {MlaPrefillKernel::kWgmmaPingpong, "wgmma pingpong"},
-                                                               {MlaPrefillKernel::kWgmmaSerial, "wgmma serial"}};
+    // MLA_PREFILL_FORMS (comma-separated names below) picks forms at run time; unset: all of them.
+    const std::pair<MlaPrefillKernel, const char*> all_forms[] = {{MlaPrefillKernel::kWgmma, "wgmma"},
+                                                                   {MlaPrefillKernel::kWgmmaPingpong, "wgmma-pingpong"},
+                                                                   {MlaPrefillKernel::kWgmmaSerial, "wgmma-serial"},
+                                                                   {MlaPrefillKernel::kWgmmaTma, "wgmma-tma"},
+                                                                   {MlaPrefillKernel::kWgmmaTmaPingpong, "wgmma-tma-pingpong"}};
+    const char* pick = std::getenv("MLA_PREFILL_FORMS");
+    std::vector<std::pair<MlaPrefillKernel, const char*>> forms;
+    for (const auto& f : all_forms) {
+      const std::string list = pick ? "," + std::string(pick) + "," : "";
+      if (!pick || list.find("," + std::string(f.second) + ",") != std::string::npos) forms.push_back(f);
+    }
     for (const auto& [kind, name] : forms) {
       MlaPrefillPlan pw;
       check(build_mla_prefill_plan({{0, fresh, cached, pages.data()}}, kPage, &pw, 128, kind), "plan");
@@ -120,22 +133,15 @@ void bench_case(int64_t cached, int64_t fresh) {
       }
       const double ta = time_ms([&] { check(mla_prefill_attend(qb.get(), kb.get(), vb.get(), kHeads, kQk, kV, a.scale, pw, dpw.get(), out_wg.get(), nullptr), "attend wgmma"); }, 10);
       const double tr = time_ms([&] { check(mla_prefill_run(a, pw, dpw.get(), ws.get(), nullptr), "run wgmma"); }, 10);
-      wg.push_back({name, ta, tr, diff / mag, finite});
+      // Printed as each form finishes, so a form that fails or hangs leaves the others' lines.
+      std::printf("    attention on %-20s%s (2 warpgroups x 64 rows, key tiles of 128): %8.3f ms %6.1f TFLOP/s (%.2f of floor, %.2fx mma.sync) | "
+                  "whole run %8.3f ms %6.1f TFLOP/s-attn-equiv | max|diff| / max|mma.sync| = %.3e%s\n",
+                  name, kind == kMlaPrefillDefaultKernel ? " (default)" : "", ta, attn_flops / ta * 1e-9, floor_ms / ta, t_attn / ta, tr,
+                  attn_flops / tr * 1e-9, diff / mag, finite ? "" : " (NON-FINITE outputs)");
+      std::fflush(stdout);
     }
     check(cuda_status(cudaDeviceSynchronize(), "sync"), "sync");
   }
-  const double floor_ms = attn_flops / g_flops * 1e3;
-  std::printf("cached %6lld new %6lld heads %lld | attention %8.3f ms %6.1f TFLOP/s (%.2f of 790 floor %.3f ms) | "
-              "whole run %8.3f ms %6.1f TFLOP/s-attn-equiv | gather+expand %7.3f ms (expand %.1f GFLOP)\n",
-              static_cast<long long>(cached), static_cast<long long>(fresh), static_cast<long long>(kHeads), t_attn,
-              attn_flops / t_attn * 1e-9, floor_ms / t_attn, floor_ms, t_run, attn_flops / t_run * 1e-9, t_run - t_attn,
-              expand_flops * 1e-9);
-  std::printf("    attention with 64-row tiles (4 warps, 2 CTAs an SM): %8.3f ms %6.1f TFLOP/s\n", t_attn64, attn_flops / t_attn64 * 1e-9);
-  for (const WgResult& r : wg)
-    std::printf("    attention on %-32s (2 warpgroups x 64 rows, key tiles of 128): %8.3f ms %6.1f TFLOP/s (%.2f of floor, %.2fx mma.sync) | "
-                "whole run %8.3f ms %6.1f TFLOP/s-attn-equiv | max|diff| / max|mma.sync| = %.3e%s\n",
-                r.name, r.t_attn, attn_flops / r.t_attn * 1e-9, floor_ms / r.t_attn, t_attn / r.t_attn, r.t_run, attn_flops / r.t_run * 1e-9,
-                r.diff, r.finite ? "" : " (NON-FINITE outputs)");
   if (cached + fresh <= 16384) {
     // Before this kernel the backend ran prefill chunks through the split-KV absorbed decode
     // kernel, one (row, prefix) item per query row, fp32 on CUDA cores: its attention alone.

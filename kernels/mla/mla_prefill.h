@@ -18,9 +18,10 @@
 //   1. gather: every context token's cache entry -> latent bf16 [ctx][lat] + key part into K;
 //      kv_b -> bf16; q -> bf16
 //   2. expand: [ctx][lat] x kv_b^T on mma.sync (bf16, fp32 acc) -> K nope part and V, bf16
-//   3. attend (plan.kernel picks; default kWgmmaPingpong): flash attention on warpgroup MMA
-//      (mla_prefill_wgmma_sm90.cu: two warpgroups of 64 rows, key tiles of 128, swizzled
-//      shared-memory tiles, the warpgroups taking turns at the tensor cores), or the fallback
+//   3. attend (plan.kernel picks; default kWgmmaTmaPingpong): flash attention on warpgroup MMA
+//      (mla_prefill_wgmma_tma_sm90.cu: two consumer warpgroups of 64 rows taking turns at the
+//      tensor cores, key tiles of 128, swizzled shared-memory tiles filled by a producer warp's
+//      bulk tensor copies; the cp.async forms in mla_prefill_wgmma_sm90.cu), or the fallback
 //      kMmaSync: mma.sync m16n8k16 bf16, fp32 online softmax; CTA = 128 query
 //      rows x one head, 8 warps of 16 rows; K/V tiles of 64 tokens double-buffered with
 //      cp.async; key tiles past the tile's last query position are never visited (causal
@@ -45,10 +46,12 @@ inline constexpr int64_t kMlaPrefillKeyTile = 64;
 // 128- or 64-row tiles). kWgmma: Hopper warpgroup MMA (two warpgroups of 64 rows, key tiles of
 // 128, S of one tile issued with P V of the previous); kWgmmaPingpong: the same with the two
 // warpgroups taking turns at the tensor cores; kWgmmaSerial: S, softmax, P V one after the other
-// (kept for comparison). All wgmma forms: 128-row tiles, qk 192 x v 128 only (other head dims
-// fall back to kMmaSync).
-enum class MlaPrefillKernel { kMmaSync, kWgmma, kWgmmaPingpong, kWgmmaSerial };
-inline constexpr MlaPrefillKernel kMlaPrefillDefaultKernel = MlaPrefillKernel::kWgmmaPingpong;
+// (kept for comparison); kWgmmaTma / kWgmmaTmaPingpong: the overlapped / pingpong forms fed by a
+// producer warp (bulk tensor copies into a 2-stage K ring and a 2-stage V ring, full/empty
+// mbarriers, no CTA barrier in the main loop). All wgmma forms: 128-row tiles, qk 192 x v 128 only
+// (other head dims fall back to kMmaSync).
+enum class MlaPrefillKernel { kMmaSync, kWgmma, kWgmmaPingpong, kWgmmaSerial, kWgmmaTma, kWgmmaTmaPingpong };
+inline constexpr MlaPrefillKernel kMlaPrefillDefaultKernel = MlaPrefillKernel::kWgmmaTmaPingpong;
 
 struct MlaPrefillSeq {
   int64_t row_begin = 0;   // first row of its new tokens in q / out

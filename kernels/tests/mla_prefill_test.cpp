@@ -68,7 +68,7 @@ std::vector<float> reference(const Dims& d, const std::vector<SeqSpec>& specs, c
 // Random pages (shuffled ids, so no sequence's pages are contiguous), random cache, q and kv_b;
 // runs both sides and returns the normalised error.
 // The kernel variants every GPU case runs: mma.sync with 128- and 64-row tiles, wgmma (overlapped,
-// pingpong and serial).
+// pingpong, serial, and the two forms fed by a TMA producer warp).
 struct Variant {
   int64_t tile_rows;
   MlaPrefillKernel kernel;
@@ -78,7 +78,9 @@ const Variant kVariants[] = {{128, MlaPrefillKernel::kMmaSync, "mma.sync 128-row
                              {64, MlaPrefillKernel::kMmaSync, "mma.sync 64-row"},
                              {128, MlaPrefillKernel::kWgmma, "wgmma 128-row"},
                              {128, MlaPrefillKernel::kWgmmaPingpong, "wgmma pingpong 128-row"},
-                             {128, MlaPrefillKernel::kWgmmaSerial, "wgmma serial 128-row"}};
+                             {128, MlaPrefillKernel::kWgmmaSerial, "wgmma serial 128-row"},
+                             {128, MlaPrefillKernel::kWgmmaTma, "wgmma tma-producer 128-row"},
+                             {128, MlaPrefillKernel::kWgmmaTmaPingpong, "wgmma tma-producer pingpong 128-row"}};
 
 double run_case(const Dims& d, const std::vector<SeqSpec>& specs, uint32_t seed, const Variant& var) {
   const int64_t qk = d.nope + d.rope, ed = d.lat + d.rope;
@@ -152,7 +154,7 @@ TEST(MlaPrefillPlan, RejectsEmptyChunks) {
   EXPECT_FALSE(build_mla_prefill_plan({{0, 1, 0, p.data()}}, 64, &plan, 64, MlaPrefillKernel::kWgmma).is_ok());
   EXPECT_FALSE(build_mla_prefill_plan({{0, 1, 0, p.data()}}, 64, &plan, 64).is_ok());  // the default is a wgmma form
   ASSERT_TRUE(build_mla_prefill_plan({{0, 1, 0, p.data()}}, 64, &plan).is_ok());
-  EXPECT_EQ(plan.kernel, MlaPrefillKernel::kWgmmaPingpong);  // the default, measured fastest (docs/perf.md)
+  EXPECT_EQ(plan.kernel, MlaPrefillKernel::kWgmmaTmaPingpong);  // the default, measured fastest (docs/perf.md)
 }
 
 class MlaPrefill : public ktest::GpuTest {};
