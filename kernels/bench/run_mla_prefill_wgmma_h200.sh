@@ -14,11 +14,10 @@ source kernels/bench/h200_env.sh "$here/lib"
 chmod +x "$here"/bin/* 2>/dev/null
 date -u; nvidia-smi --query-gpu=index,name,driver_version,clocks.max.sm,clocks.max.mem --format=csv,noheader
 (
-  export CUDA_VISIBLE_DEVICES=1
-  timeout 70 compute-sanitizer --tool memcheck --error-exitcode 9 "$here/bin/mla_prefill_test" \
+  CUDA_VISIBLE_DEVICES=1 timeout 70 compute-sanitizer --tool memcheck --error-exitcode 9 "$here/bin/mla_prefill_test" \
     --gtest_filter='MlaPrefill.K3HeadDimsRaggedBatchMatchesCpu' >"$out/memcheck.log" 2>&1
   echo "memcheck mla_prefill_test rc=$?" >>"$out/memcheck.log"
-  timeout 50 python3 "$here/mla_prefill_torch.py" >"$out/torch.log" 2>&1
+  CUDA_VISIBLE_DEVICES=1 timeout 50 python3 "$here/mla_prefill_torch.py" >"$out/torch.log" 2>&1
   echo "torch rc=$?" >>"$out/torch.log"
 ) &
 side=$!
