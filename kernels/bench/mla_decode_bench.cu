@@ -3,7 +3,8 @@
 // random non-contiguous page tables. Effective bandwidth = cache bytes the step must read
 // (rows x ctx x 576 x 4) / device time; floor = those bytes / 4.2 TB/s. Inputs rotate over
 // enough copies of the page tables (distinct pages) that the 50 MB L2 never holds a step.
-//   mla_decode_bench [quick | focus] [noold]   (quick: a smoke run; focus: the 3-head shapes; noold: skip the old kernel)
+//   mla_decode_bench [quick | focus | tune] [noold]   (quick: a smoke run; focus: the 3-head shapes; noold: skip the
+//   old kernel; tune: the plan's waves x the pdl trigger, graphs only, at the 3-head shapes)
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -19,6 +20,7 @@ using namespace pdserve::cuda::bench;
 namespace {
 
 bool g_no_old = false;  // "noold": skip the old kernel (seconds at long context)
+bool g_tune = false;    // "tune": only the waves x pdl trigger table
 constexpr int64_t kLat = 512, kRope = 64, kEntry = kLat + kRope, kPage = 64;
 
 struct Shape {
@@ -118,6 +120,50 @@ void bench_shape(const Shape& s, bool run_old) {
     cudaStreamDestroy(stream);
     return graph_runs[graph_runs.size() / 2];
   };
+  if (g_tune) {
+    // The plan's waves (1-4) x programmatic launches (off, early trigger, late trigger), bulk
+    // loader; three interleaved rounds of graphs, the median round per variant.
+    struct Variant {
+      int64_t waves;
+      bool pdl;
+      MlaDecodeTrigger trigger;
+    };
+    const Variant vs[] = {{1, false, MlaDecodeTrigger::kLate}, {1, true, MlaDecodeTrigger::kEarly}, {1, true, MlaDecodeTrigger::kLate},
+                          {2, false, MlaDecodeTrigger::kLate}, {2, true, MlaDecodeTrigger::kLate},  {3, false, MlaDecodeTrigger::kLate},
+                          {3, true, MlaDecodeTrigger::kLate},  {4, false, MlaDecodeTrigger::kLate}, {4, true, MlaDecodeTrigger::kLate}};
+    constexpr int kV = sizeof(vs) / sizeof(vs[0]);
+    const int64_t big_cap = mla_decode_plan_capacity(s.batch, 4);
+    DeviceBuffer<float> tpart_o, tpart_lse;
+    check(tpart_o.resize(big_cap * s.heads * kLat), "part_o (tune)");
+    check(tpart_lse.resize(big_cap * s.heads), "part_lse (tune)");
+    std::vector<DeviceBuffer<int32_t>> tplans;
+    MlaDecodeWork tw[kV];
+    int64_t items[5] = {0, 0, 0, 0, 0};
+    for (int v = 0; v < kV; ++v) {
+      const int64_t tcap = mla_decode_plan_capacity(s.batch, vs[v].waves);
+      MlaDecodePlan tp;
+      check(build_mla_decode_plan(ctx.data(), s.batch, kPage, tcap, &tp, vs[v].waves), "plan (tune)");
+      items[vs[v].waves] = tp.num_items;
+      tplans.push_back(upload(tp.image));
+      tw[v] = w;
+      tw[v].plan = tplans.back().get(), tw[v].capacity = tcap, tw[v].launch_items = tp.num_items;
+      tw[v].merge = tp.any_split || tp.any_empty, tw[v].part_o = tpart_o.get(), tw[v].part_lse = tpart_lse.get();
+      tw[v].loader = MlaDecodeLoader::kBulk, tw[v].pdl = vs[v].pdl, tw[v].trigger = vs[v].trigger;
+    }
+    std::vector<double> rounds[kV];
+    for (int r = 0; r < 3; ++r)
+      for (int v = 0; v < kV; ++v) rounds[v].push_back(graph_step_us(tw[v]));
+    std::printf("tune | %2ld | %4ld | %6ld | %ld/%ld/%ld/%ld |", static_cast<long>(s.heads), static_cast<long>(s.batch),
+                static_cast<long>(s.ctx), static_cast<long>(items[1]), static_cast<long>(items[2]), static_cast<long>(items[3]),
+                static_cast<long>(items[4]));
+    for (int v = 0; v < kV; ++v) {
+      std::sort(rounds[v].begin(), rounds[v].end());
+      std::printf(" %8.2f (%4.2f) |", rounds[v][1], bytes / rounds[v][1] * 1e-6);
+    }
+    std::printf("\n");
+    std::fflush(stdout);
+    return;
+  }
   const double graph_us = graph_step_us(w);
   // The loader and launch options side by side, in graphs (warp variant where it applies):
   // three interleaved rounds, the median round per option (the first H200 call saw the same
@@ -192,11 +238,15 @@ void read_ceiling() {
 int main(int argc, char** argv) {
   const bool quick = argc > 1 && std::strcmp(argv[1], "quick") == 0;
   g_no_old = argc > 1 && std::strcmp(argv[argc - 1], "noold") == 0;
+  g_tune = argc > 1 && std::strcmp(argv[1], "tune") == 0;
   read_ceiling();
   std::vector<Shape> shapes;
   const bool focus = argc > 1 && std::strcmp(argv[1], "focus") == 0;  // the TP32 rank's shapes only
   if (quick) {
     shapes = {{3, 1, 1024}, {3, 64, 4096}};
+  } else if (g_tune) {  // small batches at long context first (the open target), then the large steps
+    shapes = {{3, 1, 16384}, {3, 8, 16384}, {3, 32, 16384}, {3, 8, 65536}, {3, 1, 65536}, {3, 1, 1024}, {3, 8, 1024},
+              {3, 32, 1024}, {3, 32, 4096}, {3, 128, 1024}, {3, 64, 16384}, {3, 128, 16384}, {3, 256, 4096}, {3, 256, 16384}};
   } else if (focus) {
     for (int64_t b : {1, 8, 32, 128, 256})
       for (int64_t c : {1024, 16384}) shapes.push_back({3, b, c});
@@ -218,6 +268,9 @@ int main(int argc, char** argv) {
               "steps back to back in a CUDA graph; block-variant us: one launch of the block variant\n",
               20);
   std::printf("options rows (graph us/step (TB/s)): | H | batch | ctx | cp.async | bulk | cp.async + pdl | bulk + pdl |\n");
+  if (g_tune)
+    std::printf("tune rows (graph us/step (TB/s), bulk): | H | batch | ctx | items w1/w2/w3/w4 | w1 | w1 pdl early | w1 pdl late | w2 | "
+                "w2 pdl late | w3 | w3 pdl late | w4 | w4 pdl late |\n");
   std::printf("| H | batch | ctx | items | plan us (host) | MB | floor us | split-KV us | BW | graph us | BW | graph / floor | block-variant us | old us | old BW | old / split-KV |\n");
   std::printf("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
   for (const Shape& s : shapes) bench_shape(s, /*run_old=*/true);

@@ -37,6 +37,10 @@ struct MlaDecodePlan {
 };
 
 inline constexpr int64_t kMlaTargetItems = 264;  // 2 CTAs on each of the H200's 132 SMs
+// Waves of kMlaTargetItems the plan aims for at least when it splits (more, shorter items
+// even out the CTAs' finish times at the cost of more partials to merge): the default plan's
+// value, from the H200 measurement (docs/perf.md, "MLA split-KV latent decode", fifth version).
+inline constexpr int64_t kMlaPlanWaves = 1;
 inline constexpr int64_t kMlaTileTokens = 16;    // tokens per shared-memory tile of the run
 
 // Items start and end (except at ctx_len) on multiples of this many tokens: the tile when
@@ -45,12 +49,15 @@ inline int64_t mla_decode_granule(int64_t page_size) {
   return page_size % kMlaTileTokens == 0 ? kMlaTileTokens : page_size;
 }
 
-// Items can never exceed rows + target (each row rounds up at most one chunk): the capacity.
-inline int64_t mla_decode_plan_capacity(int64_t rows) { return rows + kMlaTargetItems; }
+// Items can never exceed rows + waves x target (each row rounds up at most one chunk): the
+// capacity for plans built with `waves`.
+inline int64_t mla_decode_plan_capacity(int64_t rows, int64_t waves = kMlaPlanWaves) { return rows + waves * kMlaTargetItems; }
 inline int64_t mla_decode_plan_words(int64_t rows, int64_t capacity) { return 4 + 4 * capacity + 2 * rows; }
 
-// ctx_len: [rows] host values. Deterministic: the same ctx_len give the same image.
-Status build_mla_decode_plan(const int32_t* ctx_len, int64_t rows, int64_t page_size, int64_t capacity, MlaDecodePlan* plan);
+// ctx_len: [rows] host values. Deterministic: the same ctx_len give the same image. waves >= 1:
+// the fewest waves of kMlaTargetItems items to split into (never past the capacity).
+Status build_mla_decode_plan(const int32_t* ctx_len, int64_t rows, int64_t page_size, int64_t capacity, MlaDecodePlan* plan,
+                             int64_t waves = kMlaPlanWaves);
 
 // kBlock: any head count (<= 32), the block shares each tile's scores (three barriers a tile).
 // kWarp: <= 3 heads (the TP32 rank) and latent % 4 == 0, each warp its own online softmax over its tokens
@@ -63,6 +70,12 @@ enum class MlaDecodeVariant { kAuto, kBlock, kWarp };
 // no per-thread copy instructions or address arithmetic. kAuto: kBulk, the measured default
 // (docs/perf.md, "MLA split-KV latent decode on the H200", fourth version).
 enum class MlaDecodeLoader { kAuto, kCpAsync, kBulk };
+
+// With pdl: where the run lets the merge launch. kEarly: right after its own wait (the merge's
+// CTAs may then sit resident, waiting, while the run still streams); kLate: after each CTA
+// has written its output, so the merge only launches as the run's last CTAs finish.
+enum class MlaDecodeTrigger { kEarly, kLate };
+inline constexpr MlaDecodeTrigger kMlaDefaultTrigger = MlaDecodeTrigger::kLate;
 
 // Device side of one step's plan. part_o: [capacity][heads][latent_dim], part_lse:
 // [capacity][heads]. launch_items: CTAs to launch (the plan's num_items when known on the host,
@@ -78,6 +91,7 @@ struct MlaDecodeWork {
   // drains and the merge while the run drains; each waits (griddepcontrol.wait) before
   // reading anything but the plan, so the plan must not be written by the kernel just before.
   bool pdl = false;
+  MlaDecodeTrigger trigger = kMlaDefaultTrigger;
   float* part_o = nullptr;
   float* part_lse = nullptr;
 };

@@ -7,8 +7,9 @@
 
 namespace pdserve::cuda {
 
-Status build_mla_decode_plan(const int32_t* ctx_len, int64_t rows, int64_t page_size, int64_t capacity, MlaDecodePlan* plan) {
-  if (rows < 0 || page_size <= 0 || capacity < 0) return invalid_argument("mla decode plan: bad rows, page size or capacity");
+Status build_mla_decode_plan(const int32_t* ctx_len, int64_t rows, int64_t page_size, int64_t capacity, MlaDecodePlan* plan,
+                             int64_t waves) {
+  if (rows < 0 || page_size <= 0 || capacity < 0 || waves < 1) return invalid_argument("mla decode plan: bad rows, page size or capacity");
   const int64_t granule = mla_decode_granule(page_size);
   std::vector<int64_t> granules(rows);
   int64_t longest = 0, busy_rows = 0;
@@ -34,12 +35,12 @@ Status build_mla_decode_plan(const int32_t* ctx_len, int64_t rows, int64_t page_
   };
   // One chunk length for the step: the one whose waves of kMlaTargetItems CTAs finish first,
   // cost = waves x (chunk + a fixed per-item cost), trying budgets of 1..4 more waves than the
-  // rows alone need. Never more items than the capacity (rows + kMlaTargetItems).
+  // rows alone need (or `waves`, if more). Never more items than the capacity.
   constexpr int64_t kItemOverheadGranules = 4;
-  const int64_t min_waves = std::max<int64_t>(1, (busy_rows + kMlaTargetItems - 1) / kMlaTargetItems);
+  const int64_t min_waves = std::max<int64_t>(waves, (busy_rows + kMlaTargetItems - 1) / kMlaTargetItems);
   int64_t chunk = std::max<int64_t>(longest, 1), best_cost = -1;
-  for (int64_t waves = min_waves; waves < min_waves + 4; ++waves) {
-    const int64_t c = smallest_chunk(std::min(waves * kMlaTargetItems, std::max(capacity, busy_rows)));
+  for (int64_t w = min_waves; w < min_waves + 4; ++w) {
+    const int64_t c = smallest_chunk(std::min(w * kMlaTargetItems, std::max(capacity, busy_rows)));
     const int64_t n = items_for(c);
     const int64_t cost = (n + kMlaTargetItems - 1) / kMlaTargetItems * (c + kItemOverheadGranules);
     if (best_cost < 0 || cost < best_cost) best_cost = cost, chunk = c;

@@ -80,7 +80,7 @@ __device__ __forceinline__ void load_tile_async(const MlaDecodeArgs& a, const in
 template <int HMAX>
 __global__ void __launch_bounds__(kThreads, HMAX <= 8 ? 2 : 1)
     mla_decode_kernel(const __grid_constant__ MlaDecodeArgs a, const int32_t* __restrict__ plan, float* __restrict__ part_o,
-                      float* __restrict__ part_lse) {
+                      float* __restrict__ part_lse, bool late_trigger) {
   extern __shared__ float4 smem_raw[];
   float* tiles = reinterpret_cast<float*>(smem_raw);  // [kStages][kTile][entry]
   constexpr int kHeadGroup = HMAX < kMaxHeadGroup ? HMAX : kMaxHeadGroup;
@@ -95,7 +95,7 @@ __global__ void __launch_bounds__(kThreads, HMAX <= 8 ? 2 : 1)
   const int32_t* table = a.page_table + static_cast<int64_t>(row) * a.max_pages;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   pdl_wait();  // q and the cache may come from the kernels before (only the plan is read above)
-  pdl_trigger();
+  if (!late_trigger) pdl_trigger();  // MlaDecodeTrigger::kEarly
 
   auto load_tile = [&](int t0, float* dst) { load_tile_async(a, table, end, t0, dst); };
 
@@ -229,6 +229,7 @@ __global__ void __launch_bounds__(kThreads, HMAX <= 8 ? 2 : 1)
     const float l = s_l[threadIdx.x];
     part_lse[static_cast<int64_t>(slot) * H + threadIdx.x] = l > 0.0f ? s_m[threadIdx.x] + log2f(l) : -INFINITY;
   }
+  if (late_trigger) pdl_trigger();  // MlaDecodeTrigger::kLate: the merge launches as the run's CTAs finish
 }
 
 // The warp variant (<= 3 heads, latent_dim % 4 == 0): each warp runs its own online softmax
@@ -240,7 +241,7 @@ __global__ void __launch_bounds__(kThreads, HMAX <= 8 ? 2 : 1)
 template <int NH, bool BULK>
 __global__ void __launch_bounds__(kThreads, 2)
     mla_decode_warp_kernel(const __grid_constant__ MlaDecodeArgs a, const int32_t* __restrict__ plan, float* __restrict__ part_o,
-                           float* __restrict__ part_lse) {
+                           float* __restrict__ part_lse, bool late_trigger) {
   extern __shared__ float4 smem_raw[];
   float* tiles = reinterpret_cast<float*>(smem_raw);  // [kStages][kTile][entry]; then the warps' states
   __shared__ float s_m[kWarps][NH], s_l[kWarps][NH];
@@ -262,7 +263,7 @@ __global__ void __launch_bounds__(kThreads, 2)
     __syncthreads();
   }
   pdl_wait();  // q and the cache may come from the kernels before (only the plan is read above)
-  pdl_trigger();
+  if (!late_trigger) pdl_trigger();  // MlaDecodeTrigger::kEarly
   // Tile [t0, t0 + kTile) into stage `st`: kCpAsync = one commit group (every thread);
   // BULK = thread 0 arms the stage's barrier with the valid bytes (pages hold whole tiles).
   auto issue = [&](int t0, int st) {
@@ -417,6 +418,7 @@ __global__ void __launch_bounds__(kThreads, 2)
     }
     if (slot >= 0 && threadIdx.x == 0) part_lse[static_cast<int64_t>(slot) * NH + h] = L > 0.0f ? mx + log2f(L) : -INFINITY;
   }
+  if (late_trigger) pdl_trigger();  // MlaDecodeTrigger::kLate: the merge launches as the run's CTAs finish
 }
 
 // Grid (row, head, 64-dim slice): rows with one item were written by the run; rows with none
@@ -487,7 +489,8 @@ Status launch_warp_run(const MlaDecodeArgs& a, const MlaDecodeWork& w, cudaStrea
   static const cudaError_t opt_in = opt_in_shared(mla_decode_warp_kernel<NH, BULK>);  // first (eager) call, never in a capture
   if (opt_in != cudaSuccess) return cuda_status(opt_in, "mla_decode_run (shared memory opt-in)");
   const cudaError_t e = launch_pdl(w.pdl, mla_decode_warp_kernel<NH, BULK>, dim3(static_cast<unsigned>(w.launch_items)), dim3(kThreads),
-                                   smem, stream, a, w.plan, w.part_o, w.part_lse);
+                                   smem, stream, a, w.plan, w.part_o, w.part_lse,
+                                   w.trigger == MlaDecodeTrigger::kLate);
   if (e != cudaSuccess) return cuda_status(e, "mla_decode_run (warp variant)");
   return last_launch_status("mla_decode_run (warp variant)");
 }
@@ -510,7 +513,7 @@ Status launch_run(const MlaDecodeArgs& a, const MlaDecodeWork& w, cudaStream_t s
   }();
   if (opt_in != cudaSuccess) return cuda_status(opt_in, "mla_decode_run (shared memory opt-in)");
   const cudaError_t e = launch_pdl(w.pdl, mla_decode_kernel<HMAX>, dim3(static_cast<unsigned>(w.launch_items)), dim3(kThreads), smem,
-                                   stream, a, w.plan, w.part_o, w.part_lse);
+                                   stream, a, w.plan, w.part_o, w.part_lse, w.trigger == MlaDecodeTrigger::kLate);
   if (e != cudaSuccess) return cuda_status(e, "mla_decode_run");
   return last_launch_status("mla_decode_run");
 }

@@ -150,6 +150,22 @@ TEST_P(CudaForward, Bf16MlaPrefillMixedBatchesNearCpu) {
   EXPECT_LT(pools, kBf16PrefillBound);
 }
 
+// The same batches with the other setting of pdl_mla_decode than the default (the default
+// runs in every other test): with it on, the MLA split-KV run and merge are programmatic
+// dependent launches (each waits on the device for q and the partials; the run lets the merge
+// launch as its CTAs end). Decode steps, eager and from graphs, must stay within the fp32 bound.
+TEST_P(CudaForward, OtherMlaDecodePdlSettingMixedBatchesNearCpu) {
+  CudaForwardOptions opts;
+  opts.pdl_mla_decode = !opts.pdl_mla_decode;
+  Pair p(GetParam(), 64, 16, 4, opts);
+  ASSERT_TRUE(p.gpu);
+  const auto [worst, pools] = mixed_batches(p);
+  std::printf("%s: pdl MLA decode %d, mixed batches, logits error %.3g, pools error %.3g\n", GetParam(), opts.pdl_mla_decode, worst,
+              pools);
+  EXPECT_LT(worst, kBound);
+  EXPECT_LT(pools, kBound);
+}
+
 // Greedy generation over 64 tokens, CPU and GPU each following its own choice. A divergence
 // is allowed only where the CPU's margin between the two choices is within the error bound.
 TEST_P(CudaForward, Greedy64TokensMatchCpu) {

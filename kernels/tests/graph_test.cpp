@@ -41,7 +41,12 @@ TEST_P(CudaGraphs, GraphDecodeEqualsEagerAcrossBuckets) {
   auto fused = CudaModel::create(model, kPages, kPageSize, kSlots, CudaForwardOptions{false, 0, true});
   auto graphs_per_op = CudaModel::create(model, kPages, kPageSize, kSlots, CudaForwardOptions{true, 0, false});
   auto eager = CudaModel::create(model, kPages, kPageSize, kSlots, CudaForwardOptions{false, 0, false});
-  ASSERT_TRUE(graphs.is_ok() && eager.is_ok() && fused.is_ok() && graphs_per_op.is_ok());
+  // Graphs with the other pdl_mla_decode setting (the MLA run + merge as programmatic dependent
+  // launches or not): same kernels, same bits.
+  CudaForwardOptions pdl_opts{true, 0, true};
+  pdl_opts.pdl_mla_decode = !pdl_opts.pdl_mla_decode;
+  auto graphs_pdl = CudaModel::create(model, kPages, kPageSize, kSlots, pdl_opts);
+  ASSERT_TRUE(graphs.is_ok() && eager.is_ok() && fused.is_ok() && graphs_per_op.is_ok() && graphs_pdl.is_ok());
   auto kv = MlaKvPool::for_model(model->config(), kPages, kPageSize);  // page ids only
   const int64_t V = model->config().vocab_size;
   std::vector<SequenceInput> seqs(20);
@@ -61,17 +66,19 @@ TEST_P(CudaGraphs, GraphDecodeEqualsEagerAcrossBuckets) {
   auto run = [&](std::vector<size_t> which) {
     ForwardBatch b;
     for (size_t i : which) b.seqs.push_back(seqs[i]);
-    ForwardOutput go, eo, fo, po;
+    ForwardOutput go, eo, fo, po, qo;
     Status s1 = (*graphs)->forward(b, &go), s2 = (*eager)->forward(b, &eo), s3 = (*fused)->forward(b, &fo);
-    Status s4 = (*graphs_per_op)->forward(b, &po);
+    Status s4 = (*graphs_per_op)->forward(b, &po), s5 = (*graphs_pdl)->forward(b, &qo);
     ASSERT_TRUE(s1.is_ok()) << s1.message();
     ASSERT_TRUE(s2.is_ok()) << s2.message();
     ASSERT_TRUE(s3.is_ok()) << s3.message();
     ASSERT_TRUE(s4.is_ok()) << s4.message();
+    ASSERT_TRUE(s5.is_ok()) << s5.message();
     ASSERT_EQ(fo.logits.size(), eo.logits.size());
     EXPECT_LE(nerr(fo.logits, eo.logits), 1e-4) << which.size() << " sequences: fused KDA decode step vs per-op";
     identical(go, fo, "graphs vs eager (fused KDA step)", which.size());
     identical(po, eo, "graphs vs eager (per-op KDA kernels)", which.size());
+    identical(qo, fo, "graphs with the other MLA pdl setting vs eager", which.size());
     for (size_t k = 0; k < which.size(); ++k) {
       SequenceInput& s = seqs[which[k]];
       s.cached_len += static_cast<int64_t>(s.tokens.size());

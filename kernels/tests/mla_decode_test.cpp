@@ -74,20 +74,21 @@ TEST(MlaDecodePlan, SplitsCoverEachRowOnceWithinCapacity) {
 }
 
 TEST(MlaDecodePlan, SmallBatchLongContextSplitsToFillTheGpu) {
+  // One-wave plans (the counts below are those of one wave of kMlaTargetItems).
   const std::vector<int32_t> ctx = {32768};
   MlaDecodePlan plan;
-  ASSERT_TRUE(build_mla_decode_plan(ctx.data(), 1, 64, mla_decode_plan_capacity(1), &plan).is_ok());
+  ASSERT_TRUE(build_mla_decode_plan(ctx.data(), 1, 64, mla_decode_plan_capacity(1, 1), &plan, 1).is_ok());
   EXPECT_GE(plan.num_items, kMlaTargetItems / 2);
   // A short single row still spreads: 1K tokens -> 64 items of one 16-token tile.
   const std::vector<int32_t> short_row = {1024};
   MlaDecodePlan small;
-  ASSERT_TRUE(build_mla_decode_plan(short_row.data(), 1, 64, mla_decode_plan_capacity(1), &small).is_ok());
+  ASSERT_TRUE(build_mla_decode_plan(short_row.data(), 1, 64, mla_decode_plan_capacity(1, 1), &small, 1).is_ok());
   EXPECT_EQ(small.num_items, 1024 / kMlaTileTokens);
   EXPECT_LE(plan.num_items, kMlaTargetItems);
   EXPECT_TRUE(plan.any_split);
   // Many rows of short context: one item each, nothing to merge.
   const std::vector<int32_t> many(256, 1024);
-  ASSERT_TRUE(build_mla_decode_plan(many.data(), 256, 64, mla_decode_plan_capacity(256), &plan).is_ok());
+  ASSERT_TRUE(build_mla_decode_plan(many.data(), 256, 64, mla_decode_plan_capacity(256, 1), &plan, 1).is_ok());
   EXPECT_EQ(plan.num_items, 256);
   EXPECT_FALSE(plan.any_split);
   EXPECT_FALSE(plan.any_empty);
@@ -96,13 +97,27 @@ TEST(MlaDecodePlan, SmallBatchLongContextSplitsToFillTheGpu) {
 TEST(MlaDecodePlan, RandomRaggedBatchesStayWithinCapacity) {
   std::mt19937 gen(41);
   for (int trial = 0; trial < 200; ++trial) {
-    const int64_t rows = 1 + gen() % 300, page = int64_t{1} << (gen() % 7);
+    const int64_t rows = 1 + gen() % 300, page = int64_t{1} << (gen() % 7), waves = 1 + trial % 4;
     std::vector<int32_t> ctx(rows);
     for (auto& c : ctx) c = static_cast<int32_t>(gen() % 5 == 0 ? 0 : gen() % (1 + (gen() % 2 ? 200 : 70000)));
     MlaDecodePlan plan;
-    ASSERT_TRUE(build_mla_decode_plan(ctx.data(), rows, page, mla_decode_plan_capacity(rows), &plan).is_ok());
+    ASSERT_TRUE(build_mla_decode_plan(ctx.data(), rows, page, mla_decode_plan_capacity(rows, waves), &plan, waves).is_ok());
     expect_plan_covers(plan, ctx, page);
   }
+}
+
+TEST(MlaDecodePlan, MoreWavesSplitLongRowsFiner) {
+  // 8 rows x 16K: one wave keeps <= 264 items; two waves take more, shorter ones.
+  const std::vector<int32_t> ctx(8, 16384);
+  MlaDecodePlan one, two;
+  ASSERT_TRUE(build_mla_decode_plan(ctx.data(), 8, 64, mla_decode_plan_capacity(8, 1), &one, 1).is_ok());
+  ASSERT_TRUE(build_mla_decode_plan(ctx.data(), 8, 64, mla_decode_plan_capacity(8, 2), &two, 2).is_ok());
+  EXPECT_LE(one.num_items, kMlaTargetItems);
+  EXPECT_GT(two.num_items, kMlaTargetItems);
+  EXPECT_LE(two.num_items, 2 * kMlaTargetItems);
+  expect_plan_covers(two, ctx, 64);
+  MlaDecodePlan bad;
+  EXPECT_FALSE(build_mla_decode_plan(ctx.data(), 8, 64, mla_decode_plan_capacity(8), &bad, 0).is_ok());
 }
 
 TEST(MlaDecodePlan, ASmallerCapacityMeansLongerChunksAndTooSmallIsAnError) {
@@ -151,58 +166,66 @@ void run_case(const Case& c, uint32_t seed) {
     ops::mla_attend_latent(&ql[b * c.heads * c.lat], &qr[b * c.heads * c.rope], c.heads, c.lat, c.rope, view, c.ctx[b], scale,
                            &ref[b * c.heads * c.lat]);
   }
-  const int64_t cap = mla_decode_plan_capacity(rows);
-  MlaDecodePlan plan;
-  ASSERT_TRUE(build_mla_decode_plan(c.ctx.data(), rows, c.page, cap, &plan).is_ok());
-  auto dc = dev(cache), dql = dev(ql), dqr = dev(qr);
-  auto dplan = dev(plan.image), dt = dev(table), dctx = dev(c.ctx);
-  DeviceBuffer<float> out(rows * c.heads * c.lat), part_o(cap * c.heads * c.lat), part_lse(cap * c.heads);
-  // Garbage (NaN) in the output before each run: every element must be written.
-  MlaDecodeArgs a;
-  a.q_lat = dql.get(), a.q_rot = dqr.get(), a.cache = dc.get(), a.page_table = dt.get(), a.ctx_len = dctx.get();
-  a.rows = rows, a.heads = c.heads, a.latent_dim = c.lat, a.rope_dim = c.rope, a.page_size = c.page, a.max_pages = max_pages;
-  a.scale = scale, a.o_lat = out.get();
-  MlaDecodeWork w;
-  w.plan = dplan.get(), w.capacity = cap, w.part_o = part_o.get(), w.part_lse = part_lse.get();
-  w.launch_items = c.graph_launch ? cap : plan.num_items;
-  w.merge = c.graph_launch || plan.any_split || plan.any_empty;
-  // Both kernels where both apply (kAuto is the warp variant for <= 3 heads), both loaders
-  // (kBulk falls back to cp.async where pages are not a multiple of the tile), and
-  // programmatic dependent launches (the run, then the merge, each after a kernel that wrote
-  // q: a run reading q before the wait would fail).
-  struct Opt {
-    MlaDecodeVariant variant;
-    MlaDecodeLoader loader;
-    bool pdl;
-  };
-  const Opt opts[] = {{MlaDecodeVariant::kBlock, MlaDecodeLoader::kAuto, false},
-                      {MlaDecodeVariant::kAuto, MlaDecodeLoader::kCpAsync, false},
-                      {MlaDecodeVariant::kAuto, MlaDecodeLoader::kBulk, false},
-                      {MlaDecodeVariant::kAuto, MlaDecodeLoader::kBulk, true},
-                      {MlaDecodeVariant::kBlock, MlaDecodeLoader::kAuto, true}};
-  // A blocking stream: the uploads below are cudaMemcpy from pageable memory on the legacy
-  // stream, whose DMA may still be landing when the call returns; a non-blocking stream would
-  // race them (seen on the H200: the zeros landing over the add's q).
-  cudaStream_t stream = nullptr;
-  ASSERT_EQ(cudaStreamCreate(&stream), cudaSuccess);
-  auto dql_src = dev(ql);  // q is zero until the kernel just before the run adds it in
-  for (const Opt& o : opts) {
-    ASSERT_TRUE(out.upload(std::vector<float>(rows * c.heads * c.lat, NAN)).is_ok());
-    w.variant = o.variant, w.loader = o.loader, w.pdl = o.pdl;
-    if (o.pdl) {
-      ASSERT_TRUE(dql.upload(std::vector<float>(ql.size(), 0.0f)).is_ok());
-      ASSERT_TRUE(add_inplace(dql.get(), dql_src.get(), static_cast<int64_t>(ql.size()), stream).is_ok());
+  // Plans of one wave and of three (more, shorter items: more rows split and merged).
+  for (const int64_t waves : {int64_t{1}, int64_t{3}}) {
+    const int64_t cap = mla_decode_plan_capacity(rows, waves);
+    MlaDecodePlan plan;
+    ASSERT_TRUE(build_mla_decode_plan(c.ctx.data(), rows, c.page, cap, &plan, waves).is_ok());
+    auto dc = dev(cache), dql = dev(ql), dqr = dev(qr);
+    auto dplan = dev(plan.image), dt = dev(table), dctx = dev(c.ctx);
+    DeviceBuffer<float> out(rows * c.heads * c.lat), part_o(cap * c.heads * c.lat), part_lse(cap * c.heads);
+    // Garbage (NaN) in the output before each run: every element must be written.
+    MlaDecodeArgs a;
+    a.q_lat = dql.get(), a.q_rot = dqr.get(), a.cache = dc.get(), a.page_table = dt.get(), a.ctx_len = dctx.get();
+    a.rows = rows, a.heads = c.heads, a.latent_dim = c.lat, a.rope_dim = c.rope, a.page_size = c.page, a.max_pages = max_pages;
+    a.scale = scale, a.o_lat = out.get();
+    MlaDecodeWork w;
+    w.plan = dplan.get(), w.capacity = cap, w.part_o = part_o.get(), w.part_lse = part_lse.get();
+    w.launch_items = c.graph_launch ? cap : plan.num_items;
+    w.merge = c.graph_launch || plan.any_split || plan.any_empty;
+    // Both kernels where both apply (kAuto is the warp variant for <= 3 heads), both loaders
+    // (kBulk falls back to cp.async where pages are not a multiple of the tile), and
+    // programmatic dependent launches (the run, then the merge, each after a kernel that wrote
+    // q: a run reading q before the wait would fail).
+    // Both pdl triggers (early: the merge may launch while the run streams; late: as its CTAs end).
+    struct Opt {
+      MlaDecodeVariant variant;
+      MlaDecodeLoader loader;
+      bool pdl;
+      MlaDecodeTrigger trigger = MlaDecodeTrigger::kEarly;
+    };
+    const Opt opts[] = {{MlaDecodeVariant::kBlock, MlaDecodeLoader::kAuto, false},
+                        {MlaDecodeVariant::kAuto, MlaDecodeLoader::kCpAsync, false},
+                        {MlaDecodeVariant::kAuto, MlaDecodeLoader::kBulk, false},
+                        {MlaDecodeVariant::kAuto, MlaDecodeLoader::kBulk, true},
+                        {MlaDecodeVariant::kAuto, MlaDecodeLoader::kBulk, true, MlaDecodeTrigger::kLate},
+                        {MlaDecodeVariant::kBlock, MlaDecodeLoader::kAuto, true},
+                        {MlaDecodeVariant::kBlock, MlaDecodeLoader::kAuto, true, MlaDecodeTrigger::kLate}};
+    // A blocking stream: the uploads below are cudaMemcpy from pageable memory on the legacy
+    // stream, whose DMA may still be landing when the call returns; a non-blocking stream would
+    // race them (seen on the H200: the zeros landing over the add's q).
+    cudaStream_t stream = nullptr;
+    ASSERT_EQ(cudaStreamCreate(&stream), cudaSuccess);
+    auto dql_src = dev(ql);  // q is zero until the kernel just before the run adds it in
+    for (const Opt& o : opts) {
+      ASSERT_TRUE(out.upload(std::vector<float>(rows * c.heads * c.lat, NAN)).is_ok());
+      w.variant = o.variant, w.loader = o.loader, w.pdl = o.pdl, w.trigger = o.trigger;
+      if (o.pdl) {
+        ASSERT_TRUE(dql.upload(std::vector<float>(ql.size(), 0.0f)).is_ok());
+        ASSERT_TRUE(add_inplace(dql.get(), dql_src.get(), static_cast<int64_t>(ql.size()), stream).is_ok());
+      }
+      ASSERT_TRUE(mla_decode_run(a, w, stream).is_ok());
+      ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+      const auto got = host(out);
+      EXPECT_LT(nerr(got, ref), 2e-5) << "heads " << c.heads << " items " << plan.num_items << " variant "
+                                      << static_cast<int>(o.variant) << " loader " << static_cast<int>(o.loader) << " pdl " << o.pdl
+                                      << " trigger " << static_cast<int>(o.trigger) << " waves " << waves;
+      if (c.negative_row >= 0) {
+        for (int64_t i = 0; i < c.heads * c.lat; ++i) ASSERT_EQ(got[c.negative_row * c.heads * c.lat + i], 0.0f);
+      }
     }
-    ASSERT_TRUE(mla_decode_run(a, w, stream).is_ok());
-    ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
-    const auto got = host(out);
-    EXPECT_LT(nerr(got, ref), 2e-5) << "heads " << c.heads << " items " << plan.num_items << " variant "
-                                    << static_cast<int>(o.variant) << " loader " << static_cast<int>(o.loader) << " pdl " << o.pdl;
-    if (c.negative_row >= 0) {
-      for (int64_t i = 0; i < c.heads * c.lat; ++i) ASSERT_EQ(got[c.negative_row * c.heads * c.lat + i], 0.0f);
-    }
+    cudaStreamDestroy(stream);
   }
-  cudaStreamDestroy(stream);
 }
 
 TEST_F(MlaDecode, RaggedRowsMatchTheCpuReference) {

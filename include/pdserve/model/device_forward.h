@@ -65,9 +65,10 @@ struct CudaForwardOptions {
   // Programmatic dependent launches (sm_90) for the decode attention kernels: each starts while
   // the kernel before it drains and waits on the device before reading what that kernel wrote
   // (design.md). The fused KDA step: on (faster at every batch on the H200). The MLA split-KV
-  // run + merge: off (faster at small steps, but up to 7% slower at 128 rows x 16K, perf.md).
+  // run + merge: on, with the run's trigger at its end (0.5-2.4 us faster at 12 of 14 shapes,
+  // equal at 128 x 16K, 3.6% slower at 32 rows x 16K: perf.md, MLA decode, fifth version).
   bool pdl_kda_decode = true;
-  bool pdl_mla_decode = false;
+  bool pdl_mla_decode = true;
   // Steps with a prefill chunk (some sequence brings > 1 token) run MLA attention through the
   // tensor-core prefill (kernels/mla/mla_prefill.h: expanded K/V, bf16 inputs, fp32 accumulate)
   // where the head dims have a kernel (qk x v = 192 x 128, 32 x 16). Off by default: it trades
