@@ -496,14 +496,17 @@ Status moe_expert_mlp_decode(const MoeDecodeWeights& w, const int32_t* offsets, 
                         kernel == MoeDecodeKernel::kWeightsAStrided;
   if (wants_wa && !f.wa)
     return invalid_argument("moe_expert_mlp_decode: the weights-on-A kernel takes cols <= 4096, inter % 16 == 0, dim % 32 == 0");
-  if (kernel == MoeDecodeKernel::kFused && !f.fused)
+  const bool wants_fused =
+      kernel == MoeDecodeKernel::kFused || kernel == MoeDecodeKernel::kFusedSplit || kernel == MoeDecodeKernel::kFusedSplitPdl;
+  if (wants_fused && !f.fused)
     return invalid_argument("moe_expert_mlp_decode: the fused kernel takes the weights-on-A shapes with a ring that fits shared memory");
-  if (kernel == MoeDecodeKernel::kFused && !has_workspace)
+  if (wants_fused && !has_workspace)
     return invalid_argument("moe_expert_mlp_decode: the fused kernel needs a MoeDecodeWorkspace (its unit queue)");
   const MoeDecodeKernel kind = kernel == MoeDecodeKernel::kAuto ? resolve(f, capacity, has_workspace) : kernel;
   const MoeAct a{w.activation, w.situ_beta, w.situ_linear_beta};
-  if (kind == MoeDecodeKernel::kFused)
-    return launch_decode_fused(w, offsets, local_experts, x_sorted, act, out_sorted, a, static_cast<uint32_t*>(workspace.data), stream);
+  if (kind == MoeDecodeKernel::kFused || kind == MoeDecodeKernel::kFusedSplit || kind == MoeDecodeKernel::kFusedSplitPdl)
+    return launch_decode_fused(w, offsets, local_experts, x_sorted, act, out_sorted, a, static_cast<uint32_t*>(workspace.data), stream,
+                               kind != MoeDecodeKernel::kFused, kind == MoeDecodeKernel::kFusedSplitPdl);
   if (w.w1.wide_scales || w.w3.wide_scales)
     PDS_RETURN_IF_ERROR((launch<true, true>(w.w1, w.w3, offsets, local_experts, x_sorted, act, a, kind, stream, "moe decode gate/up")));
   else
