@@ -460,6 +460,10 @@ Fits shape_fits(const MoeDecodeWeights& w, int64_t local_experts) {
   return f;
 }
 
+bool is_fused(MoeDecodeKernel k) {
+  return k == MoeDecodeKernel::kFused || k == MoeDecodeKernel::kFusedSplit || k == MoeDecodeKernel::kFusedSplitPdl;
+}
+
 // kAuto, from the H200 measurements (docs/perf.md): the fused kernel from
 // kMoeDecodeFusedMinCapacity pairs where it fits and the caller gave it a queue workspace;
 // else weights on A wherever its shape rules hold, blocked without the L2 prefetch up to
@@ -496,15 +500,14 @@ Status moe_expert_mlp_decode(const MoeDecodeWeights& w, const int32_t* offsets, 
                         kernel == MoeDecodeKernel::kWeightsAStrided;
   if (wants_wa && !f.wa)
     return invalid_argument("moe_expert_mlp_decode: the weights-on-A kernel takes cols <= 4096, inter % 16 == 0, dim % 32 == 0");
-  const bool wants_fused =
-      kernel == MoeDecodeKernel::kFused || kernel == MoeDecodeKernel::kFusedSplit || kernel == MoeDecodeKernel::kFusedSplitPdl;
+  const bool wants_fused = is_fused(kernel);
   if (wants_fused && !f.fused)
     return invalid_argument("moe_expert_mlp_decode: the fused kernel takes the weights-on-A shapes with a ring that fits shared memory");
   if (wants_fused && !has_workspace)
     return invalid_argument("moe_expert_mlp_decode: the fused kernel needs a MoeDecodeWorkspace (its unit queue)");
   const MoeDecodeKernel kind = kernel == MoeDecodeKernel::kAuto ? resolve(f, capacity, has_workspace) : kernel;
   const MoeAct a{w.activation, w.situ_beta, w.situ_linear_beta};
-  if (kind == MoeDecodeKernel::kFused || kind == MoeDecodeKernel::kFusedSplit || kind == MoeDecodeKernel::kFusedSplitPdl)
+  if (is_fused(kind))
     return launch_decode_fused(w, offsets, local_experts, x_sorted, act, out_sorted, a, static_cast<uint32_t*>(workspace.data), stream,
                                kind != MoeDecodeKernel::kFused, kind == MoeDecodeKernel::kFusedSplitPdl);
   if (w.w1.wide_scales || w.w3.wide_scales)
