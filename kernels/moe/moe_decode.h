@@ -104,7 +104,7 @@ Status mxfp4_unpack_decode(const uint8_t* packed, const uint8_t* scales, int64_t
 // with griddepcontrol.wait before reading anything). Same needs as kFused.
 enum class MoeDecodeKernel { kAuto, kStreamed, kStaged, kWeightsA, kWeightsANoPrefetch, kWeightsAStrided, kFused, kFusedSplit, kFusedSplitPdl };
 
-// kAuto takes kFused (given a workspace) from this many routed pairs (tokens * k) on: at
+// kAuto takes a fused form (kFusedSplit since moedec4; given a workspace) from this many routed pairs (tokens * k) on: at
 // K3's EP32 shape (top-16) it ran 1.03x the speed of the blocked two-launch kernel at 1024
 // pairs, 0.97-1.02x at 1536-3072 and 1.33x the strided one (the old choice) at 4096, but
 // 0.87-0.98x the blocked one at 256-768 (docs/perf.md). The rule assumes decode sizes (a
