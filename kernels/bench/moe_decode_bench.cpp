@@ -11,7 +11,10 @@
 // do not time L2. Writes, per batch, the rows of each touched expert to --routes FILE for
 // the torch anchor (moe_decode_torch.py), so it times the same work.
 //
-//   moe_decode_bench [--bw BYTES_PER_S] [--reps N] [--routes FILE] [--only BATCH]
+// --kernels picks the timed kernels by name (comma-separated; default all): staged, streamed,
+// wa, wa-noprefetch, wa-strided, fused, fused-split, fused-split-pdl; kAuto is always timed.
+//
+//   moe_decode_bench [--bw BYTES_PER_S] [--reps N] [--routes FILE] [--only BATCH] [--kernels LIST]
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
@@ -30,7 +33,14 @@
 namespace pdserve::cuda {
 namespace {
 
-int64_t g_only = 0;  // --only B: just that batch (for profilers)
+int64_t g_only = 0;          // --only B: just that batch (for profilers)
+std::string g_kernels = "";  // --kernels LIST: empty = all
+
+bool wanted(const char* name) {
+  if (g_kernels.empty()) return true;
+  const std::string list = "," + g_kernels + ",";
+  return list.find("," + std::string(name) + ",") != std::string::npos;
+}
 
 using bench::check;
 using bench::fill_bytes;
@@ -129,15 +139,23 @@ void run_bench(const char* routes_path) {
     auto decode = [&](int i, cudaStream_t st) { decode_with(i, st, MoeDecodeKernel::kAuto); };
     auto combine = [&](cudaStream_t st) { check(moe_combine(os.get(), prow.get(), dw.get(), tokens, k, dim, y.get(), st), "combine"); };
     permute(nullptr);
-    const double td = median_us([&](int i) { decode_with(i, nullptr, MoeDecodeKernel::kStaged); });
-    const double ts = median_us([&](int i) { decode_with(i, nullptr, MoeDecodeKernel::kStreamed); });
-    const double tw = median_us([&](int i) { decode_with(i, nullptr, MoeDecodeKernel::kWeightsA); });
-    const double twn = median_us([&](int i) { decode_with(i, nullptr, MoeDecodeKernel::kWeightsANoPrefetch); });
-    const double tws = median_us([&](int i) { decode_with(i, nullptr, MoeDecodeKernel::kWeightsAStrided); });
-    const double tf = median_us([&](int i) { decode_with(i, nullptr, MoeDecodeKernel::kFused); });
+    constexpr double kSkipped = -1.0;
+    auto time_kernel = [&](const char* name, MoeDecodeKernel kern) {
+      return wanted(name) ? median_us([&](int i) { decode_with(i, nullptr, kern); }) : kSkipped;
+    };
+    const double td = time_kernel("staged", MoeDecodeKernel::kStaged);
+    const double ts = time_kernel("streamed", MoeDecodeKernel::kStreamed);
+    const double tw = time_kernel("wa", MoeDecodeKernel::kWeightsA);
+    const double twn = time_kernel("wa-noprefetch", MoeDecodeKernel::kWeightsANoPrefetch);
+    const double tws = time_kernel("wa-strided", MoeDecodeKernel::kWeightsAStrided);
+    const double tf = time_kernel("fused", MoeDecodeKernel::kFused);
+    const double tfs = time_kernel("fused-split", MoeDecodeKernel::kFusedSplit);
+    const double tfp = time_kernel("fused-split-pdl", MoeDecodeKernel::kFusedSplitPdl);
     const double tauto = median_us([&](int i) { decode(i, nullptr); });
     const MoeDecodeKernel chosen = moe_decode_choice(wd[0], local, cap, true);
     const char* chosen_name = chosen == MoeDecodeKernel::kFused                ? "fused"
+                              : chosen == MoeDecodeKernel::kFusedSplit         ? "fused split"
+                              : chosen == MoeDecodeKernel::kFusedSplitPdl      ? "fused split pdl"
                               : chosen == MoeDecodeKernel::kWeightsANoPrefetch ? "weights on A, no L2 prefetch"
                               : chosen == MoeDecodeKernel::kWeightsAStrided    ? "weights on A, strided"
                                                                                : "other";
@@ -165,15 +183,23 @@ void run_bench(const char* routes_path) {
     });
     const std::string b = "B=" + std::to_string(tokens);
     const std::string note = std::to_string(nt) + " experts touched, " + std::to_string(rows) + " rows";
-    row(b + " decode expert MLP (staged)", td, bytes, floor_us, note);
-    row(b + " decode expert MLP (streamed)", ts, bytes, floor_us);
-    row(b + " decode expert MLP (weights on A)", tw, bytes, floor_us);
-    row(b + " decode expert MLP (weights on A, no L2 prefetch)", twn, bytes, floor_us);
-    row(b + " decode expert MLP (weights on A, strided)", tws, bytes, floor_us);
-    row(b + " decode expert MLP (fused, TMA ring)", tf, bytes, floor_us,
-        std::to_string(std::min({tw, twn, tws}) / tf).substr(0, 5) + "x the best two-launch weights-on-A");
+    auto krow = [&](const std::string& what, double us, const std::string& note = "") {
+      if (us != kSkipped) row(b + " decode expert MLP (" + what + ")", us, bytes, floor_us, note);
+    };
+    auto ratio = [](double base, double t) { return base > 0 && t > 0 ? std::to_string(base / t).substr(0, 5) : std::string("-"); };
+    double best_two = 1e30;
+    for (double t : {tw, twn, tws})
+      if (t != kSkipped) best_two = std::min(best_two, t);
+    krow("staged", td, note);
+    krow("streamed", ts);
+    krow("weights on A", tw);
+    krow("weights on A, no L2 prefetch", twn);
+    krow("weights on A, strided", tws);
+    krow("fused, TMA ring", tf, ratio(best_two < 1e30 ? best_two : -1, tf) + "x the best two-launch weights-on-A");
+    krow("fused, split by operand", tfs, ratio(tf, tfs) + "x fused");
+    krow("fused, split by operand, PDL", tfp, ratio(tf, tfp) + "x fused");
     row(b + " decode expert MLP, kAuto -> " + chosen_name, tauto, bytes, floor_us, "with a workspace, as the backend");
-    row(b + " anchor moe_expert_mlp", ta, bytes, floor_us, "fused decode is " + std::to_string(ta / tf).substr(0, 5) + "x faster");
+    row(b + " anchor moe_expert_mlp", ta, bytes, floor_us, "kAuto is " + ratio(ta, tauto) + "x faster");
     row(b + " permute+decode+combine", tall, bytes, floor_us, "eager");
     row(b + " permute+decode+combine", tg, bytes, floor_us, "CUDA graph replay");
     row(b + " reference: D2D copy of those bytes", tcopy, bytes, floor_us, "reads them once, writes them once");
@@ -192,6 +218,7 @@ int main(int argc, char** argv) {
     else if (!std::strcmp(argv[i], "--reps")) pdserve::cuda::bench::g_reps = std::atoi(argv[i + 1]);
     else if (!std::strcmp(argv[i], "--routes")) routes = argv[i + 1];
     else if (!std::strcmp(argv[i], "--only")) pdserve::cuda::g_only = std::atoll(argv[i + 1]);
+    else if (!std::strcmp(argv[i], "--kernels")) pdserve::cuda::g_kernels = argv[i + 1];
   }
   pdserve::cuda::run_bench(routes);
   return 0;

@@ -87,7 +87,7 @@ Status mxfp4_unpack_decode(const uint8_t* packed, const uint8_t* scales, int64_t
 // kStaged: activation rows staged in shared memory as bf16 (8 a pass), the unit's weights
 // kept in registers across passes and the next unit's loaded during this one's MMAs;
 // needs dim, inter <= 4096. kAuto (the H200 measurements; docs/perf.md): where kFused fits
-// and the call has a workspace, kFused from capacity kMoeDecodeFusedMinCapacity; else where
+// and the call has a workspace, kFusedSplit from capacity kMoeDecodeFusedMinCapacity; else where
 // kWeightsA's shape rules hold, kWeightsANoPrefetch up to capacity 1024 and
 // kWeightsAStrided beyond; elsewhere kStaged where it fits and capacity <= 1024, else
 // kStreamed.
@@ -97,9 +97,14 @@ Status mxfp4_unpack_decode(const uint8_t* packed, const uint8_t* scales, int64_t
 // ring; down units wait on a per-expert counter of finished gate/up units (same workspace)
 // only when they stage their activations, so the down weights load while gate/up finishes.
 // Needs the kWeightsA shapes, max(dim, inter) <= 3840 (the ring) and a workspace.
-enum class MoeDecodeKernel { kAuto, kStreamed, kStaged, kWeightsA, kWeightsANoPrefetch, kWeightsAStrided, kFused };
+// kFusedSplit: kFused with the 16 MMA warps splitting a unit by (A operand, chunk) rather
+// than by chunk, so a pass's warps carry equal work at K3's down shape (24 chunks: 3 items
+// each, where by chunk half the warps took 2 and half 1). kFusedSplitPdl: kFusedSplit as a
+// programmatic dependent launch (its CTAs start while the previous kernel drains and wait
+// with griddepcontrol.wait before reading anything). Same needs as kFused.
+enum class MoeDecodeKernel { kAuto, kStreamed, kStaged, kWeightsA, kWeightsANoPrefetch, kWeightsAStrided, kFused, kFusedSplit, kFusedSplitPdl };
 
-// kAuto takes kFused (given a workspace) from this many routed pairs (tokens * k) on: at
+// kAuto takes a fused form (kFusedSplit since moedec4; given a workspace) from this many routed pairs (tokens * k) on: at
 // K3's EP32 shape (top-16) it ran 1.03x the speed of the blocked two-launch kernel at 1024
 // pairs, 0.97-1.02x at 1536-3072 and 1.33x the strided one (the old choice) at 4096, but
 // 0.87-0.98x the blocked one at 256-768 (docs/perf.md). The rule assumes decode sizes (a

@@ -53,13 +53,18 @@ __device__ __forceinline__ void mma_bf16(float (&d)[4], const uint32_t (&a)[4], 
 __device__ __forceinline__ uint32_t word_of(const uint4& q, int i) { return i == 0 ? q.x : i == 1 ? q.y : i == 2 ? q.z : q.w; }
 
 // The four bf16x2 registers of one word (moe_decode.h's bit shuffle), scaled by E8M0 byte s.
-template <bool kWide>
-__device__ __forceinline__ void dequant_word(uint32_t q, uint32_t s, uint32_t (&b)[4]) {
+// The unscaled part: the codes as bf16x2 times 2^-126.
+__device__ __forceinline__ void dequant_bits(uint32_t q, uint32_t (&b)[4]) {
   constexpr uint32_t kMask = 0x81C081C0u;
   b[0] = q & kMask;
   b[1] = (q << 3) & kMask;
   b[2] = (q << 6) & kMask;
   b[3] = ((q >> 4) & 0x00C000C0u) | ((q >> 6) & 0x01000100u) | ((q << 2) & 0x80008000u);
+}
+
+template <bool kWide>
+__device__ __forceinline__ void dequant_word(uint32_t q, uint32_t s, uint32_t (&b)[4]) {
+  dequant_bits(q, b);
   if constexpr (!kWide) {
     const uint32_t c = ((s + 126u) << 7) * 0x10001u;  // 2^(s-1) = 2^126 * 2^(s-127), s <= 128
 #pragma unroll
@@ -179,8 +184,9 @@ Result<unsigned> grid_for(Kernel kernel, size_t smem, int64_t max_units, int thr
 // The fused kernel (moe_decode_fused_sm90.cu): gate/up, activation and down in one launch.
 // Fits where its token rows and two ring slots fit in shared memory (K3: 3584 / 3072).
 bool decode_fused_fits(int64_t dim, int64_t inter);
-// `workspace`: moe_decode_workspace_bytes(experts) bytes, zero; left zero.
+// `workspace`: moe_decode_workspace_bytes(experts) bytes, zero; left zero. `split`: the
+// warps split a unit by (operand, chunk) (kFusedSplit); `pdl`: a programmatic dependent launch.
 Status launch_decode_fused(const MoeDecodeWeights& w, const int32_t* offsets, int64_t experts, const float* x, float* act, float* out,
-                           const MoeAct& fn, uint32_t* workspace, cudaStream_t stream);
+                           const MoeAct& fn, uint32_t* workspace, cudaStream_t stream, bool split, bool pdl);
 
 }  // namespace pdserve::cuda::moe_decode_detail

@@ -24,6 +24,7 @@
 // with separate workspaces never see each other's counters.
 #include <cstdint>
 
+#include "common/pdl_bulk.cuh"
 #include "moe/moe_decode_device.cuh"
 
 namespace pdserve::cuda::moe_decode_detail {
@@ -94,10 +95,70 @@ struct Shape {
   uint32_t cmax;                                      // chunks a slot is sized for
 };
 
+// a * (c's low half in both halves), a * (c's high half in both): ptxas folds the broadcast
+// into the multiply's operand (HMUL2 ... R.H0_H0), so it costs no instruction.
+__device__ __forceinline__ uint32_t bf16x2_mul_low(uint32_t a, uint32_t c) {
+  uint32_t d;
+  asm("{\n .reg .b16 l, h;\n .reg .b32 b;\n mov.b32 {l, h}, %2;\n mov.b32 b, {l, l};\n mul.rn.bf16x2 %0, %1, b;\n}" : "=r"(d) : "r"(a), "r"(c));
+  return d;
+}
+__device__ __forceinline__ uint32_t bf16x2_mul_high(uint32_t a, uint32_t c) {
+  uint32_t d;
+  asm("{\n .reg .b16 l, h;\n .reg .b32 b;\n mov.b32 {l, h}, %2;\n mov.b32 b, {h, h};\n mul.rn.bf16x2 %0, %1, b;\n}" : "=r"(d) : "r"(a), "r"(c));
+  return d;
+}
+
+// The split schedule's step (kFusedSplit): one A operand (tiles 2p, 2p+1) of one 128-input
+// chunk, with the lane's word quads q0 (tile 2p), q1 (tile 2p+1) and scale words s0, s1;
+// wa_chunk's step for a single p, with three savings a word (measured in the SASS: 21.5
+// instructions a word before them):
+//  - the narrow-scale multiplier 2^(s-1) of byte i comes from one add a scale word (bytes
+//    <= 128, so + 126 never carries into the next byte) and a byte permute + shift, where
+//    dequant_word spends about four instructions;
+//  - the token rows load unguarded: a row past the pass's end holds stale (or never written)
+//    shared memory, but B's column g only reaches D's column g, token g, which the
+//    reduction never writes out, so there is no need to zero the operand first;
+//  - the two k-halves of a word pair accumulate into separate registers (accA, accB), so a
+//    warp with two items in flight has four independent MMA chains, not two.
+template <bool kWide>
+__device__ __forceinline__ void wa_chunk_pair(const uint4& q0, const uint4& q1, uint32_t s0, uint32_t s1, const uint16_t* xg,
+                                              float (&accA)[4], float (&accB)[4]) {
+  const uint32_t e0 = s0 + 0x7E7E7E7Eu, e1 = s1 + 0x7E7E7E7Eu;
+  // bf16 bits of bytes 0, 2 (ev) and 1, 3 (od) in the (low, high) halves: (byte << 7) each.
+  const uint32_t ev0 = (e0 << 7) & 0x7F807F80u, od0 = (e0 >> 1) & 0x7F807F80u;
+  const uint32_t ev1 = (e1 << 7) & 0x7F807F80u, od1 = (e1 >> 1) & 0x7F807F80u;
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const uint4 v = *reinterpret_cast<const uint4*>(xg + 32 * i);
+    uint32_t lo[4], hi[4];
+    if constexpr (kWide) {
+      dequant_word<true>(word_of(q0, i), (s0 >> (8 * i)) & 0xffu, lo);
+      dequant_word<true>(word_of(q1, i), (s1 >> (8 * i)) & 0xffu, hi);
+    } else {
+      // Byte i's multiplier is half i / 2 of (i even ? ev : od); the multiply broadcasts it.
+      const uint32_t c0 = (i & 1) ? od0 : ev0, c1 = (i & 1) ? od1 : ev1;
+      dequant_bits(word_of(q0, i), lo);
+      dequant_bits(word_of(q1, i), hi);
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        lo[j] = i < 2 ? bf16x2_mul_low(lo[j], c0) : bf16x2_mul_high(lo[j], c0);
+        hi[j] = i < 2 ? bf16x2_mul_low(hi[j], c1) : bf16x2_mul_high(hi[j], c1);
+      }
+    }
+    const uint32_t a0[4] = {lo[0], hi[0], lo[1], hi[1]}, a1[4] = {lo[2], hi[2], lo[3], hi[3]};
+    mma_bf16(accA, a0, v.x, v.y);
+    mma_bf16(accB, a1, v.z, v.w);
+  }
+}
+
 // One unit on the MMA warps: 4 tiles x `chunks` from the slot (tile k chunk c at packed
 // (k * chunks + c) * 512, scales (k * chunks + c) * 32 after 4 * cmax * 512 bytes), every
 // 8-token pass of the expert's rows; gated: tiles 0, 1 gate rows n, n+1, tiles 2, 3 up.
-template <bool kGated, bool kWide>
+// kSplit: the warps split the unit by (A operand p, chunk) instead of by chunk: warp w takes
+// operand p = w & 1 over chunks w / 2, w / 2 + 8, ...; the down projection's 24 chunks then
+// give every warp 3 items (by chunk: 8 warps 2 chunks, 8 warps 1, so a pass waited on the
+// slow half), the gate/up's 28 give 4 or 3 (as by chunk: 2 or 1).
+template <bool kGated, bool kWide, bool kSplit>
 __device__ __forceinline__ void run_unit(const uint8_t* slot, uint32_t cmax, uint32_t chunks, int e, uint32_t n, int begin, int end,
                                          const float* x, uint32_t cols, float* y, uint32_t y_cols, const MoeAct& fn, uint16_t* x_s,
                                          float (*s_red2)[kWaWarps][4][kWaTokens][8], int& staged_key, int& buf, uint32_t gate_per_expert,
@@ -119,55 +180,86 @@ __device__ __forceinline__ void run_unit(const uint8_t* slot, uint32_t cmax, uin
       staged_key = key;
       mma_warps_sync();
     }
-    // Two chunks a step into separate accumulators: two independent MMA chains per operand.
-    float acc[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}};
-    float acc2[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}};
     const uint16_t* xg = x_s + g * stride + 8 * t;
     const bool tok_ok = g < nrows;
-    auto load = [&](uint32_t c, uint4(&q)[4], uint32_t(&s)[4]) {
-#pragma unroll
-      for (int k = 0; k < 4; ++k) {
-        q[k] = packed[(k * chunks + c) * 32 + lane];
-        s[k] = scales[(k * chunks + c) * 8 + g];
-      }
-    };
-    uint32_t c = warp;
-    for (; c + kWaWarps < chunks; c += 2 * kWaWarps) {
-      uint4 q[4], q2[4];
-      uint32_t s[4], s2[4];
-      load(c, q, s);
-      load(c + kWaWarps, q2, s2);
-      wa_chunk<kWide>(q, s, xg + c * 128, tok_ok, acc);
-      wa_chunk<kWide>(q2, s2, xg + (c + kWaWarps) * 128, tok_ok, acc2);
-    }
-    if (c < chunks) {
-      uint4 q[4];
-      uint32_t s[4];
-      load(c, q, s);
-      wa_chunk<kWide>(q, s, xg + c * 128, tok_ok, acc);
-    }
-#pragma unroll
-    for (int p = 0; p < 2; ++p)
-#pragma unroll
-      for (int j = 0; j < 4; ++j) acc[p][j] += acc2[p][j];
     float (*red)[4][kWaTokens][8] = s_red2[buf];
     buf ^= 1;  // the next pass writes the other half: one barrier a pass
-    wa_store_partials(acc, red[warp], g, t);
+    if constexpr (kSplit) {
+      constexpr uint32_t kLanes = kWaWarps / 2;  // warps a operand
+      const uint32_t p = warp & 1, k0 = 2 * p, k1 = 2 * p + 1;
+      float acc[4][4] = {};  // items c, c2 x k-halves: four independent MMA chains
+      uint32_t c = warp >> 1;
+      for (; c + kLanes < chunks; c += 2 * kLanes) {
+        const uint32_t c2 = c + kLanes;
+        const uint4 qa0 = packed[(k0 * chunks + c) * 32 + lane], qa1 = packed[(k1 * chunks + c) * 32 + lane];
+        const uint4 qb0 = packed[(k0 * chunks + c2) * 32 + lane], qb1 = packed[(k1 * chunks + c2) * 32 + lane];
+        const uint32_t sa0 = scales[(k0 * chunks + c) * 8 + g], sa1 = scales[(k1 * chunks + c) * 8 + g];
+        const uint32_t sb0 = scales[(k0 * chunks + c2) * 8 + g], sb1 = scales[(k1 * chunks + c2) * 8 + g];
+        wa_chunk_pair<kWide>(qa0, qa1, sa0, sa1, xg + c * 128, acc[0], acc[1]);
+        wa_chunk_pair<kWide>(qb0, qb1, sb0, sb1, xg + c2 * 128, acc[2], acc[3]);
+      }
+      if (c < chunks) {
+        const uint4 q0 = packed[(k0 * chunks + c) * 32 + lane], q1 = packed[(k1 * chunks + c) * 32 + lane];
+        wa_chunk_pair<kWide>(q0, q1, scales[(k0 * chunks + c) * 8 + g], scales[(k1 * chunks + c) * 8 + g], xg + c * 128, acc[0], acc[1]);
+      }
+#pragma unroll
+      for (int j = 0; j < 4; ++j) acc[0][j] += acc[1][j] + (acc[2][j] + acc[3][j]);
+      float(*mine)[kWaTokens][8] = red[warp];
+      mine[k0][2 * t][g] = acc[0][0];
+      mine[k0][2 * t + 1][g] = acc[0][1];
+      mine[k1][2 * t][g] = acc[0][2];
+      mine[k1][2 * t + 1][g] = acc[0][3];
+    } else {
+      // Two chunks a step into separate accumulators: two independent MMA chains per operand.
+      float acc[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}};
+      float acc2[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}};
+      auto load = [&](uint32_t c, uint4(&q)[4], uint32_t(&s)[4]) {
+#pragma unroll
+        for (int k = 0; k < 4; ++k) {
+          q[k] = packed[(k * chunks + c) * 32 + lane];
+          s[k] = scales[(k * chunks + c) * 8 + g];
+        }
+      };
+      uint32_t c = warp;
+      for (; c + kWaWarps < chunks; c += 2 * kWaWarps) {
+        uint4 q[4], q2[4];
+        uint32_t s[4], s2[4];
+        load(c, q, s);
+        load(c + kWaWarps, q2, s2);
+        wa_chunk<kWide>(q, s, xg + c * 128, tok_ok, acc);
+        wa_chunk<kWide>(q2, s2, xg + (c + kWaWarps) * 128, tok_ok, acc2);
+      }
+      if (c < chunks) {
+        uint4 q[4];
+        uint32_t s[4];
+        load(c, q, s);
+        wa_chunk<kWide>(q, s, xg + c * 128, tok_ok, acc);
+      }
+#pragma unroll
+      for (int p = 0; p < 2; ++p)
+#pragma unroll
+        for (int j = 0; j < 4; ++j) acc[p][j] += acc2[p][j];
+      wa_store_partials(acc, red[warp], g, t);
+    }
     mma_warps_sync();
     const int k = tid / (kWaTokens * 8), tok = (tid / 8) % kWaTokens, rr = tid % 8;
     if (k < (kGated ? 2 : 4) && tok < nrows) {
       float va = 0.0f, vb = 0.0f;
+      // kSplit: only the warps of tile k's operand (w & 1 == k / 2) wrote it; the up tiles
+      // k + 2 are operand 1.
+      constexpr int kStep = kSplit ? 2 : 1;
 #pragma unroll
-      for (int w = 0; w < kWaWarps; ++w) {
-        va += red[w][k][tok][rr];
-        if constexpr (kGated) vb += red[w][k + 2][tok][rr];
+      for (int w = kSplit ? (k >> 1) : 0; w < kWaWarps; w += kStep) va += red[w][k][tok][rr];
+      if constexpr (kGated) {
+#pragma unroll
+        for (int w = kSplit ? 1 : 0; w < kWaWarps; w += kStep) vb += red[w][k + 2][tok][rr];
       }
       y[int64_t(r0 + tok) * y_cols + int64_t(n + k) * 8 + rr] = kGated ? fn(va, vb) : va;
     }
   }
 }
 
-template <bool kWide>
+template <bool kWide, bool kSplit>
 __global__ void __launch_bounds__(kThreadsAll, 1)
     decode_fused(Mxfp4Decode w1, Mxfp4Decode w3, Mxfp4Decode w2, Shape sh, const int32_t* __restrict__ offsets, int experts,
                  const float* __restrict__ x, float* act, float* __restrict__ out, MoeAct fn, Sched* sched) {
@@ -182,6 +274,10 @@ __global__ void __launch_bounds__(kThreadsAll, 1)
   uint16_t* x_s = reinterpret_cast<uint16_t*>(smem);
   uint8_t* ring = smem + size_t(kWaTokens) * (xcols + kStagedPad) * sizeof(uint16_t);
   const uint32_t slot_bytes = 4 * sh.cmax * (512 + 32);
+  // Launched as a programmatic dependent launch (kFusedSplitPdl), the CTAs get here while
+  // the kernel before (moe_permute, or the previous call, which zeroes the workspace) drains;
+  // everything below may read what it wrote. A no-op otherwise.
+  pdl_bulk::pdl_wait();
   list_touched_experts(offsets, experts, s_list, &s_count);
   if (tid == 32) {
     for (int i = 0; i < kStages; ++i) mbar_init(&full[i], 1), mbar_init(&empty[i], kWaWarps);
@@ -276,13 +372,13 @@ __global__ void __launch_bounds__(kThreadsAll, 1)
       if (uint32_t(u) < gate_units) {
         const int e = s_list[u / sh.gate_per_expert];
         const uint32_t n = (u % sh.gate_per_expert) * 2;
-        run_unit<true, kWide>(src, sh.cmax, sh.gate_chunks, e, n, offsets[e], offsets[e + 1], x, sh.gate_chunks * 128, act,
+        run_unit<true, kWide, kSplit>(src, sh.cmax, sh.gate_chunks, e, n, offsets[e], offsets[e + 1], x, sh.gate_chunks * 128, act,
                               sh.gate_tiles * 8, fn, x_s, s_red, staged_key, buf, sh.gate_per_expert, expert_counters(sched));
       } else {
         const uint32_t d = u - gate_units;
         const int e = s_list[d / sh.down_per_expert];
         const uint32_t n = (d % sh.down_per_expert) * 4;
-        run_unit<false, kWide>(src, sh.cmax, sh.down_chunks, e, n, offsets[e], offsets[e + 1], act, sh.down_chunks * 128, out,
+        run_unit<false, kWide, kSplit>(src, sh.cmax, sh.down_chunks, e, n, offsets[e], offsets[e + 1], act, sh.down_chunks * 128, out,
                                sh.down_tiles * 8, fn, x_s, s_red, staged_key, buf, sh.gate_per_expert, expert_counters(sched));
       }
       __syncwarp();
@@ -317,7 +413,7 @@ bool decode_fused_fits(int64_t dim, int64_t inter) {
 }
 
 Status launch_decode_fused(const MoeDecodeWeights& w, const int32_t* offsets, int64_t experts, const float* x, float* act, float* out,
-                           const MoeAct& fn, uint32_t* workspace, cudaStream_t stream) {
+                           const MoeAct& fn, uint32_t* workspace, cudaStream_t stream, bool split, bool pdl) {
   const int64_t dim = w.w1.cols, inter = w.w1.rows;
   if (!decode_fused_fits(dim, inter)) return invalid_argument("moe_expert_mlp_decode: the fused kernel's ring does not fit");
   const Shape sh{static_cast<uint32_t>(inter / 8),  static_cast<uint32_t>(dim / 128),   static_cast<uint32_t>(inter / 16),
@@ -328,11 +424,14 @@ Status launch_decode_fused(const MoeDecodeWeights& w, const int32_t* offsets, in
   const bool wide = w.w1.wide_scales || w.w3.wide_scales || w.w2.wide_scales;  // the two-multiply path is exact for any scale
   auto run = [&](auto kernel) -> Status {
     PDS_ASSIGN_OR_RETURN(unsigned grid, grid_for(kernel, smem, max_units, kThreadsAll));
-    kernel<<<grid, kThreadsAll, smem, stream>>>(w.w1, w.w3, w.w2, sh, offsets, static_cast<int>(experts), x, act, out, fn,
-                                                 reinterpret_cast<Sched*>(workspace));
+    PDS_RETURN_IF_ERROR(cuda_status(pdl_bulk::launch_pdl(pdl, kernel, dim3(grid), dim3(kThreadsAll), smem, stream, w.w1, w.w3, w.w2, sh,
+                                                         offsets, static_cast<int>(experts), x, act, out, fn,
+                                                         reinterpret_cast<Sched*>(workspace)),
+                                    "moe decode fused launch"));
     return last_launch_status("moe decode fused");
   };
-  return wide ? run(decode_fused<true>) : run(decode_fused<false>);
+  if (split) return wide ? run(decode_fused<true, true>) : run(decode_fused<false, true>);
+  return wide ? run(decode_fused<true, false>) : run(decode_fused<false, false>);
 }
 
 }  // namespace pdserve::cuda::moe_decode_detail

@@ -460,13 +460,18 @@ Fits shape_fits(const MoeDecodeWeights& w, int64_t local_experts) {
   return f;
 }
 
-// kAuto, from the H200 measurements (docs/perf.md): the fused kernel from
+bool is_fused(MoeDecodeKernel k) {
+  return k == MoeDecodeKernel::kFused || k == MoeDecodeKernel::kFusedSplit || k == MoeDecodeKernel::kFusedSplitPdl;
+}
+
+// kAuto, from the H200 measurements (docs/perf.md): the fused kernel (its split form, 1.015-
+// 1.028x kFused at B 64-256 in the moedec4 call) from
 // kMoeDecodeFusedMinCapacity pairs where it fits and the caller gave it a queue workspace;
 // else weights on A wherever its shape rules hold, blocked without the L2 prefetch up to
 // 1024 pairs (B <= 64 at top-16; 1.2-1.6x the older kernels, the prefetch within noise),
 // beyond that strided. Elsewhere staged up to 1024 pairs, else streamed.
 MoeDecodeKernel resolve(const Fits& f, int64_t capacity, bool has_workspace) {
-  if (f.fused && has_workspace && capacity >= kMoeDecodeFusedMinCapacity) return MoeDecodeKernel::kFused;
+  if (f.fused && has_workspace && capacity >= kMoeDecodeFusedMinCapacity) return MoeDecodeKernel::kFusedSplit;  // moedec4: 1.5-2.8% over kFused
   if (f.wa) return capacity <= 1024 ? MoeDecodeKernel::kWeightsANoPrefetch : MoeDecodeKernel::kWeightsAStrided;
   return f.fits && capacity <= 1024 ? MoeDecodeKernel::kStaged : MoeDecodeKernel::kStreamed;
 }
@@ -496,14 +501,16 @@ Status moe_expert_mlp_decode(const MoeDecodeWeights& w, const int32_t* offsets, 
                         kernel == MoeDecodeKernel::kWeightsAStrided;
   if (wants_wa && !f.wa)
     return invalid_argument("moe_expert_mlp_decode: the weights-on-A kernel takes cols <= 4096, inter % 16 == 0, dim % 32 == 0");
-  if (kernel == MoeDecodeKernel::kFused && !f.fused)
+  const bool wants_fused = is_fused(kernel);
+  if (wants_fused && !f.fused)
     return invalid_argument("moe_expert_mlp_decode: the fused kernel takes the weights-on-A shapes with a ring that fits shared memory");
-  if (kernel == MoeDecodeKernel::kFused && !has_workspace)
+  if (wants_fused && !has_workspace)
     return invalid_argument("moe_expert_mlp_decode: the fused kernel needs a MoeDecodeWorkspace (its unit queue)");
   const MoeDecodeKernel kind = kernel == MoeDecodeKernel::kAuto ? resolve(f, capacity, has_workspace) : kernel;
   const MoeAct a{w.activation, w.situ_beta, w.situ_linear_beta};
-  if (kind == MoeDecodeKernel::kFused)
-    return launch_decode_fused(w, offsets, local_experts, x_sorted, act, out_sorted, a, static_cast<uint32_t*>(workspace.data), stream);
+  if (is_fused(kind))
+    return launch_decode_fused(w, offsets, local_experts, x_sorted, act, out_sorted, a, static_cast<uint32_t*>(workspace.data), stream,
+                               kind != MoeDecodeKernel::kFused, kind == MoeDecodeKernel::kFusedSplitPdl);
   if (w.w1.wide_scales || w.w3.wide_scales)
     PDS_RETURN_IF_ERROR((launch<true, true>(w.w1, w.w3, offsets, local_experts, x_sorted, act, a, kind, stream, "moe decode gate/up")));
   else
