@@ -87,7 +87,7 @@ Status mxfp4_unpack_decode(const uint8_t* packed, const uint8_t* scales, int64_t
 // kStaged: activation rows staged in shared memory as bf16 (8 a pass), the unit's weights
 // kept in registers across passes and the next unit's loaded during this one's MMAs;
 // needs dim, inter <= 4096. kAuto (the H200 measurements; docs/perf.md): where kFused fits
-// and the call has a workspace, kFusedSplit from capacity kMoeDecodeFusedMinCapacity; else where
+// and the call has a workspace, kFused from capacity kMoeDecodeFusedMinCapacity; else where
 // kWeightsA's shape rules hold, kWeightsANoPrefetch up to capacity 1024 and
 // kWeightsAStrided beyond; elsewhere kStaged where it fits and capacity <= 1024, else
 // kStreamed.

@@ -464,14 +464,13 @@ bool is_fused(MoeDecodeKernel k) {
   return k == MoeDecodeKernel::kFused || k == MoeDecodeKernel::kFusedSplit || k == MoeDecodeKernel::kFusedSplitPdl;
 }
 
-// kAuto, from the H200 measurements (docs/perf.md): the fused kernel (its split form, 1.015-
-// 1.028x kFused at B 64-256 in the moedec4 call) from
+// kAuto, from the H200 measurements (docs/perf.md): the fused kernel from
 // kMoeDecodeFusedMinCapacity pairs where it fits and the caller gave it a queue workspace;
 // else weights on A wherever its shape rules hold, blocked without the L2 prefetch up to
 // 1024 pairs (B <= 64 at top-16; 1.2-1.6x the older kernels, the prefetch within noise),
 // beyond that strided. Elsewhere staged up to 1024 pairs, else streamed.
 MoeDecodeKernel resolve(const Fits& f, int64_t capacity, bool has_workspace) {
-  if (f.fused && has_workspace && capacity >= kMoeDecodeFusedMinCapacity) return MoeDecodeKernel::kFusedSplit;  // moedec4: 1.5-2.8% over kFused
+  if (f.fused && has_workspace && capacity >= kMoeDecodeFusedMinCapacity) return MoeDecodeKernel::kFused;  // kFusedSplit measured 1.5-2.8% faster but its K3-shape test at B >= 4 has not run on a GPU yet
   if (f.wa) return capacity <= 1024 ? MoeDecodeKernel::kWeightsANoPrefetch : MoeDecodeKernel::kWeightsAStrided;
   return f.fits && capacity <= 1024 ? MoeDecodeKernel::kStaged : MoeDecodeKernel::kStreamed;
 }
