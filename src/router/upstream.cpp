@@ -128,20 +128,30 @@ void set_timeout(httplib::Client& c, void (httplib::Client::*setter)(time_t, tim
 }
 }  // namespace
 
-void UpstreamCall::run() {
-  std::shared_ptr<httplib::Client> client(worker_->conns().acquire());
+// Takes a client from the pool (or a new one when fresh), publishes it for cancel() and sets
+// its timeouts from what is left of the deadline. Null when the call was cancelled meanwhile.
+std::shared_ptr<httplib::Client> UpstreamCall::take_client(bool fresh, bool* reused) {
+  std::shared_ptr<httplib::Client> client = fresh ? worker_->conns().open_new() : worker_->conns().acquire(reused);
   {
     std::lock_guard lk(ex_->mu);
-    if (cancelled_) {
-      finish(CallError::kCancelled, "cancelled before sending");
-      return;
-    }
+    if (cancelled_) return nullptr;
     client_ = client;
   }
   const double remaining = std::chrono::duration<double>(spec_.deadline - Clock::now()).count();
   set_timeout(*client, &httplib::Client::set_connection_timeout, std::min(spec_.connect_timeout_s, remaining));
   set_timeout(*client, &httplib::Client::set_read_timeout, remaining);
   set_timeout(*client, &httplib::Client::set_write_timeout, remaining);
+  return client;
+}
+
+void UpstreamCall::run() {
+  bool reused = false;
+  std::shared_ptr<httplib::Client> client = take_client(false, &reused);
+  if (!client) {
+    std::lock_guard lk(ex_->mu);
+    finish(CallError::kCancelled, "cancelled before sending");
+    return;
+  }
 
   httplib::Request req;
   req.method = spec_.method;
@@ -184,7 +194,28 @@ void UpstreamCall::run() {
 
   httplib::Response res;
   httplib::Error err = httplib::Error::Success;
-  const bool ok = client->send(req, res, err);
+  bool ok = client->send(req, res, err);
+  if (!ok && reused && should_resend(err)) {
+    // The worker closes a kept-alive connection after a few idle seconds; when that races with
+    // this call's write, the request dies on a pooled socket before any answer came. The worker
+    // then never took the request (it closes idle connections only), so one resend on a new
+    // connection is safe, also for a POST (the rule Go's HTTP client follows for idle closes).
+    spdlog::info("request {}: {} worker {}: pooled connection closed under the request ({}); resending once on a new "
+                 "connection",
+                 spec_.request_id, role_name(worker_->role()), worker_->url(), httplib::to_string(err));
+    worker_->call_resent();
+    client = take_client(true, nullptr);
+    if (client) {
+      res = httplib::Response();
+      err = httplib::Error::Success;
+      ok = client->send(req, res, err);
+    }
+  }
+  if (!client) {
+    std::lock_guard lk(ex_->mu);
+    finish(CallError::kCancelled, "cancelled before resending");
+    return;
+  }
 
   bool reusable = false;
   {
@@ -205,6 +236,13 @@ void UpstreamCall::run() {
     }
   }
   worker_->conns().release(std::move(client), reusable);
+}
+
+// A write or read that failed before the worker's answer began, not cancelled, with time left.
+bool UpstreamCall::should_resend(httplib::Error err) {
+  if (err != httplib::Error::Write && err != httplib::Error::Read) return false;
+  std::lock_guard lk(ex_->mu);
+  return !cancelled_ && !has_headers_ && chunks_.empty() && Clock::now() < spec_.deadline;
 }
 
 // Called with ex_->mu held.

@@ -109,6 +109,8 @@ class UpstreamCall {
   UpstreamCall(std::shared_ptr<Exchange> ex, std::shared_ptr<Worker> w, CallSpec spec)
       : ex_(std::move(ex)), worker_(std::move(w)), spec_(std::move(spec)) {}
   void run();
+  std::shared_ptr<httplib::Client> take_client(bool fresh, bool* reused);
+  bool should_resend(httplib::Error err);
   void finish(CallError e, std::string text);
 
   std::shared_ptr<Exchange> ex_;

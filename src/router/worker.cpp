@@ -35,15 +35,21 @@ void LatencyHistogram::render(std::string& out, const std::string& name, const s
   out += name + "_count{" + labels + "} " + std::to_string(cumulative) + "\n";
 }
 
-std::shared_ptr<httplib::Client> ConnPool::acquire() {
+std::shared_ptr<httplib::Client> ConnPool::acquire(bool* reused) {
   {
     std::lock_guard lk(mu_);
     if (!idle_.empty()) {
       auto c = std::move(idle_.back());
       idle_.pop_back();
+      if (reused) *reused = true;
       return c;
     }
   }
+  if (reused) *reused = false;
+  return open_new();
+}
+
+std::shared_ptr<httplib::Client> ConnPool::open_new() const {
   auto c = std::make_shared<httplib::Client>(host_, port_);
   c->set_keep_alive(true);
   c->set_tcp_nodelay(true);  // SSE chunks are small; Nagle would hold them back
@@ -104,6 +110,7 @@ Json Worker::info() const {
             {"requests", requests_.load()},
             {"errors", errors_.load()},
             {"connect_failures", connect_failures_.load()},
+            {"resends", resends_.load()},
             {"health_checks_failed", checks_failed_.load()},
             {"consecutive_failures", consecutive_fail_},
             {"consecutive_successes", consecutive_ok_},
@@ -114,7 +121,7 @@ Json Worker::info() const {
 
 Worker::Counters Worker::counters() const {
   return {requests_.load(), errors_.load(), connect_failures_.load(), outstanding(), healthy() ? 1 : 0,
-          checks_failed_.load()};
+          checks_failed_.load(), resends_.load()};
 }
 
 }  // namespace pdserve::router

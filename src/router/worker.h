@@ -35,7 +35,11 @@ class LatencyHistogram {
 class ConnPool {
  public:
   ConnPool(std::string host, int port, size_t max_idle) : host_(std::move(host)), port_(port), max_idle_(max_idle) {}
-  std::shared_ptr<httplib::Client> acquire();
+  // *reused says whether the client comes from the idle list (its socket may have been closed
+  // by the worker meanwhile) rather than being new.
+  std::shared_ptr<httplib::Client> acquire(bool* reused = nullptr);
+  // A new client, never one from the idle list.
+  std::shared_ptr<httplib::Client> open_new() const;
   // Reusable: the call ended cleanly, so the connection holds no half-read response.
   void release(std::shared_ptr<httplib::Client> c, bool reusable);
 
@@ -63,6 +67,8 @@ class Worker {
   // Called by the proxy around every upstream call.
   void call_started() { requests_++; outstanding_++; }
   void call_finished(double seconds, bool error, bool connect_failure);
+  // A call was sent again on a new connection after its pooled one broke before any answer.
+  void call_resent() { resends_++; }
   // Bytes arrived from this worker: it is alive even if a health check times out.
   void touch();
 
@@ -70,7 +76,7 @@ class Worker {
   bool record_check(bool ok, bool timed_out, const std::string& error, const HealthConfig& cfg);
 
   struct Counters {
-    int64_t requests, errors, connect_failures, outstanding, healthy, checks_failed;
+    int64_t requests, errors, connect_failures, outstanding, healthy, checks_failed, resends;
   };
   Counters counters() const;
   const LatencyHistogram& latency() const { return latency_; }
@@ -85,7 +91,7 @@ class Worker {
   // failures meanwhile are retried on another worker.
   std::atomic<bool> healthy_{true};
   std::atomic<int64_t> outstanding_{0}, requests_{0}, errors_{0}, connect_failures_{0};
-  std::atomic<int64_t> checks_failed_{0};
+  std::atomic<int64_t> checks_failed_{0}, resends_{0};
   std::atomic<int64_t> last_progress_ns_{0};
   LatencyHistogram latency_;
 
