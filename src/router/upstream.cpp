@@ -217,12 +217,18 @@ void UpstreamCall::run() {
     return;
   }
 
+  // Back to the pool before the call is marked finished: the client's next request (sent as
+  // soon as it has this answer) then finds the connection idle instead of opening another.
   bool reusable = false;
   {
     std::lock_guard lk(ex_->mu);
     client_.reset();
+    reusable = ok && !cancelled_;
+  }
+  worker_->conns().release(std::move(client), reusable);
+  {
+    std::lock_guard lk(ex_->mu);
     if (ok) {
-      reusable = !cancelled_;
       finish(CallError::kNone, "");
     } else if (cancelled_) {
       finish(CallError::kCancelled, "cancelled");
@@ -235,7 +241,6 @@ void UpstreamCall::run() {
       finish(CallError::kTransport, httplib::to_string(err));
     }
   }
-  worker_->conns().release(std::move(client), reusable);
 }
 
 // A write or read that failed before the worker's answer began, not cancelled, with time left.

@@ -48,9 +48,13 @@ class ClosingWorker {
     ::shutdown(listen_fd_, SHUT_RDWR);
     ::close(listen_fd_);
     acceptor_.join();
-    std::lock_guard lk(mu_);
-    for (int fd : open_fds_) ::shutdown(fd, SHUT_RDWR);
-    for (auto& t : conns_) t.join();
+    std::vector<std::thread> conns;
+    {
+      std::lock_guard lk(mu_);  // a connection thread takes mu_ as it ends: join without it
+      for (int fd : open_fds_) ::shutdown(fd, SHUT_RDWR);
+      conns.swap(conns_);
+    }
+    for (auto& t : conns) t.join();
   }
   std::string url() const { return "http://127.0.0.1:" + std::to_string(port_); }
   int posts_read() const { return posts_read_.load(); }
