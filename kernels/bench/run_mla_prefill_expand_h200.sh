@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # One device call for the MLA prefill's up-projection GEMM on wgmma (docs/perf.md "MLA prefill:
-# the up-projection on wgmma"): GPU 0: the differential test (every attention form, both
+# the up-projection GEMM on wgmma"): GPU 0: the differential test (every attention form, both
 # expand forms, the GEMM alone against an fp64 product), then the bench (the default attention
 # form only, the expand GEMM in both forms alone / as steps 1-2 / in the whole run; the
 # old split-KV path skipped); GPU 1 meanwhile: compute-sanitizer memcheck of the ragged K3 batch
