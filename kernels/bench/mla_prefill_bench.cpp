@@ -7,7 +7,9 @@
 // Reported: the attention step alone (on bf16 Q/K/V already expanded; mma.sync with 128-row
 // tiles and 64-row tiles, and wgmma), the whole run (gather +
 // up-projection GEMM + attention), and the up-projection's own FLOPs (ctx x 512 x 24*256 x 2).
-//   [MLA_PREFILL_FORMS=wgmma-pingpong,wgmma-tma-pingpong] mla_prefill_bench [cached new]...
+// Then the up-projection GEMM alone in both forms (mma.sync, wgmma) against the floor, and the
+// whole run with each (the attention at its default).
+//   [MLA_PREFILL_FORMS=wgmma-pingpong,wgmma-tma-pingpong] [MLA_PREFILL_NO_OLD=1] mla_prefill_bench [cached new]...
 //   (default: 8192 8192, 16384 8192 and 0 8192; every wgmma form)
 #include <algorithm>
 #include <cmath>
@@ -142,7 +144,57 @@ void bench_case(int64_t cached, int64_t fresh) {
     }
     check(cuda_status(cudaDeviceSynchronize(), "sync"), "sync");
   }
-  if (cached + fresh <= 16384) {
+  {
+    // The up-projection GEMM (step 2): mma.sync (the old path) against wgmma (the default), alone on
+    // bf16 inputs (TFLOP/s against the 790 floor), as steps 1-2 (gather + conversions + GEMM) and in
+    // the whole run with the default attention; outputs compared (bf16 bits, NaN-poisoned first).
+    auto latb = upload(to_bf16_bits(randn(ctx * kLat, 7)));
+    auto wbits = upload(to_bf16_bits(w));
+    DeviceBuffer<uint16_t> ke, ve;
+    check(ke.resize(ctx * kHeads * kQk), "k");
+    check(ve.resize(ctx * kHeads * kV), "v");
+    MlaPrefillPlan pd;
+    check(build_mla_prefill_plan({{0, fresh, cached, pages.data()}}, kPage, &pd), "plan");
+    auto dpd = upload(pd.image);
+    const std::pair<MlaPrefillExpand, const char*> kinds[] = {{MlaPrefillExpand::kMmaSync, "mma.sync"}, {MlaPrefillExpand::kWgmma, "wgmma"}};
+    std::vector<float> ref_kv;
+    double t_whole_old = 0;
+    for (const auto& [kind, name] : kinds) {
+      check(cudaMemset(ke.get(), 0xff, ke.size() * 2), "memset");
+      check(cudaMemset(ve.get(), 0xff, ve.size() * 2), "memset");
+      check(mla_prefill_expand_gemm(latb.get(), wbits.get(), ctx, kHeads, kNope, kRope, kV, kLat, ke.get(), ve.get(), kind, nullptr), "gemm");
+      std::vector<uint16_t> hk(ke.size()), hv(ve.size());
+      check(cudaMemcpy(hk.data(), ke.get(), hk.size() * 2, cudaMemcpyDeviceToHost), "copy");
+      check(cudaMemcpy(hv.data(), ve.get(), hv.size() * 2, cudaMemcpyDeviceToHost), "copy");
+      std::vector<float> kv;  // K's nope part and V as floats
+      kv.reserve(ctx * kHeads * (kNope + kV));
+      auto val = [](uint16_t h) { uint32_t b = uint32_t(h) << 16; float x; std::memcpy(&x, &b, 4); return x; };
+      for (int64_t r = 0; r < ctx * kHeads; ++r) {
+        for (int64_t n = 0; n < kNope; ++n) kv.push_back(val(hk[r * kQk + n]));
+        for (int64_t n = 0; n < kV; ++n) kv.push_back(val(hv[r * kV + n]));
+      }
+      double diff = 0, mag = 0;
+      bool finite = true;
+      if (ref_kv.empty()) ref_kv = kv;
+      for (size_t i = 0; i < kv.size(); ++i) {
+        finite = finite && std::isfinite(kv[i]);
+        diff = std::max(diff, static_cast<double>(std::fabs(kv[i] - ref_kv[i]))), mag = std::max(mag, static_cast<double>(std::fabs(ref_kv[i])));
+      }
+      const double tg = time_ms([&] { check(mla_prefill_expand_gemm(latb.get(), wbits.get(), ctx, kHeads, kNope, kRope, kV, kLat, ke.get(), ve.get(), kind, nullptr), "gemm"); }, 10);
+      pd.expand = kind;
+      const double tp = time_ms([&] { check(mla_prefill_expand(a, pd, dpd.get(), ws.get(), nullptr), "expand"); }, 10);
+      const double tw = time_ms([&] { check(mla_prefill_run(a, pd, dpd.get(), ws.get(), nullptr), "run"); }, 10);
+      if (kind == MlaPrefillExpand::kMmaSync) t_whole_old = tw;
+      const double gfloor = expand_flops / g_flops * 1e3;
+      std::printf("    expand GEMM %-8s%s: %7.3f ms %6.1f TFLOP/s (%.2f of 790 floor %.3f ms) | steps 1-2 (gather + GEMM) %7.3f ms | "
+                  "whole run, default attention %7.3f ms %6.1f TFLOP/s-attn-equiv (%.3fx the mma.sync-expand run) | "
+                  "max|diff| / max|mma.sync| = %.3e%s\n",
+                  name, kind == kMlaPrefillDefaultExpand ? " (default)" : "", tg, expand_flops / tg * 1e-9, gfloor / tg, gfloor, tp, tw,
+                  attn_flops / tw * 1e-9, t_whole_old / tw, diff / mag, finite ? "" : " (NON-FINITE outputs)");
+      std::fflush(stdout);
+    }
+  }
+  if (cached + fresh <= 16384 && !std::getenv("MLA_PREFILL_NO_OLD")) {
     // Before this kernel the backend ran prefill chunks through the split-KV absorbed decode
     // kernel, one (row, prefix) item per query row, fp32 on CUDA cores: its attention alone.
     std::vector<int32_t> ctx_len(fresh);

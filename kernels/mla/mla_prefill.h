@@ -17,7 +17,9 @@
 // run eagerly; no CUDA graph holds them today):
 //   1. gather: every context token's cache entry -> latent bf16 [ctx][lat] + key part into K;
 //      kv_b -> bf16; q -> bf16
-//   2. expand: [ctx][lat] x kv_b^T on mma.sync (bf16, fp32 acc) -> K nope part and V, bf16
+//   2. expand: [ctx][lat] x kv_b^T (bf16, fp32 acc) -> K nope part and V, bf16; plan.expand picks
+//      the GEMM (default kWgmma: warpgroup MMA, mla_prefill_expand_wgmma_sm90.cu; kMmaSync kept
+//      as the fallback for other head dims and for comparison)
 //   3. attend (plan.kernel picks; default kWgmmaTmaPingpong): flash attention on warpgroup MMA
 //      (mla_prefill_wgmma_tma_sm90.cu: two consumer warpgroups of 64 rows taking turns at the
 //      tensor cores, key tiles of 128, swizzled shared-memory tiles filled by a producer warp's
@@ -53,6 +55,13 @@ inline constexpr int64_t kMlaPrefillKeyTile = 64;
 enum class MlaPrefillKernel { kMmaSync, kWgmma, kWgmmaPingpong, kWgmmaSerial, kWgmmaTma, kWgmmaTmaPingpong };
 inline constexpr MlaPrefillKernel kMlaPrefillDefaultKernel = MlaPrefillKernel::kWgmmaTmaPingpong;
 
+// Which GEMM up-projects the context (step 2). kMmaSync: warp mma.sync, 64 x 64 tiles, any
+// compiled head dims. kWgmma: warpgroup MMA, persistent CTAs of 128 tokens x one head's 256
+// columns (nope 128 + v 128), a 4-stage cp.async ring; nope 128 x v 128 with latent_dim % 64 == 0
+// only (other dims fall back to kMmaSync).
+enum class MlaPrefillExpand { kMmaSync, kWgmma };
+inline constexpr MlaPrefillExpand kMlaPrefillDefaultExpand = MlaPrefillExpand::kWgmma;
+
 struct MlaPrefillSeq {
   int64_t row_begin = 0;   // first row of its new tokens in q / out
   int64_t new_len = 0;     // new tokens (>= 1)
@@ -68,6 +77,7 @@ struct MlaPrefillPlan {
   int64_t seqs = 0, tiles = 0, ctx_total = 0, rows = 0;
   int64_t tile_rows = kMlaPrefillTileRows;  // the kernel variant runs tiles of this many rows
   MlaPrefillKernel kernel = kMlaPrefillDefaultKernel;
+  MlaPrefillExpand expand = kMlaPrefillDefaultExpand;  // set after building to pick the other GEMM
   std::vector<int32_t> image;
 };
 // tile_rows: 128 or 64 (64 kept for comparison, mma.sync only).
@@ -93,6 +103,16 @@ size_t mla_prefill_workspace_bytes(const MlaPrefillArgs& a, int64_t rows, int64_
 // plan: the image on the device; plan_host: its sizes. workspace: >= the bytes above.
 Status mla_prefill_run(const MlaPrefillArgs& a, const MlaPrefillPlan& plan_host, const int32_t* plan, void* workspace,
                        cudaStream_t stream);
+
+// Steps 1-2 alone (gather + expand into the workspace; benchmarks time them by themselves).
+Status mla_prefill_expand(const MlaPrefillArgs& a, const MlaPrefillPlan& plan_host, const int32_t* plan, void* workspace,
+                          cudaStream_t stream);
+
+// The up-projection GEMM alone (step 2) on bf16 inputs: lat [ctx][latent_dim], w (kv_b)
+// [heads * (nope + v_dim)][latent_dim] -> kb[t][h][0, nope) (the rope tail untouched) and
+// vb [ctx][heads][v_dim]. kind falls back to kMmaSync where kWgmma has no kernel.
+Status mla_prefill_expand_gemm(const void* lat, const void* w, int64_t ctx, int64_t heads, int64_t nope, int64_t rope, int64_t v_dim,
+                               int64_t latent_dim, void* kb, void* vb, MlaPrefillExpand kind, cudaStream_t stream);
 
 // Step 3 alone on already-expanded bf16 inputs (benchmarks time the attention by itself):
 // qb [rows][heads][qk], kb [ctx][heads][qk], vb [ctx][heads][v_dim].

@@ -1,9 +1,12 @@
 // Steps 1-2 of the MLA prefill (mla_prefill.h) and its run: gather the context's latents from the
-// pages, up-project them per head on tensor cores into bf16 K/V, then the attention step.
+// pages, up-project them per head on tensor cores into bf16 K/V, then the attention step. The
+// up-projection here is the mma.sync form (MlaPrefillExpand::kMmaSync); the default wgmma form is
+// in mla_prefill_expand_wgmma_sm90.cu.
 #include <cuda_bf16.h>
 
 #include "common/cuda_check.h"
 #include "mla/mla_prefill.h"
+#include "mla/mla_prefill_wgmma.h"
 #include "mla/mma_bf16.cuh"
 
 namespace pdserve::cuda {
@@ -117,13 +120,29 @@ bool mla_prefill_supported(int64_t nope, int64_t rope, int64_t v_dim, int64_t la
 
 size_t mla_prefill_workspace_bytes(const MlaPrefillArgs& a, int64_t rows, int64_t ctx_total) { return carve(a, rows, ctx_total).end; }
 
-Status mla_prefill_run(const MlaPrefillArgs& a, const MlaPrefillPlan& p, const int32_t* plan, void* workspace, cudaStream_t stream) {
+Status mla_prefill_expand_gemm(const void* lat, const void* w, int64_t ctx, int64_t heads, int64_t nope, int64_t rope, int64_t v_dim,
+                               int64_t latent_dim, void* kb, void* vb, MlaPrefillExpand kind, cudaStream_t stream) {
+  if (ctx <= 0) return Status::ok();
+  if (!mla_prefill_supported(nope, rope, v_dim, latent_dim)) return invalid_argument("mla_prefill_expand_gemm: no kernel for these head dims");
+  const int64_t qk = nope + rope, n_total = heads * (nope + v_dim);
+  if (kind == MlaPrefillExpand::kWgmma && mla_prefill_expand_wgmma_has_kernel(nope, v_dim, latent_dim))
+    return mla_prefill_expand_wgmma(lat, w, ctx, heads, qk, latent_dim, kb, vb, stream);
+  if ((n_total + kGT - 1) / kGT > INT32_MAX || (ctx + kGT - 1) / kGT > 65535 || ctx > INT32_MAX)
+    return invalid_argument("mla_prefill_expand_gemm: context too long for one step");
+  const dim3 grid(static_cast<unsigned>((n_total + kGT - 1) / kGT), static_cast<unsigned>((ctx + kGT - 1) / kGT));
+  expand_kernel<<<grid, 128, 0, stream>>>(static_cast<const bf16*>(lat), static_cast<const bf16*>(w), static_cast<int>(ctx),
+                                          static_cast<int>(n_total), static_cast<int>(latent_dim), static_cast<int>(nope),
+                                          static_cast<int>(qk), static_cast<int>(v_dim), static_cast<int>(heads), static_cast<bf16*>(kb),
+                                          static_cast<bf16*>(vb));
+  return last_launch_status("mla_prefill expand");
+}
+
+Status mla_prefill_expand(const MlaPrefillArgs& a, const MlaPrefillPlan& p, const int32_t* plan, void* workspace, cudaStream_t stream) {
   if (p.tiles == 0) return Status::ok();
   if (!mla_prefill_supported(a.nope, a.rope, a.v_dim, a.latent_dim))
-    return invalid_argument("mla_prefill_run: no kernel for these head dims");
+    return invalid_argument("mla_prefill_expand: no kernel for these head dims");
+  if (p.ctx_total > INT32_MAX) return invalid_argument("mla_prefill_expand: context too long for one step");
   const int64_t qk = a.nope + a.rope, n_total = a.heads * (a.nope + a.v_dim);
-  if ((n_total + kGT - 1) / kGT > INT32_MAX || (p.ctx_total + kGT - 1) / kGT > 65535 || p.ctx_total > INT32_MAX)
-    return invalid_argument("mla_prefill_run: context too long for one step");
   const Carve c = carve(a, p.rows, p.ctx_total);
   auto* base = static_cast<unsigned char*>(workspace);
   auto* qb = reinterpret_cast<bf16*>(base + c.q);
@@ -138,12 +157,15 @@ Status mla_prefill_run(const MlaPrefillArgs& a, const MlaPrefillPlan& p, const i
                                                                         static_cast<int>(a.rope), static_cast<int>(a.nope),
                                                                         static_cast<int>(a.heads), lat, kb);
   PDS_RETURN_IF_ERROR(last_launch_status("mla_prefill gather"));
-  const dim3 grid(static_cast<unsigned>((n_total + kGT - 1) / kGT), static_cast<unsigned>((p.ctx_total + kGT - 1) / kGT));
-  expand_kernel<<<grid, 128, 0, stream>>>(lat, wb, static_cast<int>(p.ctx_total), static_cast<int>(n_total),
-                                          static_cast<int>(a.latent_dim), static_cast<int>(a.nope), static_cast<int>(qk),
-                                          static_cast<int>(a.v_dim), static_cast<int>(a.heads), kb, vb);
-  PDS_RETURN_IF_ERROR(last_launch_status("mla_prefill expand"));
-  return mla_prefill_attend(qb, kb, vb, a.heads, qk, a.v_dim, a.scale, p, plan, a.out, stream);
+  return mla_prefill_expand_gemm(lat, wb, p.ctx_total, a.heads, a.nope, a.rope, a.v_dim, a.latent_dim, kb, vb, p.expand, stream);
+}
+
+Status mla_prefill_run(const MlaPrefillArgs& a, const MlaPrefillPlan& p, const int32_t* plan, void* workspace, cudaStream_t stream) {
+  if (p.tiles == 0) return Status::ok();
+  PDS_RETURN_IF_ERROR(mla_prefill_expand(a, p, plan, workspace, stream));
+  const Carve c = carve(a, p.rows, p.ctx_total);
+  auto* base = static_cast<unsigned char*>(workspace);
+  return mla_prefill_attend(base + c.q, base + c.k, base + c.v, a.heads, a.nope + a.rope, a.v_dim, a.scale, p, plan, a.out, stream);
 }
 
 }  // namespace pdserve::cuda

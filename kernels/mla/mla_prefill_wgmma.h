@@ -23,4 +23,13 @@ Status mla_prefill_attend_wgmma(const void* qb, const void* kb, const void* vb, 
 Status mla_prefill_attend_wgmma_tma(const void* qb, const void* kb, const void* vb, int64_t heads, float scale,
                                     const MlaPrefillPlan& plan_host, const int32_t* plan, float* out, cudaStream_t stream);
 
+// The up-projection GEMM on warpgroup MMA (MlaPrefillExpand::kWgmma, mla_prefill_expand_wgmma_sm90.cu):
+// nope 128 x v 128 (one head's 256 output columns a tile), latent_dim % 64 == 0.
+bool mla_prefill_expand_wgmma_has_kernel(int64_t nope, int64_t v_dim, int64_t latent_dim);
+// lat [ctx][latent_dim] and w [heads * 256][latent_dim] bf16 -> kb[t][h][0, 128) (row stride
+// heads * qk) and vb [ctx][heads][128], bf16. Pointers 16-byte aligned. max_ctas > 0 caps the
+// persistent grid (tests use it to give each CTA several tiles); 0: one CTA an SM.
+Status mla_prefill_expand_wgmma(const void* lat, const void* w, int64_t ctx, int64_t heads, int64_t qk, int64_t latent_dim, void* kb,
+                                void* vb, cudaStream_t stream, int max_ctas = 0);
+
 }  // namespace pdserve::cuda

@@ -11,11 +11,13 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <numeric>
 #include <random>
 #include <vector>
 
 #include "mla/mla_prefill.h"
+#include "mla/mla_prefill_wgmma.h"
 #include "pdserve/ops/mla.h"
 #include "test_util.h"
 
@@ -69,10 +71,12 @@ std::vector<float> reference(const Dims& d, const std::vector<SeqSpec>& specs, c
 // runs both sides and returns the normalised error.
 // The kernel variants every GPU case runs: mma.sync with 128- and 64-row tiles, wgmma (overlapped,
 // pingpong, serial, and the two forms fed by a TMA producer warp).
+// All but the last run the default up-projection (wgmma); the last the mma.sync one.
 struct Variant {
   int64_t tile_rows;
   MlaPrefillKernel kernel;
   const char* name;
+  MlaPrefillExpand expand = kMlaPrefillDefaultExpand;
 };
 const Variant kVariants[] = {{128, MlaPrefillKernel::kMmaSync, "mma.sync 128-row"},
                              {64, MlaPrefillKernel::kMmaSync, "mma.sync 64-row"},
@@ -80,7 +84,9 @@ const Variant kVariants[] = {{128, MlaPrefillKernel::kMmaSync, "mma.sync 128-row
                              {128, MlaPrefillKernel::kWgmmaPingpong, "wgmma pingpong 128-row"},
                              {128, MlaPrefillKernel::kWgmmaSerial, "wgmma serial 128-row"},
                              {128, MlaPrefillKernel::kWgmmaTma, "wgmma tma-producer 128-row"},
-                             {128, MlaPrefillKernel::kWgmmaTmaPingpong, "wgmma tma-producer pingpong 128-row"}};
+                             {128, MlaPrefillKernel::kWgmmaTmaPingpong, "wgmma tma-producer pingpong 128-row"},
+                             {128, MlaPrefillKernel::kWgmmaTmaPingpong, "wgmma tma-producer pingpong, mma.sync expand",
+                              MlaPrefillExpand::kMmaSync}};
 
 double run_case(const Dims& d, const std::vector<SeqSpec>& specs, uint32_t seed, const Variant& var) {
   const int64_t qk = d.nope + d.rope, ed = d.lat + d.rope;
@@ -111,6 +117,7 @@ double run_case(const Dims& d, const std::vector<SeqSpec>& specs, uint32_t seed,
 
   MlaPrefillPlan plan;
   EXPECT_TRUE(build_mla_prefill_plan(seqs, d.page, &plan, var.tile_rows, var.kernel).is_ok());
+  plan.expand = var.expand;
   auto dq = dev(q), dcache = dev(cache), dkvb = dev(kv_b);
   auto dplan = dev(plan.image);
   auto dout = dev(std::vector<float>(rows * d.heads * d.v, NAN));  // NaN: a row never written fails
@@ -155,6 +162,7 @@ TEST(MlaPrefillPlan, RejectsEmptyChunks) {
   EXPECT_FALSE(build_mla_prefill_plan({{0, 1, 0, p.data()}}, 64, &plan, 64).is_ok());  // the default is a wgmma form
   ASSERT_TRUE(build_mla_prefill_plan({{0, 1, 0, p.data()}}, 64, &plan).is_ok());
   EXPECT_EQ(plan.kernel, MlaPrefillKernel::kWgmmaTmaPingpong);  // the default, measured fastest (docs/perf.md)
+  EXPECT_EQ(plan.expand, MlaPrefillExpand::kWgmma);
 }
 
 class MlaPrefill : public ktest::GpuTest {};
@@ -186,6 +194,73 @@ TEST_F(MlaPrefill, TinyModelDimsMatchCpu) {
     const double e = run_case(d, {{0, 1}, {0, 63}, {8, 64}, {17, 65}, {40, 3}, {5, 200}}, 41, v);
     std::printf("tiny dims, %s: normalised error %.3e\n", v.name, e);
     EXPECT_LE(e, kBound) << v.name;
+  }
+}
+
+// The up-projection GEMM alone (step 2), both forms, against an fp64 product of the same bf16
+// inputs: every K nope / V element written once (outputs pre-filled with NaN), the rope tail of K
+// left alone (pre-filled with a marker), a partial last token block, and the wgmma form's
+// persistent CTAs each walking several tiles (grid capped at 4 CTAs for 9 tiles).
+uint16_t bf16_bits(float x) {
+  uint32_t b;
+  std::memcpy(&b, &x, 4);
+  return static_cast<uint16_t>((b + 0x7fffu + ((b >> 16) & 1u)) >> 16);
+}
+float bf16_value(uint16_t h) {
+  const uint32_t b = uint32_t(h) << 16;
+  float x;
+  std::memcpy(&x, &b, 4);
+  return x;
+}
+
+TEST_F(MlaPrefill, ExpandGemmMatchesCpuProduct) {
+  constexpr int64_t ctx = 333, heads = 3, nope = 128, rope = 64, v = 128, lat = 512, qk = nope + rope, per_head = nope + v;
+  std::vector<uint16_t> lat_h(ctx * lat), w_h(heads * per_head * lat);
+  const auto lr = randn(lat_h.size(), 51), wr = randn(w_h.size(), 52, 1.0f / std::sqrt(float(lat)));
+  for (size_t i = 0; i < lat_h.size(); ++i) lat_h[i] = bf16_bits(lr[i]);
+  for (size_t i = 0; i < w_h.size(); ++i) w_h[i] = bf16_bits(wr[i]);
+  std::vector<float> want_k(ctx * heads * nope), want_v(ctx * heads * v);
+  double mag = 0;
+  for (int64_t t = 0; t < ctx; ++t)
+    for (int64_t h = 0; h < heads; ++h)
+      for (int64_t n = 0; n < per_head; ++n) {
+        double acc = 0;
+        for (int64_t j = 0; j < lat; ++j) acc += double(bf16_value(lat_h[t * lat + j])) * bf16_value(w_h[(h * per_head + n) * lat + j]);
+        (n < nope ? want_k[(t * heads + h) * nope + n] : want_v[(t * heads + h) * v + n - nope]) = static_cast<float>(acc);
+        mag = std::max(mag, std::fabs(acc));
+      }
+  constexpr uint16_t kNan = 0x7fc0, kMarker = 0x3f80;  // bf16 NaN, 1.0
+  std::vector<uint16_t> k_init(ctx * heads * qk, kNan);
+  for (int64_t r = 0; r < ctx * heads; ++r) std::fill(k_init.begin() + r * qk + nope, k_init.begin() + (r + 1) * qk, kMarker);
+  auto dlat = dev(lat_h), dw = dev(w_h);
+  struct Form {
+    const char* name;
+    MlaPrefillExpand kind;
+    int max_ctas;
+  };
+  for (const Form& f : {Form{"mma.sync", MlaPrefillExpand::kMmaSync, 0}, Form{"wgmma", MlaPrefillExpand::kWgmma, 0},
+                        Form{"wgmma, 4 CTAs", MlaPrefillExpand::kWgmma, 4}}) {
+    auto dk = dev(k_init), dv = dev(std::vector<uint16_t>(ctx * heads * v, kNan));
+    const Status st = f.max_ctas ? mla_prefill_expand_wgmma(dlat.get(), dw.get(), ctx, heads, qk, lat, dk.get(), dv.get(), nullptr, f.max_ctas)
+                                 : mla_prefill_expand_gemm(dlat.get(), dw.get(), ctx, heads, nope, rope, v, lat, dk.get(), dv.get(), f.kind, nullptr);
+    ASSERT_TRUE(st.is_ok()) << st.message();
+    const auto got_k = host(dk), got_v = host(dv);
+    double err = 0;
+    int64_t bad_tail = 0;
+    for (int64_t r = 0; r < ctx * heads; ++r) {
+      for (int64_t n = 0; n < nope; ++n) {
+        const double e = std::fabs(double(bf16_value(got_k[r * qk + n])) - want_k[r * nope + n]);
+        err = std::isnan(e) ? INFINITY : std::max(err, e);
+      }
+      for (int64_t n = nope; n < qk; ++n) bad_tail += got_k[r * qk + n] != kMarker;
+      for (int64_t n = 0; n < v; ++n) {
+        const double e = std::fabs(double(bf16_value(got_v[r * v + n])) - want_v[r * v + n]);
+        err = std::isnan(e) ? INFINITY : std::max(err, e);
+      }
+    }
+    std::printf("expand GEMM %s: normalised error %.3e (bf16 output rounding: <= %.1e)\n", f.name, err / mag, 1.0 / 256);
+    EXPECT_LE(err / mag, 5e-3) << f.name;  // one bf16 rounding of the output (2^-9) plus fp32 sums
+    EXPECT_EQ(bad_tail, 0) << f.name << ": the rope tail of K was overwritten";
   }
 }
 
