@@ -48,31 +48,36 @@ mkdir -p /tmp/uplogs
 CUDA_VISIBLE_DEVICES=0,1 "$P" up --model /tmp/tk3 --port 18130 --prefill-port 18131 --decode-port 18132 --bootstrap-port 18133 \
   --chunk-size 64 --device cuda --prefill-tp 2 --decode-tp 1 --log-dir /tmp/uplogs >/tmp/up.log 2>&1 &
 UP=$!
+# The seed's direction: prefill on fewer ranks than decode, the KDA state sliced by head.
+mkdir -p /tmp/uplogs2
+CUDA_VISIBLE_DEVICES=0,1 "$P" up --model /tmp/tk3 --port 18140 --prefill-port 18141 --decode-port 18142 --bootstrap-port 18143 \
+  --chunk-size 64 --device cuda --prefill-tp 1 --decode-tp 2 --log-dir /tmp/uplogs2 >/tmp/up2.log 2>&1 &
+UP2=$!
 for _ in $(seq 300); do
   curl -sf localhost:18123/health >/dev/null && curl -sf localhost:18124/health >/dev/null &&
-    curl -sf localhost:18126/health >/dev/null && curl -sf localhost:18127/health >/dev/null && curl -sf localhost:18128/health >/dev/null && grep -q "pdserve up: ready" /tmp/up.log && break
+    curl -sf localhost:18126/health >/dev/null && curl -sf localhost:18127/health >/dev/null && curl -sf localhost:18128/health >/dev/null && grep -q "pdserve up: ready" /tmp/up.log && grep -q "pdserve up: ready" /tmp/up2.log && break
   sleep 0.2
 done
 REQ='{"messages": [{"role": "user", "content": "Hello there, GPU! Tell me about pages."}], "max_tokens": 32, "temperature": 0}'
-for port in 18124 18123 18126 18127 18128 18130; do
+for port in 18124 18123 18126 18127 18128 18130 18140; do
   curl -s -m 60 -o "/tmp/reply_$port.json" -w "port $port: HTTP %{http_code}, %{time_total} s\n" "localhost:$port/v1/chat/completions" \
     -H 'Content-Type: application/json' -d "$REQ"
 done
 msg() { python3 -c "import json; print(json.load(open('$1'))['choices'][0]['message'])" 2>/dev/null; }
 want=$(msg /tmp/reply_18124.json)
-for port in 18123 18126 18127 18128 18130; do
+for port in 18123 18126 18127 18128 18130 18140; do
   [ -n "$want" ] && [ "$(msg /tmp/reply_$port.json)" = "$want" ] && echo "port $port == serve cpu" || echo "port $port DIFFERS from serve cpu"
 done
 MANY=()
 for i in $(seq 8); do
   R="{\"messages\": [{\"role\": \"user\", \"content\": \"Request $i: $(printf 'pages %.0s' $(seq $((i * 9))))\"}], \"max_tokens\": 24, \"temperature\": 0}"
-  for port in 18130 18124 18126 18128; do
+  for port in 18130 18140 18124 18126 18128; do
     curl -s -m 90 -o "/tmp/many_${port}_$i.json" localhost:$port/v1/chat/completions -H 'Content-Type: application/json' -d "$R" &
     MANY+=($!)
   done
 done
 wait "${MANY[@]}"
-for port in 18130 18126 18128; do
+for port in 18130 18140 18126 18128; do
   same=0
   for i in $(seq 8); do
     a=$(msg "/tmp/many_${port}_$i.json"); b=$(msg "/tmp/many_18124_$i.json")
@@ -80,10 +85,10 @@ for port in 18130 18126 18128; do
   done
   echo "8 concurrent requests on port $port: $same of 8 identical to serve cpu"
 done
-grep -h "device:" /tmp/serve_cuda.log /tmp/serve_tp2.log /tmp/serve_pp2.log /tmp/uplogs/* 2>/dev/null | cut -c1-200
-curl -sf localhost:18132/metrics | grep -E '^pdserve_decode_transfer_(succeeded|failed|bytes|runs)_total '
+grep -h "device:" /tmp/serve_cuda.log /tmp/serve_tp2.log /tmp/serve_pp2.log /tmp/uplogs/* /tmp/uplogs2/* 2>/dev/null | cut -c1-200
+for dport in 18132 18142; do curl -sf localhost:$dport/metrics | grep -E '^pdserve_decode_transfer_(succeeded|failed|bytes|runs)_total '; done
 curl -sf "localhost:18131/transfers?limit=2" | head -c 600; echo
-kill -INT $UP; kill $CPU $GPU $TP2 $BF16 $PP2; wait $UP $CPU $GPU $TP2 $BF16 $PP2 2>/dev/null
+kill -INT $UP $UP2; kill $CPU $GPU $TP2 $BF16 $PP2; wait $UP $UP2 $CPU $GPU $TP2 $BF16 $PP2 2>/dev/null
 echo "== decode step, eager vs graphs (GPU 0)"
 CUDA_VISIBLE_DEVICES=0 timeout 120 "$BIN/decode_bench" --preset tiny-k3 --ctx 128 --steps 50
 echo "== memcheck (GPU 1)"
@@ -93,5 +98,5 @@ for i in "${!MC[@]}"; do
 done
 for f in /tmp/memcheck_*.log; do echo "=== $f"; tail -60 "$f"; done >"$OUT/memcheck.log"
 for f in /tmp/test_*.log; do echo "=== $f"; cat "$f"; done >"$OUT/tests.log"
-{ cat /tmp/up.log; for f in /tmp/uplogs/* /tmp/serve_cuda.log /tmp/serve_tp2.log /tmp/serve_pp2.log; do echo "=== $f"; tail -40 "$f"; done; } >"$OUT/e2e.log"
+{ cat /tmp/up.log /tmp/up2.log; for f in /tmp/uplogs/* /tmp/uplogs2/* /tmp/serve_cuda.log /tmp/serve_tp2.log /tmp/serve_pp2.log; do echo "=== $f"; tail -40 "$f"; done; } >"$OUT/e2e.log"
 date -u

@@ -1,4 +1,4 @@
-// Prefill on two GPUs (TP2), decode on one (TP1): the request's KDA state is re-sliced from
+// Prefill on two GPUs (TP2), decode on one (TP1), and the other way round: the request's KDA state is re-sliced from
 // the two prefill ranks' slots into the decode slot with disagg::plan_state_copy, and its MLA
 // latent pages (replicated) are copied from the prefill rank latent_source_ranks names, GPU to
 // GPU (cudaMemcpyPeer). Decode then continues greedily and must produce the tokens a single
@@ -128,6 +128,101 @@ TEST_P(TpHandover, PrefillTp2OnTwoGpusThenDecodeTp1OnOneMatchesOneGpu) {
               GetParam(), runs->size(), same, want.size());
   if (same < want.size()) {
     const std::vector<float>& r = ref_rows[same];
+    float scale = 0;
+    for (float x : r) scale = std::max(scale, std::fabs(x));
+    EXPECT_LE(r[want[same]] - r[got[same]], 1e-4 * scale) << "diverged at token " << same << " with a clear margin";
+  }
+}
+
+// The seed's direction: prefill on fewer ranks than decode (TP4 -> TP32 there), so each decode
+// rank takes a head slice of the one prefill slot, and the replicated latent pages go to both.
+// The decode group allocates its own page ids and slot: the copy maps them.
+TEST_P(TpHandover, PrefillTp1OnOneGpuThenDecodeTp2OnTwoMatchesOneGpu) {
+  const std::string dir = testing::tiny_model_dir(GetParam());
+  const int64_t pages = 32, ps = 16, slots = 2, prompt_len = 41, steps = 24;
+  const auto prompt = testing::random_ids(prompt_len, 57);
+  const int64_t need_pages = (prompt_len + steps + ps - 1) / ps;
+
+  // Reference and prefill at once: the whole request on GPU 0, one rank; its state and pages
+  // right after the prompt are what a TP1 prefill hands over.
+  auto pre_group = TpModelGroup::load(dir, 1, pages, ps, slots).value();
+  const ModelConfig& cfg = pre_group->config();
+  const int64_t V = cfg.vocab_size;
+  auto pre = CudaModel::create(pre_group->model_ptr(0), pages, ps, slots).value();
+  SequenceInput pseq;
+  pseq.pages = pre_group->allocate_pages(need_pages).value();
+  pseq.state_slot = pre_group->allocate_slot().value();
+  pseq.tokens = prompt;
+  ForwardOutput po;
+  ASSERT_TRUE(pre->forward(ForwardBatch{{pseq}}, &po).is_ok());
+  const int32_t first = argmax_of(po.row(0), V);
+
+  // Decode: TP2 on GPUs 0 and 1, its own pool; take a page first so the ids differ.
+  auto dec_group = TpModelGroup::load(dir, 2, pages, ps, slots).value();
+  auto fwds = make_cuda_tp_forwards({dec_group->model_ptr(0), dec_group->model_ptr(1)}, pages, ps, slots);
+  ASSERT_TRUE(fwds.is_ok()) << fwds.status().message();
+  std::vector<CudaModel*> dec{dynamic_cast<CudaModel*>((*fwds)[0].get()), dynamic_cast<CudaModel*>((*fwds)[1].get())};
+  ASSERT_TRUE(dec[0] && dec[1]);
+  ASSERT_TRUE(dec_group->set_device_forwards(std::move(fwds).value()).is_ok());
+  (void)dec_group->allocate_pages(1).value();
+  (void)dec_group->allocate_slot().value();
+  SequenceInput ds;
+  ds.pages = dec_group->allocate_pages(need_pages).value();
+  ds.state_slot = dec_group->allocate_slot().value();
+  ASSERT_NE(ds.pages[0], pseq.pages[0]);
+  ASSERT_NE(ds.state_slot, pseq.state_slot);
+
+  const disagg::KdaStateShape shape{cfg.num_kda_layers(), cfg.kda_num_heads, cfg.kda_head_dim, cfg.conv_kernel - 1};
+  auto runs = disagg::plan_state_copy(shape, 1, 2);
+  ASSERT_TRUE(runs.is_ok()) << runs.status().message();
+  const int64_t src_slot = disagg::slot_floats(shape, 1), dst_slot = disagg::slot_floats(shape, 2);
+  for (int r = 0; r < 2; ++r) ASSERT_EQ(dst_slot * slots, dec[r]->state_floats());
+  int runs_to[2] = {0, 0};
+  for (const auto& r : *runs) {
+    const float* src = pre->state_pool() + pseq.state_slot * src_slot + r.src_offset;
+    float* dst = dec[r.dst_rank]->state_pool() + ds.state_slot * dst_slot + r.dst_offset;
+    ASSERT_EQ(cudaMemcpyPeer(dst, dec[r.dst_rank]->device(), src, pre->device(), r.length * sizeof(float)), cudaSuccess);
+    runs_to[r.dst_rank]++;
+  }
+  EXPECT_GT(runs_to[0], 0);
+  EXPECT_GT(runs_to[1], 0);
+  const int64_t page_floats = ps * cfg.mla_cache_dim(), layer_stride = pages * page_floats;
+  const int64_t prompt_pages = (prompt_len + ps - 1) / ps;
+  for (int r = 0; r < 2; ++r)
+    for (int64_t l = 0; l < cfg.num_mla_layers(); ++l)
+      for (int64_t i = 0; i < prompt_pages; ++i) {
+        const int64_t src = l * layer_stride + pseq.pages[i] * page_floats;
+        const int64_t dst = l * layer_stride + ds.pages[i] * page_floats;
+        ASSERT_EQ(cudaMemcpyPeer(dec[r]->kv_pool() + dst, dec[r]->device(), pre->kv_pool() + src, pre->device(),
+                                 page_floats * sizeof(float)),
+                  cudaSuccess);
+      }
+
+  // The reference continues on the prefill model itself; decode continues on the TP2 group.
+  std::vector<int32_t> want{first}, got{first};
+  std::vector<std::vector<float>> ref_rows;
+  pseq.cached_len = prompt_len;
+  pseq.tokens = {first};
+  ds.cached_len = prompt_len;
+  ds.tokens = {first};
+  for (int64_t i = 0; i < steps; ++i) {
+    ForwardOutput o, q;
+    ASSERT_TRUE(pre->forward(ForwardBatch{{pseq}}, &o).is_ok());
+    ref_rows.emplace_back(o.row(0), o.row(0) + V);
+    want.push_back(argmax_of(o.row(0), V));
+    pseq.cached_len += 1;
+    pseq.tokens = {want.back()};
+    ASSERT_TRUE(dec_group->forward(ForwardBatch{{ds}}, &q).is_ok());
+    got.push_back(argmax_of(q.row(0), V));
+    ds.cached_len += 1;
+    ds.tokens = {got.back()};
+  }
+  size_t same = 0;
+  while (same < want.size() && got[same] == want[same]) ++same;
+  std::printf("%s: prefill TP1 (GPU 0) -> decode TP2 (GPUs 0+1): %zu runs of KDA state, %zu/%zu tokens identical to one GPU\n",
+              GetParam(), runs->size(), same, want.size());
+  if (same < want.size()) {
+    const std::vector<float>& r = ref_rows[same - 1];
     float scale = 0;
     for (float x : r) scale = std::max(scale, std::fabs(x));
     EXPECT_LE(r[want[same]] - r[got[same]], 1e-4 * scale) << "diverged at token " << same << " with a clear margin";
