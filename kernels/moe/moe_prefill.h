@@ -60,7 +60,10 @@ bool moe_prefill_fits(const MoeDecodeWeights& w);
 // take (moe_prefill_schedule.h, wgmma_k_position), so moe_permute_bf16 and
 // moe_expert_mlp_prefill of one chunk must be given the same kernel. kAuto resolves to
 // moe_prefill_choice() (docs/perf.md has the measurements behind it).
-enum class MoePrefillKernel { kAuto, kMmaSync, kWgmma, kWgmmaWideN, kWgmmaSmemW, kWgmmaSmemWDeep };
+// kWgmmaTma (kWgmma's tiles and MMAs, the tokens by bulk tensor copies from one thread into
+// an mbarrier ring, no CTA barrier in the main loop) and kWgmmaTma4 (the same with four
+// warpgroups of one m64 block each instead of two of two): outputs bit-identical to kWgmma.
+enum class MoePrefillKernel { kAuto, kMmaSync, kWgmma, kWgmmaWideN, kWgmmaSmemW, kWgmmaSmemWDeep, kWgmmaTma, kWgmmaTma4 };
 MoePrefillKernel moe_prefill_choice(MoePrefillKernel kernel = MoePrefillKernel::kAuto);
 
 // moe_permute (moe.h) writing the sorted rows as bf16 bits (round to nearest even):

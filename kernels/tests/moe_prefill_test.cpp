@@ -28,13 +28,16 @@ using namespace ktest;
 using MoePrefill = GpuTest;
 
 constexpr MoePrefillKernel kKernels[] = {MoePrefillKernel::kMmaSync, MoePrefillKernel::kWgmma, MoePrefillKernel::kWgmmaWideN,
-                                         MoePrefillKernel::kWgmmaSmemW, MoePrefillKernel::kWgmmaSmemWDeep};
+                                         MoePrefillKernel::kWgmmaSmemW, MoePrefillKernel::kWgmmaSmemWDeep, MoePrefillKernel::kWgmmaTma,
+                                         MoePrefillKernel::kWgmmaTma4};
 const char* name_of(MoePrefillKernel k) {
   switch (k) {
     case MoePrefillKernel::kWgmma: return "wgmma";
     case MoePrefillKernel::kWgmmaWideN: return "wgmma-wideN";
     case MoePrefillKernel::kWgmmaSmemW: return "wgmma-smemW";
     case MoePrefillKernel::kWgmmaSmemWDeep: return "wgmma-smemW-deep";
+    case MoePrefillKernel::kWgmmaTma: return "wgmma-tma";
+    case MoePrefillKernel::kWgmmaTma4: return "wgmma-tma4";
     default: return "mma.sync";
   }
 }
@@ -114,7 +117,8 @@ double run_prefill(const Routing& r, int64_t tokens, int64_t k, int64_t begin, c
     EXPECT_TRUE(s.is_ok()) << s.to_string();
     const std::vector<float> y = host(b.y);
     if (kernel == MoePrefillKernel::kWgmma) y_wgmma = y;
-    if (kernel == MoePrefillKernel::kWgmmaSmemW || kernel == MoePrefillKernel::kWgmmaSmemWDeep) {
+    if (kernel == MoePrefillKernel::kWgmmaSmemW || kernel == MoePrefillKernel::kWgmmaSmemWDeep || kernel == MoePrefillKernel::kWgmmaTma ||
+        kernel == MoePrefillKernel::kWgmmaTma4) {
       EXPECT_TRUE(y == y_wgmma) << what << " [" << name_of(kernel) << "]: not bit-identical to wgmma";
     }
     const double err = nerr(y, ref);
