@@ -19,19 +19,21 @@ small='MoePrefill.OddRowCountsBesideEmptyExperts:MoePrefill.SkewedAndUniformRout
 kern=wgmma,wgmma-tma,wgmma-tma4
 ncu_k=wgmma-tma4 ncu_n=2
 [ "$mode" = final ] && kern=mma.sync,wgmma,wgmma-wN,wgmma-tma,wgmma-tma4 ncu_k=wgmma,wgmma-tma ncu_n=4
-(
-  timeout 75 env CUDA_VISIBLE_DEVICES=1 compute-sanitizer --tool memcheck --error-exitcode 9 "$here/bin/moe_prefill_test" --gtest_filter="$small" \
+# One GPU only (the single-GPU kind): the "GPU 1" work runs after the rest, on GPU 0.
+ngpu=$(nvidia-smi -L | wc -l); side_gpu=1; [ "$ngpu" -lt 2 ] && side_gpu=0
+side_work() {
+  timeout 75 env CUDA_VISIBLE_DEVICES=$side_gpu compute-sanitizer --tool memcheck --error-exitcode 9 "$here/bin/moe_prefill_test" --gtest_filter="$small" \
     >"$out/memcheck.log" 2>&1; echo "memcheck rc=$? $(t)" >>"$out/memcheck.log"
-  timeout 25 env CUDA_VISIBLE_DEVICES=1 "$here/bin/moe_prefill_bench" --kernels wgmma,wgmma-tma,wgmma-tma4 >"$out/bench_gpu1.log" 2>&1
+  timeout 25 env CUDA_VISIBLE_DEVICES=$side_gpu "$here/bin/moe_prefill_bench" --kernels wgmma,wgmma-tma,wgmma-tma4 >"$out/bench_gpu1.log" 2>&1
   echo "bench gpu1 rc=$? $(t)" >>"$out/bench_gpu1.log"
   left=$(( 135 - ($(date +%s) - T0) ))
   if [ "$left" -gt 12 ]; then
-    timeout "$left" env CUDA_VISIBLE_DEVICES=1 ncu --clock-control none --kernel-name-base mangled -k regex:prefill_wgmma -c "$ncu_n" --section SpeedOfLight --section WarpStateStats \
+    timeout "$left" env CUDA_VISIBLE_DEVICES=$side_gpu ncu --clock-control none --kernel-name-base mangled -k regex:prefill_wgmma -c "$ncu_n" --section SpeedOfLight --section WarpStateStats \
       --section ComputeWorkloadAnalysis --section LaunchStats "$here/bin/moe_prefill_bench" --reps 1 --quick 1 --kernels "$ncu_k" >"$out/ncu.log" 2>&1
     echo "ncu rc=$? $(t)" >>"$out/ncu.log"
   else echo "ncu skipped: $left s left" >"$out/ncu.log"; fi
-) &
-side=$!
+}
+if [ "$side_gpu" = 1 ]; then side_work & side=$!; fi
 export CUDA_VISIBLE_DEVICES=0
 timeout 50 "$here/bin/moe_prefill_test" >"$out/test.log" 2>&1; echo "moe_prefill_test rc=$? $(t)" >>"$out/test.log"
 echo "== test (GPU 0)"; grep -E "^\[  (PASSED|FAILED) |^\[  FAILED|Failure|bit-identical|rc=" "$out/test.log" | head -30
@@ -42,7 +44,8 @@ if [ "$mode" = final ]; then
   PYTHONUNBUFFERED=1 timeout 40 python3 "$here/moe_prefill_torch.py" >"$out/torch.log" 2>&1; echo "torch rc=$? $(t)" >>"$out/torch.log"
   echo "== torch (GPU 0)"; tail -10 "$out/torch.log"
 fi
-wait "$side"
+if [ "$side_gpu" = 1 ]; then wait "$side"; else side_work; fi
+echo "(side work on GPU $side_gpu of $ngpu)"
 echo "== memcheck (GPU 1)"; grep -E "ERROR SUMMARY|rc=|FAILED|PASSED|Invalid" "$out/memcheck.log" | head -20
 echo "== bench (GPU 1)"; grep -E "^prefill|rc=" "$out/bench_gpu1.log"
 echo "== ncu (GPU 1, uniform, gate/up then down per loop)"
