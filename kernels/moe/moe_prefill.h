@@ -1,6 +1,6 @@
 // Prefill-time routed experts: a grouped GEMM over the local experts on bf16 tensor cores
-// (fp32 accumulate), MXFP4 weights dequantised in registers on the way. Five main loops
-// (MoePrefillKernel below): four warpgroup-MMA ones (kWgmma the default) and the mma.sync
+// (fp32 accumulate), MXFP4 weights dequantised in registers on the way. Seven main loops
+// (MoePrefillKernel below): six warpgroup-MMA ones (kWgmma the default) and the mma.sync
 // kernel this comment describes; the wgmma tiles are in docs/design.md.
 // It replaces step 2 of moe.h for many rows per expert; steps 1 and 3 stay, so a prefill
 // chunk runs
@@ -60,7 +60,10 @@ bool moe_prefill_fits(const MoeDecodeWeights& w);
 // take (moe_prefill_schedule.h, wgmma_k_position), so moe_permute_bf16 and
 // moe_expert_mlp_prefill of one chunk must be given the same kernel. kAuto resolves to
 // moe_prefill_choice() (docs/perf.md has the measurements behind it).
-enum class MoePrefillKernel { kAuto, kMmaSync, kWgmma, kWgmmaWideN, kWgmmaSmemW, kWgmmaSmemWDeep };
+// kWgmmaTma (kWgmma's tiles and MMAs, the tokens by bulk tensor copies from one thread into
+// an mbarrier ring, no CTA barrier in the main loop) and kWgmmaTma4 (the same with four
+// warpgroups of one m64 block each instead of two of two): outputs bit-identical to kWgmma.
+enum class MoePrefillKernel { kAuto, kMmaSync, kWgmma, kWgmmaWideN, kWgmmaSmemW, kWgmmaSmemWDeep, kWgmmaTma, kWgmmaTma4 };
 MoePrefillKernel moe_prefill_choice(MoePrefillKernel kernel = MoePrefillKernel::kAuto);
 
 // moe_permute (moe.h) writing the sorted rows as bf16 bits (round to nearest even):

@@ -259,7 +259,8 @@ Status launch(const Mxfp4Decode& a, const Mxfp4Decode& b, const int32_t* offsets
 // kWgmma: correct in two H200 runs and 1.37-1.53x kMmaSync on uniform, Zipf and one-hot
 // routing; kWgmmaWideN beat it only on uniform rows (1.06x) and lost 1.19-1.25x on the skewed
 // ones (docs/perf.md, "wgmma main loop"); kWgmmaSmemW(Deep) were not faster in one H200 run
-// (docs/perf.md, "Weights through the shared-memory ring").
+// (docs/perf.md, "Weights through the shared-memory ring"); nor were kWgmmaTma (0.92-1.00x)
+// and kWgmmaTma4 (0.84-0.98x) in two (docs/perf.md, "Bulk tensor copies and four warpgroups").
 MoePrefillKernel moe_prefill_choice(MoePrefillKernel kernel) {
   return kernel == MoePrefillKernel::kAuto ? MoePrefillKernel::kWgmma : kernel;
 }

@@ -359,6 +359,9 @@ Status expert_mlp_prefill_wgmma(const MoeDecodeWeights& w, const int32_t* offset
     case MoePrefillKernel::kWgmmaSmemWDeep:
       return run_both<kSmemWDeep>(w, offsets, experts, capacity, x_sorted, act, out_sorted, queue, stream);
     case MoePrefillKernel::kWgmma: return run_both<kRegW>(w, offsets, experts, capacity, x_sorted, act, out_sorted, queue, stream);
+    case MoePrefillKernel::kWgmmaTma:
+    case MoePrefillKernel::kWgmmaTma4:
+      return expert_mlp_prefill_wgmma_tma(w, offsets, experts, capacity, x_sorted, act, out_sorted, queue_words, kernel, stream);
     default: return invalid_argument("moe_expert_mlp_prefill: not a wgmma main loop");
   }
 }

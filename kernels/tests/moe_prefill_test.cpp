@@ -6,8 +6,8 @@
 // of 64 / 128 / balanced up to 192, column blocks of 8 / wgmma N of 32..192), at widths that leave the last output tile part-filled; one hot
 // expert (skew); uniform routing under SiLU and SiTU; scales above 2^1 (two-multiply
 // path); the tile queue against the static schedule, call after call; no local rows; a CUDA-graph replay that must give the eager launch's bits.
-// Every GPU case runs every main loop (MoePrefillKernel::kMmaSync and the four kWgmma*); a
-// CPU test checks the wgmma kernels' input order against the MMA fragment it must match.
+// Every GPU case runs every main loop (MoePrefillKernel::kMmaSync and the six kWgmma*; the
+// shared-memory-weight and bulk-copy ones must give kWgmma's bits exactly); a CPU test checks the wgmma kernels' input order against the MMA fragment it must match.
 // Bound: normalised error max|gpu - cpu| / max|cpu| < 1e-2. x and act are rounded to bf16
 // once each (relative 2^-9), weights exact, fp32 accumulation; runs print the measured
 // error (a few 1e-3 expected).
@@ -28,13 +28,16 @@ using namespace ktest;
 using MoePrefill = GpuTest;
 
 constexpr MoePrefillKernel kKernels[] = {MoePrefillKernel::kMmaSync, MoePrefillKernel::kWgmma, MoePrefillKernel::kWgmmaWideN,
-                                         MoePrefillKernel::kWgmmaSmemW, MoePrefillKernel::kWgmmaSmemWDeep};
+                                         MoePrefillKernel::kWgmmaSmemW, MoePrefillKernel::kWgmmaSmemWDeep, MoePrefillKernel::kWgmmaTma,
+                                         MoePrefillKernel::kWgmmaTma4};
 const char* name_of(MoePrefillKernel k) {
   switch (k) {
     case MoePrefillKernel::kWgmma: return "wgmma";
     case MoePrefillKernel::kWgmmaWideN: return "wgmma-wideN";
     case MoePrefillKernel::kWgmmaSmemW: return "wgmma-smemW";
     case MoePrefillKernel::kWgmmaSmemWDeep: return "wgmma-smemW-deep";
+    case MoePrefillKernel::kWgmmaTma: return "wgmma-tma";
+    case MoePrefillKernel::kWgmmaTma4: return "wgmma-tma4";
     default: return "mma.sync";
   }
 }
@@ -107,14 +110,15 @@ double run_prefill(const Routing& r, int64_t tokens, int64_t k, int64_t begin, c
   for (int32_t id : r.ids) rows += id >= begin && id < begin + local;
   EXPECT_GT(rows, 0) << what << ": the case should route some rows here";
   double worst = 0.0;
-  std::vector<float> y_wgmma;  // kWgmma's output: the shared-memory-weight loops run the same MMAs in the same order
+  std::vector<float> y_wgmma;  // kWgmma's output: the shared-memory-weight and bulk-copy loops run the same MMAs in the same order
   for (const MoePrefillKernel kernel : kKernels) {
     EXPECT_EQ(cudaMemset(b.y.get(), 0xff, tokens * dim * sizeof(float)), cudaSuccess);  // NaN: a row the kernel skipped shows
     const Status s = pipeline(b, dw, tokens, k, begin, local, nullptr, kernel);
     EXPECT_TRUE(s.is_ok()) << s.to_string();
     const std::vector<float> y = host(b.y);
     if (kernel == MoePrefillKernel::kWgmma) y_wgmma = y;
-    if (kernel == MoePrefillKernel::kWgmmaSmemW || kernel == MoePrefillKernel::kWgmmaSmemWDeep) {
+    if (kernel == MoePrefillKernel::kWgmmaSmemW || kernel == MoePrefillKernel::kWgmmaSmemWDeep || kernel == MoePrefillKernel::kWgmmaTma ||
+        kernel == MoePrefillKernel::kWgmmaTma4) {
       EXPECT_TRUE(y == y_wgmma) << what << " [" << name_of(kernel) << "]: not bit-identical to wgmma";
     }
     const double err = nerr(y, ref);

@@ -1,0 +1,355 @@
+// moe_expert_mlp_prefill's warpgroup-MMA forms fed by bulk tensor copies (MoePrefillKernel::
+// kWgmmaTma, kWgmmaTma4; contract: moe_prefill.h, design: docs/design.md). Same CTA tiles,
+// same dequantisation and the same wgmma sequence per 64-row block as kWgmma (so the outputs
+// are bit-identical to it); what changes is how the tokens arrive and how many warps run:
+//   - The token rows (B) come by cp.async.bulk.tensor (a tensor map over x_sorted or act,
+//     boxes of 64 inputs x 32 rows in the 128-byte swizzle the wgmma descriptors read),
+//     issued by one thread into a 5-stage ring: no thread computes copy addresses any more
+//     (the cp.async loop of kWgmma was about a fifth of its issue slots).
+//   - Each stage has a full mbarrier (the copy engine completes its bytes) and an empty one
+//     (every thread arrives once its wgmmas that read the stage are done), so there is no
+//     CTA barrier in the main loop and the warpgroups drift apart freely.
+//   - kWgmmaTma: two warpgroups, two m64 blocks each (kWgmma's split). kWgmmaTma4: four
+//     warpgroups of one m64 block each (128 registers a thread): twice the warps a scheduler
+//     to hide the dequantisation's dependent chains, the same dequantisation per FLOP.
+// Rows of a box past the tile read the next expert's rows (or zeros past `capacity`, the copy
+// engine's out-of-bounds fill); a token column of B only reaches the same column of the
+// accumulators, which neither epilogue stores.
+#include <cuda.h>
+#include <cuda_bf16.h>
+
+#include <string>
+
+#include "common/cuda_check.h"
+#include "common/pdl_bulk.cuh"
+#include "moe/moe_prefill.h"
+#include "moe/moe_prefill_device.cuh"
+#include "moe/moe_prefill_internal.h"
+#include "moe/moe_prefill_schedule.h"
+#include "moe/moe_prefill_wgmma.cuh"
+
+namespace pdserve::cuda::moe_prefill_detail {
+
+namespace {
+
+using pdl_bulk::mbar_arrive;
+using pdl_bulk::mbar_arrive_expect_tx;
+using pdl_bulk::mbar_init;
+using pdl_bulk::mbar_wait;
+using pdl_bulk::smem_u32;
+
+constexpr int kChunk = 128;      // inputs per ring stage
+constexpr int kTokTile = 128;    // tokens of one expert a tile: the largest wgmma N used
+constexpr int kOutGated = 128;   // gate (and as many up) outputs a tile
+constexpr int kOutDown = 256;    // down outputs a tile
+constexpr int kStages = 5;
+constexpr int kAhead = kStages - 2;  // chunks in flight ahead of the MMAs; a stage is refilled two chunks after its use
+constexpr int kHalfBytes = kTokTile * 128;  // 64 inputs x the tokens: one column of swizzle atoms
+constexpr int kStageBytes = 2 * kHalfBytes;
+constexpr int kBoxRows = 32;                // a tensor-map box: 64 inputs x 32 rows = 4 KB
+constexpr int kBoxBytes = kBoxRows * 128;
+constexpr int kActStride = kOutGated + 4;   // gate/up staging row (floats): 4 mod 32 banks
+constexpr size_t kRingBytes = size_t(kStages) * kStageBytes;
+constexpr size_t kSmem = kRingBytes + 1024;  // + the 1024-byte alignment the swizzle atoms need
+static_assert(size_t(2) * kTokTile * kActStride * 4 <= kRingBytes, "the staged gate/up tile must fit in the ring");
+
+// The forms of this file: kTwoBlocks = kWgmmaTma, kOneBlock = kWgmmaTma4. (A third, kOneBlock
+// with wait_group 2, was dropped before it ran: at the 128-register cap of 512 threads ptxas
+// serialised its wgmmas, warning C7512.)
+enum Form : int { kTwoBlocks = 0, kOneBlock = 1 };
+
+// kBlocks m64 blocks a warpgroup; 4 / kBlocks warpgroups cover the CTA tile's four m64 blocks
+// (gate/up: 2 gate + 2 up; down: 4).
+template <int kForm>
+struct Cfg {
+  static constexpr int kBlocks = kForm == kTwoBlocks ? 2 : 1;
+  static constexpr int kPending = 1;  // wgmma groups left running after each k-step
+  static constexpr int kWgs = 4 / kBlocks;
+  static constexpr int kThreads = 128 * kWgs;
+  static constexpr int kQ = 2 * kBlocks;  // decode-layout tiles a warp reads a chunk
+};
+
+struct Ring {
+  uint64_t* full;
+  uint64_t* empty;
+  uint32_t base;  // shared address of stage 0 (1024-aligned)
+};
+
+__device__ __forceinline__ void tma_box(uint32_t dst, const CUtensorMap* map, int col, int row, uint64_t* bar) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];\n" ::"r"(dst),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(col), "r"(row), "r"(smem_u32(bar))
+      : "memory");
+}
+
+// Thread 0: chunk c of the tile (rows tok0 .., kN of them) as the CTA's n-th fill, once every
+// thread released the fill that used the stage before.
+template <int kN>
+__device__ __forceinline__ void issue_chunk(const CUtensorMap* map, const Ring& r, uint32_t n, int c, int tok0) {
+  const uint32_t slot = n % kStages;
+  if (n >= kStages) mbar_wait(&r.empty[slot], ((n / kStages) - 1) & 1);
+  mbar_arrive_expect_tx(&r.full[slot], kN * 256);
+  const uint32_t dst = r.base + slot * kStageBytes;
+#pragma unroll
+  for (int h = 0; h < 2; ++h)
+#pragma unroll
+    for (int b = 0; b < kN / kBoxRows; ++b) tma_box(dst + h * kHalfBytes + b * kBoxBytes, map, c * kChunk + 64 * h, tok0 + kBoxRows * b, &r.full[slot]);
+}
+
+// One tile (kWgmma's: 128 gate + 128 up outputs, or 256 down outputs, x up to 128 tokens).
+// Warpgroup wg's m64 blocks: kBlocks 2: gate/up rows 64 wg of w1 and w3, down rows 128 wg and
+// + 64; kBlocks 1: gate/up rows 64 (wg % 2) of w1 (wg < 2) or w3, down rows 64 wg. `seq`: the
+// CTA's fills so far (every thread keeps the same count).
+template <int kForm, bool kGated, bool kWide, int kN>
+__device__ __forceinline__ void run_tile(const Mxfp4Decode& a, const Mxfp4Decode& b, const CUtensorMap* map, uint16_t* __restrict__ act_out,
+                                         float* __restrict__ out, const MoeAct& fn, uint8_t* smem, const Ring& ring, uint32_t& seq,
+                                         const Tile& tl) {
+  using C = Cfg<kForm>;
+  constexpr int kBlocks = C::kBlocks;
+  constexpr int kOut = kGated ? kOutGated : kOutDown, kQ = C::kQ, kThreads = C::kThreads;
+  const int tid = threadIdx.x, wg = tid >> 7, warp = (tid >> 5) & 3, lane = tid & 31, g = lane >> 2, t = lane & 3;
+  const int rows = static_cast<int>(a.rows), cols = static_cast<int>(a.cols), chunks = cols / kChunk, rtiles = rows / 8;
+  const int r0 = kBlocks == 2 ? (kGated ? tl.ot * kOut + 64 * wg : tl.ot * kOut + 128 * wg)
+                              : (kGated ? tl.ot * kOut + 64 * (wg & 1) : tl.ot * kOut + 64 * wg);
+  const int r1 = kBlocks == 2 && !kGated ? r0 + 64 : r0;
+  const Mxfp4Decode& m0 = (kBlocks == 1 && kGated && wg >= 2) ? b : a;
+  const Mxfp4Decode& m1 = kGated ? b : a;
+  const bool live = r1 + 64 <= rows;  // rows are a multiple of 128: a warpgroup's rows are all real or none
+
+  const int64_t tile_bytes = int64_t(chunks) * 512;
+  const int64_t t0 = int64_t(tl.e) * rtiles + r0 / 8 + 2 * warp, t1 = int64_t(tl.e) * rtiles + r1 / 8 + 2 * warp;
+  const uint8_t* pa = m0.packed + t0 * tile_bytes + lane * 16;
+  const uint8_t* pb = m1.packed + t1 * tile_bytes + lane * 16;
+  const uint8_t* sa = m0.scales + t0 * chunks * 32 + g * 4;
+  const uint8_t* sb = m1.scales + t1 * chunks * 32 + g * 4;
+  auto load_w = [&](int c, uint4 (&q)[kQ], uint32_t (&s)[kQ]) {
+    q[0] = __ldg(reinterpret_cast<const uint4*>(pa + c * 512));
+    q[1] = __ldg(reinterpret_cast<const uint4*>(pa + tile_bytes + c * 512));
+    s[0] = __ldg(reinterpret_cast<const uint32_t*>(sa + c * 32));
+    s[1] = __ldg(reinterpret_cast<const uint32_t*>(sa + chunks * 32 + c * 32));
+    if constexpr (kQ == 4) {
+      q[2] = __ldg(reinterpret_cast<const uint4*>(pb + c * 512));
+      q[3] = __ldg(reinterpret_cast<const uint4*>(pb + tile_bytes + c * 512));
+      s[2] = __ldg(reinterpret_cast<const uint32_t*>(sb + c * 32));
+      s[3] = __ldg(reinterpret_cast<const uint32_t*>(sb + chunks * 32 + c * 32));
+    }
+  };
+
+  if (tid == 0)
+    for (int s = 0; s < kAhead && s < chunks; ++s) issue_chunk<kN>(map, ring, seq + s, s, tl.tok0);
+  __syncwarp();
+
+  float acc0[kN / 2], acc1[kBlocks == 2 ? kN / 2 : 1];
+#pragma unroll
+  for (int i = 0; i < kN / 2; ++i) acc0[i] = 0.0f;
+#pragma unroll
+  for (int i = 0; i < int(sizeof(acc1) / 4); ++i) acc1[i] = 0.0f;
+
+  uint4 qn[kQ];
+  uint32_t sn[kQ];
+  if (live) load_w(0, qn, sn);
+  for (int c = 0; c < chunks; ++c) {
+    const uint32_t n = seq + c, slot = n % kStages;
+    if (tid == 0 && c + kAhead < chunks) issue_chunk<kN>(map, ring, n + kAhead, c + kAhead, tl.tok0);
+    __syncwarp();  // warp 0 whole again before the .aligned wgmma instructions
+    mbar_wait(&ring.full[slot], (n / kStages) & 1);
+    if (!live) {  // nothing to compute, but the stage's release is counted per thread
+      mbar_arrive(&ring.empty[slot]);
+      continue;
+    }
+    uint4 q[kQ];
+    uint32_t sc[kQ];
+#pragma unroll
+    for (int j = 0; j < kQ; ++j) q[j] = qn[j], sc[j] = sn[j];
+    if (c + 1 < chunks) load_w(c + 1, qn, sn);  // a chunk ahead, in registers
+    const uint32_t sbase = ring.base + slot * kStageBytes;
+#pragma unroll
+    for (int s = 0; s < 8; ++s) {  // k-step s: group i = s / 2, half h = s % 2
+      const int i = s >> 1, h = s & 1;
+      uint32_t fa[4], fb[4] = {0u, 0u, 0u, 0u};
+      {
+        uint32_t lo[2], hi[2];
+        dequant_half<kWide>(word_of(q[0], i), (sc[0] >> (8 * i)) & 0xffu, h, lo);
+        dequant_half<kWide>(word_of(q[1], i), (sc[1] >> (8 * i)) & 0xffu, h, hi);
+        fa[0] = lo[0], fa[1] = hi[0], fa[2] = lo[1], fa[3] = hi[1];
+        if constexpr (kQ == 4) {
+          dequant_half<kWide>(word_of(q[2], i), (sc[2] >> (8 * i)) & 0xffu, h, lo);
+          dequant_half<kWide>(word_of(q[3], i), (sc[3] >> (8 * i)) & 0xffu, h, hi);
+          fb[0] = lo[0], fb[1] = hi[0], fb[2] = lo[1], fb[3] = hi[1];
+        }
+      }
+      const uint64_t desc = sw128_desc(sbase + (s >> 2) * kHalfBytes + (s & 3) * 32);
+      wgmma_fence();
+      wgmma_rs<kN>(acc0, fa, desc);
+      if constexpr (kBlocks == 2) wgmma_rs<kN>(acc1, fb, desc);
+      wgmma_commit();
+      wgmma_wait<C::kPending>();  // k-step s - kPending is done: its A registers are free
+      // From k-step kPending - 1 on, the previous chunk's wgmmas are all done: its stage may be refilled.
+      if (s == C::kPending - 1 && c > 0) mbar_arrive(&ring.empty[(n - 1) % kStages]);
+    }
+  }
+  wgmma_wait<0>();  // unconditional: ptxas cannot tie `live` to the loop's wgmmas and would serialise them
+  if (live) mbar_arrive(&ring.empty[(seq + chunks - 1) % kStages]);
+  seq += chunks;
+  __syncthreads();  // every warpgroup is done with the ring (the gate/up staging reuses it)
+
+  // Accumulator element 4j + v: weight row 16 warp + g + 8 (v / 2) of the block, token 8j + 2t + v % 2.
+  if constexpr (kGated) {
+    float* sg = reinterpret_cast<float*>(smem);
+    float* su = sg + kTokTile * kActStride;
+#pragma unroll
+    for (int j = 0; j < kN / 8; ++j)
+#pragma unroll
+      for (int v = 0; v < 4; ++v) {
+        const int tok = 8 * j + 2 * t + (v & 1), f = 16 * warp + g + 8 * (v >> 1);
+        if constexpr (kBlocks == 2) {
+          sg[tok * kActStride + 64 * wg + f] = acc0[4 * j + v];
+          su[tok * kActStride + 64 * wg + f] = acc1[4 * j + v];
+        } else {
+          (wg < 2 ? sg : su)[tok * kActStride + 64 * (wg & 1) + f] = acc0[4 * j + v];
+        }
+      }
+    __syncthreads();
+    // act in wgmma_k_position order (the down launch's B): pairs stay adjacent.
+    uint16_t* dst = act_out + int64_t(tl.tok0) * rows + tl.ot * kOut;
+#pragma unroll 1
+    for (int i = tid; i < tl.ntok * (kOut / 2); i += kThreads) {
+      const int tok = i / (kOut / 2), f = 2 * (i % (kOut / 2));
+      const float2 gv = *reinterpret_cast<const float2*>(sg + tok * kActStride + f);
+      const float2 uv = *reinterpret_cast<const float2*>(su + tok * kActStride + f);
+      const int pos = (f & ~31) | wgmma_k_position(f & 31);
+      *reinterpret_cast<__nv_bfloat162*>(dst + int64_t(tok) * rows + pos) = __floats2bfloat162_rn(act_fast(fn, gv.x, uv.x), act_fast(fn, gv.y, uv.y));
+    }
+    // The staging's generic-proxy accesses come before the next tile's bulk copies into it.
+    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+    __syncthreads();
+  } else {
+    if (!live) return;
+#pragma unroll
+    for (int j = 0; j < kN / 8; ++j)
+#pragma unroll
+      for (int v = 0; v < 4; ++v) {
+        const int tok = 8 * j + 2 * t + (v & 1);
+        if (tok >= tl.ntok) continue;
+        const int f = 16 * warp + g + 8 * (v >> 1);
+        float* o = out + (tl.tok0 + int64_t(tok)) * rows;
+        o[r0 + f] = acc0[4 * j + v];
+        if constexpr (kBlocks == 2) o[r1 + f] = acc1[4 * j + v];
+      }
+  }
+}
+
+template <int kForm, bool kGated, bool kWide, bool kQueue>
+__global__ void __launch_bounds__(Cfg<kForm>::kThreads, 1)
+    prefill_wgmma_tma(const __grid_constant__ CUtensorMap map, Mxfp4Decode a, Mxfp4Decode b, const int32_t* __restrict__ offsets, int experts,
+                      uint16_t* __restrict__ act_out, float* __restrict__ out, MoeAct fn, TileQueue* queue_ptr) {  // queue_ptr: null unless kQueue
+  extern __shared__ uint8_t smem_raw[];
+  __shared__ int tile_start[kMaxExperts + 1];
+  __shared__ int next_tile[2];  // kQueue: thread 0 fetches tile it + 1 while tile it runs
+  __shared__ uint64_t full_bar[kStages], empty_bar[kStages];
+  uint8_t* smem = smem_raw + ((1024 - (smem_u32(smem_raw) & 1023)) & 1023);
+  constexpr int kOut = kGated ? kOutGated : kOutDown;
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < kStages; ++s) {
+      mbar_init(&full_bar[s], 1);
+      mbar_init(&empty_bar[s], Cfg<kForm>::kThreads);
+    }
+    pdl_bulk::mbar_init_fence();  // visible to the copy engine
+  }
+  const int out_tiles = (static_cast<int>(a.rows) + kOut - 1) / kOut;
+  scan_tile_starts(offsets, experts, kTokTile, out_tiles, tile_start);
+  __syncthreads();
+  const int total = tile_start[experts];
+  const Ring ring{full_bar, empty_bar, smem_u32(smem)};
+  uint32_t seq = 0;
+
+  int tile = blockIdx.x;
+  for (int it = 0; tile < total; ++it) {
+    // Read after run_tile's barriers; rewritten two tiles later, after the next tile's barriers.
+    if (kQueue && threadIdx.x == 0) next_tile[it & 1] = int(gridDim.x + atomicAdd(&queue_ptr->next, 1u));
+    const int e = expert_of_tile(tile_start, experts, tile), local = tile - tile_start[e];
+    const int row_begin = offsets[e], nrows = offsets[e + 1] - row_begin;
+    const int mtiles = (nrows + kTokTile - 1) / kTokTile;
+    int ot, mt;
+    prefill_tile_coords(local, mtiles, &ot, &mt);
+    const Tile tl{e, ot, row_begin + mt * kTokTile, min(kTokTile, nrows - mt * kTokTile)};
+    const int nv = (tl.ntok + 31) >> 5;
+    if (nv <= 1) run_tile<kForm, kGated, kWide, 32>(a, b, &map, act_out, out, fn, smem, ring, seq, tl);
+    else if (nv == 2) run_tile<kForm, kGated, kWide, 64>(a, b, &map, act_out, out, fn, smem, ring, seq, tl);
+    else if (nv == 3) run_tile<kForm, kGated, kWide, 96>(a, b, &map, act_out, out, fn, smem, ring, seq, tl);
+    else run_tile<kForm, kGated, kWide, 128>(a, b, &map, act_out, out, fn, smem, ring, seq, tl);
+    tile = kQueue ? next_tile[it & 1] : tile + int(gridDim.x);
+  }
+  if (kQueue && threadIdx.x == 0) finish_tile_queue(queue_ptr);
+}
+
+using EncodeTiled = CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*, const cuuint64_t*, const cuuint64_t*,
+                                 const cuuint32_t*, const cuuint32_t*, CUtensorMapInterleave, CUtensorMapSwizzle,
+                                 CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
+
+// The driver's encoder through the runtime (no link against libcuda), looked up once.
+Result<EncodeTiled> lookup_tensor_map_encoder() {
+  void* sym = nullptr;
+  cudaDriverEntryPointQueryResult found{};
+  PDS_RETURN_IF_ERROR(cuda_status(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &sym, 12000, cudaEnableDefault, &found),
+                                  "moe prefill tma: driver entry point"));
+  if (found != cudaDriverEntryPointSuccess || sym == nullptr) return internal_error("moe prefill tma: cuTensorMapEncodeTiled not found");
+  return reinterpret_cast<EncodeTiled>(sym);
+}
+
+// [rows][cols] bf16 rows (x_sorted or act), boxes of 64 inputs x kBoxRows rows, 128-byte
+// swizzle, zeros past the last row.
+Status encode_rows_map(CUtensorMap* map, const void* base, int64_t rows, int64_t cols) {
+  static const Result<EncodeTiled> encoder = lookup_tensor_map_encoder();
+  if (!encoder.is_ok()) return encoder.status();
+  const cuuint64_t extent[2] = {static_cast<cuuint64_t>(cols), static_cast<cuuint64_t>(rows)};
+  const cuuint64_t stride[1] = {static_cast<cuuint64_t>(cols * 2)};  // bytes between rows
+  const cuuint32_t box[2] = {64, kBoxRows};
+  const cuuint32_t step[2] = {1, 1};
+  const CUresult r = encoder.value()(map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, const_cast<void*>(base), extent, stride, box, step,
+                                     CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                                     CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  if (r != CUDA_SUCCESS) return internal_error("moe prefill tma: cuTensorMapEncodeTiled failed (" + std::to_string(r) + ")");
+  return Status::ok();
+}
+
+template <int kForm, bool kGated, bool kWide>
+Status launch(const Mxfp4Decode& a, const Mxfp4Decode& b, const int32_t* offsets, int64_t experts, int64_t capacity, const uint16_t* x,
+              uint16_t* act, float* out, const MoeAct& fn, TileQueue* queue, cudaStream_t stream) {
+  constexpr int kThreads = Cfg<kForm>::kThreads;
+  CUtensorMap map;
+  PDS_RETURN_IF_ERROR(encode_rows_map(&map, x, capacity, a.cols));
+  auto kernel = queue ? prefill_wgmma_tma<kForm, kGated, kWide, true> : prefill_wgmma_tma<kForm, kGated, kWide, false>;
+  const int64_t per_tile = kGated ? kOutGated : kOutDown;
+  const int64_t max_tiles = (capacity / kTokTile + experts) * ((a.rows + per_tile - 1) / per_tile);
+  PDS_ASSIGN_OR_RETURN(unsigned grid, grid_for(kernel, kSmem, max_tiles, kThreads));
+  kernel<<<grid, kThreads, kSmem, stream>>>(map, a, b, offsets, static_cast<int>(experts), act, out, fn, queue);
+  return last_launch_status(kGated ? "moe_expert_mlp_prefill (wgmma tma) gate/up" : "moe_expert_mlp_prefill (wgmma tma) down");
+}
+
+template <int kForm>
+Status run_both(const MoeDecodeWeights& w, const int32_t* offsets, int64_t experts, int64_t capacity, const uint16_t* x_sorted,
+                uint16_t* act, float* out_sorted, TileQueue* queue, cudaStream_t stream) {
+  const MoeAct fn{w.activation, w.situ_beta, w.situ_linear_beta};
+  const bool wide_up = w.w1.wide_scales || w.w3.wide_scales;
+  const Status up = wide_up ? launch<kForm, true, true>(w.w1, w.w3, offsets, experts, capacity, x_sorted, act, nullptr, fn, queue, stream)
+                            : launch<kForm, true, false>(w.w1, w.w3, offsets, experts, capacity, x_sorted, act, nullptr, fn, queue, stream);
+  PDS_RETURN_IF_ERROR(up);
+  return w.w2.wide_scales ? launch<kForm, false, true>(w.w2, w.w2, offsets, experts, capacity, act, nullptr, out_sorted, fn, queue, stream)
+                          : launch<kForm, false, false>(w.w2, w.w2, offsets, experts, capacity, act, nullptr, out_sorted, fn, queue, stream);
+}
+
+}  // namespace
+
+Status expert_mlp_prefill_wgmma_tma(const MoeDecodeWeights& w, const int32_t* offsets, int64_t experts, int64_t capacity,
+                                    const uint16_t* x_sorted, uint16_t* act, float* out_sorted, void* queue_words, MoePrefillKernel kernel,
+                                    cudaStream_t stream) {
+  TileQueue* queue = static_cast<TileQueue*>(queue_words);
+  switch (kernel) {
+    case MoePrefillKernel::kWgmmaTma: return run_both<kTwoBlocks>(w, offsets, experts, capacity, x_sorted, act, out_sorted, queue, stream);
+    case MoePrefillKernel::kWgmmaTma4: return run_both<kOneBlock>(w, offsets, experts, capacity, x_sorted, act, out_sorted, queue, stream);
+    default: return invalid_argument("moe_expert_mlp_prefill: not a bulk-copy wgmma main loop");
+  }
+}
+
+}  // namespace pdserve::cuda::moe_prefill_detail
