@@ -30,7 +30,7 @@ memcheck() {
 }
 bench() {
   timeout 70 stdbuf -oL "$D/bin/moe_decode_bench" --reps 20 --routes "$out/routes.txt" \
-    --kernels "${KERNELS:-wa-noprefetch,fused,fused-split,fused-split-pdl,fused-split24,fused-split24-stagger,fused-split24-l2down}" \
+    --kernels "${KERNELS:-wa-noprefetch,fused,fused-split,fused-split-pdl,fused-split24,fused-split24-stagger}" \
     >"$out/decode_bench.log" 2>&1
   echo "decode bench rc=$? $(t)" >>"$out/decode_bench.log"
 }

@@ -104,11 +104,11 @@ Status mxfp4_unpack_decode(const uint8_t* packed, const uint8_t* scales, int64_t
 // with griddepcontrol.wait before reading anything). Same needs as kFused.
 // kFusedSplit24Warps: kFusedSplit with 24 MMA warps rather than 16 (6 a scheduler, 72
 // registers a thread; the down projection's 24 chunks are 2 items a warp, the gate/up's 28 are
-// 3 or 2), for a kernel that waits on latency at one CTA an SM (branch moedec6).
-// kFusedSplit24WarpsStaggered: that, with each CTA's second ring slot requested only once its
-// first has landed, so the launch's first wave of copies is one slot an SM, not two.
-// kFusedSplit24WarpsL2Down: kFusedSplit24Warps that, where the touched experts' down weights
-// take at most 24 MiB (half of L2), has them pulled into L2 during gate/up (each CTA a 1/grid share).
+// 3 or 2), for a kernel that waits on latency at one CTA an SM. Kept to measure: on the H200
+// it ran 0.95-0.99x kFusedSplit (the register cap costs 14% more instructions than the extra
+// warps win back; docs/perf.md, branch moedec6). kFusedSplit24WarpsStaggered: that, with each
+// CTA's second ring slot requested only once its first has landed (the launch's first wave
+// of copies is one slot an SM, not two): 1.02-1.05x kFusedSplit24Warps at B <= 8.
 enum class MoeDecodeKernel {
   kAuto,
   kStreamed,
@@ -120,8 +120,7 @@ enum class MoeDecodeKernel {
   kFusedSplit,
   kFusedSplitPdl,
   kFusedSplit24Warps,
-  kFusedSplit24WarpsStaggered,
-  kFusedSplit24WarpsL2Down
+  kFusedSplit24WarpsStaggered
 };
 
 // kAuto takes a fused form (kFusedSplit since moedec6, whose call ran its K3-shape test at

@@ -34,7 +34,7 @@ namespace {
 constexpr int kStages = 2;  // ring slots, each one unit (4 tiles x all chunks + scales)
 static_assert(kStages == 2, "the producer's last reclaim assumes one slot still out");
 // MMA warps per CTA: kWaWarps (16), or kWideWarps (kFusedSplit24Warps: 6 a scheduler
-// rather than 4, for a kernel that waits on latency; at most 80 registers a thread).
+// rather than 4, for a kernel that waits on latency; ptxas then caps it at 72 registers).
 constexpr int kWideWarps = 24;
 template <int kWarps>
 constexpr int threads_all() { return kWarps * 32 + 32; }  // + the producer warp
@@ -245,31 +245,9 @@ __device__ __forceinline__ void run_unit(const uint8_t* slot, uint32_t cmax, uin
   }
 }
 
-// kL2Down (kFusedSplit24WarpsL2Down): where the touched experts' down weights fit in half
-// of L2, each CTA has the TMA unit pull its 1/gridDim share of them into L2 once its first
-// slot is requested, so DRAM, half idle at small batch, reads them during gate/up and the
-// down units' slot copies come from L2.
-constexpr uint64_t kL2DownBudget = 24ull << 20;
-
-__device__ __forceinline__ void l2_prefetch_share(const uint8_t* p, uint64_t len) {  // len, p: multiples of 16
-  const uint64_t piece = ((len + gridDim.x - 1) / gridDim.x + 15) & ~uint64_t(15), off = blockIdx.x * piece;
-  if (off >= len) return;
-  const uint32_t n = static_cast<uint32_t>(min(piece, len - off));
-  asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(p + off), "r"(n) : "memory");
-}
-
-__device__ __forceinline__ void l2_prefetch_down(const Mxfp4Decode& w2, const Shape& sh, const int* list, int count) {
-  const uint64_t packed = uint64_t(sh.down_tiles) * sh.down_chunks * 512, scales = packed / 16;
-  if (uint64_t(count) * (packed + scales) > kL2DownBudget) return;
-  for (int j = 0; j < count; ++j) {
-    l2_prefetch_share(w2.packed + uint64_t(list[j]) * packed, packed);
-    l2_prefetch_share(w2.scales + uint64_t(list[j]) * scales, scales);
-  }
-}
-
 // kStagger: the second slot's copy waits until the first slot has landed (the launch's first
 // wave is then one slot an SM, so the MMA warps start about half a wave earlier).
-template <bool kWide, bool kSplit, int kWarps, bool kStagger = false, bool kL2Down = false>
+template <bool kWide, bool kSplit, int kWarps, bool kStagger = false>
 __global__ void __launch_bounds__(threads_all<kWarps>(), 1)
     decode_fused(Mxfp4Decode w1, Mxfp4Decode w3, Mxfp4Decode w2, Shape sh, const int32_t* __restrict__ offsets, int experts,
                  const float* __restrict__ x, float* act, float* __restrict__ out, MoeAct fn, Sched* sched) {
@@ -326,7 +304,6 @@ __global__ void __launch_bounds__(threads_all<kWarps>(), 1)
         const uint32_t slot = i % kStages;
         if (i >= kStages) reclaim(slot, i / kStages - 1);
         if (kStagger && i == 1) mbar_wait(&full[0], 0);
-        if (kL2Down && i == 1) l2_prefetch_down(w2, sh, s_list, s_count);
         if (run_left == 0) {
           const uint32_t ticket = atomicAdd(&sched->next, 1u);
           if (ticket >= tickets_all) break;
@@ -455,8 +432,6 @@ Status launch_decode_fused(const MoeDecodeWeights& w, const int32_t* offsets, in
       return wide ? run(decode_fused<true, true, kWideWarps>, kMore) : run(decode_fused<false, true, kWideWarps>, kMore);
     case MoeDecodeKernel::kFusedSplit24WarpsStaggered:
       return wide ? run(decode_fused<true, true, kWideWarps, true>, kMore) : run(decode_fused<false, true, kWideWarps, true>, kMore);
-    case MoeDecodeKernel::kFusedSplit24WarpsL2Down:
-      return wide ? run(decode_fused<true, true, kWideWarps, false, true>, kMore) : run(decode_fused<false, true, kWideWarps, false, true>, kMore);
     default: return invalid_argument("moe_expert_mlp_decode: not a fused kernel");
   }
 }

@@ -7,10 +7,11 @@
 // random inputs: K3 expert shape with top-16 routing at batch 1, 4 and 64, skewed routing
 // (one expert with 40 rows, the rest empty), a single row, scales above 2^1 (the
 // two-multiply path), both activations; each case on every kernel (kStreamed, kStaged,
-// kWeightsA and its two schedule variants, kFused, kFusedSplit, kFusedSplitPdl) and on
-// kAuto (with a queue workspace, as the backend calls it). Each fused form also: repeated
-// launches and CUDA-graph replays (of permute -> decode, from cleared permute outputs) give
-// the first launch's bits and leave the workspace zero; two calls on two streams with separate
+// kWeightsA and its two schedule variants, kFused, kFusedSplit, kFusedSplitPdl and the two
+// 24-warp split forms) and on kAuto (with a queue workspace, as the backend calls it). Each
+// fused form also: repeated launches and CUDA-graph replays (of permute -> decode, from
+// cleared permute outputs) give the first launch's bits and leave the workspace zero; two
+// calls (kFused, then kFusedSplit24Warps) on two streams with separate
 // workspaces, eager and replayed from graphs without a host sync in between, each give
 // their solo bits; a call without a workspace or with too small a one is refused; kAuto's
 // choice follows the capacity rule.
@@ -153,7 +154,6 @@ const char* kernel_name(MoeDecodeKernel k) {
     case MoeDecodeKernel::kFusedSplitPdl: return "fused split pdl";
     case MoeDecodeKernel::kFusedSplit24Warps: return "fused split 24 warps";
     case MoeDecodeKernel::kFusedSplit24WarpsStaggered: return "fused split 24 warps staggered";
-    case MoeDecodeKernel::kFusedSplit24WarpsL2Down: return "fused split 24 warps l2 down";
   }
   return "?";
 }
@@ -195,7 +195,7 @@ double run_decode(const Routing& r, int64_t tokens, int64_t k, int64_t begin, co
   double err = 0.0;
   for (MoeDecodeKernel kern : {MoeDecodeKernel::kStreamed, MoeDecodeKernel::kStaged, MoeDecodeKernel::kWeightsA, MoeDecodeKernel::kWeightsANoPrefetch, MoeDecodeKernel::kWeightsAStrided,
                                MoeDecodeKernel::kFused, MoeDecodeKernel::kFusedSplit, MoeDecodeKernel::kFusedSplitPdl, MoeDecodeKernel::kFusedSplit24Warps,
-                               MoeDecodeKernel::kFusedSplit24WarpsStaggered, MoeDecodeKernel::kFusedSplit24WarpsL2Down, MoeDecodeKernel::kAuto})
+                               MoeDecodeKernel::kFusedSplit24WarpsStaggered, MoeDecodeKernel::kAuto})
     err = std::max(err, run_decode_with(r, tokens, k, begin, h, dw, x, ref, what, kern));
   return err;
 }
@@ -247,8 +247,7 @@ void fused_repeats_and_replays(MoeDecodeKernel kern);
 
 TEST_F(MoeDecode, FusedKernelRepeatsAndReplaysFromAGraph) {
   for (MoeDecodeKernel kern : {MoeDecodeKernel::kFused, MoeDecodeKernel::kFusedSplit, MoeDecodeKernel::kFusedSplitPdl,
-                               MoeDecodeKernel::kFusedSplit24Warps, MoeDecodeKernel::kFusedSplit24WarpsStaggered,
-                               MoeDecodeKernel::kFusedSplit24WarpsL2Down}) {
+                               MoeDecodeKernel::kFusedSplit24Warps, MoeDecodeKernel::kFusedSplit24WarpsStaggered}) {
     SCOPED_TRACE(kernel_name(kern));
     fused_repeats_and_replays(kern);
   }
@@ -404,8 +403,7 @@ TEST_F(MoeDecode, FusedNeedsAWorkspaceAndAutoPicksItByCapacity) {
   ASSERT_TRUE(moe_permute(di.get(), tokens, k, 0, local, dx.get(), 256, plan, xs.get(), nullptr).is_ok());
   auto ws = zeroed_workspace(local);
   for (MoeDecodeKernel kern : {MoeDecodeKernel::kFused, MoeDecodeKernel::kFusedSplit, MoeDecodeKernel::kFusedSplitPdl,
-                               MoeDecodeKernel::kFusedSplit24Warps, MoeDecodeKernel::kFusedSplit24WarpsStaggered,
-                               MoeDecodeKernel::kFusedSplit24WarpsL2Down}) {
+                               MoeDecodeKernel::kFusedSplit24Warps, MoeDecodeKernel::kFusedSplit24WarpsStaggered}) {
     SCOPED_TRACE(kernel_name(kern));
     auto call = [&](MoeDecodeWorkspace w) {
       return moe_expert_mlp_decode(dw.w, off.get(), local, cap, xs.get(), a.get(), os.get(), nullptr, kern, w);
@@ -418,8 +416,7 @@ TEST_F(MoeDecode, FusedNeedsAWorkspaceAndAutoPicksItByCapacity) {
   // that it needs the workspace and the capacity is this test's.
   auto fused = [](MoeDecodeKernel k) {
     return k == MoeDecodeKernel::kFused || k == MoeDecodeKernel::kFusedSplit || k == MoeDecodeKernel::kFusedSplitPdl ||
-           k == MoeDecodeKernel::kFusedSplit24Warps || k == MoeDecodeKernel::kFusedSplit24WarpsStaggered ||
-           k == MoeDecodeKernel::kFusedSplit24WarpsL2Down;
+           k == MoeDecodeKernel::kFusedSplit24Warps || k == MoeDecodeKernel::kFusedSplit24WarpsStaggered;
   };
   EXPECT_TRUE(fused(moe_decode_choice(dw.w, local, kMoeDecodeFusedMinCapacity, true)));
   EXPECT_FALSE(fused(moe_decode_choice(dw.w, local, kMoeDecodeFusedMinCapacity, false)));
