@@ -167,7 +167,8 @@ void run(int argc, char** argv) {
         [&] { check(moe_expert_mlp_decode(w, off.get(), kExperts, rows, xf.get(), actf.get(), out.get(), nullptr, MoeDecodeKernel::kAuto, ws), "decode"); });
     const MoeDecodeKernel chosen = moe_decode_choice(w, kExperts, rows, true);
     const bool fused = chosen == MoeDecodeKernel::kFused || chosen == MoeDecodeKernel::kFusedSplit ||
-                       chosen == MoeDecodeKernel::kFusedSplitPdl;  // any one-launch form
+                       chosen == MoeDecodeKernel::kFusedSplitPdl || chosen == MoeDecodeKernel::kFusedSplit24Warps ||
+                       chosen == MoeDecodeKernel::kFusedSplit24WarpsStaggered;  // any one-launch form
     std::printf("crossover %3lld rows a expert (%6lld rows): prefill %8.1f us  decode(kAuto -> %s) %8.1f us  prefill %.2fx faster\n",
                 (long long)per, (long long)rows, us_p, fused ? "fused" : "two-launch", us_d, us_d / us_p);
   }

@@ -87,7 +87,7 @@ Status mxfp4_unpack_decode(const uint8_t* packed, const uint8_t* scales, int64_t
 // kStaged: activation rows staged in shared memory as bf16 (8 a pass), the unit's weights
 // kept in registers across passes and the next unit's loaded during this one's MMAs;
 // needs dim, inter <= 4096. kAuto (the H200 measurements; docs/perf.md): where kFused fits
-// and the call has a workspace, kFused from capacity kMoeDecodeFusedMinCapacity; else where
+// and the call has a workspace, kFusedSplit from capacity kMoeDecodeFusedMinCapacity; else where
 // kWeightsA's shape rules hold, kWeightsANoPrefetch up to capacity 1024 and
 // kWeightsAStrided beyond; elsewhere kStaged where it fits and capacity <= 1024, else
 // kStreamed.
@@ -102,9 +102,29 @@ Status mxfp4_unpack_decode(const uint8_t* packed, const uint8_t* scales, int64_t
 // each, where by chunk half the warps took 2 and half 1). kFusedSplitPdl: kFusedSplit as a
 // programmatic dependent launch (its CTAs start while the previous kernel drains and wait
 // with griddepcontrol.wait before reading anything). Same needs as kFused.
-enum class MoeDecodeKernel { kAuto, kStreamed, kStaged, kWeightsA, kWeightsANoPrefetch, kWeightsAStrided, kFused, kFusedSplit, kFusedSplitPdl };
+// kFusedSplit24Warps: kFusedSplit with 24 MMA warps rather than 16 (6 a scheduler, 72
+// registers a thread; the down projection's 24 chunks are 2 items a warp, the gate/up's 28 are
+// 3 or 2), for a kernel that waits on latency at one CTA an SM. Kept to measure: on the H200
+// it ran 0.95-0.99x kFusedSplit (the register cap costs 14% more instructions than the extra
+// warps win back; docs/perf.md, branch moedec6). kFusedSplit24WarpsStaggered: that, with each
+// CTA's second ring slot requested only once its first has landed (the launch's first wave
+// of copies is one slot an SM, not two): 1.02-1.05x kFusedSplit24Warps at B <= 8.
+enum class MoeDecodeKernel {
+  kAuto,
+  kStreamed,
+  kStaged,
+  kWeightsA,
+  kWeightsANoPrefetch,
+  kWeightsAStrided,
+  kFused,
+  kFusedSplit,
+  kFusedSplitPdl,
+  kFusedSplit24Warps,
+  kFusedSplit24WarpsStaggered
+};
 
-// kAuto takes a fused form (kFusedSplit since moedec4; given a workspace) from this many routed pairs (tokens * k) on: at
+// kAuto takes a fused form (kFusedSplit since moedec6, whose call ran its K3-shape test at
+// B >= 4; given a workspace) from this many routed pairs (tokens * k) on: at
 // K3's EP32 shape (top-16) it ran 1.03x the speed of the blocked two-launch kernel at 1024
 // pairs, 0.97-1.02x at 1536-3072 and 1.33x the strided one (the old choice) at 4096, but
 // 0.87-0.98x the blocked one at 256-768 (docs/perf.md). The rule assumes decode sizes (a

@@ -185,8 +185,8 @@ Result<unsigned> grid_for(Kernel kernel, size_t smem, int64_t max_units, int thr
 // Fits where its token rows and two ring slots fit in shared memory (K3: 3584 / 3072).
 bool decode_fused_fits(int64_t dim, int64_t inter);
 // `workspace`: moe_decode_workspace_bytes(experts) bytes, zero; left zero. `split`: the
-// warps split a unit by (operand, chunk) (kFusedSplit); `pdl`: a programmatic dependent launch.
+// `form`: which fused kernel (kFused, kFusedSplit, kFusedSplitPdl, kFusedSplit24Warps*).
 Status launch_decode_fused(const MoeDecodeWeights& w, const int32_t* offsets, int64_t experts, const float* x, float* act, float* out,
-                           const MoeAct& fn, uint32_t* workspace, cudaStream_t stream, bool split, bool pdl);
+                           const MoeAct& fn, uint32_t* workspace, cudaStream_t stream, MoeDecodeKernel form);
 
 }  // namespace pdserve::cuda::moe_decode_detail

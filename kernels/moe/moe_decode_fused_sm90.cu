@@ -33,8 +33,11 @@ namespace {
 
 constexpr int kStages = 2;  // ring slots, each one unit (4 tiles x all chunks + scales)
 static_assert(kStages == 2, "the producer's last reclaim assumes one slot still out");
-constexpr int kMmaThreads = kWaWarps * 32;
-constexpr int kThreadsAll = kMmaThreads + 32;  // + the producer warp
+// MMA warps per CTA: kWaWarps (16), or kWideWarps (kFusedSplit24Warps: 6 a scheduler
+// rather than 4, for a kernel that waits on latency; ptxas then caps it at 72 registers).
+constexpr int kWideWarps = 24;
+template <int kWarps>
+constexpr int threads_all() { return kWarps * 32 + 32; }  // + the producer warp
 
 // The workspace (moe_decode_workspace_bytes): this header, then one word per local expert
 // (gate/up units finished); zero before a launch, zero after.
@@ -53,7 +56,8 @@ using pdl_bulk::mbar_init;
 using pdl_bulk::mbar_wait;
 using pdl_bulk::smem_u32;
 
-__device__ __forceinline__ void mma_warps_sync() { asm volatile("bar.sync 1, %0;" ::"n"(kMmaThreads) : "memory"); }
+template <int kWarps>
+__device__ __forceinline__ void mma_warps_sync() { asm volatile("bar.sync 1, %0;" ::"n"(kWarps * 32) : "memory"); }
 
 __device__ __forceinline__ void wait_at_least(const unsigned* p, unsigned target) {
   for (;;) {
@@ -134,11 +138,17 @@ __device__ __forceinline__ void wa_chunk_pair(const uint4& q0, const uint4& q1, 
 // operand p = w & 1 over chunks w / 2, w / 2 + 8, ...; the down projection's 24 chunks then
 // give every warp 3 items (by chunk: 8 warps 2 chunks, 8 warps 1, so a pass waited on the
 // slow half), the gate/up's 28 give 4 or 3 (as by chunk: 2 or 1).
-template <bool kGated, bool kWide, bool kSplit>
+// The reduction buffer: two halves (alternate passes) x warps x the tiles a warp writes
+// (4; kSplit: the 2 of its operand) x tokens x rows.
+template <int kWarps, bool kSplit>
+using RedBuf = float[2][kWarps][kSplit ? 2 : 4][kWaTokens][8];
+
+template <bool kGated, bool kWide, bool kSplit, int kWarps>
 __device__ __forceinline__ void run_unit(const uint8_t* slot, uint32_t cmax, uint32_t chunks, int e, uint32_t n, int begin, int end,
                                          const float* x, uint32_t cols, float* y, uint32_t y_cols, const MoeAct& fn, uint16_t* x_s,
-                                         float (*s_red2)[kWaWarps][4][kWaTokens][8], int& staged_key, int& buf, uint32_t gate_per_expert,
+                                         RedBuf<kWarps, kSplit>& s_red2, int& staged_key, int& buf, uint32_t gate_per_expert,
                                          const unsigned* expert_done) {
+  constexpr int kMmaThreads = kWarps * 32;
   // Gate/up units are published by the producer warp once the slot comes back (see there).
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, t = lane & 3;
   const uint4* packed = reinterpret_cast<const uint4*>(slot);
@@ -150,18 +160,18 @@ __device__ __forceinline__ void run_unit(const uint8_t* slot, uint32_t cmax, uin
     if (staged_key != key) {  // uniform; the last pass's barrier ended all x_s reads
       if constexpr (!kGated) {  // the activations of expert e: every gate/up unit of it done
         if (tid == 0) wait_at_least(&expert_done[e], gate_per_expert);
-        mma_warps_sync();
+        mma_warps_sync<kWarps>();
       }
       stage_rows<true>(x, r0, nrows, cols, stride, x_s, tid, kMmaThreads);
       staged_key = key;
-      mma_warps_sync();
+      mma_warps_sync<kWarps>();
     }
     const uint16_t* xg = x_s + g * stride + 8 * t;
     const bool tok_ok = g < nrows;
-    float (*red)[4][kWaTokens][8] = s_red2[buf];
+    auto& red = s_red2[buf];
     buf ^= 1;  // the next pass writes the other half: one barrier a pass
     if constexpr (kSplit) {
-      constexpr uint32_t kLanes = kWaWarps / 2;  // warps a operand
+      constexpr uint32_t kLanes = kWarps / 2;  // warps a operand
       const uint32_t p = warp & 1, k0 = 2 * p, k1 = 2 * p + 1;
       float acc[4][4] = {};  // items c, c2 x k-halves: four independent MMA chains
       uint32_t c = warp >> 1;
@@ -180,11 +190,11 @@ __device__ __forceinline__ void run_unit(const uint8_t* slot, uint32_t cmax, uin
       }
 #pragma unroll
       for (int j = 0; j < 4; ++j) acc[0][j] += acc[1][j] + (acc[2][j] + acc[3][j]);
-      float(*mine)[kWaTokens][8] = red[warp];
-      mine[k0][2 * t][g] = acc[0][0];
-      mine[k0][2 * t + 1][g] = acc[0][1];
-      mine[k1][2 * t][g] = acc[0][2];
-      mine[k1][2 * t + 1][g] = acc[0][3];
+      auto& mine = red[warp];  // [0]: tile k0, [1]: tile k1
+      mine[0][2 * t][g] = acc[0][0];
+      mine[0][2 * t + 1][g] = acc[0][1];
+      mine[1][2 * t][g] = acc[0][2];
+      mine[1][2 * t + 1][g] = acc[0][3];
     } else {
       // Two chunks a step into separate accumulators: two independent MMA chains per operand.
       float acc[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}};
@@ -217,26 +227,28 @@ __device__ __forceinline__ void run_unit(const uint8_t* slot, uint32_t cmax, uin
         for (int j = 0; j < 4; ++j) acc[p][j] += acc2[p][j];
       wa_store_partials(acc, red[warp], g, t);
     }
-    mma_warps_sync();
+    mma_warps_sync<kWarps>();
     const int k = tid / (kWaTokens * 8), tok = (tid / 8) % kWaTokens, rr = tid % 8;
     if (k < (kGated ? 2 : 4) && tok < nrows) {
       float va = 0.0f, vb = 0.0f;
-      // kSplit: only the warps of tile k's operand (w & 1 == k / 2) wrote it; the up tiles
-      // k + 2 are operand 1.
+      // kSplit: only the warps of tile k's operand (w & 1 == k / 2) wrote it, as its tile
+      // k & 1; the up tiles k + 2 are operand 1.
       constexpr int kStep = kSplit ? 2 : 1;
 #pragma unroll
-      for (int w = kSplit ? (k >> 1) : 0; w < kWaWarps; w += kStep) va += red[w][k][tok][rr];
+      for (int w = kSplit ? (k >> 1) : 0; w < kWarps; w += kStep) va += red[w][kSplit ? (k & 1) : k][tok][rr];
       if constexpr (kGated) {
 #pragma unroll
-        for (int w = kSplit ? 1 : 0; w < kWaWarps; w += kStep) vb += red[w][k + 2][tok][rr];
+        for (int w = kSplit ? 1 : 0; w < kWarps; w += kStep) vb += red[w][kSplit ? (k & 1) : k + 2][tok][rr];
       }
       y[int64_t(r0 + tok) * y_cols + int64_t(n + k) * 8 + rr] = kGated ? fn(va, vb) : va;
     }
   }
 }
 
-template <bool kWide, bool kSplit>
-__global__ void __launch_bounds__(kThreadsAll, 1)
+// kStagger: the second slot's copy waits until the first slot has landed (the launch's first
+// wave is then one slot an SM, so the MMA warps start about half a wave earlier).
+template <bool kWide, bool kSplit, int kWarps, bool kStagger = false>
+__global__ void __launch_bounds__(threads_all<kWarps>(), 1)
     decode_fused(Mxfp4Decode w1, Mxfp4Decode w3, Mxfp4Decode w2, Shape sh, const int32_t* __restrict__ offsets, int experts,
                  const float* __restrict__ x, float* act, float* __restrict__ out, MoeAct fn, Sched* sched) {
   extern __shared__ __align__(128) uint8_t smem[];
@@ -244,7 +256,7 @@ __global__ void __launch_bounds__(kThreadsAll, 1)
   __shared__ int s_count;
   __shared__ int s_unit[kStages];
   __shared__ __align__(8) uint64_t full[kStages], empty[kStages];
-  __shared__ float s_red[2][kWaWarps][4][kWaTokens][8];
+  __shared__ RedBuf<kWarps, kSplit> s_red;
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const uint32_t xcols = sh.cmax * 128;
   uint16_t* x_s = reinterpret_cast<uint16_t*>(smem);
@@ -256,7 +268,7 @@ __global__ void __launch_bounds__(kThreadsAll, 1)
   pdl_bulk::pdl_wait();
   list_touched_experts(offsets, experts, s_list, &s_count);
   if (tid == 32) {
-    for (int i = 0; i < kStages; ++i) mbar_init(&full[i], 1), mbar_init(&empty[i], kWaWarps);
+    for (int i = 0; i < kStages; ++i) mbar_init(&full[i], 1), mbar_init(&empty[i], kWarps);
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
   }
   __syncthreads();
@@ -271,7 +283,7 @@ __global__ void __launch_bounds__(kThreadsAll, 1)
   const uint32_t tickets_gate_e = (sh.gate_per_expert + run_gate - 1) / run_gate;
   const uint32_t tickets_down_e = (sh.down_per_expert + run_down - 1) / run_down;
   const uint32_t tickets_gate = uint32_t(s_count) * tickets_gate_e, tickets_all = tickets_gate + uint32_t(s_count) * tickets_down_e;
-  if (warp == kWaWarps) {  // producer
+  if (warp == kWarps) {  // producer
     if (lane == 0) {
       // The slot's gate/up expert, published (counter + 1) once the MMA warps hand the slot
       // back: their activation writes precede their arrivals on `empty`, which this thread
@@ -291,6 +303,7 @@ __global__ void __launch_bounds__(kThreadsAll, 1)
       for (;; ++i) {
         const uint32_t slot = i % kStages;
         if (i >= kStages) reclaim(slot, i / kStages - 1);
+        if (kStagger && i == 1) mbar_wait(&full[0], 0);
         if (run_left == 0) {
           const uint32_t ticket = atomicAdd(&sched->next, 1u);
           if (ticket >= tickets_all) break;
@@ -348,13 +361,13 @@ __global__ void __launch_bounds__(kThreadsAll, 1)
       if (uint32_t(u) < gate_units) {
         const int e = s_list[u / sh.gate_per_expert];
         const uint32_t n = (u % sh.gate_per_expert) * 2;
-        run_unit<true, kWide, kSplit>(src, sh.cmax, sh.gate_chunks, e, n, offsets[e], offsets[e + 1], x, sh.gate_chunks * 128, act,
+        run_unit<true, kWide, kSplit, kWarps>(src, sh.cmax, sh.gate_chunks, e, n, offsets[e], offsets[e + 1], x, sh.gate_chunks * 128, act,
                               sh.gate_tiles * 8, fn, x_s, s_red, staged_key, buf, sh.gate_per_expert, expert_counters(sched));
       } else {
         const uint32_t d = u - gate_units;
         const int e = s_list[d / sh.down_per_expert];
         const uint32_t n = (d % sh.down_per_expert) * 4;
-        run_unit<false, kWide, kSplit>(src, sh.cmax, sh.down_chunks, e, n, offsets[e], offsets[e + 1], act, sh.down_chunks * 128, out,
+        run_unit<false, kWide, kSplit, kWarps>(src, sh.cmax, sh.down_chunks, e, n, offsets[e], offsets[e + 1], act, sh.down_chunks * 128, out,
                                sh.down_tiles * 8, fn, x_s, s_red, staged_key, buf, sh.gate_per_expert, expert_counters(sched));
       }
       __syncwarp();
@@ -373,8 +386,9 @@ __global__ void __launch_bounds__(kThreadsAll, 1)
   }
 }
 
-constexpr size_t kStaticSmem = sizeof(int) * (kMaxExperts + 1 + kStages) + 2 * kStages * sizeof(uint64_t) +
-                               sizeof(float) * 2 * kWaWarps * 4 * kWaTokens * 8;
+// The largest form's static shared memory: kFused's reduction (16 warps x 4 tiles).
+constexpr size_t kStaticSmem = sizeof(int) * (kMaxExperts + 1 + kStages) + 2 * kStages * sizeof(uint64_t) + sizeof(RedBuf<kWaWarps, false>);
+static_assert(sizeof(RedBuf<kWideWarps, true>) <= sizeof(RedBuf<kWaWarps, false>), "kStaticSmem bounds every form");
 
 size_t dynamic_smem(int64_t dim, int64_t inter) {
   const int64_t cmax = std::max(dim, inter) / 128;
@@ -389,7 +403,7 @@ bool decode_fused_fits(int64_t dim, int64_t inter) {
 }
 
 Status launch_decode_fused(const MoeDecodeWeights& w, const int32_t* offsets, int64_t experts, const float* x, float* act, float* out,
-                           const MoeAct& fn, uint32_t* workspace, cudaStream_t stream, bool split, bool pdl) {
+                           const MoeAct& fn, uint32_t* workspace, cudaStream_t stream, MoeDecodeKernel form) {
   const int64_t dim = w.w1.cols, inter = w.w1.rows;
   if (!decode_fused_fits(dim, inter)) return invalid_argument("moe_expert_mlp_decode: the fused kernel's ring does not fit");
   const Shape sh{static_cast<uint32_t>(inter / 8),  static_cast<uint32_t>(dim / 128),   static_cast<uint32_t>(inter / 16),
@@ -398,16 +412,28 @@ Status launch_decode_fused(const MoeDecodeWeights& w, const int32_t* offsets, in
   const size_t smem = dynamic_smem(dim, inter);
   const int64_t max_units = experts * (sh.gate_per_expert + sh.down_per_expert);
   const bool wide = w.w1.wide_scales || w.w3.wide_scales || w.w2.wide_scales;  // the two-multiply path is exact for any scale
-  auto run = [&](auto kernel) -> Status {
-    PDS_ASSIGN_OR_RETURN(unsigned grid, grid_for(kernel, smem, max_units, kThreadsAll));
-    PDS_RETURN_IF_ERROR(cuda_status(pdl_bulk::launch_pdl(pdl, kernel, dim3(grid), dim3(kThreadsAll), smem, stream, w.w1, w.w3, w.w2, sh,
+  const bool pdl = form == MoeDecodeKernel::kFusedSplitPdl;
+  auto run = [&](auto kernel, int threads) -> Status {
+    PDS_ASSIGN_OR_RETURN(unsigned grid, grid_for(kernel, smem, max_units, threads));
+    PDS_RETURN_IF_ERROR(cuda_status(pdl_bulk::launch_pdl(pdl, kernel, dim3(grid), dim3(threads), smem, stream, w.w1, w.w3, w.w2, sh,
                                                          offsets, static_cast<int>(experts), x, act, out, fn,
                                                          reinterpret_cast<Sched*>(workspace)),
                                     "moe decode fused launch"));
     return last_launch_status("moe decode fused");
   };
-  if (split) return wide ? run(decode_fused<true, true>) : run(decode_fused<false, true>);
-  return wide ? run(decode_fused<true, false>) : run(decode_fused<false, false>);
+  constexpr int kStd = threads_all<kWaWarps>(), kMore = threads_all<kWideWarps>();
+  switch (form) {
+    case MoeDecodeKernel::kFused:
+      return wide ? run(decode_fused<true, false, kWaWarps>, kStd) : run(decode_fused<false, false, kWaWarps>, kStd);
+    case MoeDecodeKernel::kFusedSplit:
+    case MoeDecodeKernel::kFusedSplitPdl:
+      return wide ? run(decode_fused<true, true, kWaWarps>, kStd) : run(decode_fused<false, true, kWaWarps>, kStd);
+    case MoeDecodeKernel::kFusedSplit24Warps:
+      return wide ? run(decode_fused<true, true, kWideWarps>, kMore) : run(decode_fused<false, true, kWideWarps>, kMore);
+    case MoeDecodeKernel::kFusedSplit24WarpsStaggered:
+      return wide ? run(decode_fused<true, true, kWideWarps, true>, kMore) : run(decode_fused<false, true, kWideWarps, true>, kMore);
+    default: return invalid_argument("moe_expert_mlp_decode: not a fused kernel");
+  }
 }
 
 }  // namespace pdserve::cuda::moe_decode_detail

@@ -461,7 +461,8 @@ Fits shape_fits(const MoeDecodeWeights& w, int64_t local_experts) {
 }
 
 bool is_fused(MoeDecodeKernel k) {
-  return k == MoeDecodeKernel::kFused || k == MoeDecodeKernel::kFusedSplit || k == MoeDecodeKernel::kFusedSplitPdl;
+  return k == MoeDecodeKernel::kFused || k == MoeDecodeKernel::kFusedSplit || k == MoeDecodeKernel::kFusedSplitPdl ||
+         k == MoeDecodeKernel::kFusedSplit24Warps || k == MoeDecodeKernel::kFusedSplit24WarpsStaggered;
 }
 
 // kAuto, from the H200 measurements (docs/perf.md): the fused kernel from
@@ -470,7 +471,9 @@ bool is_fused(MoeDecodeKernel k) {
 // 1024 pairs (B <= 64 at top-16; 1.2-1.6x the older kernels, the prefetch within noise),
 // beyond that strided. Elsewhere staged up to 1024 pairs, else streamed.
 MoeDecodeKernel resolve(const Fits& f, int64_t capacity, bool has_workspace) {
-  if (f.fused && has_workspace && capacity >= kMoeDecodeFusedMinCapacity) return MoeDecodeKernel::kFused;  // kFusedSplit measured 1.5-2.8% faster but its K3-shape test at B >= 4 has not run on a GPU yet
+  // kFusedSplit: 1.015-1.028x kFused at B = 64-256 (moedec4), 1.019-1.023x in moedec6's call,
+  // whose test ran it at K3's shape at B = 1, 4 and 64 on the GPU.
+  if (f.fused && has_workspace && capacity >= kMoeDecodeFusedMinCapacity) return MoeDecodeKernel::kFusedSplit;
   if (f.wa) return capacity <= 1024 ? MoeDecodeKernel::kWeightsANoPrefetch : MoeDecodeKernel::kWeightsAStrided;
   return f.fits && capacity <= 1024 ? MoeDecodeKernel::kStaged : MoeDecodeKernel::kStreamed;
 }
@@ -508,8 +511,7 @@ Status moe_expert_mlp_decode(const MoeDecodeWeights& w, const int32_t* offsets, 
   const MoeDecodeKernel kind = kernel == MoeDecodeKernel::kAuto ? resolve(f, capacity, has_workspace) : kernel;
   const MoeAct a{w.activation, w.situ_beta, w.situ_linear_beta};
   if (is_fused(kind))
-    return launch_decode_fused(w, offsets, local_experts, x_sorted, act, out_sorted, a, static_cast<uint32_t*>(workspace.data), stream,
-                               kind != MoeDecodeKernel::kFused, kind == MoeDecodeKernel::kFusedSplitPdl);
+    return launch_decode_fused(w, offsets, local_experts, x_sorted, act, out_sorted, a, static_cast<uint32_t*>(workspace.data), stream, kind);
   if (w.w1.wide_scales || w.w3.wide_scales)
     PDS_RETURN_IF_ERROR((launch<true, true>(w.w1, w.w3, offsets, local_experts, x_sorted, act, a, kind, stream, "moe decode gate/up")));
   else

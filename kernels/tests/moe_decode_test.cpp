@@ -7,10 +7,11 @@
 // random inputs: K3 expert shape with top-16 routing at batch 1, 4 and 64, skewed routing
 // (one expert with 40 rows, the rest empty), a single row, scales above 2^1 (the
 // two-multiply path), both activations; each case on every kernel (kStreamed, kStaged,
-// kWeightsA and its two schedule variants, kFused, kFusedSplit, kFusedSplitPdl) and on
-// kAuto (with a queue workspace, as the backend calls it). Each fused form also: repeated
-// launches and CUDA-graph replays (of permute -> decode, from cleared permute outputs) give
-// the first launch's bits and leave the workspace zero; two calls on two streams with separate
+// kWeightsA and its two schedule variants, kFused, kFusedSplit, kFusedSplitPdl and the two
+// 24-warp split forms) and on kAuto (with a queue workspace, as the backend calls it). Each
+// fused form also: repeated launches and CUDA-graph replays (of permute -> decode, from
+// cleared permute outputs) give the first launch's bits and leave the workspace zero; two
+// calls (kFused, then kFusedSplit24Warps) on two streams with separate
 // workspaces, eager and replayed from graphs without a host sync in between, each give
 // their solo bits; a call without a workspace or with too small a one is refused; kAuto's
 // choice follows the capacity rule.
@@ -151,18 +152,16 @@ const char* kernel_name(MoeDecodeKernel k) {
     case MoeDecodeKernel::kFused: return "fused";
     case MoeDecodeKernel::kFusedSplit: return "fused split";
     case MoeDecodeKernel::kFusedSplitPdl: return "fused split pdl";
+    case MoeDecodeKernel::kFusedSplit24Warps: return "fused split 24 warps";
+    case MoeDecodeKernel::kFusedSplit24WarpsStaggered: return "fused split 24 warps staggered";
   }
   return "?";
 }
 
-// permute -> decode experts -> combine on the GPU vs routed_reference; the error.
-double run_decode_with(const Routing& r, int64_t tokens, int64_t k, int64_t begin, const HostExperts& h, MoeActivation act,
-                       uint32_t seed, const char* what, MoeDecodeKernel kernel) {
-  const float beta = 4.0f, lb = 25.0f;
+// permute -> decode experts -> combine on the GPU vs `ref` (routed_reference of x); the error.
+double run_decode_with(const Routing& r, int64_t tokens, int64_t k, int64_t begin, const HostExperts& h, const DevDecode& dw,
+                       const std::vector<float>& x, const std::vector<float>& ref, const char* what, MoeDecodeKernel kernel) {
   const int64_t dim = h.dim, inter = h.inter, local = h.experts, cap = tokens * k;
-  auto x = randn(tokens * dim, seed);
-  const auto ref = routed_reference(h, r, tokens, k, begin, x, act, beta, lb);
-  DevDecode dw = upload_decode(h, act, beta, lb);
   auto di = dev(r.ids);
   auto dwt = dev(r.weights), dx = dev(x);
   DeviceBuffer<int32_t> off(local + 1), sorted(cap), prow(cap);
@@ -187,10 +186,17 @@ double run_decode_with(const Routing& r, int64_t tokens, int64_t k, int64_t begi
 // Every kernel (and kAuto's choice) on the same inputs; the largest error.
 double run_decode(const Routing& r, int64_t tokens, int64_t k, int64_t begin, const HostExperts& h, MoeActivation act, uint32_t seed,
                   const char* what) {
+  // The CPU reference and the repacked weights once for all kernels: at the K3 shape they
+  // are most of the test's time (per kernel, 9 of them, they overran a 35 s device call).
+  const float beta = 4.0f, lb = 25.0f;
+  const auto x = randn(tokens * h.dim, seed);
+  const auto ref = routed_reference(h, r, tokens, k, begin, x, act, beta, lb);
+  const DevDecode dw = upload_decode(h, act, beta, lb);
   double err = 0.0;
   for (MoeDecodeKernel kern : {MoeDecodeKernel::kStreamed, MoeDecodeKernel::kStaged, MoeDecodeKernel::kWeightsA, MoeDecodeKernel::kWeightsANoPrefetch, MoeDecodeKernel::kWeightsAStrided,
-                               MoeDecodeKernel::kFused, MoeDecodeKernel::kFusedSplit, MoeDecodeKernel::kFusedSplitPdl, MoeDecodeKernel::kAuto})
-    err = std::max(err, run_decode_with(r, tokens, k, begin, h, act, seed, what, kern));
+                               MoeDecodeKernel::kFused, MoeDecodeKernel::kFusedSplit, MoeDecodeKernel::kFusedSplitPdl, MoeDecodeKernel::kFusedSplit24Warps,
+                               MoeDecodeKernel::kFusedSplit24WarpsStaggered, MoeDecodeKernel::kAuto})
+    err = std::max(err, run_decode_with(r, tokens, k, begin, h, dw, x, ref, what, kern));
   return err;
 }
 
@@ -234,13 +240,14 @@ TEST_F(MoeDecode, ScalesAboveTwoTakeTheTwoMultiplyPath) {
 // of each launch: a second, third (eager) and graph-replayed launch must redo all the work,
 // bit for bit (the reduction order is fixed, whichever CTA claims a unit), and leave the
 // workspace zero. Skewed rows (several passes), empty experts, and a different expert
-// count between calls. Every fused form (kFused, kFusedSplit, kFusedSplitPdl); the graph
+// count between calls. Every fused form (kFused, the split forms, 16 or 24 MMA warps); the graph
 // holds permute -> decode and its replays start from cleared permute outputs, so a
 // programmatic dependent launch that read them before the permute finished would miss rows.
 void fused_repeats_and_replays(MoeDecodeKernel kern);
 
 TEST_F(MoeDecode, FusedKernelRepeatsAndReplaysFromAGraph) {
-  for (MoeDecodeKernel kern : {MoeDecodeKernel::kFused, MoeDecodeKernel::kFusedSplit, MoeDecodeKernel::kFusedSplitPdl}) {
+  for (MoeDecodeKernel kern : {MoeDecodeKernel::kFused, MoeDecodeKernel::kFusedSplit, MoeDecodeKernel::kFusedSplitPdl,
+                               MoeDecodeKernel::kFusedSplit24Warps, MoeDecodeKernel::kFusedSplit24WarpsStaggered}) {
     SCOPED_TRACE(kernel_name(kern));
     fused_repeats_and_replays(kern);
   }
@@ -336,49 +343,49 @@ TEST_F(MoeDecode, FusedCallsOnTwoStreamsWithSeparateWorkspaces) {
     ASSERT_EQ(cudaStreamCreateWithFlags(&cl.st, cudaStreamNonBlocking), cudaSuccess);
   }
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);  // the permutes ran on the legacy stream
-  auto decode = [&](Call& cl) {
-    return moe_expert_mlp_decode(cl.dw.w, cl.off.get(), local, cap, cl.xs.get(), cl.a.get(), cl.os.get(), cl.st, MoeDecodeKernel::kFused,
-                                 workspace_of(cl.ws));
-  };
-  for (Call& cl : calls) {  // alone
-    ASSERT_TRUE(decode(cl).is_ok());
-    cl.solo = host(cl.os);
-    float peak = 0.0f;
-    for (float v : cl.solo) peak = std::max(peak, std::fabs(v));
-    ASSERT_GT(peak, 0.0f);
-  }
-  auto clear = [&] {
-    for (Call& cl : calls) ASSERT_EQ(cudaMemset(cl.os.get(), 0, cap * dim * sizeof(float)), cudaSuccess);
-    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-  };
-  auto expect_solo = [&](const char* what) {
-    for (int c = 0; c < 2; ++c) {
-      EXPECT_EQ(host(calls[c].os), calls[c].solo) << what << ", call " << c;
-      EXPECT_EQ(host(calls[c].ws), std::vector<uint32_t>(calls[c].ws.size(), 0u)) << what << ", call " << c;
+  for (MoeDecodeKernel kern : {MoeDecodeKernel::kFused, MoeDecodeKernel::kFusedSplit24Warps}) {
+    SCOPED_TRACE(kernel_name(kern));
+    auto decode = [&](Call& cl) {
+      return moe_expert_mlp_decode(cl.dw.w, cl.off.get(), local, cap, cl.xs.get(), cl.a.get(), cl.os.get(), cl.st, kern, workspace_of(cl.ws));
+    };
+    for (Call& cl : calls) {  // alone
+      ASSERT_TRUE(decode(cl).is_ok());
+      cl.solo = host(cl.os);
+      float peak = 0.0f;
+      for (float v : cl.solo) peak = std::max(peak, std::fabs(v));
+      ASSERT_GT(peak, 0.0f);
     }
-  };
-  clear();
-  for (int round = 0; round < 3; ++round)  // eager, queued back to back on both streams
-    for (Call& cl : calls) ASSERT_TRUE(decode(cl).is_ok());
-  expect_solo("eager, concurrent");
-  cudaGraphExec_t exec[2];
-  for (int c = 0; c < 2; ++c) {
-    cudaGraph_t graph;
-    ASSERT_EQ(cudaStreamBeginCapture(calls[c].st, cudaStreamCaptureModeGlobal), cudaSuccess);
-    const Status captured = decode(calls[c]);
-    ASSERT_EQ(cudaStreamEndCapture(calls[c].st, &graph), cudaSuccess);
-    ASSERT_TRUE(captured.is_ok()) << captured.to_string();
-    ASSERT_EQ(cudaGraphInstantiate(&exec[c], graph, 0), cudaSuccess);
-    cudaGraphDestroy(graph);
+    auto clear = [&] {
+      for (Call& cl : calls) ASSERT_EQ(cudaMemset(cl.os.get(), 0, cap * dim * sizeof(float)), cudaSuccess);
+      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    };
+    auto expect_solo = [&](const char* what) {
+      for (int c = 0; c < 2; ++c) {
+        EXPECT_EQ(host(calls[c].os), calls[c].solo) << what << ", call " << c;
+        EXPECT_EQ(host(calls[c].ws), std::vector<uint32_t>(calls[c].ws.size(), 0u)) << what << ", call " << c;
+      }
+    };
+    clear();
+    for (int round = 0; round < 3; ++round)  // eager, queued back to back on both streams
+      for (Call& cl : calls) ASSERT_TRUE(decode(cl).is_ok());
+    expect_solo("eager, concurrent");
+    cudaGraphExec_t exec[2];
+    for (int c = 0; c < 2; ++c) {
+      cudaGraph_t graph;
+      ASSERT_EQ(cudaStreamBeginCapture(calls[c].st, cudaStreamCaptureModeGlobal), cudaSuccess);
+      const Status captured = decode(calls[c]);
+      ASSERT_EQ(cudaStreamEndCapture(calls[c].st, &graph), cudaSuccess);
+      ASSERT_TRUE(captured.is_ok()) << captured.to_string();
+      ASSERT_EQ(cudaGraphInstantiate(&exec[c], graph, 0), cudaSuccess);
+      cudaGraphDestroy(graph);
+    }
+    clear();
+    for (int round = 0; round < 3; ++round)
+      for (int c = 0; c < 2; ++c) ASSERT_EQ(cudaGraphLaunch(exec[c], calls[c].st), cudaSuccess);
+    expect_solo("graph replays, concurrent");
+    for (int c = 0; c < 2; ++c) cudaGraphExecDestroy(exec[c]);
   }
-  clear();
-  for (int round = 0; round < 3; ++round)
-    for (int c = 0; c < 2; ++c) ASSERT_EQ(cudaGraphLaunch(exec[c], calls[c].st), cudaSuccess);
-  expect_solo("graph replays, concurrent");
-  for (int c = 0; c < 2; ++c) {
-    cudaGraphExecDestroy(exec[c]);
-    cudaStreamDestroy(calls[c].st);
-  }
+  for (Call& cl : calls) cudaStreamDestroy(cl.st);
 }
 
 // Every fused form needs a workspace of moe_decode_workspace_bytes(local) bytes; kAuto takes one only
@@ -395,7 +402,8 @@ TEST_F(MoeDecode, FusedNeedsAWorkspaceAndAutoPicksItByCapacity) {
   DeviceBuffer<float> xs(cap * 256), a(cap * 128), os(cap * 256);
   ASSERT_TRUE(moe_permute(di.get(), tokens, k, 0, local, dx.get(), 256, plan, xs.get(), nullptr).is_ok());
   auto ws = zeroed_workspace(local);
-  for (MoeDecodeKernel kern : {MoeDecodeKernel::kFused, MoeDecodeKernel::kFusedSplit, MoeDecodeKernel::kFusedSplitPdl}) {
+  for (MoeDecodeKernel kern : {MoeDecodeKernel::kFused, MoeDecodeKernel::kFusedSplit, MoeDecodeKernel::kFusedSplitPdl,
+                               MoeDecodeKernel::kFusedSplit24Warps, MoeDecodeKernel::kFusedSplit24WarpsStaggered}) {
     SCOPED_TRACE(kernel_name(kern));
     auto call = [&](MoeDecodeWorkspace w) {
       return moe_expert_mlp_decode(dw.w, off.get(), local, cap, xs.get(), a.get(), os.get(), nullptr, kern, w);
@@ -407,7 +415,8 @@ TEST_F(MoeDecode, FusedNeedsAWorkspaceAndAutoPicksItByCapacity) {
   // Which fused form kAuto takes is the measured rule's business (moe_decode_sm90.cu);
   // that it needs the workspace and the capacity is this test's.
   auto fused = [](MoeDecodeKernel k) {
-    return k == MoeDecodeKernel::kFused || k == MoeDecodeKernel::kFusedSplit || k == MoeDecodeKernel::kFusedSplitPdl;
+    return k == MoeDecodeKernel::kFused || k == MoeDecodeKernel::kFusedSplit || k == MoeDecodeKernel::kFusedSplitPdl ||
+           k == MoeDecodeKernel::kFusedSplit24Warps || k == MoeDecodeKernel::kFusedSplit24WarpsStaggered;
   };
   EXPECT_TRUE(fused(moe_decode_choice(dw.w, local, kMoeDecodeFusedMinCapacity, true)));
   EXPECT_FALSE(fused(moe_decode_choice(dw.w, local, kMoeDecodeFusedMinCapacity, false)));
