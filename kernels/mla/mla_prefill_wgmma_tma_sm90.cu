@@ -24,6 +24,7 @@
 #include <string>
 
 #include "common/cuda_check.h"
+#include "common/tensor_map.h"
 #include "mla/mla_prefill.h"
 #include "mla/mla_prefill_wgmma.h"
 #include "mla/mla_prefill_wgmma_tile.cuh"
@@ -241,36 +242,12 @@ __global__ void __launch_bounds__(kThreads, 1)
   }
 }
 
-using EncodeTiled = CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*, const cuuint64_t*, const cuuint64_t*,
-                                 const cuuint32_t*, const cuuint32_t*, CUtensorMapInterleave, CUtensorMapSwizzle,
-                                 CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
-
-// The driver's encoder through the runtime (no link against libcuda).
-Result<EncodeTiled> lookup_tensor_map_encoder() {
-  void* sym = nullptr;
-  cudaDriverEntryPointQueryResult found{};
-  PDS_RETURN_IF_ERROR(cuda_status(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &sym, 12000, cudaEnableDefault, &found),
-                                  "mla prefill tma: driver entry point"));
-  if (found != cudaDriverEntryPointSuccess || sym == nullptr)
-    return internal_error("mla prefill tma: cuTensorMapEncodeTiled not found in the driver");
-  return reinterpret_cast<EncodeTiled>(sym);
-}
-const Result<EncodeTiled>& tensor_map_encoder() {
-  static const Result<EncodeTiled> encoder = lookup_tensor_map_encoder();  // once, thread-safe
-  return encoder;
-}
-
-// [rows][heads][dim] bf16, boxes of 64 columns x 1 head x 128 rows, 128-byte swizzle, zero fill.
-Status encode_map(EncodeTiled encode, CUtensorMap* map, const void* base, int64_t rows, int64_t heads, int64_t dim) {
-  const cuuint64_t extent[3] = {static_cast<cuuint64_t>(dim), static_cast<cuuint64_t>(heads), static_cast<cuuint64_t>(rows)};
-  const cuuint64_t stride[2] = {static_cast<cuuint64_t>(dim * 2), static_cast<cuuint64_t>(heads * dim * 2)};  // bytes, dims 1..2
-  const cuuint32_t box[3] = {64, 1, static_cast<cuuint32_t>(kKeys)};
-  const cuuint32_t step[3] = {1, 1, 1};
-  const CUresult r = encode(map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 3, const_cast<void*>(base), extent, stride, box, step,
-                            CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
-                            CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-  if (r != CUDA_SUCCESS) return internal_error("mla prefill tma: cuTensorMapEncodeTiled failed (" + std::to_string(r) + ")");
-  return Status::ok();
+// [rows][heads][dim] bf16, boxes of 64 columns x 1 head x 128 rows (128-byte swizzle, zero fill).
+Status encode_map(CUtensorMap* map, const void* base, int64_t rows, int64_t heads, int64_t dim) {
+  const uint64_t extent[3] = {static_cast<uint64_t>(dim), static_cast<uint64_t>(heads), static_cast<uint64_t>(rows)};
+  const uint64_t stride[2] = {static_cast<uint64_t>(dim * 2), static_cast<uint64_t>(heads * dim * 2)};  // bytes, dims 1..2
+  const uint32_t box[3] = {64, 1, static_cast<uint32_t>(kKeys)};
+  return encode_bf16_tensor_map(map, base, 3, extent, stride, box, "mla prefill tma");
 }
 
 }  // namespace
@@ -278,12 +255,10 @@ Status encode_map(EncodeTiled encode, CUtensorMap* map, const void* base, int64_
 Status mla_prefill_attend_wgmma_tma(const void* qb, const void* kb, const void* vb, int64_t heads, float scale,
                                     const MlaPrefillPlan& p, const int32_t* plan, float* out, cudaStream_t stream) {
   static_assert(kRows == kKeys, "one tensor-map box shape serves Q, K and V");
-  const Result<EncodeTiled>& encoder = tensor_map_encoder();
-  if (!encoder.is_ok()) return encoder.status();
   CUtensorMap qmap, kmap, vmap;
-  PDS_RETURN_IF_ERROR(encode_map(encoder.value(), &qmap, qb, p.rows, heads, kQk));
-  PDS_RETURN_IF_ERROR(encode_map(encoder.value(), &kmap, kb, p.ctx_total, heads, kQk));
-  PDS_RETURN_IF_ERROR(encode_map(encoder.value(), &vmap, vb, p.ctx_total, heads, kVd));
+  PDS_RETURN_IF_ERROR(encode_map(&qmap, qb, p.rows, heads, kQk));
+  PDS_RETURN_IF_ERROR(encode_map(&kmap, kb, p.ctx_total, heads, kQk));
+  PDS_RETURN_IF_ERROR(encode_map(&vmap, vb, p.ctx_total, heads, kVd));
   const auto kernel = p.kernel == MlaPrefillKernel::kWgmmaTmaPingpong ? attend_tma_kernel<true> : attend_tma_kernel<false>;
   PDS_RETURN_IF_ERROR(cuda_status(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes),
                                   "mla prefill tma: shared memory attribute"));

@@ -21,6 +21,7 @@
 #include <string>
 
 #include "common/cuda_check.h"
+#include "common/tensor_map.h"
 #include "common/pdl_bulk.cuh"
 #include "moe/moe_prefill.h"
 #include "moe/moe_prefill_device.cuh"
@@ -283,34 +284,13 @@ __global__ void __launch_bounds__(Cfg<kForm>::kThreads, 1)
   if (kQueue && threadIdx.x == 0) finish_tile_queue(queue_ptr);
 }
 
-using EncodeTiled = CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*, const cuuint64_t*, const cuuint64_t*,
-                                 const cuuint32_t*, const cuuint32_t*, CUtensorMapInterleave, CUtensorMapSwizzle,
-                                 CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
-
-// The driver's encoder through the runtime (no link against libcuda), looked up once.
-Result<EncodeTiled> lookup_tensor_map_encoder() {
-  void* sym = nullptr;
-  cudaDriverEntryPointQueryResult found{};
-  PDS_RETURN_IF_ERROR(cuda_status(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &sym, 12000, cudaEnableDefault, &found),
-                                  "moe prefill tma: driver entry point"));
-  if (found != cudaDriverEntryPointSuccess || sym == nullptr) return internal_error("moe prefill tma: cuTensorMapEncodeTiled not found");
-  return reinterpret_cast<EncodeTiled>(sym);
-}
-
 // [rows][cols] bf16 rows (x_sorted or act), boxes of 64 inputs x kBoxRows rows, 128-byte
 // swizzle, zeros past the last row.
 Status encode_rows_map(CUtensorMap* map, const void* base, int64_t rows, int64_t cols) {
-  static const Result<EncodeTiled> encoder = lookup_tensor_map_encoder();
-  if (!encoder.is_ok()) return encoder.status();
-  const cuuint64_t extent[2] = {static_cast<cuuint64_t>(cols), static_cast<cuuint64_t>(rows)};
-  const cuuint64_t stride[1] = {static_cast<cuuint64_t>(cols * 2)};  // bytes between rows
-  const cuuint32_t box[2] = {64, kBoxRows};
-  const cuuint32_t step[2] = {1, 1};
-  const CUresult r = encoder.value()(map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, const_cast<void*>(base), extent, stride, box, step,
-                                     CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
-                                     CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-  if (r != CUDA_SUCCESS) return internal_error("moe prefill tma: cuTensorMapEncodeTiled failed (" + std::to_string(r) + ")");
-  return Status::ok();
+  const uint64_t extent[2] = {static_cast<uint64_t>(cols), static_cast<uint64_t>(rows)};
+  const uint64_t stride[1] = {static_cast<uint64_t>(cols * 2)};  // bytes between rows
+  const uint32_t box[2] = {64, static_cast<uint32_t>(kBoxRows)};
+  return encode_bf16_tensor_map(map, base, 2, extent, stride, box, "moe prefill tma");
 }
 
 template <int kForm, bool kGated, bool kWide>

@@ -1,0 +1,21 @@
+// Bulk tensor copies (TMA) need a CUtensorMap built on the host by the driver's
+// cuTensorMapEncodeTiled. The project links only the runtime, so the encoder is looked up
+// once through cudaGetDriverEntryPointByVersion and shared by every kernel family.
+#pragma once
+
+#include <cuda.h>
+
+#include <cstdint>
+
+#include "pdserve/core/status.h"
+
+namespace pdserve::cuda {
+
+// A map over a bf16 tensor of `rank` dimensions (1 to 5, innermost first): `extent` elements
+// per dimension, `stride_bytes` between consecutive indices of dimensions 1..rank-1, and a
+// copy box of `box` elements per dimension. 128-byte swizzle (the wgmma operand layout),
+// 256-byte L2 promotion, zeros for reads past the extent. `who` names the caller in errors.
+Status encode_bf16_tensor_map(CUtensorMap* map, const void* base, int rank, const uint64_t* extent,
+                              const uint64_t* stride_bytes, const uint32_t* box, const char* who);
+
+}  // namespace pdserve::cuda
