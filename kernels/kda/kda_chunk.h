@@ -61,7 +61,7 @@ struct KdaChunkArgs {
   int state_buffers = 0;
   // Warps of the in-state serial kernel (the output in the state kernel): 8, 16 (twice the
   // warps an SM to hide its latency chain; used at D = 128 with state tiles 32 / 64, else 8)
-  // or 0: pick (8; docs/perf.md "bf16 mode").
+  // or 0: pick (8: 16 made the state kernel 14-19% slower on the H200, docs/perf.md "bf16 mode").
   int state_warps = 0;
   // true: every matmul in error-compensated 3xTF32 (operands split hi + lo, ~fp32 accuracy,
   // 3x the tensor-core work); false: plain tf32 (10-bit mantissa). See docs/design.md.
