@@ -1,23 +1,30 @@
 // Chunked KDA prefill (kda_chunk.h) timings against the floor, at the issue's shapes:
 // B1 H32 D128 at T = 16K and 64K (fla's chunk_kda, kda_chunk_fla.py, is the anchor in the same
-// run) and the TP4 prefill rank's H24 with an 8K-token chunk continuing from a state.
+// run) and the TP4 prefill rank's 24 heads at the same lengths, each continuing from a state.
 // Floor: max(bytes / 4.2 TB/s, FLOPs / 790 TF/s); bytes = q, k, v, g read and o written once
 // (fp32) plus beta and the state read and written; FLOPs = the chunked form's matmuls,
 // 5 C^2 D + 6 C D^2 per chunk and head (C = 64). Median of 20 timed calls after 3 warm-ups;
 // then the intra-chunk, state-passing and (output in its own pass) output kernels timed alone
 // (where the time goes).
-//   kda_chunk_bench [T H state_tile precise state_buffers output]   (output 1: in the state
-//   kernel, 2: its own pass; no arguments: the issue's shapes, both precisions, the output in
-//   the state kernel and in its own pass at tile 32 with two buffers;
+//   kda_chunk_bench [T H state_tile math state_buffers output warps]   (math 0: tf32, 1: 3xTF32,
+//   2: bf16; output 1: in the state kernel, 2: its own pass; warps of the in-state kernel, 8 or
+//   16; no arguments: the issue's shapes (T 16K / 64K, H 32 / 24), every precision, the output
+//   in the state kernel (8 and 16 warps) and in its own pass at tile 32 with two buffers;
+//   kda_chunk_bench --accuracy DIR: ours and fla's error on the inputs kda_chunk_fla.py dumped;
 //   KDA_CHUNK_BENCH_RECURRENT=1 adds the token recurrence once)
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <string>
 #include <vector>
 
 #include "bench/bench_util.h"
 #include "kda/kda.h"
 #include "kda/kda_chunk.h"
 #include "kda/kda_chunk_common.cuh"
+#include "pdserve/ops/kda.h"
 
 namespace pdserve::cuda {
 namespace {
@@ -43,7 +50,9 @@ DeviceBuffer<float> random_buffer(int64_t n, uint32_t seed, int kind) {
   return b;
 }
 
-void run_shape(int64_t T, int64_t H, int tile, bool precise, int buffers, int output) {
+const char* math_name(kda_chunk::Math m) { return m == kda_chunk::kBf16 ? "bf16  " : m == kda_chunk::k3xTf32 ? "3xtf32" : "tf32  "; }
+
+void run_shape(int64_t T, int64_t H, int tile, kda_chunk::Math math, int buffers, int output, int warps = 8) {
   const int64_t D = 128, n = T * H * D;
   DeviceBuffer<float> q = random_buffer(n, 1, 0), k = random_buffer(n, 2, 0), v = random_buffer(n, 3, 0);
   DeviceBuffer<float> g = random_buffer(n, 4, 1), beta = random_buffer(T * H, 5, 2), o(n);
@@ -58,7 +67,8 @@ void run_shape(int64_t T, int64_t H, int tile, bool precise, int buffers, int ou
   a.heads = H, a.head_dim = D, a.num_seqs = 1, a.cu_seqlens = cu, a.slots = &slot;
   a.state = state.get(), a.slot_stride = H * D * D, a.layer_offset = 0;
   a.workspace = ws.get(), a.workspace_bytes = ws.size(), a.state_tile = tile;
-  a.precise = precise, a.state_buffers = buffers, a.output = static_cast<KdaChunkOutput>(output);
+  a.precise = math == kda_chunk::k3xTf32, a.bf16 = math == kda_chunk::kBf16, a.state_buffers = buffers, a.output = static_cast<KdaChunkOutput>(output);
+  a.state_warps = warps;
   const double us = bench::median_us([&](int) { check(kda_chunk_prefill(a, nullptr), "kda_chunk_prefill"); });
   check(cuda_status(cudaDeviceSynchronize(), "sync"), "sync");
   // The kernels alone (the same tables kda_chunk_prefill builds for one sequence).
@@ -73,7 +83,7 @@ void run_shape(int64_t T, int64_t H, int tile, bool precise, int buffers, int ou
   DeviceBuffer<float> inter(static_cast<size_t>(nch * H) * kda_chunk::Layout<128>::floats);
   const int vt = tile ? tile : 32;
   const double us_intra = bench::median_us([&](int) {
-    check(cuda_status(kda_chunk_intra_launch(128, precise, a.q, a.k, a.v, a.g, a.beta, H,
+    check(cuda_status(kda_chunk_intra_launch(128, math, a.q, a.k, a.v, a.g, a.beta, H,
                                              dchunks.get(), nch, inter.get(), nullptr),
                       "intra"),
           "intra");
@@ -83,21 +93,21 @@ void run_shape(int64_t T, int64_t H, int tile, bool precise, int buffers, int ou
   const bool separate = output == 2;
   const double us_state = bench::median_us([&](int) {
     if (separate)
-      check(cuda_status(kda_chunk_state_split_launch(128, vt, precise, buffers != 1, inter.get(), H, dseq.get(), 1, a.state, 0, nullptr), "state"),
+      check(cuda_status(kda_chunk_state_split_launch(128, vt, math, buffers != 1, inter.get(), H, dseq.get(), 1, a.state, 0, nullptr), "state"),
             "state");
     else
-      check(cuda_status(kda_chunk_state_launch(128, vt, precise, buffers != 1, inter.get(), H, dseq.get(), 1, a.state, 0, a.o, nullptr), "state"),
+      check(cuda_status(kda_chunk_state_launch(128, vt, warps == 16 && vt >= 32 ? 16 : 8, math, buffers != 1, inter.get(), H, dseq.get(), 1, a.state, 0, a.o, nullptr), "state"),
             "state");
   });
   const double us_out = !separate ? 0.0 : bench::median_us([&](int) {
-    check(cuda_status(kda_chunk_output_launch(128, precise, inter.get(), H, dchunks.get(), nch, a.o, nullptr), "output"), "output");
+    check(cuda_status(kda_chunk_output_launch(128, math, inter.get(), H, dchunks.get(), nch, a.o, nullptr), "output"), "output");
   });
   const double C = 64, chunks = double((T + 63) / 64) * H;
   const double flops = chunks * (5 * C * C * D + 6 * C * D * D);
   const double bytes = 4.0 * (5.0 * n + T * H + 2.0 * H * D * D);
   const double floor_us = std::max(bytes / bench::g_bw, flops / bench::g_flops) * 1e6;
-  std::printf("chunk %s %s buf=%d T=%6ld H=%2ld D=%ld tile=%2d  %9.1f us (intra %8.1f, state %8.1f, output %7.1f)  floor %7.1f us (%s)  x%.2f floor  %6.1f TF/s  %6.0f GB/s  ws %.0f MB\n",
-              precise ? "3xtf32" : "tf32  ", separate ? "sep" : "ins", buffers, static_cast<long>(T), static_cast<long>(H), static_cast<long>(D), tile, us, us_intra, us_state, us_out, floor_us,
+  std::printf("chunk %s %s w%-2d buf=%d T=%6ld H=%2ld D=%ld tile=%2d  %9.1f us (intra %8.1f, state %8.1f, output %7.1f)  floor %7.1f us (%s)  x%.2f floor  %6.1f TF/s  %6.0f GB/s  ws %.0f MB\n",
+              math_name(math), separate ? "sep" : "ins", separate ? 8 : warps, buffers, static_cast<long>(T), static_cast<long>(H), static_cast<long>(D), tile, us, us_intra, us_state, us_out, floor_us,
               bytes / bench::g_bw > flops / bench::g_flops ? "bytes" : "flops", us / floor_us, flops / us * 1e-6, bytes / us * 1e-3,
               ws.size() / 1e6);
 }
@@ -122,14 +132,84 @@ void run_recurrent(int64_t T, int64_t H) {
               ms * 1e3);
 }
 
+
+// Accuracy on fla's own inputs (kda_chunk_fla.py --dump DIR writes them with fla's outputs):
+// fp32 q, k (L2-normalised, q unscaled), v, g, beta [T][H](D), h0 [H][V][K], fla's o and final
+// state. Ours in every mode and fla's, each against the fp32 CPU token recurrence
+// (ops::kda_recurrent) on the fp32 inputs: max |x - ref| / max |ref| of the output and state.
+std::vector<float> read_floats(const std::string& path, size_t n) {
+  std::vector<float> x(n);
+  std::ifstream f(path, std::ios::binary);
+  if (!f.read(reinterpret_cast<char*>(x.data()), static_cast<std::streamsize>(n * sizeof(float)))) {
+    std::fprintf(stderr, "accuracy: cannot read %zu floats from %s\n", n, path.c_str());
+    std::exit(2);
+  }
+  return x;
+}
+
+double nerr(const std::vector<float>& x, const std::vector<float>& ref) {
+  double diff = 0, mag = 0;
+  for (size_t i = 0; i < ref.size(); ++i) diff = std::max(diff, std::fabs(double(x[i]) - ref[i])), mag = std::max(mag, std::fabs(double(ref[i])));
+  return diff / mag;
+}
+
+void accuracy(const std::string& dir) {
+  long T = 0, H = 0, D = 0;
+  {
+    std::ifstream meta(dir + "/meta.txt");
+    if (!(meta >> T >> H >> D)) {
+      std::fprintf(stderr, "accuracy: no %s/meta.txt\n", dir.c_str());
+      std::exit(2);
+    }
+  }
+  const size_t n = size_t(T) * H * D, ns = size_t(H) * D * D;
+  std::vector<float> q = read_floats(dir + "/q.bin", n), k = read_floats(dir + "/k.bin", n), v = read_floats(dir + "/v.bin", n);
+  std::vector<float> g = read_floats(dir + "/g.bin", n), beta = read_floats(dir + "/beta.bin", size_t(T) * H);
+  const std::vector<float> h0 = read_floats(dir + "/h0.bin", ns);
+  const std::vector<float> fla_o = read_floats(dir + "/fla_o.bin", n), fla_s = read_floats(dir + "/fla_state.bin", ns);
+  const float scale = 1.0f / std::sqrt(float(D));
+  for (float& x : q) x *= scale;  // our contract: q arrives scaled
+  std::vector<float> ref_o(n), ref_s = h0;
+  ops::kda_recurrent(q.data(), k.data(), v.data(), g.data(), beta.data(), T, H, D, ref_s.data(), ref_o.data());
+  std::printf("accuracy T=%ld H=%ld D=%ld vs the fp32 CPU recurrence on the fp32 inputs (nerr = max|x - ref| / max|ref|):\n", T, H, D);
+  std::printf("  fla chunk_kda bf16 safe_gate   output %.2e  state %.2e\n", nerr(fla_o, ref_o), nerr(fla_s, ref_s));
+  DeviceBuffer<float> dq(n), dk(n), dv(n), dg(n), db(size_t(T) * H), dout(n), dst(ns);
+  check(cudaMemcpy(dq.get(), q.data(), n * 4, cudaMemcpyHostToDevice), "up");
+  check(cudaMemcpy(dk.get(), k.data(), n * 4, cudaMemcpyHostToDevice), "up");
+  check(cudaMemcpy(dv.get(), v.data(), n * 4, cudaMemcpyHostToDevice), "up");
+  check(cudaMemcpy(dg.get(), g.data(), n * 4, cudaMemcpyHostToDevice), "up");
+  check(cudaMemcpy(db.get(), beta.data(), size_t(T) * H * 4, cudaMemcpyHostToDevice), "up");
+  const int64_t cu[2] = {0, T};
+  const int32_t slot = 0;
+  DeviceBuffer<uint8_t> ws(kda_chunk_workspace_bytes(H, D, kda_chunk_count(cu, 1)));
+  for (kda_chunk::Math m : {kda_chunk::k3xTf32, kda_chunk::kTf32, kda_chunk::kBf16}) {
+    check(cudaMemcpy(dst.get(), h0.data(), ns * 4, cudaMemcpyHostToDevice), "up");
+    KdaChunkArgs a;
+    a.q = dq.get(), a.k = dk.get(), a.v = dv.get(), a.g = dg.get(), a.beta = db.get(), a.o = dout.get();
+    a.heads = H, a.head_dim = D, a.num_seqs = 1, a.cu_seqlens = cu, a.slots = &slot;
+    a.state = dst.get(), a.slot_stride = int64_t(ns), a.workspace = ws.get(), a.workspace_bytes = ws.size();
+    a.precise = m == kda_chunk::k3xTf32, a.bf16 = m == kda_chunk::kBf16;
+    check(kda_chunk_prefill(a, nullptr), "kda_chunk_prefill");
+    std::vector<float> o(n), st(ns);
+    check(cudaMemcpy(o.data(), dout.get(), n * 4, cudaMemcpyDeviceToHost), "down");
+    check(cudaMemcpy(st.data(), dst.get(), ns * 4, cudaMemcpyDeviceToHost), "down");
+    std::printf("  ours %s                   output %.2e  state %.2e\n", math_name(m), nerr(o, ref_o), nerr(st, ref_s));
+  }
+}
+
 }  // namespace
 }  // namespace pdserve::cuda
 
 int main(int argc, char** argv) {
   using namespace pdserve::cuda;
+  if (argc == 3 && std::strcmp(argv[1], "--accuracy") == 0) {
+    accuracy(argv[2]);
+    return 0;
+  }
   if (argc >= 3) {
-    run_shape(std::atol(argv[1]), std::atol(argv[2]), argc > 3 ? std::atoi(argv[3]) : 0, argc > 4 ? std::atoi(argv[4]) != 0 : true,
-              argc > 5 ? std::atoi(argv[5]) : 0, argc > 6 ? std::atoi(argv[6]) : 0);
+    run_shape(std::atol(argv[1]), std::atol(argv[2]), argc > 3 ? std::atoi(argv[3]) : 0,
+              static_cast<kda_chunk::Math>(argc > 4 ? std::atoi(argv[4]) : 1),
+              argc > 5 ? std::atoi(argv[5]) : 0, argc > 6 ? std::atoi(argv[6]) : 0, argc > 7 ? std::atoi(argv[7]) : 8);
     return 0;
   }
   // Per precision and shape: the output in the state kernel (the default), then in its own
@@ -138,10 +218,13 @@ int main(int argc, char** argv) {
   struct Shape {
     int64_t T, H;
   };
-  const Shape shapes[] = {{16384, 32}, {65536, 32}, {8192, 24}};
-  for (bool precise : {true, false})
+  const Shape shapes[] = {{16384, 32}, {65536, 32}, {16384, 24}, {65536, 24}};
+  for (kda_chunk::Math m : {kda_chunk::k3xTf32, kda_chunk::kTf32, kda_chunk::kBf16})
     for (const Shape& sh : shapes)
-      for (int output : {1, 2}) run_shape(sh.T, sh.H, 32, precise, 2, output);
+      for (int output : {1, 2}) {
+        run_shape(sh.T, sh.H, 32, m, 2, output);
+        if (output == 1) run_shape(sh.T, sh.H, 32, m, 2, output, 16);  // the in-state kernel on 16 warps
+      }
   if (std::getenv("KDA_CHUNK_BENCH_RECURRENT")) run_recurrent(8192, 24);
   return 0;
 }

@@ -9,7 +9,16 @@ After the first shape: fla's accuracy (bf16, safe_gate) against an fp64 token re
 T = 1024, H = 32, as normalised error max|fla - ref| / max|ref| of the output and the final
 state, the reference fed once with the bf16-rounded inputs (fla's arithmetic alone) and once
 with the fp32 inputs before rounding (what bf16 activations cost end to end).
+With --dump DIR the accuracy step runs after the first shape and writes its fp32 inputs and fla's output and
+final state to DIR (raw float32; meta.txt holds T H D), for `kda_chunk_bench --accuracy DIR`
+to put ours and fla's against the same fp32 CPU reference in the same run; the timings then
+take bf16 safe_gate only, at the bench's shapes (T 16K / 64K, H 32 / 24), after an untimed
+compile at the first; with FLA_GATE=FILE they wait for FILE (one GPU shared with our bench).
 """
+import os
+import sys
+import time
+
 import torch
 from fla.ops.kda import chunk_kda
 
@@ -61,7 +70,7 @@ def nerr(x, ref):
     return ((x.double() - ref).abs().max() / ref.abs().max()).item()
 
 
-def accuracy(D):
+def accuracy(D, dump=None):
     T, H = 1024, 32
     q32, k32, v32, g, b32, h0 = inputs(T, H, D, torch.float32)
     q, k, v, beta = (x.to(torch.bfloat16) for x in (q32, k32, v32, b32))
@@ -73,9 +82,48 @@ def accuracy(D):
     print(f"fla accuracy T={T} H={H} bf16 safe_gate=1 vs fp64 recurrence: on its bf16 inputs output nerr {nerr(o[0], ro):.2e}, "
           f"state {nerr(st[0], rs):.2e}; vs the fp32 inputs output nerr {nerr(o[0], fo):.2e}, state {nerr(st[0], fs):.2e}",
           flush=True)
+    if dump:
+        os.makedirs(dump, exist_ok=True)
+        for name, x in (("q", q32), ("k", k32), ("v", v32), ("g", g), ("beta", b32), ("h0", h0), ("fla_o", o), ("fla_state", st)):
+            x.float().contiguous().cpu().numpy().tofile(os.path.join(dump, name + ".bin"))
+        with open(os.path.join(dump, "meta.txt"), "w") as f:  # last: the bench waits for it
+            f.write(f"{T} {H} {D}\n")
+        print(f"fla accuracy inputs and outputs written to {dump}", flush=True)
 
 
 def main():
+    if len(sys.argv) == 3 and sys.argv[1] == "--dump":
+        D = 128
+        print(f"fla chunk_kda forward, D={D}, chunk 64, initial + final state ([V][K] fp32); bf16 safe_gate", flush=True)
+        shapes = ((16384, 32), (65536, 32), (16384, 24), (65536, 24))
+
+        def run_for(T, H):
+            q, k, v, g, beta, h0 = inputs(T, H, D, torch.bfloat16)
+            return lambda: chunk_kda(q, k, v, g, beta, scale=D ** -0.5, initial_state=h0, output_final_state=True,
+                                     state_v_first=True, safe_gate=True, lower_bound=-5.0)
+
+        with torch.inference_mode():  # compile (and autotune) at the first shape, untimed
+            run_for(*shapes[0])()
+        torch.cuda.synchronize()
+        torch.cuda.empty_cache()
+        print("fla compiled", flush=True)
+        try:
+            accuracy(D, sys.argv[2])
+        except Exception as e:  # say so and go on to the timings
+            print(f"fla accuracy failed: {type(e).__name__}: {e}"[:300], flush=True)
+        gate = os.environ.get("FLA_GATE")  # one GPU shared with our bench: time only once it is done
+        if gate:
+            while not os.path.exists(gate):
+                time.sleep(0.2)
+            print("fla timing starts (gate open)", flush=True)
+        for T, H in shapes:
+            fn = run_for(T, H)
+            with torch.inference_mode():
+                us = time_us(fn)
+            print(f"fla T={T:6d} H={H:2d} {str(torch.bfloat16):15s} safe_gate=1 {us:9.1f} us", flush=True)
+            del fn
+            torch.cuda.empty_cache()
+        return
     D = 128
     print(f"fla chunk_kda forward, D={D}, chunk 64, initial + final state ([V][K] fp32)")
     # Most telling first (the first call of each variant compiles and autotunes for minutes):

@@ -63,6 +63,7 @@ Status kda_chunk_prefill(const KdaChunkArgs& a, cudaStream_t stream) {
   if (a.state_tile != 0 && a.state_tile != 16 && a.state_tile != 32 && a.state_tile != 64)
     return invalid_argument("kda_chunk_prefill: state_tile must be 16, 32 or 64");
   if (a.state_buffers < 0 || a.state_buffers > 2) return invalid_argument("kda_chunk_prefill: state_buffers must be 0, 1 or 2");
+  if (a.state_warps != 0 && a.state_warps != 8 && a.state_warps != 16) return invalid_argument("kda_chunk_prefill: state_warps must be 0, 8 or 16");
   if (a.output != KdaChunkOutput::kPick && a.output != KdaChunkOutput::kInState && a.output != KdaChunkOutput::kSeparate)
     return invalid_argument("kda_chunk_prefill: bad output mode");
   if (H <= 0 || H > 65535 || a.num_seqs < 0) return invalid_argument("kda_chunk_prefill: bad head or sequence count");
@@ -128,27 +129,29 @@ Status kda_chunk_prefill(const KdaChunkArgs& a, cudaStream_t stream) {
     PDS_RETURN_IF_ERROR(cuda_status(cudaMemcpyAsync(seq_table, seqs.data(), seqs.size() * sizeof(SeqJob), cudaMemcpyHostToDevice, stream),
                                     "kda_chunk_prefill: sequence table"));
   }
+  const kda_chunk::Math math = a.bf16 ? kda_chunk::kBf16 : a.precise ? kda_chunk::k3xTf32 : kda_chunk::kTf32;
   const bool double_buffer = a.state_buffers == 0 ? kKdaChunkStateDoubleBuffer : a.state_buffers == 2;
   for (const Pass& p : passes) {
     const ChunkJob* cj = chunk_table + p.chunk0;
     const SeqJob* sj = seq_table + p.seq0;
-    PDS_RETURN_IF_ERROR(cuda_status(kda_chunk_intra_launch(static_cast<int>(D), a.precise, a.q, a.k, a.v, a.g, a.beta, H, cj, p.chunks, inter, stream),
+    PDS_RETURN_IF_ERROR(cuda_status(kda_chunk_intra_launch(static_cast<int>(D), math, a.q, a.k, a.v, a.g, a.beta, H, cj, p.chunks, inter, stream),
                                     "kda_chunk_intra"));
     // Narrow state slices when wide ones would leave most SMs idle.
     int vt = a.state_tile;
     if (vt == 0) vt = (D / 32) * H * p.seqs >= 96 ? 32 : 16;
     if (D == 32) vt = 32;  // 16 leaves too few state tiles for the block's 8 warps; 64 > D
     if (vt > D) vt = static_cast<int>(D);
-    const bool separate = a.output == KdaChunkOutput::kPick ? separate_output_pays(a.precise, D, H, p.chunks, p.serial)
+    const bool separate = a.output == KdaChunkOutput::kPick ? separate_output_pays(math == kda_chunk::k3xTf32, D, H, p.chunks, p.serial)
                                                             : a.output == KdaChunkOutput::kSeparate;
     if (separate) {
-      PDS_RETURN_IF_ERROR(cuda_status(kda_chunk_state_split_launch(static_cast<int>(D), vt, a.precise, double_buffer, inter, H, sj, p.seqs,
+      PDS_RETURN_IF_ERROR(cuda_status(kda_chunk_state_split_launch(static_cast<int>(D), vt, math, double_buffer, inter, H, sj, p.seqs,
                                                                    a.state, a.layer_offset, stream),
                                       "kda_chunk_state (separate output)"));
-      PDS_RETURN_IF_ERROR(cuda_status(kda_chunk_output_launch(static_cast<int>(D), a.precise, inter, H, cj, p.chunks, a.o, stream),
+      PDS_RETURN_IF_ERROR(cuda_status(kda_chunk_output_launch(static_cast<int>(D), math, inter, H, cj, p.chunks, a.o, stream),
                                       "kda_chunk_output"));
     } else {
-      PDS_RETURN_IF_ERROR(cuda_status(kda_chunk_state_launch(static_cast<int>(D), vt, a.precise, double_buffer, inter, H, sj, p.seqs, a.state,
+      const int warps = a.state_warps == 16 && D == 128 && vt >= 32 ? 16 : 8;
+      PDS_RETURN_IF_ERROR(cuda_status(kda_chunk_state_launch(static_cast<int>(D), vt, warps, math, double_buffer, inter, H, sj, p.seqs, a.state,
                                                              a.layer_offset, a.o, stream),
                                       "kda_chunk_state"));
     }

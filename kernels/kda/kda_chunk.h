@@ -1,5 +1,5 @@
-// Chunked KDA prefill on tensor cores (mma.sync m16n8k8 in tf32 or 3xTF32, fp32 accumulation
-// and state).
+// Chunked KDA prefill on tensor cores (mma.sync m16n8k8 in tf32, 3xTF32 or, opt-in, bf16; fp32
+// accumulation and state).
 // Contract = ops::kda_recurrent / ops::kda_chunked (include/pdserve/ops/kda.h), for a ragged
 // batch of sequences packed without padding:
 //   q, k, g, v, o  [T][H][D] fp32, rows of sequence s are cu_seqlens[s] .. cu_seqlens[s+1]-1;
@@ -59,9 +59,18 @@ struct KdaChunkArgs {
   // Buffers for each chunk's w, qg in the state-passing block: 1, 2 (prefetch a chunk further
   // ahead; falls back to 1 where shared memory is short: D = 128 at tile 64) or 0: pick.
   int state_buffers = 0;
+  // Warps of the in-state serial kernel (the output in the state kernel): 8, 16 (twice the
+  // warps an SM to hide its latency chain; used at D = 128 with state tiles 32 / 64, else 8)
+  // or 0: pick (8: 16 made the state kernel 14-19% slower on the H200, docs/perf.md "bf16 mode").
+  int state_warps = 0;
   // true: every matmul in error-compensated 3xTF32 (operands split hi + lo, ~fp32 accuracy,
   // 3x the tensor-core work); false: plain tf32 (10-bit mantissa). See docs/design.md.
   bool precise = true;
+  // true (opt-in, overrides precise): every matmul's operands rounded to bf16 (8-bit mantissa;
+  // fp32 accumulation, the state and the intra-chunk solve stay fp32): fla chunk_kda's
+  // precision class, ~5e-3 normalised error, beyond the backend's 1e-4 CPU-vs-CUDA bound, so
+  // never the backend's default (docs/perf.md "bf16 mode").
+  bool bf16 = false;
   KdaChunkOutput output = KdaChunkOutput::kPick;
   // true: the workspace already holds this batch's job tables, uploaded by an earlier call on
   // this stream with the same cu_seqlens, slots, slot_stride, heads, head_dim and workspace

@@ -1,5 +1,6 @@
 // Shared pieces of the chunked KDA prefill: job tables, the workspace layout between the
-// intra-chunk kernel and the state-passing kernel, and the tf32 mma.sync fragment helpers.
+// intra-chunk kernel and the state-passing kernel, and the mma.sync fragment helpers (tf32,
+// 3xTF32, bf16).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -9,6 +10,9 @@
 namespace pdserve::cuda::kda_chunk {
 
 constexpr int C = 64;  // chunk length (kKdaChunk)
+
+// Tensor-core operand precision of every matmul (accumulation and the state stay fp32).
+enum Math : int { kTf32 = 0, k3xTf32 = 1, kBf16 = 2 };
 
 // One chunk of one sequence (the intra kernel's blockIdx.x).
 struct ChunkJob {
@@ -61,10 +65,15 @@ __device__ __forceinline__ void mma(float (&d)[4], const uint32_t (&a)[4], const
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
 }
 
-// Operands for d += a * b in one of two precisions: plain tf32 (P = false: 10-bit mantissa)
-// or error-compensated 3xTF32 (P = true: x = hi + lo, both tf32, and d += a.lo b.hi +
-// a.hi b.lo + a.hi b.hi, about fp32's accuracy for 3x the tensor-core work).
-template <bool P>
+// Operands for d += a * b in one of three precisions (Math): plain tf32 (10-bit mantissa),
+// error-compensated 3xTF32 (x = hi + lo, both tf32, and d += a.lo b.hi + a.hi b.lo + a.hi b.hi,
+// about fp32's accuracy for 3x the tensor-core work) or bf16 (8-bit mantissa, m16n8k8 bf16:
+// half of tf32's tensor-core time and one conversion per two operands). Every mode takes the
+// tf32 fragment positions (rows gid / gid+8, k columns tig / tig+4) and accumulates in fp32.
+// bf16 m16n8k8 reads k = 2 tig, 2 tig + 1 from a thread's registers; mapping those to k = tig,
+// tig + 4 on both operands only permutes the 8 terms of each dot product, so the same
+// fragment positions serve all three modes.
+template <Math M>
 struct FragA {
   uint32_t hi[4], lo[4];
   __device__ __forceinline__ FragA(float a0, float a1, float a2, float a3) {
@@ -72,26 +81,66 @@ struct FragA {
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
       hi[e] = tf32(x[e]);
-      lo[e] = P ? tf32(x[e] - __uint_as_float(hi[e])) : 0u;
+      lo[e] = M == k3xTf32 ? tf32(x[e] - __uint_as_float(hi[e])) : 0u;
     }
   }
 };
-template <bool P>
+template <Math M>
 struct FragB {
   uint32_t hi[2], lo[2];
   __device__ __forceinline__ FragB(float b0, float b1) {
     hi[0] = tf32(b0), hi[1] = tf32(b1);
-    lo[0] = P ? tf32(b0 - __uint_as_float(hi[0])) : 0u;
-    lo[1] = P ? tf32(b1 - __uint_as_float(hi[1])) : 0u;
+    lo[0] = M == k3xTf32 ? tf32(b0 - __uint_as_float(hi[0])) : 0u;
+    lo[1] = M == k3xTf32 ? tf32(b1 - __uint_as_float(hi[1])) : 0u;
   }
 };
-template <bool P>
-__device__ __forceinline__ void mma(float (&d)[4], const FragA<P>& a, const FragB<P>& b) {
-  if constexpr (P) {
-    mma(d, a.lo, b.hi);
-    mma(d, a.hi, b.lo);
+// Two floats as bf16x2 (round to nearest even), `lo` in the low half (the smaller k).
+__device__ __forceinline__ uint32_t bf16x2(float lo, float hi) {
+  uint32_t r;
+  asm("cvt.rn.bf16x2.f32 %0, %1, %2;\n" : "=r"(r) : "f"(hi), "f"(lo));
+  return r;
+}
+template <>
+struct FragA<kBf16> {
+  uint32_t r[2];  // row gid: (k tig, k tig+4); row gid+8: the same
+  __device__ __forceinline__ FragA(float a0, float a1, float a2, float a3) { r[0] = bf16x2(a0, a2), r[1] = bf16x2(a1, a3); }
+};
+template <>
+struct FragB<kBf16> {
+  uint32_t r;  // column gid: (k tig, k tig+4)
+  __device__ __forceinline__ FragB(float b0, float b1) { r = bf16x2(b0, b1); }
+};
+template <Math M>
+__device__ __forceinline__ void mma(float (&d)[4], const FragA<M>& a, const FragB<M>& b) {
+  if constexpr (M == kBf16) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k8.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5}, {%6}, {%0,%1,%2,%3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a.r[0]), "r"(a.r[1]), "r"(b.r));
+  } else {
+    if constexpr (M == k3xTf32) {
+      mma(d, a.lo, b.hi);
+      mma(d, a.hi, b.lo);
+    }
+    mma(d, a.hi, b.hi);
   }
-  mma(d, a.hi, b.hi);
+}
+
+// d += a0 * b0 + a1 * b1 over 16 k: the fragments at k0 and k0 + 8. bf16: one m16n8k16 (the
+// same k permutation as above, the second pair at k 8..15), so a loop over 16 k issues half the
+// mma instructions and half the dependent steps per accumulator; tf32 / 3xTF32: the two k8
+// steps in order (bit-identical to stepping by 8).
+template <Math M>
+__device__ __forceinline__ void mma(float (&d)[4], const FragA<M>& a0, const FragA<M>& a1, const FragB<M>& b0, const FragB<M>& b1) {
+  if constexpr (M == kBf16) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a0.r[0]), "r"(a0.r[1]), "r"(a1.r[0]), "r"(a1.r[1]), "r"(b0.r), "r"(b1.r));
+  } else {
+    mma(d, a0, b0);
+    mma(d, a1, b1);
+  }
 }
 
 __device__ __forceinline__ void cp_async16(void* smem, const void* gmem) {
@@ -114,18 +163,19 @@ __device__ __forceinline__ void cp_async_wait() {
 
 namespace pdserve::cuda {
 // Launchers of the two kernels for one pass (kda_chunk_intra_sm90.cu, kda_chunk_state_sm90.cu).
-cudaError_t kda_chunk_intra_launch(int D, bool precise, const float* q, const float* k, const float* v, const float* g, const float* beta,
+cudaError_t kda_chunk_intra_launch(int D, kda_chunk::Math math, const float* q, const float* k, const float* v, const float* g, const float* beta,
                                    int64_t H, const kda_chunk::ChunkJob* jobs, int64_t chunks, float* ws, cudaStream_t stream);
-// double_buffer: two buffers for each chunk's w and qg where shared memory allows (kda_chunk_state_sm90.cu).
-cudaError_t kda_chunk_state_launch(int D, int vt, bool precise, bool double_buffer, const float* ws, int64_t H,
+// double_buffer: two buffers for each chunk's w and qg where shared memory allows; warps: 8, or
+// 16 at D = 128 with vt 32 / 64 (kda_chunk_state_sm90.cu).
+cudaError_t kda_chunk_state_launch(int D, int vt, int warps, kda_chunk::Math math, bool double_buffer, const float* ws, int64_t H,
                                    const kda_chunk::SeqJob* jobs, int64_t seqs, float* state, int64_t layer_offset, float* o,
                                    cudaStream_t stream);
 // The output in its own pass: the state kernel carries only the state, storing each chunk's
 // starting state and v_new in the workspace (kda_chunk_state_split_sm90.cu); the output kernel
 // then computes o = qg S^T + Aqk v_new for all chunks in parallel (kda_chunk_output_sm90.cu).
-cudaError_t kda_chunk_state_split_launch(int D, int vt, bool precise, bool double_buffer, float* ws, int64_t H,
+cudaError_t kda_chunk_state_split_launch(int D, int vt, kda_chunk::Math math, bool double_buffer, float* ws, int64_t H,
                                          const kda_chunk::SeqJob* jobs, int64_t seqs, float* state, int64_t layer_offset,
                                          cudaStream_t stream);
-cudaError_t kda_chunk_output_launch(int D, bool precise, const float* ws, int64_t H, const kda_chunk::ChunkJob* jobs, int64_t chunks,
+cudaError_t kda_chunk_output_launch(int D, kda_chunk::Math math, const float* ws, int64_t H, const kda_chunk::ChunkJob* jobs, int64_t chunks,
                                     float* o, cudaStream_t stream);
 }  // namespace pdserve::cuda

@@ -33,7 +33,7 @@ __device__ __forceinline__ int at(int row, int col) {
 
 __device__ __forceinline__ float bounded_exp(float x) { return __expf(fminf(x, 80.0f)); }
 
-template <int D, bool P>
+template <int D, Math P>
 __global__ void __launch_bounds__(256, 2) intra_kernel(const float* __restrict__ q, const float* __restrict__ k,
                                                        const float* __restrict__ v, const float* __restrict__ g,
                                                        const float* __restrict__ beta, int64_t H, const ChunkJob* __restrict__ jobs,
@@ -228,15 +228,19 @@ __global__ void __launch_bounds__(256, 2) intra_kernel(const float* __restrict__
     const float* src = half ? sqv : sk;
     constexpr int NT = D / 8;
     float acc[NT][4] = {};
-#pragma unroll 2
-    for (int kb = 0; kb < 16 * mt + 16; kb += 8) {
-      const FragA<P> a(sT[at<C>(r0, kb + tig)], sT[at<C>(r1, kb + tig)], sT[at<C>(r0, kb + tig + 4)], sT[at<C>(r1, kb + tig + 4)]);
-      const float s0 = half ? sb[kb + tig] : 1.0f, s1 = half ? sb[kb + tig + 4] : 1.0f;
+    auto t_a = [&](int k) {
+      return FragA<P>(sT[at<C>(r0, k + tig)], sT[at<C>(r1, k + tig)], sT[at<C>(r0, k + tig + 4)], sT[at<C>(r1, k + tig + 4)]);
+    };
+    auto src_b = [&](int col, int k) {  // beta v on the value side (beta already in beta k exp(G))
+      const float s0 = half ? sb[k + tig] : 1.0f, s1 = half ? sb[k + tig + 4] : 1.0f;
+      return FragB<P>(s0 * src[at<D>(k + tig, col)], s1 * src[at<D>(k + tig + 4, col)]);
+    };
+    for (int kb = 0; kb < 16 * mt + 16; kb += 16) {
+      const FragA<P> a0 = t_a(kb), a1 = t_a(kb + 8);
 #pragma unroll
       for (int nt = 0; nt < NT; ++nt) {
         const int col = nt * 8 + gid;
-        const FragB<P> b(s0 * src[at<D>(kb + tig, col)], s1 * src[at<D>(kb + tig + 4, col)]);
-        mma(acc[nt], a, b);
+        mma(acc[nt], a0, a1, src_b(col, kb), src_b(col, kb + 8));
       }
     }
     float* dst = out + (half ? L::u : L::w);
@@ -250,7 +254,7 @@ __global__ void __launch_bounds__(256, 2) intra_kernel(const float* __restrict__
 }
 
 
-template <int D, bool P>
+template <int D, Math P>
 cudaError_t launch_intra(const float* q, const float* k, const float* v, const float* g, const float* beta, int64_t H,
                          const ChunkJob* jobs, int64_t chunks, float* ws, cudaStream_t stream) {
   constexpr size_t bytes = IntraSmem<D>::bytes;
@@ -260,7 +264,7 @@ cudaError_t launch_intra(const float* q, const float* k, const float* v, const f
   return cudaGetLastError();
 }
 
-template <bool P>
+template <Math P>
 cudaError_t intra_for(int D, const float* q, const float* k, const float* v, const float* g, const float* beta, int64_t H,
                       const ChunkJob* jobs, int64_t chunks, float* ws, cudaStream_t stream) {
   switch (D) {
@@ -273,10 +277,14 @@ cudaError_t intra_for(int D, const float* q, const float* k, const float* v, con
 
 }  // namespace
 
-cudaError_t kda_chunk_intra_launch(int D, bool precise, const float* q, const float* k, const float* v, const float* g, const float* beta,
+cudaError_t kda_chunk_intra_launch(int D, Math math, const float* q, const float* k, const float* v, const float* g, const float* beta,
                                    int64_t H, const ChunkJob* jobs, int64_t chunks, float* ws, cudaStream_t stream) {
-  return precise ? intra_for<true>(D, q, k, v, g, beta, H, jobs, chunks, ws, stream)
-                 : intra_for<false>(D, q, k, v, g, beta, H, jobs, chunks, ws, stream);
+  switch (math) {
+    case kda_chunk::kTf32: return intra_for<kda_chunk::kTf32>(D, q, k, v, g, beta, H, jobs, chunks, ws, stream);
+    case kda_chunk::k3xTf32: return intra_for<kda_chunk::k3xTf32>(D, q, k, v, g, beta, H, jobs, chunks, ws, stream);
+    case kda_chunk::kBf16: return intra_for<kda_chunk::kBf16>(D, q, k, v, g, beta, H, jobs, chunks, ws, stream);
+  }
+  return cudaErrorInvalidValue;
 }
 
 }  // namespace pdserve::cuda

@@ -23,7 +23,7 @@ struct OutSmem {
   static constexpr int NTW = VO / 16;  // n tiles a warp
 };
 
-template <int D, bool P>
+template <int D, Math P>
 __global__ void __launch_bounds__(256, 2) output_kernel(const float* __restrict__ ws, int64_t H, const ChunkJob* __restrict__ jobs,
                                                         float* __restrict__ o) {
   using Sm = OutSmem<D>;
@@ -66,25 +66,28 @@ __global__ void __launch_bounds__(256, 2) output_kernel(const float* __restrict_
   float acc[NTW][4] = {};
   cp_async_wait<1>();
   __syncthreads();
-#pragma unroll 4
-  for (int kb = 0; kb < D; kb += 8) {
-    const FragA<P> a(sq[r0 * QS + kb + tig], sq[r1 * QS + kb + tig], sq[r0 * QS + kb + tig + 4], sq[r1 * QS + kb + tig + 4]);
+  auto rows_a = [&](const float* X, int stride, int k) {
+    return FragA<P>(X[r0 * stride + k + tig], X[r1 * stride + k + tig], X[r0 * stride + k + tig + 4], X[r1 * stride + k + tig + 4]);
+  };
+  auto cols_b = [&](const float* X, int col, int k) { return FragB<P>(X[(k + tig) * BS + col], X[(k + tig + 4) * BS + col]); };
+#pragma unroll 2
+  for (int kb = 0; kb < D; kb += 16) {
+    const FragA<P> a0 = rows_a(sq, QS, kb), a1 = rows_a(sq, QS, kb + 8);
 #pragma unroll
     for (int nt = 0; nt < NTW; ++nt) {
-      const FragB<P> b(sS[(kb + tig) * BS + n0 + nt * 8 + gid], sS[(kb + tig + 4) * BS + n0 + nt * 8 + gid]);
-      mma(acc[nt], a, b);
+      const int col = n0 + nt * 8 + gid;
+      mma(acc[nt], a0, a1, cols_b(sS, col, kb), cols_b(sS, col, kb + 8));
     }
   }
   cp_async_wait<0>();
   __syncthreads();
   // Aqk is causal: the K loop stops at the warp's last row.
-#pragma unroll 2
-  for (int kb = 0; kb < 16 * mrow + 16; kb += 8) {
-    const FragA<P> a(sa[r0 * AS + kb + tig], sa[r1 * AS + kb + tig], sa[r0 * AS + kb + tig + 4], sa[r1 * AS + kb + tig + 4]);
+  for (int kb = 0; kb < 16 * mrow + 16; kb += 16) {
+    const FragA<P> a0 = rows_a(sa, AS, kb), a1 = rows_a(sa, AS, kb + 8);
 #pragma unroll
     for (int nt = 0; nt < NTW; ++nt) {
-      const FragB<P> b(sv[(kb + tig) * BS + n0 + nt * 8 + gid], sv[(kb + tig + 4) * BS + n0 + nt * 8 + gid]);
-      mma(acc[nt], a, b);
+      const int col = n0 + nt * 8 + gid;
+      mma(acc[nt], a0, a1, cols_b(sv, col, kb), cols_b(sv, col, kb + 8));
     }
   }
 #pragma unroll
@@ -95,7 +98,7 @@ __global__ void __launch_bounds__(256, 2) output_kernel(const float* __restrict_
   }
 }
 
-template <int D, bool P>
+template <int D, Math P>
 cudaError_t launch_output(const float* ws, int64_t H, const ChunkJob* jobs, int64_t chunks, float* o, cudaStream_t stream) {
   constexpr size_t bytes = OutSmem<D>::bytes;
   const cudaError_t e = cudaFuncSetAttribute(output_kernel<D, P>, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes));
@@ -105,7 +108,7 @@ cudaError_t launch_output(const float* ws, int64_t H, const ChunkJob* jobs, int6
   return cudaGetLastError();
 }
 
-template <bool P>
+template <Math P>
 cudaError_t output_for(int D, const float* ws, int64_t H, const ChunkJob* jobs, int64_t chunks, float* o, cudaStream_t stream) {
   switch (D) {
     case 32: return launch_output<32, P>(ws, H, jobs, chunks, o, stream);
@@ -117,9 +120,14 @@ cudaError_t output_for(int D, const float* ws, int64_t H, const ChunkJob* jobs, 
 
 }  // namespace
 
-cudaError_t kda_chunk_output_launch(int D, bool precise, const float* ws, int64_t H, const ChunkJob* jobs, int64_t chunks, float* o,
+cudaError_t kda_chunk_output_launch(int D, Math math, const float* ws, int64_t H, const ChunkJob* jobs, int64_t chunks, float* o,
                                     cudaStream_t stream) {
-  return precise ? output_for<true>(D, ws, H, jobs, chunks, o, stream) : output_for<false>(D, ws, H, jobs, chunks, o, stream);
+  switch (math) {
+    case kda_chunk::kTf32: return output_for<kda_chunk::kTf32>(D, ws, H, jobs, chunks, o, stream);
+    case kda_chunk::k3xTf32: return output_for<kda_chunk::k3xTf32>(D, ws, H, jobs, chunks, o, stream);
+    case kda_chunk::kBf16: return output_for<kda_chunk::kBf16>(D, ws, H, jobs, chunks, o, stream);
+  }
+  return cudaErrorInvalidValue;
 }
 
 }  // namespace pdserve::cuda

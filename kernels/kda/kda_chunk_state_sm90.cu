@@ -9,8 +9,10 @@
 // inputs arrive by cp.async in two groups (w, qg, u | Aqk, kg, gl), each prefetched while the
 // other group's matmuls run. Double-buffered (DB, where shared memory allows): w and qg get
 // two buffers and u joins the second group, so chunk n + 2's w, qg load during all of chunk
-// n + 1 instead of only its second half. Grid (D / VT, H, sequences), 8 warps: the row-side
-// matmuls split 4 row tiles x 2 column halves, the state tiles split over all 8.
+// n + 1 instead of only its second half. Grid (D / VT, H, sequences), NW warps (8, or 16 at
+// D = 128 with VT >= 32: twice the warps an SM to hide the serial chain's latencies, each with
+// half the tiles): the row-side matmuls split 4 row tiles x NW / 4 column groups, the state
+// tiles split over all NW.
 #include "kda/kda_chunk_common.cuh"
 
 namespace pdserve::cuda {
@@ -18,7 +20,7 @@ namespace {
 
 using namespace kda_chunk;
 
-template <int D, int VT, bool DB>
+template <int D, int VT, bool DB, int NW = 8>
 struct StateSmem {
   static constexpr int WS = D + 4;    // w, qg: A operand (row i, col c)
   static constexpr int KGS = D + 8;   // kg: A operand transposed (row c, col j)
@@ -28,18 +30,19 @@ struct StateSmem {
   static constexpr int floats = (DB ? 2 : 1) * ROWBUF + C * KGS + C * AS + 2 * C * VS + D * VS + D;
   static constexpr size_t bytes = floats * sizeof(float);
   static constexpr bool fits = bytes <= 227 * 1024;  // the sm_90 per-block opt-in limit
-  // The state slice's tiles over 8 warps: WM x WN warps, MT x NT tiles of 16 x 8 each.
+  // The state slice's tiles over NW warps: WM x WN warps, MT x NT tiles of 16 x 8 each.
   static constexpr int MTILES = D / 16, NTILES = VT / 8;
-  static constexpr int WM = MTILES < 8 ? MTILES : 8, WN = 8 / WM, MT = MTILES / WM, NT = NTILES / WN;
-  static_assert(WM * WN == 8 && MT * WM == MTILES && NT >= 1 && NT * WN == NTILES, "state tiles must split over 8 warps");
-  static constexpr int VNT = NTILES / 2;  // n tiles of a warp in the row-side matmuls (half the columns)
-  static_assert(VNT >= 1, "VT must be at least 16");
+  static constexpr int WM = MTILES < NW ? MTILES : NW, WN = NW / WM, MT = MTILES / WM, NT = NTILES / WN;
+  static_assert(WM * WN == NW && MT * WM == MTILES && NT >= 1 && NT * WN == NTILES, "state tiles must split over the warps");
+  static constexpr int VNT = NTILES / (NW / 4);  // n tiles of a warp in the row-side matmuls (its column group)
+  static_assert(VNT >= 1 && VNT * (NW / 4) == NTILES, "VT must give every column group at least one n tile");
 };
 
-template <int D, int VT, bool P, bool DB>
-__global__ void __launch_bounds__(256) state_kernel(const float* __restrict__ ws, int64_t H, const SeqJob* __restrict__ jobs,
-                                                    float* __restrict__ state, int64_t layer_offset, float* __restrict__ o) {
-  using Sm = StateSmem<D, VT, DB>;
+template <int D, int VT, Math P, bool DB, int NW>
+__global__ void __launch_bounds__(NW * 32) state_kernel(const float* __restrict__ ws, int64_t H, const SeqJob* __restrict__ jobs,
+                                                        float* __restrict__ state, int64_t layer_offset, float* __restrict__ o) {
+  using Sm = StateSmem<D, VT, DB, NW>;
+  constexpr int NT_THREADS = NW * 32;
   using L = Layout<D>;
   constexpr int WS = Sm::WS, KGS = Sm::KGS, AS = Sm::AS, VS = Sm::VS, MT = Sm::MT, NT = Sm::NT, WM = Sm::WM;
   constexpr int VNT = Sm::VNT;
@@ -76,7 +79,7 @@ __global__ void __launch_bounds__(256) state_kernel(const float* __restrict__ ws
   auto rows_buf = [&](int n) { return sw0 + (DB ? (n & 1) * Sm::ROWBUF : 0); };
   auto issue_u = [&](const float* b) {
     constexpr int V4 = VT / 4;
-    for (int idx = tid; idx < C * V4; idx += 256) {
+    for (int idx = tid; idx < C * V4; idx += NT_THREADS) {
       const int i = idx / V4, c = (idx % V4) * 4;
       cp_async16(su + i * VS + c, b + L::u + i * D + v0 + c);
     }
@@ -86,7 +89,7 @@ __global__ void __launch_bounds__(256) state_kernel(const float* __restrict__ ws
     float* bw = rows_buf(n);
     float* bq = bw + C * WS;
     constexpr int D4 = D / 4;
-    for (int idx = tid; idx < C * D4; idx += 256) {
+    for (int idx = tid; idx < C * D4; idx += NT_THREADS) {
       const int i = idx / D4, c = (idx % D4) * 4;
       cp_async16(bw + i * WS + c, b + L::w + i * D + c);
       cp_async16(bq + i * WS + c, b + L::qg + i * D + c);
@@ -98,15 +101,15 @@ __global__ void __launch_bounds__(256) state_kernel(const float* __restrict__ ws
     const float* b = chunk_base(n);
     constexpr int D4 = D / 4, C4 = C / 4;
     if constexpr (DB) issue_u(b);
-    for (int idx = tid; idx < C * C4; idx += 256) {
+    for (int idx = tid; idx < C * C4; idx += NT_THREADS) {
       const int i = idx / C4, c = (idx % C4) * 4;
       cp_async16(saqk + i * AS + c, b + L::aqk + i * C + c);
     }
-    for (int idx = tid; idx < C * D4; idx += 256) {
+    for (int idx = tid; idx < C * D4; idx += NT_THREADS) {
       const int i = idx / D4, c = (idx % D4) * 4;
       cp_async16(skg + i * KGS + c, b + L::kg + i * D + c);
     }
-    for (int idx = tid; idx < D4; idx += 256) cp_async16(sgl + idx * 4, b + L::gl + idx * 4);
+    for (int idx = tid; idx < D4; idx += NT_THREADS) cp_async16(sgl + idx * 4, b + L::gl + idx * 4);
     cp_async_commit();
   };
 
@@ -141,15 +144,21 @@ __global__ void __launch_bounds__(256) state_kernel(const float* __restrict__ ws
 
     // v_new = u - w S^T and the carried part of o, this warp's rows and columns.
     float vacc[VNT][4] = {}, oacc[VNT][4] = {};
-#pragma unroll 4
-    for (int kb = 0; kb < D; kb += 8) {
-      const FragA<P> aw(sw[r0 * WS + kb + tig], sw[r1 * WS + kb + tig], sw[r0 * WS + kb + tig + 4], sw[r1 * WS + kb + tig + 4]);
-      const FragA<P> aq(sqg[r0 * WS + kb + tig], sqg[r1 * WS + kb + tig], sqg[r0 * WS + kb + tig + 4], sqg[r1 * WS + kb + tig + 4]);
+    // Fragments of this warp's rows (A: w, qg, Aqk) and of its columns (B: S^T, v_new) at k.
+    auto rows_a = [&](const float* X, int stride, int k) {
+      return FragA<P>(X[r0 * stride + k + tig], X[r1 * stride + k + tig], X[r0 * stride + k + tig + 4], X[r1 * stride + k + tig + 4]);
+    };
+    auto cols_b = [&](const float* X, int col, int k) { return FragB<P>(X[(k + tig) * VS + col], X[(k + tig + 4) * VS + col]); };
+#pragma unroll 2
+    for (int kb = 0; kb < D; kb += 16) {
+      const FragA<P> aw0 = rows_a(sw, WS, kb), aw1 = rows_a(sw, WS, kb + 8);
+      const FragA<P> aq0 = rows_a(sqg, WS, kb), aq1 = rows_a(sqg, WS, kb + 8);
 #pragma unroll
       for (int nt = 0; nt < VNT; ++nt) {
-        const FragB<P> b(sS[(kb + tig) * VS + n0 + nt * 8 + gid], sS[(kb + tig + 4) * VS + n0 + nt * 8 + gid]);
-        mma(vacc[nt], aw, b);
-        mma(oacc[nt], aq, b);
+        const int col = n0 + nt * 8 + gid;
+        const FragB<P> b0 = cols_b(sS, col, kb), b1 = cols_b(sS, col, kb + 8);
+        mma(vacc[nt], aw0, aw1, b0, b1);
+        mma(oacc[nt], aq0, aq1, b0, b1);
       }
     }
     auto write_vnew = [&] {
@@ -179,13 +188,12 @@ __global__ void __launch_bounds__(256) state_kernel(const float* __restrict__ ws
     }
 
     // o += Aqk v_new (Aqk is causal: the K loop stops at the warp's last row).
-#pragma unroll 2
-    for (int kb = 0; kb < 16 * mrow + 16; kb += 8) {
-      const FragA<P> a(saqk[r0 * AS + kb + tig], saqk[r1 * AS + kb + tig], saqk[r0 * AS + kb + tig + 4], saqk[r1 * AS + kb + tig + 4]);
+    for (int kb = 0; kb < 16 * mrow + 16; kb += 16) {
+      const FragA<P> a0 = rows_a(saqk, AS, kb), a1 = rows_a(saqk, AS, kb + 8);
 #pragma unroll
       for (int nt = 0; nt < VNT; ++nt) {
-        const FragB<P> b(svn[(kb + tig) * VS + n0 + nt * 8 + gid], svn[(kb + tig + 4) * VS + n0 + nt * 8 + gid]);
-        mma(oacc[nt], a, b);
+        const int col = n0 + nt * 8 + gid;
+        mma(oacc[nt], a0, a1, cols_b(svn, col, kb), cols_b(svn, col, kb + 8));
       }
     }
     const int64_t row_base = job.row0 + static_cast<int64_t>(n) * C;
@@ -210,18 +218,19 @@ __global__ void __launch_bounds__(256) state_kernel(const float* __restrict__ ws
         sacc[mi][ni][3] *= gl1;
       }
     }
+    auto kg_a = [&](int c, int k) {  // kg^T's fragment: rows c, c + 8 (key channels), k tokens
+      return FragA<P>(skg[(k + tig) * KGS + c], skg[(k + tig) * KGS + c + 8], skg[(k + tig + 4) * KGS + c], skg[(k + tig + 4) * KGS + c + 8]);
+    };
 #pragma unroll 2
-    for (int kb = 0; kb < C; kb += 8) {
+    for (int kb = 0; kb < C; kb += 16) {
 #pragma unroll
       for (int mi = 0; mi < MT; ++mi) {
         const int c = (wm * MT + mi) * 16 + gid;
-        const FragA<P> a(skg[(kb + tig) * KGS + c], skg[(kb + tig) * KGS + c + 8], skg[(kb + tig + 4) * KGS + c],
-                         skg[(kb + tig + 4) * KGS + c + 8]);
+        const FragA<P> a0 = kg_a(c, kb), a1 = kg_a(c, kb + 8);
 #pragma unroll
         for (int ni = 0; ni < NT; ++ni) {
           const int vv = (wn * NT + ni) * 8 + gid;
-          const FragB<P> b(svn[(kb + tig) * VS + vv], svn[(kb + tig + 4) * VS + vv]);
-          mma(sacc[mi][ni], a, b);
+          mma(sacc[mi][ni], a0, a1, cols_b(svn, vv, kb), cols_b(svn, vv, kb + 8));
         }
       }
     }
@@ -250,31 +259,38 @@ __global__ void __launch_bounds__(256) state_kernel(const float* __restrict__ ws
       }
 }
 
-template <int D, int VT, bool P, bool DB>
+template <int D, int VT, Math P, bool DB, int NW>
 cudaError_t launch_state_db(const float* ws, int64_t H, const SeqJob* jobs, int64_t seqs, float* state, int64_t lo, float* o,
                             cudaStream_t stream) {
-  static_assert(StateSmem<D, VT, DB>::fits, "state kernel shared memory over the per-block limit");
-  constexpr size_t bytes = StateSmem<D, VT, DB>::bytes;
-  const cudaError_t e = cudaFuncSetAttribute(state_kernel<D, VT, P, DB>, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes));
+  static_assert(StateSmem<D, VT, DB, NW>::fits, "state kernel shared memory over the per-block limit");
+  constexpr size_t bytes = StateSmem<D, VT, DB, NW>::bytes;
+  const cudaError_t e =
+      cudaFuncSetAttribute(state_kernel<D, VT, P, DB, NW>, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes));
   if (e != cudaSuccess) return e;
   const dim3 grid(D / VT, static_cast<unsigned>(H), static_cast<unsigned>(seqs));
-  state_kernel<D, VT, P, DB><<<grid, 256, bytes, stream>>>(ws, H, jobs, state, lo, o);
+  state_kernel<D, VT, P, DB, NW><<<grid, NW * 32, bytes, stream>>>(ws, H, jobs, state, lo, o);
   return cudaGetLastError();
 }
 
 // Double buffering where asked for and shared memory allows (not D = 128 at VT = 64).
-template <int D, int VT, bool P>
+template <int D, int VT, Math P, int NW = 8>
 cudaError_t launch_state(bool db, const float* ws, int64_t H, const SeqJob* jobs, int64_t seqs, float* state, int64_t lo, float* o,
                          cudaStream_t stream) {
-  if constexpr (StateSmem<D, VT, true>::fits) {
-    if (db) return launch_state_db<D, VT, P, true>(ws, H, jobs, seqs, state, lo, o, stream);
+  if constexpr (StateSmem<D, VT, true, NW>::fits) {
+    if (db) return launch_state_db<D, VT, P, true, NW>(ws, H, jobs, seqs, state, lo, o, stream);
   }
-  return launch_state_db<D, VT, P, false>(ws, H, jobs, seqs, state, lo, o, stream);
+  return launch_state_db<D, VT, P, false, NW>(ws, H, jobs, seqs, state, lo, o, stream);
 }
 
-template <bool P>
-cudaError_t state_for(int D, int vt, bool db, const float* ws, int64_t H, const SeqJob* jobs, int64_t seqs, float* state, int64_t lo,
-                      float* o, cudaStream_t stream) {
+template <Math P>
+cudaError_t state_for(int D, int vt, int warps, bool db, const float* ws, int64_t H, const SeqJob* jobs, int64_t seqs, float* state,
+                      int64_t lo, float* o, cudaStream_t stream) {
+  if (warps == 16) {  // D = 128 at VT 32 / 64 only (the launcher checks)
+    if (D != 128) return cudaErrorInvalidValue;
+    if (vt == 64) return launch_state<128, 64, P, 16>(db, ws, H, jobs, seqs, state, lo, o, stream);
+    if (vt == 32) return launch_state<128, 32, P, 16>(db, ws, H, jobs, seqs, state, lo, o, stream);
+    return cudaErrorInvalidValue;
+  }
   if (vt == 64) {
     switch (D) {
       case 64: return launch_state<64, 64, P>(db, ws, H, jobs, seqs, state, lo, o, stream);
@@ -299,10 +315,14 @@ cudaError_t state_for(int D, int vt, bool db, const float* ws, int64_t H, const 
 
 }  // namespace
 
-cudaError_t kda_chunk_state_launch(int D, int vt, bool precise, bool double_buffer, const float* ws, int64_t H, const SeqJob* jobs,
+cudaError_t kda_chunk_state_launch(int D, int vt, int warps, Math math, bool double_buffer, const float* ws, int64_t H, const SeqJob* jobs,
                                    int64_t seqs, float* state, int64_t layer_offset, float* o, cudaStream_t stream) {
-  return precise ? state_for<true>(D, vt, double_buffer, ws, H, jobs, seqs, state, layer_offset, o, stream)
-                 : state_for<false>(D, vt, double_buffer, ws, H, jobs, seqs, state, layer_offset, o, stream);
+  switch (math) {
+    case kda_chunk::kTf32: return state_for<kda_chunk::kTf32>(D, vt, warps, double_buffer, ws, H, jobs, seqs, state, layer_offset, o, stream);
+    case kda_chunk::k3xTf32: return state_for<kda_chunk::k3xTf32>(D, vt, warps, double_buffer, ws, H, jobs, seqs, state, layer_offset, o, stream);
+    case kda_chunk::kBf16: return state_for<kda_chunk::kBf16>(D, vt, warps, double_buffer, ws, H, jobs, seqs, state, layer_offset, o, stream);
+  }
+  return cudaErrorInvalidValue;
 }
 
 }  // namespace pdserve::cuda

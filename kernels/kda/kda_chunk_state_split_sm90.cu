@@ -33,7 +33,7 @@ struct SplitSmem {
   static_assert(VNT >= 1, "VT must be at least 16");
 };
 
-template <int D, int VT, bool P, bool DB>
+template <int D, int VT, Math P, bool DB>
 __global__ void __launch_bounds__(256) state_split_kernel(float* __restrict__ ws, int64_t H, const SeqJob* __restrict__ jobs,
                                                           float* __restrict__ state, int64_t layer_offset) {
   using Sm = SplitSmem<D, VT, DB>;
@@ -134,13 +134,17 @@ __global__ void __launch_bounds__(256) state_split_kernel(float* __restrict__ ws
 
     // v_new = u - w S^T, this warp's rows and columns.
     float vacc[VNT][4] = {};
-#pragma unroll 4
-    for (int kb = 0; kb < D; kb += 8) {
-      const FragA<P> aw(sw[r0 * WS + kb + tig], sw[r1 * WS + kb + tig], sw[r0 * WS + kb + tig + 4], sw[r1 * WS + kb + tig + 4]);
+    auto w_a = [&](int k) {
+      return FragA<P>(sw[r0 * WS + k + tig], sw[r1 * WS + k + tig], sw[r0 * WS + k + tig + 4], sw[r1 * WS + k + tig + 4]);
+    };
+    auto cols_b = [&](const float* X, int col, int k) { return FragB<P>(X[(k + tig) * VS + col], X[(k + tig + 4) * VS + col]); };
+#pragma unroll 2
+    for (int kb = 0; kb < D; kb += 16) {
+      const FragA<P> aw0 = w_a(kb), aw1 = w_a(kb + 8);
 #pragma unroll
       for (int nt = 0; nt < VNT; ++nt) {
-        const FragB<P> b(sS[(kb + tig) * VS + n0 + nt * 8 + gid], sS[(kb + tig + 4) * VS + n0 + nt * 8 + gid]);
-        mma(vacc[nt], aw, b);
+        const int col = n0 + nt * 8 + gid;
+        mma(vacc[nt], aw0, aw1, cols_b(sS, col, kb), cols_b(sS, col, kb + 8));
       }
     }
     if constexpr (DB) {
@@ -183,18 +187,19 @@ __global__ void __launch_bounds__(256) state_split_kernel(float* __restrict__ ws
         sacc[mi][ni][3] *= gl1;
       }
     }
+    auto kg_a = [&](int c, int k) {  // kg^T's fragment: rows c, c + 8 (key channels), k tokens
+      return FragA<P>(skg[(k + tig) * KGS + c], skg[(k + tig) * KGS + c + 8], skg[(k + tig + 4) * KGS + c], skg[(k + tig + 4) * KGS + c + 8]);
+    };
 #pragma unroll 2
-    for (int kb = 0; kb < C; kb += 8) {
+    for (int kb = 0; kb < C; kb += 16) {
 #pragma unroll
       for (int mi = 0; mi < MT; ++mi) {
         const int c = (wm * MT + mi) * 16 + gid;
-        const FragA<P> a(skg[(kb + tig) * KGS + c], skg[(kb + tig) * KGS + c + 8], skg[(kb + tig + 4) * KGS + c],
-                         skg[(kb + tig + 4) * KGS + c + 8]);
+        const FragA<P> a0 = kg_a(c, kb), a1 = kg_a(c, kb + 8);
 #pragma unroll
         for (int ni = 0; ni < NT; ++ni) {
           const int vv = (wn * NT + ni) * 8 + gid;
-          const FragB<P> b(svn[(kb + tig) * VS + vv], svn[(kb + tig + 4) * VS + vv]);
-          mma(sacc[mi][ni], a, b);
+          mma(sacc[mi][ni], a0, a1, cols_b(svn, vv, kb), cols_b(svn, vv, kb + 8));
         }
       }
     }
@@ -223,7 +228,7 @@ __global__ void __launch_bounds__(256) state_split_kernel(float* __restrict__ ws
       }
 }
 
-template <int D, int VT, bool P, bool DB>
+template <int D, int VT, Math P, bool DB>
 cudaError_t launch_one(float* ws, int64_t H, const SeqJob* jobs, int64_t seqs, float* state, int64_t lo, cudaStream_t stream) {
   static_assert(SplitSmem<D, VT, DB>::fits, "state kernel shared memory over the per-block limit");
   constexpr size_t bytes = SplitSmem<D, VT, DB>::bytes;
@@ -235,13 +240,13 @@ cudaError_t launch_one(float* ws, int64_t H, const SeqJob* jobs, int64_t seqs, f
   return cudaGetLastError();
 }
 
-template <int D, int VT, bool P>
+template <int D, int VT, Math P>
 cudaError_t launch_tile(bool db, float* ws, int64_t H, const SeqJob* jobs, int64_t seqs, float* state, int64_t lo, cudaStream_t stream) {
   if (db) return launch_one<D, VT, P, true>(ws, H, jobs, seqs, state, lo, stream);
   return launch_one<D, VT, P, false>(ws, H, jobs, seqs, state, lo, stream);
 }
 
-template <bool P>
+template <Math P>
 cudaError_t split_for(int D, int vt, bool db, float* ws, int64_t H, const SeqJob* jobs, int64_t seqs, float* state, int64_t lo,
                       cudaStream_t stream) {
   if (vt == 64) {
@@ -268,10 +273,14 @@ cudaError_t split_for(int D, int vt, bool db, float* ws, int64_t H, const SeqJob
 
 }  // namespace
 
-cudaError_t kda_chunk_state_split_launch(int D, int vt, bool precise, bool double_buffer, float* ws, int64_t H, const SeqJob* jobs,
+cudaError_t kda_chunk_state_split_launch(int D, int vt, Math math, bool double_buffer, float* ws, int64_t H, const SeqJob* jobs,
                                          int64_t seqs, float* state, int64_t layer_offset, cudaStream_t stream) {
-  return precise ? split_for<true>(D, vt, double_buffer, ws, H, jobs, seqs, state, layer_offset, stream)
-                 : split_for<false>(D, vt, double_buffer, ws, H, jobs, seqs, state, layer_offset, stream);
+  switch (math) {
+    case kda_chunk::kTf32: return split_for<kda_chunk::kTf32>(D, vt, double_buffer, ws, H, jobs, seqs, state, layer_offset, stream);
+    case kda_chunk::k3xTf32: return split_for<kda_chunk::k3xTf32>(D, vt, double_buffer, ws, H, jobs, seqs, state, layer_offset, stream);
+    case kda_chunk::kBf16: return split_for<kda_chunk::kBf16>(D, vt, double_buffer, ws, H, jobs, seqs, state, layer_offset, stream);
+  }
+  return cudaErrorInvalidValue;
 }
 
 }  // namespace pdserve::cuda
