@@ -46,7 +46,8 @@ profile() {
   done
 }
 if [ "$gpus" -gt 1 ]; then
-  (export CUDA_VISIBLE_DEVICES=1; tests; memcheck 130) &
+  # A temporary assignment before a function call is exported to what the function runs.
+  { CUDA_VISIBLE_DEVICES=1 tests; CUDA_VISIBLE_DEVICES=1 memcheck 130; } &
   side=$!
   export CUDA_VISIBLE_DEVICES=0
   bench
