@@ -62,7 +62,7 @@ Result<std::unique_ptr<PrefillCoordinator>> PrefillCoordinator::create(const Dis
   c->transport_ = std::move(transport);
   TpModelGroup& g = engine.group();
   PDS_ASSIGN_OR_RETURN(std::string fp, model_fingerprint(model_dir));
-  c->layout_ = describe_layout("prefill", g.config(), fp, g.size(), g.kv(0), g.state(0), cfg.checksum);
+  c->layout_ = describe_layout("prefill", g.config(), fp, g.transfer_ranks(), g.kv(0), g.state(0), cfg.checksum);
   c->layout_.transfer = transfer_info_of(c->transport_->capabilities());
   c->aux_.resize(static_cast<size_t>(g.state(0).num_slots()));
   PDS_RETURN_IF_ERROR(c->transport_->register_region({kAuxRegion, c->aux_.data(), c->aux_.size() * sizeof(AuxRow), "aux", false}));

@@ -1,6 +1,7 @@
 // The leader's and the followers' halves of an instance over several nodes (node_serving.h).
 #include "pdserve/server/node_serving.h"
 
+#include <algorithm>
 #include <atomic>
 #include <mutex>
 #include <iostream>
@@ -47,6 +48,73 @@ Result<std::string> cluster_secret(const ServeConfig& cfg) {
 }
 
 int local_ranks(const ServeConfig& cfg) { return cfg.tp / cfg.nnodes; }
+
+uint8_t role_code(ServerRole r) { return r == ServerRole::kPrefill ? 1 : r == ServerRole::kDecode ? 2 : 0; }
+const char* role_command(uint8_t code) { return code == 1 ? "prefill" : code == 2 ? "decode" : "serve"; }
+
+// The decode leader's side of "Decode across nodes" (docs/design.md): prefill wrote every
+// global rank's pages and KDA head slice into this node's pools (the remote ranks' into the
+// staging pools of make_remote_pools); the share of each other node goes to it as kCache
+// frames, one page (every MLA layer) or one KDA layer of the slot at a time.
+Status forward_region(node::LeaderLink& link, TpModelGroup& g, int local, const CacheRegion& region) {
+  for (int r = local; r < g.transfer_ranks(); ++r) {
+    const int to = r / local;
+    MlaKvPool& kv = g.transfer_kv(r);
+    KdaStatePool& st = g.transfer_state(r);
+    node::CacheData m;
+    m.rank = static_cast<uint32_t>(r);
+    if (kv.num_layers() > 0) {
+      m.kind = node::CacheData::kPage;
+      m.layer = 0;
+      for (int32_t page : region.pages) {
+        if (page < 0 || page >= kv.num_pages()) return internal_error("forwarding page " + std::to_string(page) + ": no such page");
+        m.id = page;
+        m.data.clear();
+        for (int64_t l = 0; l < kv.num_layers(); ++l) {
+          const float* src = kv.layer_base(l) + static_cast<int64_t>(page) * kv.page_floats();
+          m.data.insert(m.data.end(), src, src + kv.page_floats());
+        }
+        PDS_RETURN_IF_ERROR(link.send_to(to, node::encode(m)));
+      }
+    }
+    if (region.slot >= 0 && st.num_layers() > 0) {
+      if (region.slot >= st.num_slots()) return internal_error("forwarding slot " + std::to_string(region.slot) + ": no such slot");
+      m.kind = node::CacheData::kStateLayer;
+      m.id = region.slot;
+      for (int64_t l = 0; l < st.num_layers(); ++l) {
+        const float* src = st.conv(region.slot, l);
+        m.layer = static_cast<uint32_t>(l);
+        m.data.assign(src, src + st.layer_floats());
+        PDS_RETURN_IF_ERROR(link.send_to(to, node::encode(m)));
+      }
+    }
+  }
+  return Status::ok();
+}
+
+// The follower's side: one kCache frame into this node's host pools, checked against them
+// (a frame for another node's rank or outside the pools is the leader's bug: fail loudly).
+Status apply_cache(TpModelGroup& g, int first, const node::CacheData& m, CacheRegion* pending) {
+  const int i = static_cast<int>(m.rank) - first;
+  if (i < 0 || i >= g.size())
+    return internal_error("cache for rank " + std::to_string(m.rank) + ", this node runs ranks " + std::to_string(first) + ".." +
+                          std::to_string(first + g.size() - 1));
+  if (m.kind == node::CacheData::kPage) {
+    MlaKvPool& kv = g.kv(i);
+    if (m.id >= kv.num_pages() || static_cast<int64_t>(m.data.size()) != kv.num_layers() * kv.page_floats())
+      return internal_error("cache: page " + std::to_string(m.id) + " of " + std::to_string(m.data.size()) + " floats does not fit the pool");
+    for (int64_t l = 0; l < kv.num_layers(); ++l)
+      std::copy_n(m.data.data() + l * kv.page_floats(), kv.page_floats(), kv.layer_base(l) + static_cast<int64_t>(m.id) * kv.page_floats());
+    if (std::find(pending->pages.begin(), pending->pages.end(), m.id) == pending->pages.end()) pending->pages.push_back(m.id);
+    return Status::ok();
+  }
+  KdaStatePool& st = g.state(i);
+  if (m.id >= st.num_slots() || m.layer >= st.num_layers() || static_cast<int64_t>(m.data.size()) != st.layer_floats())
+    return internal_error("cache: slot " + std::to_string(m.id) + " layer " + std::to_string(m.layer) + " does not fit the pool");
+  std::copy(m.data.begin(), m.data.end(), st.conv(m.id, m.layer));
+  pending->slot = m.id;
+  return Status::ok();
+}
 
 std::vector<std::shared_ptr<const Model>> shards_of(const TpModelGroup& g) {
   std::vector<std::shared_ptr<const Model>> shards;
@@ -117,8 +185,8 @@ class LeaderWatch {
 }  // namespace
 
 Result<std::unique_ptr<NodeLeader>> NodeLeader::join(const ServeConfig& cfg, std::unique_ptr<TpModelGroup>* group) {
-  if (cfg.role != ServerRole::kUnified)
-    return unsupported("--nnodes " + std::to_string(cfg.nnodes) + ": the prefill and decode roles run on one node each for now; `serve` spans nodes");
+  if (cfg.role == ServerRole::kPrefill)
+    return unsupported("--nnodes " + std::to_string(cfg.nnodes) + " with the prefill role: not built yet (prefill runs on one node; `decode` and `serve` span nodes)");
   if (cfg.pp > 1) return unsupported("--nnodes with --pp: pipeline stages run on one node for now");
   PDS_ASSIGN_OR_RETURN(std::string secret, cluster_secret(cfg));
   PDS_ASSIGN_OR_RETURN(transfer::HostPort hp, transfer::parse_dist_init_addr(cfg.dist_init_addr));
@@ -131,6 +199,7 @@ Result<std::unique_ptr<NodeLeader>> NodeLeader::join(const ServeConfig& cfg, std
   node::Hello hello;
   hello.nnodes = static_cast<uint32_t>(cfg.nnodes);
   hello.tp = static_cast<uint32_t>(cfg.tp);
+  hello.role = role_code(cfg.role);
   const int local = local_ranks(cfg);
   std::vector<std::unique_ptr<Communicator>> comms;
   if (cfg.device == "cuda") {
@@ -172,6 +241,11 @@ Status NodeLeader::start(TpModelGroup& g, const ServeConfig& cfg) {
   spdlog::info("node 0 of {}: every node is ready; ranks 0..{} here", nnodes_, g.size() - 1);
   auto steps = std::make_shared<std::atomic<uint64_t>>(0);
   g.set_step_sender([link = link_, steps](const ForwardBatch& batch) { return link->broadcast(node::encode(to_message(batch, steps->fetch_add(1)))); });
+  if (cfg.role == ServerRole::kDecode) {
+    // Prefill sends every global rank's share here; the other nodes get theirs from us.
+    g.make_remote_pools(cfg.tp);
+    g.set_cache_forwarder([link = link_, &g, local = local_ranks(cfg)](const CacheRegion& region) { return forward_region(*link, g, local, region); });
+  }
   // A follower lost between steps: refuse the next step instead of waiting for it in a
   // collective (which NCCL would do for ever); lost during a step: lose_node aborts the NCCL
   // collectives the step is blocked in, so it fails with the same error.
@@ -197,7 +271,7 @@ int run_node_follower(const ServeConfig& cfg) {
     std::cerr << who << ": " << m << std::endl;
     return rc;
   };
-  if (cfg.role != ServerRole::kUnified) return fail(2, "the prefill and decode roles run on one node each for now; `serve` spans nodes");
+  if (cfg.role == ServerRole::kPrefill) return fail(2, "--nnodes with the prefill role: not built yet (prefill runs on one node)");
   if (cfg.pp > 1) return fail(2, "--pp runs on one node for now");
   auto secret = cluster_secret(cfg);
   if (!secret.is_ok()) return fail(2, secret.status().message());
@@ -220,6 +294,9 @@ int run_node_follower(const ServeConfig& cfg) {
   if (static_cast<int>(hello->nnodes) != cfg.nnodes || static_cast<int>(hello->tp) != cfg.tp)
     return fail(2, "the leader runs --tp " + std::to_string(hello->tp) + " --nnodes " + std::to_string(hello->nnodes) +
                        ", this node was started with --tp " + std::to_string(cfg.tp) + " --nnodes " + std::to_string(cfg.nnodes));
+  if (hello->role != role_code(cfg.role))
+    return fail(2, std::string("the leader runs `pdserve ") + role_command(hello->role) + "`, this node `pdserve " + role_command(role_code(cfg.role)) +
+                       "`: start every node of an instance with the same command");
   const int local = local_ranks(cfg), first = cfg.node_rank * local;
   std::vector<std::unique_ptr<Communicator>> comms;
   for (int i = 0; i < local; ++i) {
@@ -255,6 +332,14 @@ int run_node_follower(const ServeConfig& cfg) {
   } stop_watching{**link};
 
   uint64_t steps = 0;
+  CacheRegion pending;  // decode role: kCache frames not yet uploaded (device forward)
+  auto upload_pending = [&]() -> Status {
+    if (pending.pages.empty() && pending.slot < 0) return Status::ok();
+    Status st = g.cache_to_device(pending);
+    pending = CacheRegion{};
+    if (!st.is_ok()) return Status(st.code(), "uploading the cache prefill sent: " + st.message());
+    return Status::ok();
+  };
   while (true) {
     auto f = (*link)->receive();
     if (!f.is_ok()) {
@@ -269,7 +354,19 @@ int run_node_follower(const ServeConfig& cfg) {
                 << ") after " << steps << " steps" << std::endl;
       return 0;
     }
+    if (f->type == node::MsgType::kCache) {
+      auto m = node::decode_cache(bytes(*f), f->payload.size());
+      if (!m.is_ok()) return fail(1, m.status().message());
+      // A region holds one slot: another request's state starts, so the last one is complete.
+      if (m->kind == node::CacheData::kStateLayer && pending.slot >= 0 && pending.slot != m->id) {
+        if (Status st = upload_pending(); !st.is_ok()) return fail(1, st.message());
+      }
+      if (Status st = apply_cache(g, first, *m, &pending); !st.is_ok()) return fail(1, st.message());
+      continue;
+    }
     if (f->type != node::MsgType::kStep) return fail(1, "the leader sent frame type " + std::to_string(static_cast<int>(f->type)) + " mid-run");
+    // Cache that arrived since the last step: onto the device before a step reads it.
+    if (Status st = upload_pending(); !st.is_ok()) return fail(1, st.message());
     auto step = node::decode_step(bytes(*f), f->payload.size());
     if (!step.is_ok()) return fail(1, step.status().message());
     const uint64_t n = step->step;

@@ -96,15 +96,19 @@ Status LeaderLink::fail(const Status& why) {
 }
 
 Status LeaderLink::broadcast(const std::string& frame) {
+  for (int node = 1; node < nnodes_; ++node) PDS_RETURN_IF_ERROR(send_to(node, frame));
+  return Status::ok();
+}
+
+Status LeaderLink::send_to(int node, const std::string& frame) {
   {
     std::lock_guard<std::mutex> l(mu_);
     if (!broken_.is_ok()) return broken_;
   }
-  for (size_t i = 0; i < fds_.size(); ++i) {
-    if (Status st = send_str(fds_[i], frame); !st.is_ok())
-      return fail(Status(ErrorCode::kUnavailable, "node " + std::to_string(i + 1) + " of " + std::to_string(nnodes_) +
-                                                      " left the instance (control stream: " + st.message() + ")"));
-  }
+  if (node < 1 || node > static_cast<int>(fds_.size())) return internal_error("node control: no node " + std::to_string(node));
+  if (Status st = send_str(fds_[node - 1], frame); !st.is_ok())
+    return fail(Status(ErrorCode::kUnavailable, "node " + std::to_string(node) + " of " + std::to_string(nnodes_) +
+                                                    " left the instance (control stream: " + st.message() + ")"));
   return Status::ok();
 }
 

@@ -1,6 +1,6 @@
 // --nnodes / --node-rank / --dist-init-addr in the role's config: inconsistent values are
-// refused naming the flag; the server itself serves only as node 0 of a unified instance
-// (followers run run_node_follower; the prefill and decode roles stay on one node).
+// refused naming the flag; the server itself serves only as node 0 (followers run
+// run_node_follower); serve and decode span nodes, prefill is refused.
 #include <gtest/gtest.h>
 
 #include "pdserve/server/http_server.h"
@@ -24,11 +24,11 @@ std::string why(const ServeConfig& c) { return c.validate().message(); }
 
 TEST(DistFlags, AConsistentTwoNodeConfigValidates) {
   EXPECT_TRUE(two_node_config().validate().is_ok()) << why(two_node_config());
-  for (ServerRole role : {ServerRole::kPrefill, ServerRole::kDecode}) {
-    ServeConfig c = two_node_config();
-    c.role = role;
-    EXPECT_TRUE(c.validate().is_ok()) << why(c);
-  }
+  ServeConfig c = two_node_config();
+  c.role = ServerRole::kDecode;
+  EXPECT_TRUE(c.validate().is_ok()) << why(c);
+  c.role = ServerRole::kPrefill;  // refused naming the flag and the role (not built yet)
+  EXPECT_NE(why(c).find("nnodes (--nnodes) with the prefill role"), std::string::npos) << why(c);
 }
 
 TEST(DistFlags, InconsistentValuesAreRefusedNamingTheFlag) {
@@ -59,12 +59,13 @@ TEST(DistFlags, TheServerIsNodeZeroOfAUnifiedInstanceOnly) {
   EXPECT_NE(s.status().message().find("only node 0 serves HTTP"), std::string::npos) << s.status().message();
   ServeConfig c = two_node_config();
   c.node_rank = 0;
-  c.role = ServerRole::kDecode;
+  c.role = ServerRole::kPrefill;  // decode and serve span nodes; prefill does not yet
   c.device = "cpu";  // no GPU needed to be refused
   s = HttpServer::create(c);
   ASSERT_FALSE(s.is_ok());
-  EXPECT_EQ(s.status().code(), ErrorCode::kUnsupported) << s.status().message();
-  EXPECT_NE(s.status().message().find("one node each"), std::string::npos) << s.status().message();
+  EXPECT_EQ(s.status().code(), ErrorCode::kInvalidArgument) << s.status().message();
+  EXPECT_NE(s.status().message().find("--nnodes"), std::string::npos) << s.status().message();
+  EXPECT_NE(s.status().message().find("prefill role: not built yet"), std::string::npos) << s.status().message();
 }
 
 }  // namespace

@@ -78,6 +78,46 @@ TEST(NodeControl, FramesRoundTrip) {
   EXPECT_EQ(decode_shutdown(bytes(dp), dp.size())->reason, "bye");
 }
 
+// Decode across nodes: the cache the leader forwards, and the role every node must share.
+TEST(NodeControl, CacheFramesAndTheRoleRoundTripAndRefuseNonsense) {
+  CacheData c;
+  c.rank = 3;
+  c.kind = CacheData::kStateLayer;
+  c.id = 7;
+  c.layer = 2;
+  c.data = {1.5f, -2.0f, 0.25f};
+  const std::string cp = payload_of(encode(c), MsgType::kCache);
+  auto c2 = decode_cache(bytes(cp), cp.size());
+  ASSERT_TRUE(c2.is_ok()) << c2.status().message();
+  EXPECT_EQ(c2->rank, 3u);
+  EXPECT_EQ(c2->kind, CacheData::kStateLayer);
+  EXPECT_EQ(c2->id, 7);
+  EXPECT_EQ(c2->layer, 2u);
+  EXPECT_EQ(c2->data, c.data);
+  for (size_t n = 0; n < cp.size(); ++n) EXPECT_FALSE(decode_cache(bytes(cp), n).is_ok()) << n << " bytes";
+  for (auto mutate : {+[](CacheData& m) { m.id = -1; }, +[](CacheData& m) { m.kind = 2; },
+                      +[](CacheData& m) { m.kind = CacheData::kPage; }}) {  // a page names no layer
+    CacheData m = c;
+    mutate(m);
+    const std::string q = payload_of(encode(m), MsgType::kCache);
+    EXPECT_FALSE(decode_cache(bytes(q), q.size()).is_ok());
+  }
+  std::string forged = cp;
+  forged[13] = 0x7f;  // the float count (after rank, kind, id, layer) past the payload
+  EXPECT_FALSE(decode_cache(bytes(forged), forged.size()).is_ok());
+  Hello h;
+  h.nnodes = 2;
+  h.tp = 2;
+  h.role = 2;
+  std::string hp = payload_of(encode(h), MsgType::kHello);
+  auto h2 = decode_hello(bytes(hp), hp.size());
+  ASSERT_TRUE(h2.is_ok()) << h2.status().message();
+  EXPECT_EQ(h2->role, 2);
+  h.role = kMaxRole + 1;
+  hp = payload_of(encode(h), MsgType::kHello);
+  EXPECT_FALSE(decode_hello(bytes(hp), hp.size()).is_ok());
+}
+
 TEST(NodeControl, BadHeadersAreRefused) {
   std::string f = encode(Shutdown{"x"});
   std::string bad = f;
@@ -89,7 +129,7 @@ TEST(NodeControl, BadHeadersAreRefused) {
   bad = f;
   bad[6] = 0;  // type 0
   EXPECT_FALSE(decode_header(bytes(bad)).is_ok());
-  bad[6] = 6;
+  bad[6] = 7;  // one past kCache
   EXPECT_FALSE(decode_header(bytes(bad)).is_ok());
   bad = f;
   bad[11] = 0x7f;  // ~2 GB

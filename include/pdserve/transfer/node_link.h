@@ -39,6 +39,8 @@ class LeaderLink {
   // Sends one whole frame to every follower. The first failure names the node; after it every
   // later call fails the same way (an instance that lost a node stays broken).
   Status broadcast(const std::string& frame);
+  // One frame to node `node` (1..nnodes-1), with broadcast's failure rules.
+  Status send_to(int node, const std::string& frame);
   // Waits for one frame from every follower; kUnavailable naming the node on end-of-stream.
   Result<std::vector<Frame>> receive_from_all(std::chrono::milliseconds timeout);
   int refused() const { return refused_; }
