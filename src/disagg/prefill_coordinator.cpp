@@ -67,9 +67,10 @@ Result<std::unique_ptr<PrefillCoordinator>> PrefillCoordinator::create(const Dis
   c->aux_.resize(static_cast<size_t>(g.state(0).num_slots()));
   PDS_RETURN_IF_ERROR(c->transport_->register_region({kAuxRegion, c->aux_.data(), c->aux_.size() * sizeof(AuxRow), "aux", false}));
   c->bases_[kAuxRegion] = reinterpret_cast<const uint8_t*>(c->aux_.data());
-  // Each rank registers its pools; /route answers once all have.
-  for (int r = 0; r < g.size(); ++r) {
-    PDS_RETURN_IF_ERROR(register_rank_pools(*c->transport_, r, g.kv(r), g.state(r), c->bases_));
+  // Each rank registers its pools (across nodes: the other nodes' ranks through node 0's
+  // staging pools, node_cache.h); /route answers once all have.
+  for (int r = 0; r < g.transfer_ranks(); ++r) {
+    PDS_RETURN_IF_ERROR(register_rank_pools(*c->transport_, r, g.transfer_kv(r), g.transfer_state(r), c->bases_));
     c->registered_ranks_.fetch_add(1);
   }
   runtime::DisaggHooks hooks;

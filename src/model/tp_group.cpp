@@ -158,6 +158,14 @@ Status TpModelGroup::set_device_forwards(std::vector<std::unique_ptr<DeviceForwa
 }
 
 Status TpModelGroup::cache_to_host(const CacheRegion& region) {
+  PDS_RETURN_IF_ERROR(download_region(region));
+  if (cache_fetcher_ && (!region.pages.empty() || region.slot >= 0)) {
+    if (Status st = cache_fetcher_(region); !st.is_ok()) return break_group(st);
+  }
+  return Status::ok();
+}
+
+Status TpModelGroup::download_region(const CacheRegion& region) {
   if (pp_ > 1) {
     // Device stages: each stage's device pools -> its host stage pools (same geometry), then
     // the gather of every stage into the whole-model pools the transfer layer reads.

@@ -1,7 +1,6 @@
 // The leader's and the followers' halves of an instance over several nodes (node_serving.h).
 #include "pdserve/server/node_serving.h"
 
-#include <algorithm>
 #include <atomic>
 #include <mutex>
 #include <iostream>
@@ -9,6 +8,7 @@
 #include <spdlog/spdlog.h>
 
 #include "cuda_options.h"
+#include "node_cache.h"
 #include "pdserve/core/secret_file.h"
 #include "pdserve/model/device_forward.h"
 #include "pdserve/model/dist_check.h"
@@ -51,70 +51,6 @@ int local_ranks(const ServeConfig& cfg) { return cfg.tp / cfg.nnodes; }
 
 uint8_t role_code(ServerRole r) { return r == ServerRole::kPrefill ? 1 : r == ServerRole::kDecode ? 2 : 0; }
 const char* role_command(uint8_t code) { return code == 1 ? "prefill" : code == 2 ? "decode" : "serve"; }
-
-// The decode leader's side of "Decode across nodes" (docs/design.md): prefill wrote every
-// global rank's pages and KDA head slice into this node's pools (the remote ranks' into the
-// staging pools of make_remote_pools); the share of each other node goes to it as kCache
-// frames, one page (every MLA layer) or one KDA layer of the slot at a time.
-Status forward_region(node::LeaderLink& link, TpModelGroup& g, int local, const CacheRegion& region) {
-  for (int r = local; r < g.transfer_ranks(); ++r) {
-    const int to = r / local;
-    MlaKvPool& kv = g.transfer_kv(r);
-    KdaStatePool& st = g.transfer_state(r);
-    node::CacheData m;
-    m.rank = static_cast<uint32_t>(r);
-    if (kv.num_layers() > 0) {
-      m.kind = node::CacheData::kPage;
-      m.layer = 0;
-      for (int32_t page : region.pages) {
-        if (page < 0 || page >= kv.num_pages()) return internal_error("forwarding page " + std::to_string(page) + ": no such page");
-        m.id = page;
-        m.data.clear();
-        for (int64_t l = 0; l < kv.num_layers(); ++l) {
-          const float* src = kv.layer_base(l) + static_cast<int64_t>(page) * kv.page_floats();
-          m.data.insert(m.data.end(), src, src + kv.page_floats());
-        }
-        PDS_RETURN_IF_ERROR(link.send_to(to, node::encode(m)));
-      }
-    }
-    if (region.slot >= 0 && st.num_layers() > 0) {
-      if (region.slot >= st.num_slots()) return internal_error("forwarding slot " + std::to_string(region.slot) + ": no such slot");
-      m.kind = node::CacheData::kStateLayer;
-      m.id = region.slot;
-      for (int64_t l = 0; l < st.num_layers(); ++l) {
-        const float* src = st.conv(region.slot, l);
-        m.layer = static_cast<uint32_t>(l);
-        m.data.assign(src, src + st.layer_floats());
-        PDS_RETURN_IF_ERROR(link.send_to(to, node::encode(m)));
-      }
-    }
-  }
-  return Status::ok();
-}
-
-// The follower's side: one kCache frame into this node's host pools, checked against them
-// (a frame for another node's rank or outside the pools is the leader's bug: fail loudly).
-Status apply_cache(TpModelGroup& g, int first, const node::CacheData& m, CacheRegion* pending) {
-  const int i = static_cast<int>(m.rank) - first;
-  if (i < 0 || i >= g.size())
-    return internal_error("cache for rank " + std::to_string(m.rank) + ", this node runs ranks " + std::to_string(first) + ".." +
-                          std::to_string(first + g.size() - 1));
-  if (m.kind == node::CacheData::kPage) {
-    MlaKvPool& kv = g.kv(i);
-    if (m.id >= kv.num_pages() || static_cast<int64_t>(m.data.size()) != kv.num_layers() * kv.page_floats())
-      return internal_error("cache: page " + std::to_string(m.id) + " of " + std::to_string(m.data.size()) + " floats does not fit the pool");
-    for (int64_t l = 0; l < kv.num_layers(); ++l)
-      std::copy_n(m.data.data() + l * kv.page_floats(), kv.page_floats(), kv.layer_base(l) + static_cast<int64_t>(m.id) * kv.page_floats());
-    if (std::find(pending->pages.begin(), pending->pages.end(), m.id) == pending->pages.end()) pending->pages.push_back(m.id);
-    return Status::ok();
-  }
-  KdaStatePool& st = g.state(i);
-  if (m.id >= st.num_slots() || m.layer >= st.num_layers() || static_cast<int64_t>(m.data.size()) != st.layer_floats())
-    return internal_error("cache: slot " + std::to_string(m.id) + " layer " + std::to_string(m.layer) + " does not fit the pool");
-  std::copy(m.data.begin(), m.data.end(), st.conv(m.id, m.layer));
-  pending->slot = m.id;
-  return Status::ok();
-}
 
 std::vector<std::shared_ptr<const Model>> shards_of(const TpModelGroup& g) {
   std::vector<std::shared_ptr<const Model>> shards;
@@ -185,8 +121,6 @@ class LeaderWatch {
 }  // namespace
 
 Result<std::unique_ptr<NodeLeader>> NodeLeader::join(const ServeConfig& cfg, std::unique_ptr<TpModelGroup>* group) {
-  if (cfg.role == ServerRole::kPrefill)
-    return unsupported("--nnodes " + std::to_string(cfg.nnodes) + " with the prefill role: not built yet (prefill runs on one node; `decode` and `serve` span nodes)");
   if (cfg.pp > 1) return unsupported("--nnodes with --pp: pipeline stages run on one node for now");
   PDS_ASSIGN_OR_RETURN(std::string secret, cluster_secret(cfg));
   PDS_ASSIGN_OR_RETURN(transfer::HostPort hp, transfer::parse_dist_init_addr(cfg.dist_init_addr));
@@ -245,6 +179,12 @@ Status NodeLeader::start(TpModelGroup& g, const ServeConfig& cfg) {
     // Prefill sends every global rank's share here; the other nodes get theirs from us.
     g.make_remote_pools(cfg.tp);
     g.set_cache_forwarder([link = link_, &g, local = local_ranks(cfg)](const CacheRegion& region) { return forward_region(*link, g, local, region); });
+  } else if (cfg.role == ServerRole::kPrefill) {
+    // The send to decode reads every global rank's share here; the other nodes send theirs.
+    g.make_remote_pools(cfg.tp);
+    g.set_cache_fetcher([link = link_, &g, local = local_ranks(cfg), t = join_timeout(cfg)](const CacheRegion& region) {
+      return fetch_region(*link, g, local, region, t);
+    });
   }
   // A follower lost between steps: refuse the next step instead of waiting for it in a
   // collective (which NCCL would do for ever); lost during a step: lose_node aborts the NCCL
@@ -271,7 +211,6 @@ int run_node_follower(const ServeConfig& cfg) {
     std::cerr << who << ": " << m << std::endl;
     return rc;
   };
-  if (cfg.role == ServerRole::kPrefill) return fail(2, "--nnodes with the prefill role: not built yet (prefill runs on one node)");
   if (cfg.pp > 1) return fail(2, "--pp runs on one node for now");
   auto secret = cluster_secret(cfg);
   if (!secret.is_ok()) return fail(2, secret.status().message());
@@ -362,6 +301,12 @@ int run_node_follower(const ServeConfig& cfg) {
         if (Status st = upload_pending(); !st.is_ok()) return fail(1, st.message());
       }
       if (Status st = apply_cache(g, first, *m, &pending); !st.is_ok()) return fail(1, st.message());
+      continue;
+    }
+    if (f->type == node::MsgType::kFetch) {
+      auto m = node::decode_fetch(bytes(*f), f->payload.size());
+      if (!m.is_ok()) return fail(1, m.status().message());
+      if (Status st = answer_fetch(**link, g, first, *m); !st.is_ok()) return fail(1, "answering the leader's cache fetch: " + st.message());
       continue;
     }
     if (f->type != node::MsgType::kStep) return fail(1, "the leader sent frame type " + std::to_string(static_cast<int>(f->type)) + " mid-run");

@@ -32,11 +32,6 @@ Status ServeConfig::validate() const {
     return invalid_argument("config " + st.message());
   if (!(dist_timeout_s > 0)) return invalid_argument("config dist_timeout (--dist-timeout): must be > 0 seconds");
   if (nnodes > 1 && pp > 1) return invalid_argument("config nnodes (--nnodes) with pp (--pp): pipeline stages run on one node for now");
-  // Prefill's sends read every rank's pool on the sending host; gathering the followers' head
-  // slices back to the leader is not built (docs/design.md, "Decode across nodes").
-  if (nnodes > 1 && role == ServerRole::kPrefill)
-    return invalid_argument("config nnodes (--nnodes) with the prefill role: not built yet (prefill runs on one node, with --tp and --pp; "
-                            "`decode` and `serve` span nodes)");
   if (role != ServerRole::kUnified)
     if (Status st = disagg.validate(); !st.is_ok()) return invalid_argument("config " + st.message());
   if (host.empty()) return invalid_argument("config host: must not be empty");

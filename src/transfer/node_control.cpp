@@ -111,7 +111,7 @@ Result<Header> decode_header(const uint8_t* b) {
   if (version != kVersion)
     return Status(ErrorCode::kDataLoss, "node control: protocol version " + std::to_string(version) + ", this build speaks " +
                                             std::to_string(kVersion) + " (run the same pdserve on every node)");
-  if (type < static_cast<uint8_t>(MsgType::kHello) || type > static_cast<uint8_t>(MsgType::kCache) || zero != 0)
+  if (type < static_cast<uint8_t>(MsgType::kHello) || type > static_cast<uint8_t>(MsgType::kFetchDone) || zero != 0)
     return Status(ErrorCode::kDataLoss, "node control: unknown frame type " + std::to_string(type));
   if (h.length > kMaxPayload) return Status(ErrorCode::kDataLoss, "node control: frame of " + std::to_string(h.length) + " bytes is too long");
   h.type = static_cast<MsgType>(type);
@@ -175,6 +175,19 @@ std::string encode(const CacheData& m) {
   w.u32(static_cast<uint32_t>(m.data.size()));
   w.bytes(m.data.data(), m.data.size() * sizeof(float));  // the hosts are little-endian (x86-64, aarch64)
   return w.frame(MsgType::kCache);
+}
+
+std::string encode(const Fetch& m) {
+  Writer w;
+  w.i32s(m.pages);
+  w.i32(m.slot);
+  return w.frame(MsgType::kFetch);
+}
+
+std::string encode(const FetchDone& m) {
+  Writer w;
+  w.u32(m.frames);
+  return w.frame(MsgType::kFetchDone);
 }
 
 Result<Hello> decode_hello(const uint8_t* p, size_t n) {
@@ -253,6 +266,24 @@ Result<CacheData> decode_cache(const uint8_t* p, size_t n) {
   r.bytes(m.data.data(), m.data.size() * sizeof(float));
   if (m.kind > CacheData::kStateLayer || m.id < 0 || (m.kind == CacheData::kPage && m.layer != 0)) r.fail();
   PDS_RETURN_IF_ERROR(r.done("cache"));
+  return m;
+}
+
+Result<Fetch> decode_fetch(const uint8_t* p, size_t n) {
+  Reader r(p, n);
+  Fetch m;
+  m.pages = r.ids();
+  m.slot = r.i32();
+  if (m.slot < -1) r.fail();
+  PDS_RETURN_IF_ERROR(r.done("fetch"));
+  return m;
+}
+
+Result<FetchDone> decode_fetch_done(const uint8_t* p, size_t n) {
+  Reader r(p, n);
+  FetchDone m;
+  m.frames = r.u32();
+  PDS_RETURN_IF_ERROR(r.done("fetch done"));
   return m;
 }
 

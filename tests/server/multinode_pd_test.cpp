@@ -1,6 +1,7 @@
-// Decode across nodes (--nnodes 2 --device cpu, processes on loopback) behind a prefill and
-// the router: prefill sends every rank's pages and KDA head slice to decode's leader, which
-// forwards the follower's share over the node control stream. The replies must equal a
+// Prefill and decode across nodes (--nnodes 2 --device cpu, processes on loopback) behind the
+// router: prefill sends every rank's pages and KDA head slice to decode's leader, which
+// forwards the follower's share over the node control stream; a prefill leader fetches its
+// follower's share the same way before it sends. The replies must equal a
 // one-process decode of the same --tp bit for bit (same shards, same sums in rank order), and
 // the same greedy text as --tp 1. Then the failures: a follower killed mid-request fails it
 // with a clear error, /health says why, and the leader keeps no page or slot; a follower
@@ -30,18 +31,28 @@ std::vector<std::string> role_args(const std::string& role, const std::string& t
   return a;
 }
 
-// A decode instance over two processes; the follower is started first on another thread,
-// since neither side is ready before the other joined.
-struct TwoNodeDecode {
+// A prefill or decode instance over two processes; the follower is started first on another
+// thread, since neither side is ready before the other joined.
+struct TwoNodes {
   std::unique_ptr<ChildServer> leader, follower;
-  explicit TwoNodeDecode(const std::string& tp, const std::string& follower_role = "decode", const std::string& timeout_s = "60") {
+  TwoNodes(const std::string& role, const std::string& tp, const std::string& follower_role, const std::string& timeout_s = "60",
+           const std::vector<std::string>& extra = {}) {
     const std::string addr = "127.0.0.1:" + std::to_string(pdserve::testing::free_loopback_port());
-    const auto follower_args = role_args(follower_role, tp, {"--nnodes", "2", "--node-rank", "1", "--dist-init-addr", addr, "--dist-timeout", timeout_s});
-    const auto leader_args = role_args("decode", tp, {"--nnodes", "2", "--node-rank", "0", "--dist-init-addr", addr, "--dist-timeout", timeout_s});
+    std::vector<std::string> node = {"--nnodes", "2", "--dist-init-addr", addr, "--dist-timeout", timeout_s};
+    node.insert(node.end(), extra.begin(), extra.end());
+    auto follower_args = role_args(follower_role, tp, node);
+    auto leader_args = role_args(role, tp, node);
+    follower_args.insert(follower_args.end(), {"--node-rank", "1"});
+    leader_args.insert(leader_args.end(), {"--node-rank", "0"});
     auto f = std::async(std::launch::async, [&] { return std::make_unique<ChildServer>(follower_args, "following the leader", true); });
     leader = std::make_unique<ChildServer>(leader_args, "pdserve: listening on http://", true);
     follower = f.get();
   }
+};
+
+struct TwoNodeDecode : TwoNodes {
+  explicit TwoNodeDecode(const std::string& tp, const std::string& follower_role = "decode", const std::string& timeout_s = "60")
+      : TwoNodes("decode", tp, follower_role, timeout_s) {}
 };
 
 std::pair<int, std::string> http_get(int port, const std::string& path) {
@@ -67,14 +78,14 @@ bool wait_for(const std::function<bool()>& cond, int ms = 60000) {
 }
 
 // A PD router in this process over one prefill and one decode.
-std::unique_ptr<router::Router> pd_router(const ChildServer& prefill, int decode_port) {
+std::unique_ptr<router::Router> pd_router(int prefill_port, int bootstrap_port, int decode_port) {
   router::RouterConfig c;
   c.mode = router::RouterMode::kPd;
   c.host = "127.0.0.1";
   c.port = 0;
   c.health.interval_s = 0.2;
   c.request_timeout_s = 300;
-  c.prefill = {"http://127.0.0.1:" + std::to_string(prefill.port()) + "@" + std::to_string(prefill.bootstrap_port())};
+  c.prefill = {"http://127.0.0.1:" + std::to_string(prefill_port) + "@" + std::to_string(bootstrap_port)};
   c.decode = {"http://127.0.0.1:" + std::to_string(decode_port)};
   auto r = router::Router::create(std::move(c));
   EXPECT_TRUE(r.is_ok()) << r.status().message();
@@ -92,6 +103,10 @@ std::string request(const std::string& prompt, int max_tokens = 12) {
 
 // Each prompt's (text, logprobs) through the router, one at a time, then all at once (the
 // leader forwards several rooms' cache before the step that batches them).
+std::unique_ptr<router::Router> pd_router(const ChildServer& prefill, int decode_port) {
+  return pd_router(prefill.port(), prefill.bootstrap_port(), decode_port);
+}
+
 std::vector<Json> replies(int router_port, std::vector<Json>* together = nullptr) {
   std::vector<Json> out;
   auto essence = [](int status, const std::string& body) {
@@ -222,6 +237,83 @@ TEST_F(MultiNodePd, AFollowerStartedWithAnotherCommandIsRefused) {
   const std::string out = n.follower->drain_output();
   EXPECT_NE(out.find("the leader runs `pdserve decode`, this node `pdserve serve`"), std::string::npos) << out;
   EXPECT_LE(n.leader->port(), 0) << "the leader served without its follower";
+}
+
+// Prefill across nodes: node 0 fetches the follower's pages and KDA slice before each send.
+// Prefill TP2 over two nodes into decode TP1, and both spanning two nodes (the seed's shape,
+// scaled down), equal one-node prefill TP2 bit for bit.
+TEST(MultiNodePrefill, PrefillOverTwoNodesAnswersLikeOneNode) {
+  std::vector<Json> one_node;
+  {
+    ChildServer prefill(role_args("prefill", "2"));
+    ASSERT_GT(prefill.bootstrap_port(), 0) << prefill.log();
+    one_node = one_node_replies(prefill, "1");
+  }
+  ASSERT_EQ(one_node.size(), kPrompts.size());
+  TwoNodes p("prefill", "2", "prefill");
+  ASSERT_GT(p.leader->port(), 0) << p.leader->log() << "\nfollower:\n" << p.follower->drain_output();
+  const int bootstrap = p.leader->bootstrap_port();
+  ASSERT_GT(bootstrap, 0) << p.leader->log();
+  {
+    ChildServer decode(role_args("decode", "1"));
+    ASSERT_GT(decode.port(), 0) << decode.log();
+    auto r = pd_router(p.leader->port(), bootstrap, decode.port());
+    ASSERT_TRUE(r);
+    std::vector<Json> together;
+    const std::vector<Json> two_nodes = replies(r->port(), &together);
+    for (size_t i = 0; i < kPrompts.size(); ++i) {
+      EXPECT_EQ(two_nodes[i], one_node[i]) << kPrompts[i] << "\ntwo nodes:\n" << two_nodes[i].dump() << "\none node:\n" << one_node[i].dump();
+      EXPECT_EQ(together[i], one_node[i]) << kPrompts[i] << " (batched together)";
+    }
+    EXPECT_TRUE(wait_for([&] { return pools_free(p.leader->port()) && pools_free(decode.port()); }));
+  }
+  TwoNodeDecode d("2");
+  ASSERT_GT(d.leader->port(), 0) << d.leader->log() << "\nfollower:\n" << d.follower->drain_output();
+  auto r = pd_router(p.leader->port(), bootstrap, d.leader->port());
+  ASSERT_TRUE(r);
+  const std::vector<Json> both = replies(r->port());
+  for (size_t i = 0; i < kPrompts.size(); ++i) {
+    // Decode TP2 sums in another order than TP1: the same greedy text, logprobs within 1e-3.
+    ASSERT_TRUE(both[i].is_object()) << kPrompts[i];
+    EXPECT_EQ(both[i]["text"], one_node[i]["text"]) << kPrompts[i];
+    const Json& a = both[i]["logprobs"]["token_logprobs"];
+    const Json& b = one_node[i]["logprobs"]["token_logprobs"];
+    ASSERT_EQ(a.size(), b.size());
+    for (size_t t = 0; t < a.size(); ++t) EXPECT_NEAR(a[t].get<double>(), b[t].get<double>(), 1e-3) << "token " << t;
+  }
+  p.leader->signal(SIGTERM);
+  EXPECT_EQ(p.leader->wait_exit(std::chrono::seconds(60)), 0) << p.leader->drain_output();
+  EXPECT_EQ(p.follower->wait_exit(std::chrono::seconds(60)), 0) << p.follower->drain_output();
+}
+
+// A prefill follower killed while a long prompt is being folded in (chunks of 8 tokens): the
+// request fails with the reason, the prefill leader and decode keep no page or slot, and
+// /health on the prefill leader says why.
+TEST(MultiNodePrefill, AFollowerKilledMidPromptFailsItClearlyAndLeaksNothing) {
+  TwoNodes p("prefill", "2", "prefill", "60", {"--chunk-size", "8"});
+  ASSERT_GT(p.leader->port(), 0) << p.leader->log() << "\nfollower:\n" << p.follower->drain_output();
+  const int bootstrap = p.leader->bootstrap_port();
+  ChildServer decode(role_args("decode", "1"));
+  ASSERT_GT(decode.port(), 0) << decode.log();
+  auto r = pd_router(p.leader->port(), bootstrap, decode.port());
+  ASSERT_TRUE(r);
+  ASSERT_EQ(http_post(r->port(), request("Hi")).first, 200);
+  std::string prompt;
+  for (int i = 0; i < 1500; ++i) prompt += std::to_string(i) + " ";
+  auto long_request = std::async(std::launch::async, [&] { return http_post(r->port(), request(prompt, 4)); });
+  ASSERT_TRUE(wait_for([&] {
+    Json j = server_info(p.leader->port());
+    return j.is_object() && j["requests"]["running"].get<int64_t>() >= 1;
+  })) << "the prompt never started";
+  p.follower->kill();
+  auto [status, body] = long_request.get();
+  EXPECT_NE(status, 200) << body;
+  EXPECT_NE(body.find("lost one of its nodes"), std::string::npos) << body;
+  auto health = http_get(p.leader->port(), "/health");
+  EXPECT_EQ(health.first, 503) << health.second;
+  EXPECT_NE(health.second.find("lost one of its nodes"), std::string::npos) << health.second;
+  EXPECT_TRUE(wait_for([&] { return pools_free(p.leader->port()) && pools_free(decode.port()); }))
+      << server_info(p.leader->port()).dump() << "\n" << server_info(decode.port()).dump();
 }
 
 }  // namespace

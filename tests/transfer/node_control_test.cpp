@@ -105,6 +105,21 @@ TEST(NodeControl, CacheFramesAndTheRoleRoundTripAndRefuseNonsense) {
   std::string forged = cp;
   forged[13] = 0x7f;  // the float count (after rank, kind, id, layer) past the payload
   EXPECT_FALSE(decode_cache(bytes(forged), forged.size()).is_ok());
+  // Prefill across nodes: the leader's fetch of a region and the follower's closing count.
+  const std::string fp = payload_of(encode(Fetch{{4, 5, 9}, 2}), MsgType::kFetch);
+  auto f2 = decode_fetch(bytes(fp), fp.size());
+  ASSERT_TRUE(f2.is_ok()) << f2.status().message();
+  EXPECT_EQ(f2->pages, (std::vector<int32_t>{4, 5, 9}));
+  EXPECT_EQ(f2->slot, 2);
+  for (size_t n = 0; n < fp.size(); ++n) EXPECT_FALSE(decode_fetch(bytes(fp), n).is_ok()) << n << " bytes";
+  std::string q = payload_of(encode(Fetch{{4, -1}, -1}), MsgType::kFetch);
+  EXPECT_FALSE(decode_fetch(bytes(q), q.size()).is_ok());  // a negative page
+  q = payload_of(encode(Fetch{{}, -2}), MsgType::kFetch);
+  EXPECT_FALSE(decode_fetch(bytes(q), q.size()).is_ok());  // a slot below "none"
+  q = payload_of(encode(FetchDone{7}), MsgType::kFetchDone);
+  auto d2 = decode_fetch_done(bytes(q), q.size());
+  ASSERT_TRUE(d2.is_ok());
+  EXPECT_EQ(d2->frames, 7u);
   Hello h;
   h.nnodes = 2;
   h.tp = 2;
@@ -129,7 +144,7 @@ TEST(NodeControl, BadHeadersAreRefused) {
   bad = f;
   bad[6] = 0;  // type 0
   EXPECT_FALSE(decode_header(bytes(bad)).is_ok());
-  bad[6] = 7;  // one past kCache
+  bad[6] = 9;  // one past kFetchDone
   EXPECT_FALSE(decode_header(bytes(bad)).is_ok());
   bad = f;
   bad[11] = 0x7f;  // ~2 GB

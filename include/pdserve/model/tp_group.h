@@ -121,13 +121,17 @@ class TpModelGroup {
   // step that reads the region is sent); an error breaks the group like a failed step send.
   using CacheForwarder = std::function<Status(const CacheRegion&)>;
   void set_cache_forwarder(CacheForwarder f) { cache_forwarder_ = std::move(f); }
+  // The prefill role's mirror image: called by cache_to_host after the local download, to
+  // gather the other nodes' share into the remote pools before the transfer layer reads them.
+  void set_cache_fetcher(CacheForwarder f) { cache_fetcher_ = std::move(f); }
 
  private:
   Status run_local_ranks(const ForwardBatch& batch, ForwardOutput* out, const ForwardOptions& opts);
   Status forward_pipeline(const ForwardBatch& batch, ForwardOutput* out, const ForwardOptions& opts);
   // Stage pools <-> whole-model pools for one region (to_global: gather, else scatter).
   void move_stage_region(const CacheRegion& region, bool to_global);
-  Status upload_region(const CacheRegion& region);  // cache_to_device's local half
+  Status upload_region(const CacheRegion& region);    // cache_to_device's local half
+  Status download_region(const CacheRegion& region);  // cache_to_host's local half
 
   int tp_ = 1, pp_ = 1, micro_batches_ = 1;
   std::vector<std::unique_ptr<Communicator>> comms_;   // [stage * tp + rank]
@@ -140,7 +144,7 @@ class TpModelGroup {
   std::vector<std::unique_ptr<DeviceForward>> devices_;
   std::vector<std::unique_ptr<MlaKvPool>> remote_kv_;      // [global rank - size()]
   std::vector<std::unique_ptr<KdaStatePool>> remote_state_;
-  CacheForwarder cache_forwarder_;
+  CacheForwarder cache_forwarder_, cache_fetcher_;
   StageFault fault_;
   StepSender step_sender_;
   // The one place the group turns broken: records the first cause, and on that transition

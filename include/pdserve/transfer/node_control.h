@@ -19,7 +19,10 @@
 //             runs, ahead of the first step that reads it (same stream, so in order):
 //             rank u32 (global), kind u8 (0: one page, every MLA layer; 1: one KDA layer of
 //             one slot), id i32 (page or slot), layer u32 (kind 1; 0 for pages),
-//             floats u32 + f32 each
+//             floats u32 + f32 each; also follower -> leader in reply to kFetch
+//   kFetch    leader -> follower (prefill role): send back your ranks' share of a region the
+//             last step wrote: pages u32 + i32 each, slot i32 (-1: none)
+//   kFetchDone follower -> leader: the kCache frames sent in reply (u32), after the last one
 // The connection is authenticated once when it opens (node_link.h: HMAC challenge-response
 // over the cluster secret, as rank_bootstrap.h); frames are not encrypted.
 #pragma once
@@ -38,7 +41,7 @@ constexpr size_t kHeaderBytes = 12;
 constexpr uint32_t kMaxPayload = 64u << 20;  // a step of many long prefill chunks stays far below
 constexpr uint32_t kMaxGroupId = 4096;
 
-enum class MsgType : uint8_t { kHello = 1, kStart = 2, kReady = 3, kStep = 4, kShutdown = 5, kCache = 6 };
+enum class MsgType : uint8_t { kHello = 1, kStart = 2, kReady = 3, kStep = 4, kShutdown = 5, kCache = 6, kFetch = 7, kFetchDone = 8 };
 
 struct Hello {
   uint32_t nnodes = 0;
@@ -84,6 +87,15 @@ struct CacheData {
   std::vector<float> data;
 };
 
+struct Fetch {
+  std::vector<int32_t> pages;
+  int32_t slot = -1;
+};
+
+struct FetchDone {
+  uint32_t frames = 0;
+};
+
 struct Header {
   MsgType type = MsgType::kHello;
   uint32_t length = 0;
@@ -99,6 +111,8 @@ std::string encode(const Ready& m);
 std::string encode(const Step& m);
 std::string encode(const Shutdown& m);
 std::string encode(const CacheData& m);
+std::string encode(const Fetch& m);
+std::string encode(const FetchDone& m);
 
 // Payload decoders: kDataLoss on anything short, long (trailing bytes) or out of range
 // (negative lengths or ids, counts past what the payload can hold).
@@ -108,5 +122,7 @@ Result<Ready> decode_ready(const uint8_t* p, size_t n);
 Result<Step> decode_step(const uint8_t* p, size_t n);
 Result<Shutdown> decode_shutdown(const uint8_t* p, size_t n);
 Result<CacheData> decode_cache(const uint8_t* p, size_t n);
+Result<Fetch> decode_fetch(const uint8_t* p, size_t n);
+Result<FetchDone> decode_fetch_done(const uint8_t* p, size_t n);
 
 }  // namespace pdserve::transfer::node
