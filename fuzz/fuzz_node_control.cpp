@@ -39,5 +39,14 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (auto m = decode_start(p, n); m.is_ok()) same_payload(*m, p, n);
   if (auto m = decode_ready(p, n); m.is_ok()) same_payload(*m, p, n);
   if (auto m = decode_shutdown(p, n); m.is_ok()) same_payload(*m, p, n);
+  if (auto m = decode_cache(p, n); m.is_ok()) {
+    if (m->id < 0 || m->kind > CacheData::kStateLayer || m->data.size() > n / sizeof(float)) std::abort();
+    same_payload(*m, p, n);
+  }
+  if (auto m = decode_fetch(p, n); m.is_ok()) {
+    if (m->slot < -1 || m->pages.size() > n) std::abort();
+    same_payload(*m, p, n);
+  }
+  if (auto m = decode_fetch_done(p, n); m.is_ok()) same_payload(*m, p, n);
   return 0;
 }

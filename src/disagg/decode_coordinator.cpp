@@ -92,12 +92,13 @@ Result<std::unique_ptr<DecodeCoordinator>> DecodeCoordinator::create(const Disag
   c->transport_ = std::move(transport);
   TpModelGroup& g = engine.group();
   PDS_ASSIGN_OR_RETURN(std::string fp, model_fingerprint(model_dir));
-  c->layout_ = describe_layout("decode", g.config(), fp, g.size(), g.kv(0), g.state(0), cfg.checksum);
+  c->layout_ = describe_layout("decode", g.config(), fp, g.transfer_ranks(), g.kv(0), g.state(0), cfg.checksum);
   c->layout_.transfer = transfer_info_of(c->transport_->capabilities());
   c->aux_.resize(static_cast<size_t>(g.state(0).num_slots()));
   PDS_RETURN_IF_ERROR(c->transport_->register_region({kAuxRegion, c->aux_.data(), c->aux_.size() * sizeof(AuxRow), "aux", false}));
   c->bases_[kAuxRegion] = reinterpret_cast<const uint8_t*>(c->aux_.data());
-  for (int r = 0; r < g.size(); ++r) PDS_RETURN_IF_ERROR(register_rank_pools(*c->transport_, r, g.kv(r), g.state(r), c->bases_));
+  for (int r = 0; r < g.transfer_ranks(); ++r)
+    PDS_RETURN_IF_ERROR(register_rank_pools(*c->transport_, r, g.transfer_kv(r), g.transfer_state(r), c->bases_));
   DecodeCoordinator* self = c.get();
   transfer::ReceiverCallbacks cb;
   cb.on_notify = [self](transfer::RoomId room, const std::string& payload) {

@@ -62,14 +62,15 @@ Result<std::unique_ptr<PrefillCoordinator>> PrefillCoordinator::create(const Dis
   c->transport_ = std::move(transport);
   TpModelGroup& g = engine.group();
   PDS_ASSIGN_OR_RETURN(std::string fp, model_fingerprint(model_dir));
-  c->layout_ = describe_layout("prefill", g.config(), fp, g.size(), g.kv(0), g.state(0), cfg.checksum);
+  c->layout_ = describe_layout("prefill", g.config(), fp, g.transfer_ranks(), g.kv(0), g.state(0), cfg.checksum);
   c->layout_.transfer = transfer_info_of(c->transport_->capabilities());
   c->aux_.resize(static_cast<size_t>(g.state(0).num_slots()));
   PDS_RETURN_IF_ERROR(c->transport_->register_region({kAuxRegion, c->aux_.data(), c->aux_.size() * sizeof(AuxRow), "aux", false}));
   c->bases_[kAuxRegion] = reinterpret_cast<const uint8_t*>(c->aux_.data());
-  // Each rank registers its pools; /route answers once all have.
-  for (int r = 0; r < g.size(); ++r) {
-    PDS_RETURN_IF_ERROR(register_rank_pools(*c->transport_, r, g.kv(r), g.state(r), c->bases_));
+  // Each rank registers its pools (across nodes: the other nodes' ranks through node 0's
+  // staging pools, node_cache.h); /route answers once all have.
+  for (int r = 0; r < g.transfer_ranks(); ++r) {
+    PDS_RETURN_IF_ERROR(register_rank_pools(*c->transport_, r, g.transfer_kv(r), g.transfer_state(r), c->bases_));
     c->registered_ranks_.fetch_add(1);
   }
   runtime::DisaggHooks hooks;

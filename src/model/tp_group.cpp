@@ -64,6 +64,8 @@ void TpModelGroup::make_pools(int64_t num_pages, int64_t page_size, int64_t num_
   state_.clear();
   stage_kv_.clear();
   stage_state_.clear();
+  remote_kv_.clear();
+  remote_state_.clear();
   const ModelConfig& c = config();
   for (int r = 0; r < size(); ++r) {
     kv_.push_back(MlaKvPool::for_model(c, num_pages, page_size));
@@ -156,6 +158,14 @@ Status TpModelGroup::set_device_forwards(std::vector<std::unique_ptr<DeviceForwa
 }
 
 Status TpModelGroup::cache_to_host(const CacheRegion& region) {
+  PDS_RETURN_IF_ERROR(download_region(region));
+  if (cache_fetcher_ && (!region.pages.empty() || region.slot >= 0)) {
+    if (Status st = cache_fetcher_(region); !st.is_ok()) return break_group(st);
+  }
+  return Status::ok();
+}
+
+Status TpModelGroup::download_region(const CacheRegion& region) {
   if (pp_ > 1) {
     // Device stages: each stage's device pools -> its host stage pools (same geometry), then
     // the gather of every stage into the whole-model pools the transfer layer reads.
@@ -170,7 +180,24 @@ Status TpModelGroup::cache_to_host(const CacheRegion& region) {
   return Status::ok();
 }
 
+void TpModelGroup::make_remote_pools(int tp_total) {
+  remote_kv_.clear();
+  remote_state_.clear();
+  for (int r = tp_; r < tp_total; ++r) {
+    remote_kv_.push_back(MlaKvPool::for_model(config(), kv_[0]->num_pages(), kv_[0]->page_size()));
+    remote_state_.push_back(KdaStatePool::for_model(config(), state_[0]->num_slots(), tp_total));
+  }
+}
+
 Status TpModelGroup::cache_to_device(const CacheRegion& region) {
+  PDS_RETURN_IF_ERROR(upload_region(region));
+  if (cache_forwarder_ && (!region.pages.empty() || region.slot >= 0)) {
+    if (Status st = cache_forwarder_(region); !st.is_ok()) return break_group(st);
+  }
+  return Status::ok();
+}
+
+Status TpModelGroup::upload_region(const CacheRegion& region) {
   if (pp_ > 1) {
     move_stage_region(region, false);
     if (!devices_.empty() && (!region.pages.empty() || region.slot >= 0))

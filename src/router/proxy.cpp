@@ -117,6 +117,12 @@ void RouterImpl::fail_for_prefill(UpstreamCall& p, httplib::Response& res, const
   std::string why = p.error_locked() != CallError::kNone
                         ? std::string(call_error_name(p.error_locked())) + " (" + p.error_text_locked() + ")"
                         : "answered HTTP " + std::to_string(p.status_locked());
+  if (p.error_locked() == CallError::kNone) {
+    // The worker's own reason (e.g. "this instance lost one of its nodes ..."), when it gave one.
+    Json b = Json::parse(p.take_body_locked(), nullptr, /*allow_exceptions=*/false);
+    if (b.is_object() && b.contains("error") && b["error"].is_object() && b["error"].contains("message") && b["error"]["message"].is_string())
+      why += ": " + b["error"]["message"].get<std::string>();
+  }
   spdlog::warn("request {}: failing it because prefill worker {} {}", pr.request_id, p.worker().url(), why);
   set_error(res, 502, "prefill worker " + p.worker().url() + " failed: " + why, "server_error", "prefill_failed");
 }

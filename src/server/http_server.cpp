@@ -176,6 +176,7 @@ void HttpServer::install_routes() {
     if (nodes_ && (req.path.rfind("/v1/", 0) == 0 || req.path == "/health_generate")) {
       // An instance that lost a node refuses new work with the reason (node_serving.h).
       if (Status lost = engine_->group().health(); !lost.is_ok()) {
+        if (decode_) refuse_room(*decode_, req.body, lost.message());  // its prefill half frees the room now
         send_error(res, ApiError{503, lost.message(), "server_error", "", "instance_lost_a_node"});
         return httplib::Server::HandlerResponse::Handled;
       }

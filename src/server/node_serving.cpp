@@ -8,6 +8,7 @@
 #include <spdlog/spdlog.h>
 
 #include "cuda_options.h"
+#include "node_cache.h"
 #include "pdserve/core/secret_file.h"
 #include "pdserve/model/device_forward.h"
 #include "pdserve/model/dist_check.h"
@@ -47,6 +48,9 @@ Result<std::string> cluster_secret(const ServeConfig& cfg) {
 }
 
 int local_ranks(const ServeConfig& cfg) { return cfg.tp / cfg.nnodes; }
+
+uint8_t role_code(ServerRole r) { return r == ServerRole::kPrefill ? 1 : r == ServerRole::kDecode ? 2 : 0; }
+const char* role_command(uint8_t code) { return code == 1 ? "prefill" : code == 2 ? "decode" : "serve"; }
 
 std::vector<std::shared_ptr<const Model>> shards_of(const TpModelGroup& g) {
   std::vector<std::shared_ptr<const Model>> shards;
@@ -117,8 +121,6 @@ class LeaderWatch {
 }  // namespace
 
 Result<std::unique_ptr<NodeLeader>> NodeLeader::join(const ServeConfig& cfg, std::unique_ptr<TpModelGroup>* group) {
-  if (cfg.role != ServerRole::kUnified)
-    return unsupported("--nnodes " + std::to_string(cfg.nnodes) + ": the prefill and decode roles run on one node each for now; `serve` spans nodes");
   if (cfg.pp > 1) return unsupported("--nnodes with --pp: pipeline stages run on one node for now");
   PDS_ASSIGN_OR_RETURN(std::string secret, cluster_secret(cfg));
   PDS_ASSIGN_OR_RETURN(transfer::HostPort hp, transfer::parse_dist_init_addr(cfg.dist_init_addr));
@@ -131,6 +133,7 @@ Result<std::unique_ptr<NodeLeader>> NodeLeader::join(const ServeConfig& cfg, std
   node::Hello hello;
   hello.nnodes = static_cast<uint32_t>(cfg.nnodes);
   hello.tp = static_cast<uint32_t>(cfg.tp);
+  hello.role = role_code(cfg.role);
   const int local = local_ranks(cfg);
   std::vector<std::unique_ptr<Communicator>> comms;
   if (cfg.device == "cuda") {
@@ -172,6 +175,17 @@ Status NodeLeader::start(TpModelGroup& g, const ServeConfig& cfg) {
   spdlog::info("node 0 of {}: every node is ready; ranks 0..{} here", nnodes_, g.size() - 1);
   auto steps = std::make_shared<std::atomic<uint64_t>>(0);
   g.set_step_sender([link = link_, steps](const ForwardBatch& batch) { return link->broadcast(node::encode(to_message(batch, steps->fetch_add(1)))); });
+  if (cfg.role == ServerRole::kDecode) {
+    // Prefill sends every global rank's share here; the other nodes get theirs from us.
+    g.make_remote_pools(cfg.tp);
+    g.set_cache_forwarder([link = link_, &g, local = local_ranks(cfg)](const CacheRegion& region) { return forward_region(*link, g, local, region); });
+  } else if (cfg.role == ServerRole::kPrefill) {
+    // The send to decode reads every global rank's share here; the other nodes send theirs.
+    g.make_remote_pools(cfg.tp);
+    g.set_cache_fetcher([link = link_, &g, local = local_ranks(cfg), t = join_timeout(cfg)](const CacheRegion& region) {
+      return fetch_region(*link, g, local, region, t);
+    });
+  }
   // A follower lost between steps: refuse the next step instead of waiting for it in a
   // collective (which NCCL would do for ever); lost during a step: lose_node aborts the NCCL
   // collectives the step is blocked in, so it fails with the same error.
@@ -197,7 +211,6 @@ int run_node_follower(const ServeConfig& cfg) {
     std::cerr << who << ": " << m << std::endl;
     return rc;
   };
-  if (cfg.role != ServerRole::kUnified) return fail(2, "the prefill and decode roles run on one node each for now; `serve` spans nodes");
   if (cfg.pp > 1) return fail(2, "--pp runs on one node for now");
   auto secret = cluster_secret(cfg);
   if (!secret.is_ok()) return fail(2, secret.status().message());
@@ -220,6 +233,9 @@ int run_node_follower(const ServeConfig& cfg) {
   if (static_cast<int>(hello->nnodes) != cfg.nnodes || static_cast<int>(hello->tp) != cfg.tp)
     return fail(2, "the leader runs --tp " + std::to_string(hello->tp) + " --nnodes " + std::to_string(hello->nnodes) +
                        ", this node was started with --tp " + std::to_string(cfg.tp) + " --nnodes " + std::to_string(cfg.nnodes));
+  if (hello->role != role_code(cfg.role))
+    return fail(2, std::string("the leader runs `pdserve ") + role_command(hello->role) + "`, this node `pdserve " + role_command(role_code(cfg.role)) +
+                       "`: start every node of an instance with the same command");
   const int local = local_ranks(cfg), first = cfg.node_rank * local;
   std::vector<std::unique_ptr<Communicator>> comms;
   for (int i = 0; i < local; ++i) {
@@ -255,6 +271,14 @@ int run_node_follower(const ServeConfig& cfg) {
   } stop_watching{**link};
 
   uint64_t steps = 0;
+  CacheRegion pending;  // decode role: kCache frames not yet uploaded (device forward)
+  auto upload_pending = [&]() -> Status {
+    if (pending.pages.empty() && pending.slot < 0) return Status::ok();
+    Status st = g.cache_to_device(pending);
+    pending = CacheRegion{};
+    if (!st.is_ok()) return Status(st.code(), "uploading the cache prefill sent: " + st.message());
+    return Status::ok();
+  };
   while (true) {
     auto f = (*link)->receive();
     if (!f.is_ok()) {
@@ -269,7 +293,25 @@ int run_node_follower(const ServeConfig& cfg) {
                 << ") after " << steps << " steps" << std::endl;
       return 0;
     }
+    if (f->type == node::MsgType::kCache) {
+      auto m = node::decode_cache(bytes(*f), f->payload.size());
+      if (!m.is_ok()) return fail(1, m.status().message());
+      // A region holds one slot: another request's state starts, so the last one is complete.
+      if (m->kind == node::CacheData::kStateLayer && pending.slot >= 0 && pending.slot != m->id) {
+        if (Status st = upload_pending(); !st.is_ok()) return fail(1, st.message());
+      }
+      if (Status st = apply_cache(g, first, *m, &pending); !st.is_ok()) return fail(1, st.message());
+      continue;
+    }
+    if (f->type == node::MsgType::kFetch) {
+      auto m = node::decode_fetch(bytes(*f), f->payload.size());
+      if (!m.is_ok()) return fail(1, m.status().message());
+      if (Status st = answer_fetch(**link, g, first, *m); !st.is_ok()) return fail(1, "answering the leader's cache fetch: " + st.message());
+      continue;
+    }
     if (f->type != node::MsgType::kStep) return fail(1, "the leader sent frame type " + std::to_string(static_cast<int>(f->type)) + " mid-run");
+    // Cache that arrived since the last step: onto the device before a step reads it.
+    if (Status st = upload_pending(); !st.is_ok()) return fail(1, st.message());
     auto step = node::decode_step(bytes(*f), f->payload.size());
     if (!step.is_ok()) return fail(1, step.status().message());
     const uint64_t n = step->step;

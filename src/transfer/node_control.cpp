@@ -111,7 +111,7 @@ Result<Header> decode_header(const uint8_t* b) {
   if (version != kVersion)
     return Status(ErrorCode::kDataLoss, "node control: protocol version " + std::to_string(version) + ", this build speaks " +
                                             std::to_string(kVersion) + " (run the same pdserve on every node)");
-  if (type < static_cast<uint8_t>(MsgType::kHello) || type > static_cast<uint8_t>(MsgType::kShutdown) || zero != 0)
+  if (type < static_cast<uint8_t>(MsgType::kHello) || type > static_cast<uint8_t>(MsgType::kFetchDone) || zero != 0)
     return Status(ErrorCode::kDataLoss, "node control: unknown frame type " + std::to_string(type));
   if (h.length > kMaxPayload) return Status(ErrorCode::kDataLoss, "node control: frame of " + std::to_string(h.length) + " bytes is too long");
   h.type = static_cast<MsgType>(type);
@@ -126,6 +126,7 @@ std::string encode(const Hello& m) {
   w.bytes(m.token.data(), m.token.size());
   w.u32(static_cast<uint32_t>(m.group_id.size()));
   w.bytes(m.group_id.data(), m.group_id.size());
+  w.u8(m.role);
   return w.frame(MsgType::kHello);
 }
 
@@ -165,6 +166,30 @@ std::string encode(const Shutdown& m) {
   return w.frame(MsgType::kShutdown);
 }
 
+std::string encode(const CacheData& m) {
+  Writer w;
+  w.u32(m.rank);
+  w.u8(m.kind);
+  w.i32(m.id);
+  w.u32(m.layer);
+  w.u32(static_cast<uint32_t>(m.data.size()));
+  w.bytes(m.data.data(), m.data.size() * sizeof(float));  // the hosts are little-endian (x86-64, aarch64)
+  return w.frame(MsgType::kCache);
+}
+
+std::string encode(const Fetch& m) {
+  Writer w;
+  w.i32s(m.pages);
+  w.i32(m.slot);
+  return w.frame(MsgType::kFetch);
+}
+
+std::string encode(const FetchDone& m) {
+  Writer w;
+  w.u32(m.frames);
+  return w.frame(MsgType::kFetchDone);
+}
+
 Result<Hello> decode_hello(const uint8_t* p, size_t n) {
   Reader r(p, n);
   Hello m;
@@ -176,7 +201,8 @@ Result<Hello> decode_hello(const uint8_t* p, size_t n) {
   if (id > kMaxGroupId) r.fail();
   m.group_id.resize(id);
   r.bytes(m.group_id.data(), id);
-  if (m.nnodes < 2 || m.tp < m.nnodes) r.fail();
+  m.role = r.u8();
+  if (m.nnodes < 2 || m.tp < m.nnodes || m.role > kMaxRole) r.fail();
   PDS_RETURN_IF_ERROR(r.done("hello"));
   return m;
 }
@@ -226,6 +252,38 @@ Result<Shutdown> decode_shutdown(const uint8_t* p, size_t n) {
   m.reason.resize(r.count(1));
   r.bytes(m.reason.data(), m.reason.size());
   PDS_RETURN_IF_ERROR(r.done("shutdown"));
+  return m;
+}
+
+Result<CacheData> decode_cache(const uint8_t* p, size_t n) {
+  Reader r(p, n);
+  CacheData m;
+  m.rank = r.u32();
+  m.kind = r.u8();
+  m.id = r.i32();
+  m.layer = r.u32();
+  m.data.resize(r.count(sizeof(float)));
+  r.bytes(m.data.data(), m.data.size() * sizeof(float));
+  if (m.kind > CacheData::kStateLayer || m.id < 0 || (m.kind == CacheData::kPage && m.layer != 0)) r.fail();
+  PDS_RETURN_IF_ERROR(r.done("cache"));
+  return m;
+}
+
+Result<Fetch> decode_fetch(const uint8_t* p, size_t n) {
+  Reader r(p, n);
+  Fetch m;
+  m.pages = r.ids();
+  m.slot = r.i32();
+  if (m.slot < -1) r.fail();
+  PDS_RETURN_IF_ERROR(r.done("fetch"));
+  return m;
+}
+
+Result<FetchDone> decode_fetch_done(const uint8_t* p, size_t n) {
+  Reader r(p, n);
+  FetchDone m;
+  m.frames = r.u32();
+  PDS_RETURN_IF_ERROR(r.done("fetch done"));
   return m;
 }
 

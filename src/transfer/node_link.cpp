@@ -96,15 +96,19 @@ Status LeaderLink::fail(const Status& why) {
 }
 
 Status LeaderLink::broadcast(const std::string& frame) {
+  for (int node = 1; node < nnodes_; ++node) PDS_RETURN_IF_ERROR(send_to(node, frame));
+  return Status::ok();
+}
+
+Status LeaderLink::send_to(int node, const std::string& frame) {
   {
     std::lock_guard<std::mutex> l(mu_);
     if (!broken_.is_ok()) return broken_;
   }
-  for (size_t i = 0; i < fds_.size(); ++i) {
-    if (Status st = send_str(fds_[i], frame); !st.is_ok())
-      return fail(Status(ErrorCode::kUnavailable, "node " + std::to_string(i + 1) + " of " + std::to_string(nnodes_) +
-                                                      " left the instance (control stream: " + st.message() + ")"));
-  }
+  if (node < 1 || node > static_cast<int>(fds_.size())) return internal_error("node control: no node " + std::to_string(node));
+  if (Status st = send_str(fds_[node - 1], frame); !st.is_ok())
+    return fail(Status(ErrorCode::kUnavailable, "node " + std::to_string(node) + " of " + std::to_string(nnodes_) +
+                                                    " left the instance (control stream: " + st.message() + ")"));
   return Status::ok();
 }
 
@@ -118,6 +122,10 @@ void LeaderLink::watch(std::function<void(const Status&)> on_lost) {
       if (::poll(p.data(), p.size(), 100) <= 0) continue;
       for (size_t i = 0; i < p.size(); ++i) {
         if (p[i].revents == 0) continue;
+        if (replies_.load() && (p[i].revents & (POLLRDHUP | POLLHUP | POLLERR)) == 0) {
+          std::this_thread::sleep_for(std::chrono::milliseconds(1));  // a reply the engine thread is reading
+          continue;
+        }
         const std::string why = (p[i].revents & (POLLRDHUP | POLLHUP | POLLERR)) ? "its control stream ended" : "it sent data out of turn";
         on_lost(fail(Status(ErrorCode::kUnavailable, "node " + std::to_string(i + 1) + " of " + std::to_string(nnodes_) +
                                                          " left the instance (" + why + ")")));
@@ -144,6 +152,22 @@ Result<std::vector<Frame>> LeaderLink::receive_from_all(std::chrono::millisecond
     out.push_back(std::move(*f));
   }
   return out;
+}
+
+Result<Frame> LeaderLink::receive_from(int node, std::chrono::milliseconds timeout) {
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    if (!broken_.is_ok()) return broken_;
+  }
+  if (node < 1 || node > static_cast<int>(fds_.size())) return internal_error("node control: no node " + std::to_string(node));
+  const int fd = fds_[node - 1];
+  (void)net::set_recv_timeout(fd, timeout);
+  auto f = read_frame(fd);
+  (void)net::set_recv_timeout(fd, std::chrono::milliseconds(0));
+  if (!f.is_ok())
+    return fail(Status(ErrorCode::kUnavailable, "node " + std::to_string(node) + " of " + std::to_string(nnodes_) +
+                                                    " left the instance (control stream: " + f.status().message() + ")"));
+  return f;
 }
 
 Result<std::unique_ptr<FollowerLink>> FollowerLink::connect(const std::string& host, uint16_t port, int node_rank, const std::string& secret,

@@ -1,6 +1,6 @@
 // --nnodes / --node-rank / --dist-init-addr in the role's config: inconsistent values are
-// refused naming the flag; the server itself serves only as node 0 of a unified instance
-// (followers run run_node_follower; the prefill and decode roles stay on one node).
+// refused naming the flag; the server itself serves only as node 0 (followers run
+// run_node_follower); every role spans nodes, --pp does not.
 #include <gtest/gtest.h>
 
 #include "pdserve/server/http_server.h"
@@ -53,18 +53,19 @@ TEST(DistFlags, InconsistentValuesAreRefusedNamingTheFlag) {
   EXPECT_TRUE(c.validate().is_ok()) << why(c);
 }
 
-TEST(DistFlags, TheServerIsNodeZeroOfAUnifiedInstanceOnly) {
+TEST(DistFlags, TheServerIsNodeZeroOnlyAndNotWithPipelineStages) {
   auto s = HttpServer::create(two_node_config());  // node 1: a follower runs no server
   ASSERT_FALSE(s.is_ok());
   EXPECT_NE(s.status().message().find("only node 0 serves HTTP"), std::string::npos) << s.status().message();
+  // Every role spans nodes, but not with pipeline stages.
   ServeConfig c = two_node_config();
   c.node_rank = 0;
-  c.role = ServerRole::kDecode;
-  c.device = "cpu";  // no GPU needed to be refused
+  c.role = ServerRole::kPrefill;
+  c.device = "cpu";
+  c.pp = 2;
   s = HttpServer::create(c);
   ASSERT_FALSE(s.is_ok());
-  EXPECT_EQ(s.status().code(), ErrorCode::kUnsupported) << s.status().message();
-  EXPECT_NE(s.status().message().find("one node each"), std::string::npos) << s.status().message();
+  EXPECT_NE(s.status().message().find("nnodes (--nnodes) with pp (--pp)"), std::string::npos) << s.status().message();
 }
 
 }  // namespace

@@ -83,9 +83,12 @@ TEST(DistCheckCli, ServeChecksTheMultiNodeFlags) {
   std::tie(rc, out) = run_pdserve(base + "--node-rank 1");
   EXPECT_EQ(rc, 2) << out;
   EXPECT_NE(out.find("--dist-init-addr: required"), std::string::npos) << out;
-  std::tie(rc, out) = run_pdserve("decode --model /nonexistent-model --device cpu --tp 2 --nnodes 2 --node-rank 1 --dist-init-addr 127.0.0.1:29500");
+  std::tie(rc, out) = run_pdserve("prefill --model /nonexistent-model --device cpu --tp 2 --nnodes 2 --node-rank 1 --pp 2 --dist-init-addr 127.0.0.1:29500");
   EXPECT_EQ(rc, 2) << out;
-  EXPECT_NE(out.find("one node each"), std::string::npos) << out;
+  EXPECT_NE(out.find("nnodes (--nnodes) with pp (--pp)"), std::string::npos) << out;
+  std::tie(rc, out) = run_pdserve("decode --model /nonexistent-model --device cpu --tp 2 --nnodes 2 --node-rank 0 --pp 2 --dist-init-addr 127.0.0.1:29500");
+  EXPECT_EQ(rc, 2) << out;
+  EXPECT_NE(out.find("--pp"), std::string::npos) << out;
   // Consistent flags: a follower waits for its leader, then says where it looked.
   const std::string addr = "127.0.0.1:" + std::to_string(free_loopback_port());
   std::tie(rc, out) = run_pdserve(base + "--node-rank 1 --dist-timeout 0.3 --dist-init-addr " + addr);

@@ -78,6 +78,61 @@ TEST(NodeControl, FramesRoundTrip) {
   EXPECT_EQ(decode_shutdown(bytes(dp), dp.size())->reason, "bye");
 }
 
+// Decode across nodes: the cache the leader forwards, and the role every node must share.
+TEST(NodeControl, CacheFramesAndTheRoleRoundTripAndRefuseNonsense) {
+  CacheData c;
+  c.rank = 3;
+  c.kind = CacheData::kStateLayer;
+  c.id = 7;
+  c.layer = 2;
+  c.data = {1.5f, -2.0f, 0.25f};
+  const std::string cp = payload_of(encode(c), MsgType::kCache);
+  auto c2 = decode_cache(bytes(cp), cp.size());
+  ASSERT_TRUE(c2.is_ok()) << c2.status().message();
+  EXPECT_EQ(c2->rank, 3u);
+  EXPECT_EQ(c2->kind, CacheData::kStateLayer);
+  EXPECT_EQ(c2->id, 7);
+  EXPECT_EQ(c2->layer, 2u);
+  EXPECT_EQ(c2->data, c.data);
+  for (size_t n = 0; n < cp.size(); ++n) EXPECT_FALSE(decode_cache(bytes(cp), n).is_ok()) << n << " bytes";
+  for (auto mutate : {+[](CacheData& m) { m.id = -1; }, +[](CacheData& m) { m.kind = 2; },
+                      +[](CacheData& m) { m.kind = CacheData::kPage; }}) {  // a page names no layer
+    CacheData m = c;
+    mutate(m);
+    const std::string q = payload_of(encode(m), MsgType::kCache);
+    EXPECT_FALSE(decode_cache(bytes(q), q.size()).is_ok());
+  }
+  std::string forged = cp;
+  forged[13] = 0x7f;  // the float count (after rank, kind, id, layer) past the payload
+  EXPECT_FALSE(decode_cache(bytes(forged), forged.size()).is_ok());
+  // Prefill across nodes: the leader's fetch of a region and the follower's closing count.
+  const std::string fp = payload_of(encode(Fetch{{4, 5, 9}, 2}), MsgType::kFetch);
+  auto f2 = decode_fetch(bytes(fp), fp.size());
+  ASSERT_TRUE(f2.is_ok()) << f2.status().message();
+  EXPECT_EQ(f2->pages, (std::vector<int32_t>{4, 5, 9}));
+  EXPECT_EQ(f2->slot, 2);
+  for (size_t n = 0; n < fp.size(); ++n) EXPECT_FALSE(decode_fetch(bytes(fp), n).is_ok()) << n << " bytes";
+  std::string q = payload_of(encode(Fetch{{4, -1}, -1}), MsgType::kFetch);
+  EXPECT_FALSE(decode_fetch(bytes(q), q.size()).is_ok());  // a negative page
+  q = payload_of(encode(Fetch{{}, -2}), MsgType::kFetch);
+  EXPECT_FALSE(decode_fetch(bytes(q), q.size()).is_ok());  // a slot below "none"
+  q = payload_of(encode(FetchDone{7}), MsgType::kFetchDone);
+  auto d2 = decode_fetch_done(bytes(q), q.size());
+  ASSERT_TRUE(d2.is_ok());
+  EXPECT_EQ(d2->frames, 7u);
+  Hello h;
+  h.nnodes = 2;
+  h.tp = 2;
+  h.role = 2;
+  std::string hp = payload_of(encode(h), MsgType::kHello);
+  auto h2 = decode_hello(bytes(hp), hp.size());
+  ASSERT_TRUE(h2.is_ok()) << h2.status().message();
+  EXPECT_EQ(h2->role, 2);
+  h.role = kMaxRole + 1;
+  hp = payload_of(encode(h), MsgType::kHello);
+  EXPECT_FALSE(decode_hello(bytes(hp), hp.size()).is_ok());
+}
+
 TEST(NodeControl, BadHeadersAreRefused) {
   std::string f = encode(Shutdown{"x"});
   std::string bad = f;
@@ -89,7 +144,7 @@ TEST(NodeControl, BadHeadersAreRefused) {
   bad = f;
   bad[6] = 0;  // type 0
   EXPECT_FALSE(decode_header(bytes(bad)).is_ok());
-  bad[6] = 6;
+  bad[6] = 9;  // one past kFetchDone
   EXPECT_FALSE(decode_header(bytes(bad)).is_ok());
   bad = f;
   bad[11] = 0x7f;  // ~2 GB

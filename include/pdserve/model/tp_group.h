@@ -106,11 +106,32 @@ class TpModelGroup {
   Status cache_to_host(const CacheRegion& region);
   Status cache_to_device(const CacheRegion& region);
 
+  // The decode role's leader of a multi-node instance receives the whole instance's cache
+  // (every global rank's pages and KDA head slice) from prefill, then forwards the other
+  // nodes' share over the node control stream (docs/design.md, "Decode across nodes").
+  // make_remote_pools adds host pools for global ranks size()..tp_total-1 (same geometry as
+  // kv(0) / state(0), storage only: the accounting stays on rank 0); transfer_kv(r) /
+  // transfer_state(r) are the pools of global rank r, local or not, that the transfer layer
+  // registers. Without remote pools transfer_ranks() == size().
+  void make_remote_pools(int tp_total);
+  int transfer_ranks() const { return tp_ + static_cast<int>(remote_kv_.size()); }
+  MlaKvPool& transfer_kv(int r) { return r < tp_ ? *kv_[r] : *remote_kv_[r - tp_]; }
+  KdaStatePool& transfer_state(int r) { return r < tp_ ? *state_[r] : *remote_state_[r - tp_]; }
+  // Called by cache_to_device after the local upload (on the engine thread, so before any
+  // step that reads the region is sent); an error breaks the group like a failed step send.
+  using CacheForwarder = std::function<Status(const CacheRegion&)>;
+  void set_cache_forwarder(CacheForwarder f) { cache_forwarder_ = std::move(f); }
+  // The prefill role's mirror image: called by cache_to_host after the local download, to
+  // gather the other nodes' share into the remote pools before the transfer layer reads them.
+  void set_cache_fetcher(CacheForwarder f) { cache_fetcher_ = std::move(f); }
+
  private:
   Status run_local_ranks(const ForwardBatch& batch, ForwardOutput* out, const ForwardOptions& opts);
   Status forward_pipeline(const ForwardBatch& batch, ForwardOutput* out, const ForwardOptions& opts);
   // Stage pools <-> whole-model pools for one region (to_global: gather, else scatter).
   void move_stage_region(const CacheRegion& region, bool to_global);
+  Status upload_region(const CacheRegion& region);    // cache_to_device's local half
+  Status download_region(const CacheRegion& region);  // cache_to_host's local half
 
   int tp_ = 1, pp_ = 1, micro_batches_ = 1;
   std::vector<std::unique_ptr<Communicator>> comms_;   // [stage * tp + rank]
@@ -121,6 +142,9 @@ class TpModelGroup {
   std::vector<std::unique_ptr<MlaKvPool>> stage_kv_;   // [stage * tp + rank]; pp > 1 only
   std::vector<std::unique_ptr<KdaStatePool>> stage_state_;
   std::vector<std::unique_ptr<DeviceForward>> devices_;
+  std::vector<std::unique_ptr<MlaKvPool>> remote_kv_;      // [global rank - size()]
+  std::vector<std::unique_ptr<KdaStatePool>> remote_state_;
+  CacheForwarder cache_forwarder_, cache_fetcher_;
   StageFault fault_;
   StepSender step_sender_;
   // The one place the group turns broken: records the first cause, and on that transition

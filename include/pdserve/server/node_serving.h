@@ -3,6 +3,9 @@
 // the batches the leader sends over the control stream (transfer/node_control.h), their
 // ranks meeting the leader's in the collectives (TCP collectives with --device cpu, NCCL with
 // --device cuda). Each node runs tp / N ranks: global ranks node_rank * (tp / N) + i.
+// Every role: with `prefill` / `decode` node 0 is also the instance's only transfer endpoint
+// and moves the other nodes' share of each request's cache over the control stream
+// (src/server/node_cache.h; docs/design.md, "Prefill and decode across nodes").
 //
 // Lost node: the leader's group breaks for good (TpModelGroup::health); in-flight requests
 // fail with that error, /health answers 503 and new /v1 requests are refused with it. The

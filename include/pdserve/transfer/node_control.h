@@ -7,13 +7,22 @@
 //
 // Frames, little-endian:  magic "PDNC" | version u16 | type u8 | 0 u8 | payload length u32 | payload
 //   kHello    leader -> follower: nnodes u32, tp u32, collective port u16, token [16],
-//             group id length u32 + bytes (the NCCL unique id with --device cuda; empty on cpu)
+//             group id length u32 + bytes (the NCCL unique id with --device cuda; empty on cpu),
+//             role u8 (0 serve, 1 prefill, 2 decode: every node runs the leader's)
 //   kStart    leader -> follower: num_pages i64, page_size i64, num_slots i64 (the pools' geometry)
 //   kReady    follower -> leader: vocab_size i64, num_layers i64 (its model, checked by the leader)
 //   kStep     leader -> follower: step u64, sequences u32, each:
 //             cached_len i64, slot i32, flags u8 (bit 0: all_logits), tokens u32 + i32 each,
 //             pages u32 + i32 each
 //   kShutdown leader -> follower: reason length u32 + bytes (the follower exits 0)
+//   kCache    leader -> follower (decode role): cache prefill sent for a rank the follower
+//             runs, ahead of the first step that reads it (same stream, so in order):
+//             rank u32 (global), kind u8 (0: one page, every MLA layer; 1: one KDA layer of
+//             one slot), id i32 (page or slot), layer u32 (kind 1; 0 for pages),
+//             floats u32 + f32 each; also follower -> leader in reply to kFetch
+//   kFetch    leader -> follower (prefill role): send back your ranks' share of a region the
+//             last step wrote: pages u32 + i32 each, slot i32 (-1: none)
+//   kFetchDone follower -> leader: the kCache frames sent in reply (u32), after the last one
 // The connection is authenticated once when it opens (node_link.h: HMAC challenge-response
 // over the cluster secret, as rank_bootstrap.h); frames are not encrypted.
 #pragma once
@@ -27,12 +36,12 @@
 
 namespace pdserve::transfer::node {
 
-constexpr uint16_t kVersion = 1;
+constexpr uint16_t kVersion = 2;  // 2: Hello carries the role; kCache
 constexpr size_t kHeaderBytes = 12;
 constexpr uint32_t kMaxPayload = 64u << 20;  // a step of many long prefill chunks stays far below
 constexpr uint32_t kMaxGroupId = 4096;
 
-enum class MsgType : uint8_t { kHello = 1, kStart = 2, kReady = 3, kStep = 4, kShutdown = 5 };
+enum class MsgType : uint8_t { kHello = 1, kStart = 2, kReady = 3, kStep = 4, kShutdown = 5, kCache = 6, kFetch = 7, kFetchDone = 8 };
 
 struct Hello {
   uint32_t nnodes = 0;
@@ -40,7 +49,9 @@ struct Hello {
   uint16_t collective_port = 0;          // --device cpu: rank 0's TCP collective listener
   std::array<uint8_t, 16> token{};       // what a rank presents there (tcp_collective.h)
   std::vector<uint8_t> group_id;         // --device cuda: the NCCL unique id
+  uint8_t role = 0;                      // 0 serve, 1 prefill, 2 decode (kMaxRole)
 };
+constexpr uint8_t kMaxRole = 2;
 
 struct Start {
   int64_t num_pages = 0, page_size = 0, num_slots = 0;
@@ -67,6 +78,24 @@ struct Shutdown {
   std::string reason;
 };
 
+struct CacheData {
+  enum Kind : uint8_t { kPage = 0, kStateLayer = 1 };
+  uint32_t rank = 0;
+  uint8_t kind = kPage;
+  int32_t id = 0;
+  uint32_t layer = 0;
+  std::vector<float> data;
+};
+
+struct Fetch {
+  std::vector<int32_t> pages;
+  int32_t slot = -1;
+};
+
+struct FetchDone {
+  uint32_t frames = 0;
+};
+
 struct Header {
   MsgType type = MsgType::kHello;
   uint32_t length = 0;
@@ -81,6 +110,9 @@ std::string encode(const Start& m);
 std::string encode(const Ready& m);
 std::string encode(const Step& m);
 std::string encode(const Shutdown& m);
+std::string encode(const CacheData& m);
+std::string encode(const Fetch& m);
+std::string encode(const FetchDone& m);
 
 // Payload decoders: kDataLoss on anything short, long (trailing bytes) or out of range
 // (negative lengths or ids, counts past what the payload can hold).
@@ -89,5 +121,8 @@ Result<Start> decode_start(const uint8_t* p, size_t n);
 Result<Ready> decode_ready(const uint8_t* p, size_t n);
 Result<Step> decode_step(const uint8_t* p, size_t n);
 Result<Shutdown> decode_shutdown(const uint8_t* p, size_t n);
+Result<CacheData> decode_cache(const uint8_t* p, size_t n);
+Result<Fetch> decode_fetch(const uint8_t* p, size_t n);
+Result<FetchDone> decode_fetch_done(const uint8_t* p, size_t n);
 
 }  // namespace pdserve::transfer::node

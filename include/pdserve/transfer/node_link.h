@@ -39,8 +39,16 @@ class LeaderLink {
   // Sends one whole frame to every follower. The first failure names the node; after it every
   // later call fails the same way (an instance that lost a node stays broken).
   Status broadcast(const std::string& frame);
+  // One frame to node `node` (1..nnodes-1), with broadcast's failure rules.
+  Status send_to(int node, const std::string& frame);
   // Waits for one frame from every follower; kUnavailable naming the node on end-of-stream.
   Result<std::vector<Frame>> receive_from_all(std::chrono::milliseconds timeout);
+  // The next frame from node `node` (replies to a kFetch); a failure breaks the link as a
+  // failed send does. Call expect_replies(true) before sending the request and false after
+  // the last reply was read: meanwhile the watcher takes readable bytes as replies, not as a
+  // node speaking out of turn (an end of stream still counts as the node gone).
+  Result<Frame> receive_from(int node, std::chrono::milliseconds timeout);
+  void expect_replies(bool on) { replies_.store(on); }
   int refused() const { return refused_; }
   uint16_t port() const { return port_; }  // the bound port (listen on port 0 picks one)
   // After the followers are ready they send nothing more, so any end-of-stream (or byte) on
@@ -61,6 +69,7 @@ class LeaderLink {
   std::mutex mu_;         // broken_: the engine's sends and the watcher
   Status broken_ = Status::ok();
   std::atomic<bool> watching_{false};
+  std::atomic<bool> replies_{false};
   std::thread watcher_;
 };
 

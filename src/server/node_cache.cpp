@@ -1,0 +1,139 @@
+// The cache of the disaggregation roles between the nodes of one instance (node_cache.h).
+#include "node_cache.h"
+
+#include <algorithm>
+#include <functional>
+
+namespace pdserve::server {
+
+namespace node = transfer::node;
+
+namespace {
+
+using Send = std::function<Status(const std::string&)>;
+
+// One rank's share of `region` as kCache frames: one per page (every MLA layer, so a frame
+// stays far below the 64 MiB limit) and one per KDA layer of the slot. Returns the count.
+Result<uint32_t> send_rank_cache(int rank, MlaKvPool& kv, KdaStatePool& st, const CacheRegion& region, const Send& send) {
+  uint32_t frames = 0;
+  node::CacheData m;
+  m.rank = static_cast<uint32_t>(rank);
+  if (kv.num_layers() > 0) {
+    m.kind = node::CacheData::kPage;
+    m.layer = 0;
+    for (int32_t page : region.pages) {
+      if (page < 0 || page >= kv.num_pages()) return internal_error("node cache: page " + std::to_string(page) + " is not in the pool");
+      m.id = page;
+      m.data.clear();
+      for (int64_t l = 0; l < kv.num_layers(); ++l) {
+        const float* src = kv.layer_base(l) + static_cast<int64_t>(page) * kv.page_floats();
+        m.data.insert(m.data.end(), src, src + kv.page_floats());
+      }
+      PDS_RETURN_IF_ERROR(send(node::encode(m)));
+      ++frames;
+    }
+  }
+  if (region.slot >= 0 && st.num_layers() > 0) {
+    if (region.slot >= st.num_slots()) return internal_error("node cache: slot " + std::to_string(region.slot) + " is not in the pool");
+    m.kind = node::CacheData::kStateLayer;
+    m.id = region.slot;
+    for (int64_t l = 0; l < st.num_layers(); ++l) {
+      const float* src = st.conv(region.slot, l);
+      m.layer = static_cast<uint32_t>(l);
+      m.data.assign(src, src + st.layer_floats());
+      PDS_RETURN_IF_ERROR(send(node::encode(m)));
+      ++frames;
+    }
+  }
+  return frames;
+}
+
+// One kCache frame into a rank's pools, checked against their geometry.
+Status write_cache(MlaKvPool& kv, KdaStatePool& st, const node::CacheData& m) {
+  if (m.kind == node::CacheData::kPage) {
+    if (m.id >= kv.num_pages() || static_cast<int64_t>(m.data.size()) != kv.num_layers() * kv.page_floats())
+      return internal_error("node cache: page " + std::to_string(m.id) + " of " + std::to_string(m.data.size()) + " floats does not fit the pool");
+    for (int64_t l = 0; l < kv.num_layers(); ++l)
+      std::copy_n(m.data.data() + l * kv.page_floats(), kv.page_floats(), kv.layer_base(l) + static_cast<int64_t>(m.id) * kv.page_floats());
+    return Status::ok();
+  }
+  if (m.id >= st.num_slots() || m.layer >= st.num_layers() || static_cast<int64_t>(m.data.size()) != st.layer_floats())
+    return internal_error("node cache: slot " + std::to_string(m.id) + " layer " + std::to_string(m.layer) + " does not fit the pool");
+  std::copy(m.data.begin(), m.data.end(), st.conv(m.id, m.layer));
+  return Status::ok();
+}
+
+const uint8_t* bytes(const node::Frame& f) { return reinterpret_cast<const uint8_t*>(f.payload.data()); }
+
+// Clears the leader's expect_replies on every way out of fetch_region.
+struct ExpectingReplies {
+  node::LeaderLink& link;
+  explicit ExpectingReplies(node::LeaderLink& l) : link(l) { link.expect_replies(true); }
+  ~ExpectingReplies() { link.expect_replies(false); }
+};
+
+}  // namespace
+
+Status forward_region(node::LeaderLink& link, TpModelGroup& g, int local, const CacheRegion& region) {
+  for (int r = local; r < g.transfer_ranks(); ++r) {
+    const int to = r / local;
+    auto sent = send_rank_cache(r, g.transfer_kv(r), g.transfer_state(r), region, [&](const std::string& f) { return link.send_to(to, f); });
+    PDS_RETURN_IF_ERROR(sent.status());
+  }
+  return Status::ok();
+}
+
+Status fetch_region(node::LeaderLink& link, TpModelGroup& g, int local, const CacheRegion& region, std::chrono::milliseconds timeout) {
+  const int nnodes = g.transfer_ranks() / local;
+  ExpectingReplies expecting(link);
+  // Every follower first, so they download and send at once; then their replies in turn.
+  const std::string ask = node::encode(node::Fetch{region.pages, region.slot});
+  for (int n = 1; n < nnodes; ++n) PDS_RETURN_IF_ERROR(link.send_to(n, ask));
+  for (int n = 1; n < nnodes; ++n) {
+    const std::string who = "node " + std::to_string(n) + " of " + std::to_string(nnodes);
+    uint32_t frames = 0;
+    while (true) {
+      PDS_ASSIGN_OR_RETURN(node::Frame f, link.receive_from(n, timeout));
+      if (f.type == node::MsgType::kFetchDone) {
+        PDS_ASSIGN_OR_RETURN(node::FetchDone done, node::decode_fetch_done(bytes(f), f.payload.size()));
+        if (done.frames != frames)
+          return Status(ErrorCode::kDataLoss, who + " sent " + std::to_string(frames) + " cache frames and counted " + std::to_string(done.frames));
+        break;
+      }
+      if (f.type != node::MsgType::kCache) return Status(ErrorCode::kDataLoss, who + " answered a fetch with frame type " + std::to_string(static_cast<int>(f.type)));
+      PDS_ASSIGN_OR_RETURN(node::CacheData m, node::decode_cache(bytes(f), f.payload.size()));
+      const int r = static_cast<int>(m.rank);
+      if (r / local != n || r >= g.transfer_ranks()) return Status(ErrorCode::kDataLoss, who + " sent the cache of rank " + std::to_string(r));
+      PDS_RETURN_IF_ERROR(write_cache(g.transfer_kv(r), g.transfer_state(r), m));
+      ++frames;
+    }
+  }
+  return Status::ok();
+}
+
+Status apply_cache(TpModelGroup& g, int first, const node::CacheData& m, CacheRegion* pending) {
+  const int i = static_cast<int>(m.rank) - first;
+  if (i < 0 || i >= g.size())
+    return internal_error("node cache: rank " + std::to_string(m.rank) + ", this node runs ranks " + std::to_string(first) + ".." +
+                          std::to_string(first + g.size() - 1));
+  PDS_RETURN_IF_ERROR(write_cache(g.kv(i), g.state(i), m));
+  if (m.kind == node::CacheData::kStateLayer) {
+    pending->slot = m.id;
+  } else if (std::find(pending->pages.begin(), pending->pages.end(), m.id) == pending->pages.end()) {
+    pending->pages.push_back(m.id);
+  }
+  return Status::ok();
+}
+
+Status answer_fetch(node::FollowerLink& link, TpModelGroup& g, int first, const node::Fetch& f) {
+  const CacheRegion region{f.pages, f.slot};
+  PDS_RETURN_IF_ERROR(g.cache_to_host(region));  // the device's pools -> the host's (cpu: nothing)
+  uint32_t frames = 0;
+  for (int i = 0; i < g.size(); ++i) {
+    PDS_ASSIGN_OR_RETURN(uint32_t n, send_rank_cache(first + i, g.kv(i), g.state(i), region, [&](const std::string& fr) { return link.send(fr); }));
+    frames += n;
+  }
+  return link.send(node::encode(node::FetchDone{frames}));
+}
+
+}  // namespace pdserve::server
