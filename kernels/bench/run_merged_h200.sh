@@ -53,31 +53,43 @@ mkdir -p /tmp/uplogs2
 CUDA_VISIBLE_DEVICES=0,1 "$P" up --model /tmp/tk3 --port 18140 --prefill-port 18141 --decode-port 18142 --bootstrap-port 18143 \
   --chunk-size 64 --device cuda --prefill-tp 1 --decode-tp 2 --log-dir /tmp/uplogs2 >/tmp/up2.log 2>&1 &
 UP2=$!
+# Decode across two nodes on CUDA (ranks as two processes, GPU 0 leader, GPU 1 follower):
+# prefill on GPU 0, the router in front (ports 1815x).
+DN=(--model /tmp/tk3 --device cuda --tp 2 --nnodes 2 --dist-init-addr 127.0.0.1:18155 --chunk-size 64)
+CUDA_VISIBLE_DEVICES=1 "$P" decode "${DN[@]}" --node-rank 1 --port 18156 >/tmp/dn1.log 2>&1 &
+DN1=$!
+CUDA_VISIBLE_DEVICES=0 "$P" decode "${DN[@]}" --node-rank 0 --port 18152 >/tmp/dn0.log 2>&1 &
+DN0=$!
+CUDA_VISIBLE_DEVICES=0 "$P" prefill --model /tmp/tk3 --device cuda --port 18151 --bootstrap-port 18153 --chunk-size 64 >/tmp/pn.log 2>&1 &
+PN=$!
+"$P" router --pd --prefill http://127.0.0.1:18151@18153 --decode http://127.0.0.1:18152 --port 18150 >/tmp/rn.log 2>&1 &
+RN=$!
 for _ in $(seq 300); do
   curl -sf localhost:18123/health >/dev/null && curl -sf localhost:18124/health >/dev/null &&
-    curl -sf localhost:18126/health >/dev/null && curl -sf localhost:18127/health >/dev/null && curl -sf localhost:18128/health >/dev/null && grep -q "pdserve up: ready" /tmp/up.log && grep -q "pdserve up: ready" /tmp/up2.log && break
+    curl -sf localhost:18126/health >/dev/null && curl -sf localhost:18127/health >/dev/null && curl -sf localhost:18128/health >/dev/null && grep -q "pdserve up: ready" /tmp/up.log && grep -q "pdserve up: ready" /tmp/up2.log &&
+    curl -sf localhost:18152/health >/dev/null && curl -sf localhost:18151/health >/dev/null && curl -sf localhost:18150/health >/dev/null && break
   sleep 0.2
 done
 REQ='{"messages": [{"role": "user", "content": "Hello there, GPU! Tell me about pages."}], "max_tokens": 32, "temperature": 0}'
-for port in 18124 18123 18126 18127 18128 18130 18140; do
+for port in 18124 18123 18126 18127 18128 18130 18140 18150; do
   curl -s -m 60 -o "/tmp/reply_$port.json" -w "port $port: HTTP %{http_code}, %{time_total} s\n" "localhost:$port/v1/chat/completions" \
     -H 'Content-Type: application/json' -d "$REQ"
 done
 msg() { python3 -c "import json; print(json.load(open('$1'))['choices'][0]['message'])" 2>/dev/null; }
 want=$(msg /tmp/reply_18124.json)
-for port in 18123 18126 18127 18128 18130 18140; do
+for port in 18123 18126 18127 18128 18130 18140 18150; do
   [ -n "$want" ] && [ "$(msg /tmp/reply_$port.json)" = "$want" ] && echo "port $port == serve cpu" || echo "port $port DIFFERS from serve cpu"
 done
 MANY=()
 for i in $(seq 8); do
   R="{\"messages\": [{\"role\": \"user\", \"content\": \"Request $i: $(printf 'pages %.0s' $(seq $((i * 9))))\"}], \"max_tokens\": 24, \"temperature\": 0}"
-  for port in 18130 18140 18124 18126 18128; do
+  for port in 18130 18140 18150 18124 18126 18128; do
     curl -s -m 90 -o "/tmp/many_${port}_$i.json" localhost:$port/v1/chat/completions -H 'Content-Type: application/json' -d "$R" &
     MANY+=($!)
   done
 done
 wait "${MANY[@]}"
-for port in 18130 18140 18126 18128; do
+for port in 18130 18140 18150 18126 18128; do
   same=0
   for i in $(seq 8); do
     a=$(msg "/tmp/many_${port}_$i.json"); b=$(msg "/tmp/many_18124_$i.json")
@@ -85,10 +97,11 @@ for port in 18130 18140 18126 18128; do
   done
   echo "8 concurrent requests on port $port: $same of 8 identical to serve cpu"
 done
-grep -h "device:" /tmp/serve_cuda.log /tmp/serve_tp2.log /tmp/serve_pp2.log /tmp/uplogs/* /tmp/uplogs2/* 2>/dev/null | cut -c1-200
-for dport in 18132 18142; do curl -sf localhost:$dport/metrics | grep -E '^pdserve_decode_transfer_(succeeded|failed|bytes|runs)_total '; done
+grep -h "device:" /tmp/serve_cuda.log /tmp/serve_tp2.log /tmp/serve_pp2.log /tmp/uplogs/* /tmp/uplogs2/* /tmp/dn0.log /tmp/dn1.log 2>/dev/null | cut -c1-200
+for dport in 18132 18142 18152; do curl -sf localhost:$dport/metrics | grep -E '^pdserve_decode_transfer_(succeeded|failed|bytes|runs)_total '; done
 curl -sf "localhost:18131/transfers?limit=2" | head -c 600; echo
-kill -INT $UP $UP2; kill $CPU $GPU $TP2 $BF16 $PP2; wait $UP $UP2 $CPU $GPU $TP2 $BF16 $PP2 2>/dev/null
+(sleep 20; kill -9 "$DN1" 2>/dev/null) &
+kill -INT $UP $UP2; kill $RN $PN $DN0; kill $CPU $GPU $TP2 $BF16 $PP2; wait $UP $UP2 $RN $PN $DN0 $DN1 $CPU $GPU $TP2 $BF16 $PP2 2>/dev/null
 echo "== decode step, eager vs graphs (GPU 0)"
 CUDA_VISIBLE_DEVICES=0 timeout 120 "$BIN/decode_bench" --preset tiny-k3 --ctx 128 --steps 50
 echo "== memcheck (GPU 1)"
@@ -98,5 +111,5 @@ for i in "${!MC[@]}"; do
 done
 for f in /tmp/memcheck_*.log; do echo "=== $f"; tail -60 "$f"; done >"$OUT/memcheck.log"
 for f in /tmp/test_*.log; do echo "=== $f"; cat "$f"; done >"$OUT/tests.log"
-{ cat /tmp/up.log /tmp/up2.log; for f in /tmp/uplogs/* /tmp/uplogs2/* /tmp/serve_cuda.log /tmp/serve_tp2.log /tmp/serve_pp2.log; do echo "=== $f"; tail -40 "$f"; done; } >"$OUT/e2e.log"
+{ cat /tmp/up.log /tmp/up2.log; for f in /tmp/uplogs/* /tmp/uplogs2/* /tmp/dn0.log /tmp/dn1.log /tmp/pn.log /tmp/rn.log /tmp/serve_cuda.log /tmp/serve_tp2.log /tmp/serve_pp2.log; do echo "=== $f"; tail -40 "$f"; done; } >"$OUT/e2e.log"
 date -u
