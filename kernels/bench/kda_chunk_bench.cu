@@ -8,10 +8,10 @@
 // (where the time goes).
 //   kda_chunk_bench --pipeline: plain vs the pipelined schedule (4 and 8 blocks) at those shapes,
 //   every precision (the launcher's pick of the output place), with the grids.
-//   kda_chunk_bench [T H state_tile math state_buffers output warps]   (math 0: tf32, 1: 3xTF32,
+//   kda_chunk_bench [T H state_tile math state_buffers output warps blocks]   (math 0: tf32, 1: 3xTF32,
 //   2: bf16; output 1: in the state kernel, 2: its own pass; warps of the in-state kernel, 8 or
-//   16; no arguments: the issue's shapes (T 16K / 64K, H 32 / 24), every precision, the output
-//   in the state kernel (8 and 16 warps) and in its own pass at tile 32 with two buffers;
+//   16; blocks: pipelined block counts to time beside the plain schedule, e.g. 4,8; no
+//   arguments: the issue's shapes (T 16K / 64K, H 32 / 24), every precision, the output in the state kernel (8 and 16 warps) and in its own pass at tile 32 with two buffers;
 //   kda_chunk_bench --accuracy DIR: ours and fla's error on the inputs kda_chunk_fla.py dumped;
 //   KDA_CHUNK_BENCH_RECURRENT=1 adds the token recurrence once)
 #include <cmath>
@@ -220,6 +220,18 @@ void accuracy(const std::string& dir) {
   }
 }
 
+// "4,8" -> {4, 8}: the pipelined block counts to time beside the plain schedule.
+std::vector<int> block_counts(const char* list) {
+  std::vector<int> out;
+  for (const char* p = list; *p;) {
+    char* end = nullptr;
+    out.push_back(static_cast<int>(std::strtol(p, &end, 10)));
+    p = *end == ',' ? end + 1 : end;
+    if (end == p && *p) break;
+  }
+  return out;
+}
+
 }  // namespace
 }  // namespace pdserve::cuda
 
@@ -240,7 +252,8 @@ int main(int argc, char** argv) {
   if (argc >= 3) {
     run_shape(std::atol(argv[1]), std::atol(argv[2]), argc > 3 ? std::atoi(argv[3]) : 0,
               static_cast<kda_chunk::Math>(argc > 4 ? std::atoi(argv[4]) : 1),
-              argc > 5 ? std::atoi(argv[5]) : 0, argc > 6 ? std::atoi(argv[6]) : 0, argc > 7 ? std::atoi(argv[7]) : 8);
+              argc > 5 ? std::atoi(argv[5]) : 0, argc > 6 ? std::atoi(argv[6]) : 0, argc > 7 ? std::atoi(argv[7]) : 8,
+              argc > 8 ? block_counts(argv[8]) : std::vector<int>{});
     return 0;
   }
   // Per precision and shape: the output in the state kernel (the default), then in its own
