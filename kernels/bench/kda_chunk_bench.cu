@@ -11,7 +11,8 @@
 //   kda_chunk_bench [T H state_tile math state_buffers output warps blocks]   (math 0: tf32, 1: 3xTF32,
 //   2: bf16; output 1: in the state kernel, 2: its own pass; warps of the in-state kernel, 8 or
 //   16; blocks: pipelined block counts to time beside the plain schedule, e.g. 4,8; no
-//   arguments: the issue's shapes (T 16K / 64K, H 32 / 24), every precision, the output in the state kernel (8 and 16 warps) and in its own pass at tile 32 with two buffers;
+//   arguments: the issue's shapes (T 16K / 64K, H 32 / 24), every precision, the output in the
+//   state kernel (8 and 16 warps) and in its own pass at tile 32 with two buffers;
 //   kda_chunk_bench --accuracy DIR: ours and fla's error on the inputs kda_chunk_fla.py dumped;
 //   KDA_CHUNK_BENCH_RECURRENT=1 adds the token recurrence once)
 #include <cmath>
