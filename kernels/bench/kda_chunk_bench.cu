@@ -6,10 +6,13 @@
 // 5 C^2 D + 6 C D^2 per chunk and head (C = 64). Median of 20 timed calls after 3 warm-ups;
 // then the intra-chunk, state-passing and (output in its own pass) output kernels timed alone
 // (where the time goes).
-//   kda_chunk_bench [T H state_tile math state_buffers output warps]   (math 0: tf32, 1: 3xTF32,
+//   kda_chunk_bench --pipeline: plain vs the pipelined schedule (4 and 8 blocks) at those shapes,
+//   every precision (the launcher's pick of the output place), with the grids.
+//   kda_chunk_bench [T H state_tile math state_buffers output warps blocks]   (math 0: tf32, 1: 3xTF32,
 //   2: bf16; output 1: in the state kernel, 2: its own pass; warps of the in-state kernel, 8 or
-//   16; no arguments: the issue's shapes (T 16K / 64K, H 32 / 24), every precision, the output
-//   in the state kernel (8 and 16 warps) and in its own pass at tile 32 with two buffers;
+//   16; blocks: pipelined block counts to time beside the plain schedule, e.g. 4,8; no
+//   arguments: the issue's shapes (T 16K / 64K, H 32 / 24), every precision, the output in the
+//   state kernel (8 and 16 warps) and in its own pass at tile 32 with two buffers;
 //   kda_chunk_bench --accuracy DIR: ours and fla's error on the inputs kda_chunk_fla.py dumped;
 //   KDA_CHUNK_BENCH_RECURRENT=1 adds the token recurrence once)
 #include <cmath>
@@ -52,7 +55,8 @@ DeviceBuffer<float> random_buffer(int64_t n, uint32_t seed, int kind) {
 
 const char* math_name(kda_chunk::Math m) { return m == kda_chunk::kBf16 ? "bf16  " : m == kda_chunk::k3xTf32 ? "3xtf32" : "tf32  "; }
 
-void run_shape(int64_t T, int64_t H, int tile, kda_chunk::Math math, int buffers, int output, int warps = 8) {
+void run_shape(int64_t T, int64_t H, int tile, kda_chunk::Math math, int buffers, int output, int warps = 8,
+               const std::vector<int>& pipeline = {}) {
   const int64_t D = 128, n = T * H * D;
   DeviceBuffer<float> q = random_buffer(n, 1, 0), k = random_buffer(n, 2, 0), v = random_buffer(n, 3, 0);
   DeviceBuffer<float> g = random_buffer(n, 4, 1), beta = random_buffer(T * H, 5, 2), o(n);
@@ -71,6 +75,15 @@ void run_shape(int64_t T, int64_t H, int tile, kda_chunk::Math math, int buffers
   a.state_warps = warps;
   const double us = bench::median_us([&](int) { check(kda_chunk_prefill(a, nullptr), "kda_chunk_prefill"); });
   check(cuda_status(cudaDeviceSynchronize(), "sync"), "sync");
+  // The pipelined schedule (KdaChunkArgs::pipeline_blocks) on the same buffers, and the grids
+  // that decide whether its two kernels can share the SMs.
+  std::vector<double> us_pipe;
+  for (int blocks : pipeline) {
+    a.pipeline_blocks = blocks;
+    us_pipe.push_back(bench::median_us([&](int) { check(kda_chunk_prefill(a, nullptr), "kda_chunk_prefill (pipelined)"); }));
+    check(cuda_status(cudaDeviceSynchronize(), "sync"), "sync");
+  }
+  a.pipeline_blocks = 0;
   // The kernels alone (the same tables kda_chunk_prefill builds for one sequence).
   const int64_t nch = (T + 63) / 64;
   std::vector<kda_chunk::ChunkJob> cj;
@@ -110,6 +123,17 @@ void run_shape(int64_t T, int64_t H, int tile, kda_chunk::Math math, int buffers
               math_name(math), separate ? "sep" : "ins", separate ? 8 : warps, buffers, static_cast<long>(T), static_cast<long>(H), static_cast<long>(D), tile, us, us_intra, us_state, us_out, floor_us,
               bytes / bench::g_bw > flops / bench::g_flops ? "bytes" : "flops", us / floor_us, flops / us * 1e-6, bytes / us * 1e-3,
               ws.size() / 1e6);
+  if (!pipeline.empty()) {
+    cudaDeviceProp prop{};
+    check(cudaGetDeviceProperties(&prop, 0), "props");
+    const int pick_vt = tile ? tile : (D / 32) * H >= 96 ? 32 : 16;
+    std::printf("  grids: intra %ld x %ld CTAs of 256 (%ld a block of %d chunks at 8 blocks), state %ld x %ld CTAs of 256, "
+                "%d SMs, %zu B shared memory an SM\n",
+                static_cast<long>(nch), static_cast<long>(H), static_cast<long>(nch / 8 * H), static_cast<int>(nch / 8),
+                static_cast<long>(D / pick_vt), static_cast<long>(H), prop.multiProcessorCount, prop.sharedMemPerMultiprocessor);
+    for (size_t i = 0; i < pipeline.size(); ++i)
+      std::printf("  pipelined %2d blocks: %9.1f us (plain %9.1f us, x%.3f)\n", pipeline[i], us_pipe[i], us, us_pipe[i] / us);
+  }
 }
 
 // The token recurrence the backend used before, once (it is slow), for the record.
@@ -197,6 +221,18 @@ void accuracy(const std::string& dir) {
   }
 }
 
+// "4,8" -> {4, 8}: the pipelined block counts to time beside the plain schedule.
+std::vector<int> block_counts(const char* list) {
+  std::vector<int> out;
+  for (const char* p = list; *p;) {
+    char* end = nullptr;
+    out.push_back(static_cast<int>(std::strtol(p, &end, 10)));
+    p = *end == ',' ? end + 1 : end;
+    if (end == p && *p) break;
+  }
+  return out;
+}
+
 }  // namespace
 }  // namespace pdserve::cuda
 
@@ -206,10 +242,19 @@ int main(int argc, char** argv) {
     accuracy(argv[2]);
     return 0;
   }
+  if (argc == 2 && std::strcmp(argv[1], "--pipeline") == 0) {
+    // Plain vs pipelined (4 and 8 blocks) at the issue's shapes, every precision, the
+    // launcher's pick of the output place (tile 32, two buffers: its defaults at these shapes).
+    const int64_t shapes[][2] = {{16384, 32}, {65536, 32}, {16384, 24}, {65536, 24}};
+    for (kda_chunk::Math m : {kda_chunk::kBf16, kda_chunk::kTf32, kda_chunk::k3xTf32})
+      for (const auto& sh : shapes) run_shape(sh[0], sh[1], 0, m, 0, m == kda_chunk::k3xTf32 && sh[1] == 24 ? 2 : 1, 8, {4, 8});
+    return 0;
+  }
   if (argc >= 3) {
     run_shape(std::atol(argv[1]), std::atol(argv[2]), argc > 3 ? std::atoi(argv[3]) : 0,
               static_cast<kda_chunk::Math>(argc > 4 ? std::atoi(argv[4]) : 1),
-              argc > 5 ? std::atoi(argv[5]) : 0, argc > 6 ? std::atoi(argv[6]) : 0, argc > 7 ? std::atoi(argv[7]) : 8);
+              argc > 5 ? std::atoi(argv[5]) : 0, argc > 6 ? std::atoi(argv[6]) : 0, argc > 7 ? std::atoi(argv[7]) : 8,
+              argc > 8 ? block_counts(argv[8]) : std::vector<int>{});
     return 0;
   }
   // Per precision and shape: the output in the state kernel (the default), then in its own

@@ -4,6 +4,7 @@
 #include "kda/kda_chunk.h"
 
 #include <algorithm>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -41,7 +42,33 @@ size_t table_bytes(int64_t chunks) { return align256(chunks * sizeof(ChunkJob)) 
 struct Pass {
   int64_t chunk0, chunks, seq0, seqs;
   int64_t serial;  // chunks of its longest sequence: the state kernel's serial steps
+  int64_t blocks;  // > 1: pipelined, its table holds one SeqJob a block (seqs == 1)
 };
+
+// The pipelined schedule's second stream (high priority: the serial state pass takes SMs
+// before the intra blocks queued beside it) and its events, one set per thread and device
+// (events are re-recorded per call: sharing them across threads would race), kept for the
+// process's life.
+struct PipelineStreams {
+  cudaStream_t state = nullptr;
+  cudaEvent_t fork = nullptr, ready = nullptr, join = nullptr;
+};
+
+Status pipeline_streams(PipelineStreams*& out) {
+  thread_local std::map<int, PipelineStreams> per_device;
+  int dev = 0;
+  PDS_RETURN_IF_ERROR(cuda_status(cudaGetDevice(&dev), "kda_chunk_prefill: device"));
+  PipelineStreams& ps = per_device[dev];
+  if (!ps.join) {
+    int least = 0, greatest = 0;
+    PDS_RETURN_IF_ERROR(cuda_status(cudaDeviceGetStreamPriorityRange(&least, &greatest), "kda_chunk_prefill: stream priorities"));
+    PDS_RETURN_IF_ERROR(cuda_status(cudaStreamCreateWithPriority(&ps.state, cudaStreamNonBlocking, greatest), "kda_chunk_prefill: state stream"));
+    for (cudaEvent_t* e : {&ps.fork, &ps.ready, &ps.join})
+      PDS_RETURN_IF_ERROR(cuda_status(cudaEventCreateWithFlags(e, cudaEventDisableTiming), "kda_chunk_prefill: pipeline event"));
+  }
+  out = &ps;
+  return Status::ok();
+}
 
 }  // namespace
 
@@ -66,6 +93,8 @@ Status kda_chunk_prefill(const KdaChunkArgs& a, cudaStream_t stream) {
   if (a.state_warps != 0 && a.state_warps != 8 && a.state_warps != 16) return invalid_argument("kda_chunk_prefill: state_warps must be 0, 8 or 16");
   if (a.output != KdaChunkOutput::kPick && a.output != KdaChunkOutput::kInState && a.output != KdaChunkOutput::kSeparate)
     return invalid_argument("kda_chunk_prefill: bad output mode");
+  if (a.pipeline_blocks < 0 || a.pipeline_blocks > kKdaChunkMaxPipelineBlocks)
+    return invalid_argument("kda_chunk_prefill: pipeline_blocks must be 0 .. 64");
   if (H <= 0 || H > 65535 || a.num_seqs < 0) return invalid_argument("kda_chunk_prefill: bad head or sequence count");
   if (a.num_seqs == 0) return Status::ok();
   if (!a.cu_seqlens || !a.slots || !a.workspace) return invalid_argument("kda_chunk_prefill: missing cu_seqlens, slots or workspace");
@@ -93,7 +122,7 @@ Status kda_chunk_prefill(const KdaChunkArgs& a, cudaStream_t stream) {
   chunks.reserve(static_cast<size_t>(total));
   int64_t s = 0, pos = 0;  // next token: sequence s, offset pos
   while (s < a.num_seqs) {
-    Pass p{static_cast<int64_t>(chunks.size()), 0, static_cast<int64_t>(seqs.size()), 0, 0};
+    Pass p{static_cast<int64_t>(chunks.size()), 0, static_cast<int64_t>(seqs.size()), 0, 0, 1};
     // Fill the pass: whole sequences while they fit, the rest of a long one in later passes.
     while (s < a.num_seqs && p.chunks < capacity) {
       const int64_t len = a.cu_seqlens[s + 1] - a.cu_seqlens[s];
@@ -121,6 +150,32 @@ Status kda_chunk_prefill(const KdaChunkArgs& a, cudaStream_t stream) {
     if (p.seqs > 65535) return invalid_argument("kda_chunk_prefill: at most 65535 sequences a pass");
     passes.push_back(p);
   }
+  if (a.pipeline_blocks >= 2) {
+    // A one-sequence pass's SeqJob becomes one per block (pass-local chunk0 as before). Every
+    // block has >= 1 chunk, so the table still holds at most one SeqJob a chunk.
+    std::vector<SeqJob> split;
+    split.reserve(static_cast<size_t>(total));
+    for (Pass& p : passes) {
+      const int64_t first = static_cast<int64_t>(split.size());
+      if (p.seqs == 1 && p.chunks >= 2) {
+        const SeqJob j = seqs[static_cast<size_t>(p.seq0)];
+        p.blocks = std::min<int64_t>(a.pipeline_blocks, p.chunks);
+        for (int64_t b = 0; b < p.blocks; ++b) {
+          const int64_t c0 = kda_chunk_pipeline_block_start(p.chunks, p.blocks, b), c1 = kda_chunk_pipeline_block_start(p.chunks, p.blocks, b + 1);
+          SeqJob bj = j;
+          bj.row0 = j.row0 + c0 * kKdaChunk;
+          bj.rows = std::min(j.rows, c1 * kKdaChunk) - c0 * kKdaChunk;
+          bj.chunk0 = static_cast<int32_t>(j.chunk0 + c0);
+          bj.chunks = static_cast<int32_t>(c1 - c0);
+          split.push_back(bj);
+        }
+      } else {
+        split.insert(split.end(), seqs.begin() + p.seq0, seqs.begin() + p.seq0 + p.seqs);
+      }
+      p.seq0 = first;
+    }
+    seqs = std::move(split);
+  }
   if (!a.tables_uploaded) {
     // Pageable sources: the copies return once the host buffers are staged; stream order
     // keeps the device tables valid for the kernels (and for later calls that reuse them).
@@ -134,8 +189,6 @@ Status kda_chunk_prefill(const KdaChunkArgs& a, cudaStream_t stream) {
   for (const Pass& p : passes) {
     const ChunkJob* cj = chunk_table + p.chunk0;
     const SeqJob* sj = seq_table + p.seq0;
-    PDS_RETURN_IF_ERROR(cuda_status(kda_chunk_intra_launch(static_cast<int>(D), math, a.q, a.k, a.v, a.g, a.beta, H, cj, p.chunks, inter, stream),
-                                    "kda_chunk_intra"));
     // Narrow state slices when wide ones would leave most SMs idle.
     int vt = a.state_tile;
     if (vt == 0) vt = (D / 32) * H * p.seqs >= 96 ? 32 : 16;
@@ -143,18 +196,45 @@ Status kda_chunk_prefill(const KdaChunkArgs& a, cudaStream_t stream) {
     if (vt > D) vt = static_cast<int>(D);
     const bool separate = a.output == KdaChunkOutput::kPick ? separate_output_pays(math == kda_chunk::k3xTf32, D, H, p.chunks, p.serial)
                                                             : a.output == KdaChunkOutput::kSeparate;
-    if (separate) {
-      PDS_RETURN_IF_ERROR(cuda_status(kda_chunk_state_split_launch(static_cast<int>(D), vt, math, double_buffer, inter, H, sj, p.seqs,
-                                                                   a.state, a.layer_offset, stream),
-                                      "kda_chunk_state (separate output)"));
-      PDS_RETURN_IF_ERROR(cuda_status(kda_chunk_output_launch(static_cast<int>(D), math, inter, H, cj, p.chunks, a.o, stream),
-                                      "kda_chunk_output"));
-    } else {
-      const int warps = a.state_warps == 16 && D == 128 && vt >= 32 ? 16 : 8;
-      PDS_RETURN_IF_ERROR(cuda_status(kda_chunk_state_launch(static_cast<int>(D), vt, warps, math, double_buffer, inter, H, sj, p.seqs, a.state,
-                                                             a.layer_offset, a.o, stream),
-                                      "kda_chunk_state"));
+    const int warps = a.state_warps == 16 && D == 128 && vt >= 32 ? 16 : 8;
+    auto intra = [&](int64_t c0, int64_t n, cudaStream_t s) {
+      return cuda_status(kda_chunk_intra_launch(static_cast<int>(D), math, a.q, a.k, a.v, a.g, a.beta, H, cj + c0, n,
+                                                inter + c0 * H * chunk_floats(D), s),
+                         "kda_chunk_intra");
+    };
+    auto state = [&](const SeqJob* jobs, int64_t n, cudaStream_t s) {
+      if (separate)
+        return cuda_status(kda_chunk_state_split_launch(static_cast<int>(D), vt, math, double_buffer, inter, H, jobs, n, a.state, a.layer_offset, s),
+                           "kda_chunk_state (separate output)");
+      return cuda_status(kda_chunk_state_launch(static_cast<int>(D), vt, warps, math, double_buffer, inter, H, jobs, n, a.state, a.layer_offset, a.o, s),
+                         "kda_chunk_state");
+    };
+    auto output = [&](cudaStream_t s) {
+      return cuda_status(kda_chunk_output_launch(static_cast<int>(D), math, inter, H, cj, p.chunks, a.o, s), "kda_chunk_output");
+    };
+    if (p.blocks == 1) {
+      PDS_RETURN_IF_ERROR(intra(0, p.chunks, stream));
+      PDS_RETURN_IF_ERROR(state(sj, p.seqs, stream));
+      if (separate) PDS_RETURN_IF_ERROR(output(stream));
+      continue;
     }
+    // Pipelined: intra blocks back to back on the caller's stream; block j's state pass on the
+    // state stream once its intra block is done; the caller's stream waits for the last (which
+    // also keeps the next pass's intra from overwriting this pass's workspace early).
+    PipelineStreams* ps = nullptr;
+    PDS_RETURN_IF_ERROR(pipeline_streams(ps));
+    PDS_RETURN_IF_ERROR(cuda_status(cudaEventRecord(ps->fork, stream), "kda_chunk_prefill: fork"));
+    PDS_RETURN_IF_ERROR(cuda_status(cudaStreamWaitEvent(ps->state, ps->fork, 0), "kda_chunk_prefill: fork"));
+    for (int64_t b = 0; b < p.blocks; ++b) {
+      const SeqJob& bj = seqs[static_cast<size_t>(p.seq0 + b)];
+      PDS_RETURN_IF_ERROR(intra(bj.chunk0, bj.chunks, stream));
+      PDS_RETURN_IF_ERROR(cuda_status(cudaEventRecord(ps->ready, stream), "kda_chunk_prefill: block ready"));
+      PDS_RETURN_IF_ERROR(cuda_status(cudaStreamWaitEvent(ps->state, ps->ready, 0), "kda_chunk_prefill: block ready"));
+      PDS_RETURN_IF_ERROR(state(sj + b, 1, ps->state));
+    }
+    if (separate) PDS_RETURN_IF_ERROR(output(ps->state));
+    PDS_RETURN_IF_ERROR(cuda_status(cudaEventRecord(ps->join, ps->state), "kda_chunk_prefill: join"));
+    PDS_RETURN_IF_ERROR(cuda_status(cudaStreamWaitEvent(stream, ps->join, 0), "kda_chunk_prefill: join"));
   }
   return Status::ok();
 }

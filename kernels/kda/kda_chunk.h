@@ -17,7 +17,9 @@
 // batches are planned there); the launcher uploads small job tables (every pass's) to the
 // workspace's front, which later calls for the same batch (the other KDA layers of a step)
 // may reuse (KdaChunkArgs::tables_uploaded).
-// Not graph-capturable (host tables, pageable uploads): prefill runs eagerly.
+// Not graph-capturable (host tables, pageable uploads): prefill runs eagerly. (With
+// tables_uploaded there is no upload; the opt-in pipelined schedule then captures too: its
+// second stream is forked from and joined to the caller's with events.)
 #pragma once
 
 #include <cuda_runtime.h>
@@ -76,7 +78,23 @@ struct KdaChunkArgs {
   // this stream with the same cu_seqlens, slots, slot_stride, heads, head_dim and workspace
   // (pointer and bytes); only layer_offset (and the tensors) may differ. Skips the uploads.
   bool tables_uploaded = false;
+  // Opt-in pipelined schedule (docs/perf.md "Pipelined intra / state schedule"): 2 ..
+  // kKdaChunkMaxPipelineBlocks splits every pass that holds one sequence (or one piece of a
+  // long one) into that many blocks of whole chunks; the intra kernel runs block after block
+  // on the caller's stream while the state pass of block j (waiting on an event for block j's
+  // intra) runs on a second, high-priority stream of this thread, then the output pass (if
+  // separate) once; the caller's stream waits for the last of them. The state carries from
+  // block to block through the slot as between passes, with the same kernels and tables per
+  // chunk, so o and the state are bit-identical to the plain schedule. Passes of several
+  // sequences take the plain schedule. 0 or 1: off (the default). It changes the job tables:
+  // tables_uploaded needs an earlier call with the same value.
+  int pipeline_blocks = 0;
 };
+
+inline constexpr int kKdaChunkMaxPipelineBlocks = 64;
+// First chunk of block b when `chunks` chunks split into `blocks` near-equal blocks (b == blocks:
+// chunks); the pipelined schedule's split, here for its tests.
+inline int64_t kda_chunk_pipeline_block_start(int64_t chunks, int64_t blocks, int64_t b) { return chunks * b / blocks; }
 
 bool kda_chunk_supported(int64_t head_dim);
 // Bytes of workspace that let one pass cover `chunks` chunks of all heads (a call with less
