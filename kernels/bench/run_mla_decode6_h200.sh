@@ -16,8 +16,11 @@ source kernels/bench/h200_env.sh "$here/lib" /work/wt-mladec6
 chmod +x "$here"/bin/* 2>/dev/null
 date -u; nvidia-smi --query-gpu=index,name,driver_version,clocks.max.sm,clocks.max.mem --format=csv,noheader
 t=${TEST_S:-120}
+# Two GPUs: the tests on GPU 1 while GPU 0 benches. One GPU (the one-GPU kind): tests first.
+gpus=$(nvidia-smi -L | wc -l)
+side_gpu=$((gpus > 1 ? 1 : 0))
 (
-  export CUDA_VISIBLE_DEVICES=1
+  export CUDA_VISIBLE_DEVICES=$side_gpu
   { timeout "$t" "$here/bin/mla_decode_test" >"$out/t_mla.log" 2>&1; echo "mla_decode_test rc=$?" >>"$out/t_mla.log"; } &
   # memcheck of the whole binary in two parallel halves; racecheck (shared memory) on two cases
   { timeout "$t" compute-sanitizer --tool memcheck --error-exitcode 9 "$here/bin/mla_decode_test" \
@@ -31,6 +34,7 @@ t=${TEST_S:-120}
   wait
 ) &
 side=$!
+[ "$gpus" -gt 1 ] || wait "$side"
 export CUDA_VISIBLE_DEVICES=0
 # shellcheck disable=SC2086  # MLA_ARGS is a word list on purpose
 timeout "${BENCH_S:-95}" "$here/bin/mla_decode_bench" ${MLA_ARGS:-focus noold} >"$out/b_mla.log" 2>&1; echo "mla bench rc=$?" >>"$out/b_mla.log"

@@ -343,6 +343,9 @@ __global__ void __launch_bounds__(kThreads, HMAX <= 8 ? 2 : 1)
     }
   }
 
+  // An empty row's item runs no tile, so no barrier of the loop orders the state's
+  // initialisation (threads < HMAX) before these reads (compute-sanitizer racecheck, H200).
+  __syncthreads();
   if (col2 < lat) {
 #pragma unroll
     for (int h = 0; h < HMAX; ++h) {
