@@ -18,7 +18,8 @@
 // (MlaDecodeMerge): a second kernel, or folded into the run: the last CTA of a group of a
 // row's items (an atomic counter per group in a workspace the kernel leaves zeroed, so a graph
 // can replay it) merges the group's partials, and the last group of the row merges the groups
-// into the output. One launch a step.
+// into the output: one launch a step, but slower on the H200 than the second kernel with pdl
+// (docs/perf.md, MLA decode, sixth version), so the separate merge stays the default.
 #pragma once
 
 #include <cuda_runtime.h>
