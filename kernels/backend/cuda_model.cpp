@@ -142,6 +142,19 @@ Status CudaModel::plan_mla(const int32_t* ctx, int64_t rows, bool in_graph, Step
   PDS_ASSIGN_OR_RETURN(int32_t* d_plan, upload_scratch(kMlaPlan, plan.image));
   st->mla.plan = d_plan;
   st->mla.capacity = capacity;
+  // The fused merge's counters: zeroed when the buffer is new (here, outside any capture);
+  // every run leaves them zero, so graphs replay without a reset node.
+  PDS_ASSIGN_OR_RETURN(int32_t* counters, scratch<int32_t>(kMlaCounters, mla_decode_counter_words(rows, capacity)));
+  if (counters != mla_counters_zeroed_ || scratch_generation_ != mla_counters_generation_) {  // a new (or moved) buffer
+    PDS_RETURN_IF_ERROR(cuda_status(
+        cudaMemsetAsync(counters, 0, mla_decode_counter_words(rows, capacity) * sizeof(int32_t), stream_), "mla counters"));
+    mla_counters_zeroed_ = counters;
+    mla_counters_generation_ = scratch_generation_;
+  }
+  if (opts_.fused_mla_merge) {
+    st->mla.counters = counters;
+    st->mla.merge_mode = MlaDecodeMerge::kFused;
+  }
   // A graph holds the launch: the capacity's CTAs (surplus ones exit) and the merge always.
   st->mla.launch_items = in_graph ? capacity : plan.num_items;
   st->mla.merge = in_graph || plan.any_split || plan.any_empty;

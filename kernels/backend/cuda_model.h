@@ -132,6 +132,8 @@ class CudaModel final : public DeviceForward {
   cudaStream_t stream_ = nullptr;
   std::vector<std::pair<void*, size_t>> scratch_;  // (pointer, bytes)
   uint64_t scratch_generation_ = 0;                 // bumped when a scratch buffer moves: graphs then re-capture
+  int32_t* mla_counters_zeroed_ = nullptr;          // the MLA decode counters last zeroed (plan_mla) ...
+  uint64_t mla_counters_generation_ = 0;            // ... at this scratch generation
   CudaForwardOptions opts_;
   int64_t graph_max_pages_ = 0;  // page-table width of the decode graphs
   struct DecodeGraph {

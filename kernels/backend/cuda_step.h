@@ -49,7 +49,7 @@ enum ScratchSlot : int {
   kMoeLogits, kMoeIds, kMoeWeights, kMoeXl, kMoeOffsets, kMoeSorted, kMoePairRow, kMoeXSorted, kMoeAct, kMoeOut, kMoeY,
   kMoeShared,
   kTpGathered,
-  kMlaPlan, kMlaPartO, kMlaPartLse,
+  kMlaPlan, kMlaPartO, kMlaPartLse, kMlaCounters,
   kMlaPrefillPlan, kMlaPrefillWs,
   kKdaChunkWs,
   kStageHeader, kStageDrain,

@@ -4,7 +4,7 @@
 // (rows x ctx x 576 x 4) / device time; floor = those bytes / 4.2 TB/s. Inputs rotate over
 // enough copies of the page tables (distinct pages) that the 50 MB L2 never holds a step.
 //   mla_decode_bench [quick | focus | tune] [noold]   (quick: a smoke run; focus: the 3-head shapes; noold: skip the
-//   old kernel; tune: the plan's waves x the pdl trigger, graphs only, at the 3-head shapes)
+//   old kernel; tune: only the merge/tile options table, graphs, at the 3-head shapes)
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -20,7 +20,7 @@ using namespace pdserve::cuda::bench;
 namespace {
 
 bool g_no_old = false;  // "noold": skip the old kernel (seconds at long context)
-bool g_tune = false;    // "tune": only the waves x pdl trigger table
+bool g_tune = false;    // "tune": only the options table
 constexpr int64_t kLat = 512, kRope = 64, kEntry = kLat + kRope, kPage = 64;
 
 struct Shape {
@@ -67,9 +67,14 @@ void bench_shape(const Shape& s, bool run_old) {
   std::sort(plan_times.begin(), plan_times.end());
   const double plan_us = plan_times[plan_times.size() / 2];
   auto dplan = upload(plan.image);
+  // Sized for the options' largest plan; the fused merge's counters zeroed once.
+  const int64_t big_cap = mla_decode_plan_capacity(s.batch);
   DeviceBuffer<float> part_o, part_lse;
-  check(part_o.resize(cap * s.heads * kLat), "part_o");
-  check(part_lse.resize(cap * s.heads), "part_lse");
+  check(part_o.resize(big_cap * s.heads * kLat), "part_o");
+  check(part_lse.resize(big_cap * s.heads), "part_lse");
+  DeviceBuffer<int32_t> counters;
+  check(counters.resize(mla_decode_counter_words(s.batch, big_cap)), "counters");
+  check(cuda_status(cudaMemset(counters.get(), 0, counters.size() * sizeof(int32_t)), "counters"), "counters");
   MlaDecodeArgs a;
   a.q_lat = ql.get(), a.q_rot = qr.get(), a.cache = cache.get(), a.ctx_len = dctx.get();
   a.rows = s.batch, a.heads = s.heads, a.latent_dim = kLat, a.rope_dim = kRope, a.page_size = kPage, a.max_pages = pages_per_row;
@@ -77,6 +82,8 @@ void bench_shape(const Shape& s, bool run_old) {
   MlaDecodeWork w;
   w.plan = dplan.get(), w.capacity = cap, w.launch_items = plan.num_items, w.merge = plan.any_split || plan.any_empty;
   w.part_o = part_o.get(), w.part_lse = part_lse.get();
+  // The defaults as the backend runs them: kAuto merge (the separate kernel), pdl, late trigger.
+  w.counters = counters.get(), w.pdl = true;
 
   const double floor_us = bytes / g_bw * 1e6;
   g_reps = 20;
@@ -120,67 +127,53 @@ void bench_shape(const Shape& s, bool run_old) {
     cudaStreamDestroy(stream);
     return graph_runs[graph_runs.size() / 2];
   };
-  if (g_tune) {
-    // The plan's waves (1-4) x programmatic launches (off, early trigger, late trigger), bulk
-    // loader; three interleaved rounds of graphs, the median round per variant.
-    struct Variant {
-      int64_t waves;
-      bool pdl;
-      MlaDecodeTrigger trigger;
-    };
-    const Variant vs[] = {{1, false, MlaDecodeTrigger::kLate}, {1, true, MlaDecodeTrigger::kEarly}, {1, true, MlaDecodeTrigger::kLate},
-                          {2, false, MlaDecodeTrigger::kLate}, {2, true, MlaDecodeTrigger::kLate},  {3, false, MlaDecodeTrigger::kLate},
-                          {3, true, MlaDecodeTrigger::kLate},  {4, false, MlaDecodeTrigger::kLate}, {4, true, MlaDecodeTrigger::kLate}};
-    constexpr int kV = sizeof(vs) / sizeof(vs[0]);
-    const int64_t big_cap = mla_decode_plan_capacity(s.batch, 4);
-    DeviceBuffer<float> tpart_o, tpart_lse;
-    check(tpart_o.resize(big_cap * s.heads * kLat), "part_o (tune)");
-    check(tpart_lse.resize(big_cap * s.heads), "part_lse (tune)");
-    std::vector<DeviceBuffer<int32_t>> tplans;
-    MlaDecodeWork tw[kV];
-    int64_t items[5] = {0, 0, 0, 0, 0};
-    for (int v = 0; v < kV; ++v) {
-      const int64_t tcap = mla_decode_plan_capacity(s.batch, vs[v].waves);
-      MlaDecodePlan tp;
-      check(build_mla_decode_plan(ctx.data(), s.batch, kPage, tcap, &tp, vs[v].waves), "plan (tune)");
-      items[vs[v].waves] = tp.num_items;
-      tplans.push_back(upload(tp.image));
-      tw[v] = w;
-      tw[v].plan = tplans.back().get(), tw[v].capacity = tcap, tw[v].launch_items = tp.num_items;
-      tw[v].merge = tp.any_split || tp.any_empty, tw[v].part_o = tpart_o.get(), tw[v].part_lse = tpart_lse.get();
-      tw[v].loader = MlaDecodeLoader::kBulk, tw[v].pdl = vs[v].pdl, tw[v].trigger = vs[v].trigger;
-    }
-    std::vector<double> rounds[kV];
-    for (int r = 0; r < 3; ++r)
-      for (int v = 0; v < kV; ++v) rounds[v].push_back(graph_step_us(tw[v]));
-    std::printf("tune | %2ld | %4ld | %6ld | %ld/%ld/%ld/%ld |", static_cast<long>(s.heads), static_cast<long>(s.batch),
-                static_cast<long>(s.ctx), static_cast<long>(items[1]), static_cast<long>(items[2]), static_cast<long>(items[3]),
-                static_cast<long>(items[4]));
-    for (int v = 0; v < kV; ++v) {
-      std::sort(rounds[v].begin(), rounds[v].end());
-      std::printf(" %8.2f (%4.2f) |", rounds[v][1], bytes / rounds[v][1] * 1e-6);
-    }
-    std::printf("\n");
-    std::fflush(stdout);
-    return;
+  const double graph_us = g_tune ? NAN : graph_step_us(w);
+  // The merge / tile / plan options side by side, in graphs (20 steps each, median of 7
+  // replays; three interleaved rounds, the median round per option), all with pdl and the late
+  // trigger: o0 = the default (separate merge kernel; the fifth version); o1 = fused merge,
+  // fixed tile ranges; o2 = o1 + dynamic tiles; o3 = o1 with one merge step up to 64 items;
+  // o4 = o0 over a plan of at most rows + 132 items (fewer, longer items: one CTA an SM at
+  // batch 1); o5 = o1 over a plan of at most 16 items a row (one merge step a row).
+  struct Option {
+    MlaDecodeMerge merge;
+    bool dynamic;
+    int64_t capacity, fan_in;
+  };
+  const int64_t cap1 = mla_decode_plan_capacity(s.batch);
+  const Option opts[] = {{MlaDecodeMerge::kSeparate, false, cap1, kMlaMergeFanIn},
+                         {MlaDecodeMerge::kFused, false, cap1, kMlaMergeFanIn},
+                         {MlaDecodeMerge::kFused, true, cap1, kMlaMergeFanIn},
+                         {MlaDecodeMerge::kFused, false, cap1, kMlaMaxMergeFanIn},
+                         {MlaDecodeMerge::kSeparate, false, s.batch + kMlaTargetItems / 2, kMlaMergeFanIn},
+                         {MlaDecodeMerge::kFused, false, std::min(cap1, 16 * s.batch), kMlaMergeFanIn}};
+  constexpr int kOpts = sizeof(opts) / sizeof(opts[0]);
+  std::vector<DeviceBuffer<int32_t>> oplans;
+  MlaDecodeWork ow[kOpts];
+  int64_t oitems[kOpts];
+  for (int o = 0; o < kOpts; ++o) {
+    const int64_t ocap = opts[o].capacity;
+    MlaDecodePlan op;
+    check(build_mla_decode_plan(ctx.data(), s.batch, kPage, ocap, &op, 1, opts[o].fan_in), "plan (options)");
+    oitems[o] = op.num_items;
+    oplans.push_back(upload(op.image));
+    ow[o] = w;
+    ow[o].plan = oplans.back().get(), ow[o].capacity = ocap, ow[o].launch_items = op.num_items;
+    ow[o].merge = op.any_split || op.any_empty, ow[o].merge_mode = opts[o].merge, ow[o].dynamic_tiles = opts[o].dynamic;
+    ow[o].pdl = true, ow[o].trigger = MlaDecodeTrigger::kLate;
+    if (opts[o].merge == MlaDecodeMerge::kSeparate) ow[o].counters = nullptr;
   }
-  const double graph_us = graph_step_us(w);
-  // The loader and launch options side by side, in graphs (warp variant where it applies):
-  // three interleaved rounds, the median round per option (the first H200 call saw the same
-  // option drift by up to 10% between two graphs measured a few seconds apart).
-  double opt_us[4] = {NAN, NAN, NAN, NAN};  // cp.async, bulk, cp.async + pdl, bulk + pdl
-  std::vector<double> rounds[4];
+  std::vector<double> rounds[kOpts];
   for (int r = 0; r < 3; ++r)
-    for (int o = 0; o < 4; ++o) {
-      MlaDecodeWork wv = w;
-      wv.loader = o % 2 ? MlaDecodeLoader::kBulk : MlaDecodeLoader::kCpAsync;
-      wv.pdl = o >= 2;
-      rounds[o].push_back(graph_step_us(wv));
-    }
-  for (int o = 0; o < 4; ++o) {
+    for (int o = 0; o < kOpts; ++o) rounds[o].push_back(graph_step_us(ow[o]));
+  std::printf("opts | %2ld | %4ld | %6ld | %ld/%ld/%ld |", static_cast<long>(s.heads), static_cast<long>(s.batch), static_cast<long>(s.ctx),
+              static_cast<long>(oitems[0]), static_cast<long>(oitems[4]), static_cast<long>(oitems[5]));
+  for (int o = 0; o < kOpts; ++o) {
     std::sort(rounds[o].begin(), rounds[o].end());
-    opt_us[o] = rounds[o][1];
+    std::printf(" %8.2f (%4.2f) |", rounds[o][1], bytes / rounds[o][1] * 1e-6);
   }
+  std::printf("\n");
+  std::fflush(stdout);
+  if (g_tune) return;
   // The block variant (any head count) where the warp variant is the default, for comparison.
   double block_us = NAN;
   if (s.heads <= 3) {
@@ -199,9 +192,6 @@ void bench_shape(const Shape& s, bool run_old) {
       check(mla_attend_latent(a, nullptr), "mla_attend_latent");
     });
   }
-  std::printf("| %2ld | %4ld | %6ld | %8.2f (%4.2f) | %8.2f (%4.2f) | %8.2f (%4.2f) | %8.2f (%4.2f) |\n", static_cast<long>(s.heads),
-              static_cast<long>(s.batch), static_cast<long>(s.ctx), opt_us[0], bytes / opt_us[0] * 1e-6, opt_us[1],
-              bytes / opt_us[1] * 1e-6, opt_us[2], bytes / opt_us[2] * 1e-6, opt_us[3], bytes / opt_us[3] * 1e-6);
   std::printf(
       "| %2ld | %4ld | %6ld | %4ld | %5.1f | %9.1f | %8.2f | %8.2f | %5.2f TB/s | %8.2f | %5.2f TB/s | %5.2fx | %8.2f | %10.1f | %6.3f TB/s | %7.1fx |\n",
       static_cast<long>(s.heads), static_cast<long>(s.batch), static_cast<long>(s.ctx), static_cast<long>(plan.num_items), plan_us, bytes / 1e6,
@@ -264,13 +254,11 @@ int main(int argc, char** argv) {
       for (int64_t b : {1, 32, 128}) shapes.push_back({h, b, 4096});
   }
   std::printf("MLA latent decode, fp32 cache (576 floats/token), page 64; floor = cache bytes / %.1f TB/s\n", g_bw / 1e12);
-  std::printf("split-KV us: one launch (run + merge, default variant: warp for <= 3 heads) between events; graph us: per step, %d "
+  std::printf("split-KV us: one launch (the defaults: warp variant for <= 3 heads, separate merge, pdl) between events; graph us: per step, %d "
               "steps back to back in a CUDA graph; block-variant us: one launch of the block variant\n",
               20);
-  std::printf("options rows (graph us/step (TB/s)): | H | batch | ctx | cp.async | bulk | cp.async + pdl | bulk + pdl |\n");
-  if (g_tune)
-    std::printf("tune rows (graph us/step (TB/s), bulk): | H | batch | ctx | items w1/w2/w3/w4 | w1 | w1 pdl early | w1 pdl late | w2 | "
-                "w2 pdl late | w3 | w3 pdl late | w4 | w4 pdl late |\n");
+  std::printf("opts rows (graph us/step (TB/s), all pdl + late trigger): | H | batch | ctx | items o0/o4/o5 | o0 separate merge (default) | "
+              "o1 fused merge | o2 = o1 + dynamic tiles | o3 = o1 fan-in 64 | o4 = o0, <= rows + 132 items | o5 = o1, <= 16 items a row |\n");
   std::printf("| H | batch | ctx | items | plan us (host) | MB | floor us | split-KV us | BW | graph us | BW | graph / floor | block-variant us | old us | old BW | old / split-KV |\n");
   std::printf("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
   for (const Shape& s : shapes) bench_shape(s, /*run_old=*/true);

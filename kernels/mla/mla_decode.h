@@ -5,15 +5,21 @@
 // items (row, token begin, token end). One chunk length (whole granules of 16 tokens) for the
 // whole step, chosen so that waves of kMlaTargetItems CTAs (2 per SM) finish first: at small
 // batch x long context rows split until the SMs are full, at large batch rows stay whole. A
-// row with a single item writes its output directly; a row with several writes per-item
-// partials (o normalised + log2-sum-exp) that mla_decode_run's merge combines. The plan is a
-// flat int32 image for a device buffer of FIXED capacity, so a CUDA graph can hold the
-// launches and only the buffer's contents change from step to step.
+// row with a single item writes its output directly (a row with no tokens gets one empty
+// item, which writes zeros); a row with several writes per-item partials (o normalised +
+// log2-sum-exp) that are merged. The plan is a flat int32 image for a device buffer of FIXED
+// capacity, so a CUDA graph can hold the launches and only the buffer's contents change from
+// step to step.
 //
 // Run (device, mla_decode_sm90.cu): one CTA per item, for ALL heads of its row, so each
 // cached token (latent + key, 576 floats for K3) is read from HBM once per row: tiles of 16
-// tokens are streamed into shared memory with 16-byte cp.async, three stages deep, and every
-// head's online softmax runs over the shared tile (two variants, MlaDecodeVariant below).
+// tokens are streamed into shared memory, three stages deep, and every head's online softmax
+// runs over the shared tile (two variants, MlaDecodeVariant below). The merge of split rows
+// (MlaDecodeMerge): a second kernel, or folded into the run: the last CTA of a group of a
+// row's items (an atomic counter per group in a workspace the kernel leaves zeroed, so a graph
+// can replay it) merges the group's partials, and the last group of the row merges the groups
+// into the output: one launch a step, but slower on the H200 than the second kernel with pdl
+// (docs/perf.md, MLA decode, sixth version), so the separate merge stays the default.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -28,11 +34,12 @@ namespace pdserve::cuda {
 
 // Image layout (int32): [0] num_items, [1] rows, [2] capacity, [3] unused;
 // items from word 4: capacity x {row, token_begin, token_end, partial_slot (-1: direct)};
-// then rows x {first_item, num_items} (num_items 0: the row's output is zero).
+// then rows x {first_item, num_items, group_size, num_groups}: the fused merge's tree, items
+// [first + g x group_size, ...) form group g; a row with one group merges in one step.
 struct MlaDecodePlan {
   int64_t rows = 0, capacity = 0, num_items = 0;
   bool any_split = false;     // some row has >= 2 items: the merge has work
-  bool any_empty = false;     // some row has no item (ctx_len <= 0): the merge writes its zeros
+  bool any_empty = false;     // some row has ctx_len <= 0 (its one empty item writes zeros)
   std::vector<int32_t> image; // mla_decode_plan_words(rows, capacity) words
 };
 
@@ -42,6 +49,11 @@ inline constexpr int64_t kMlaTargetItems = 264;  // 2 CTAs on each of the H200's
 // value, from the H200 measurement (docs/perf.md, "MLA split-KV latent decode", fifth version).
 inline constexpr int64_t kMlaPlanWaves = 1;
 inline constexpr int64_t kMlaTileTokens = 16;    // tokens per shared-memory tile of the run
+// The fused merge: a row of at most kMlaMergeFanIn items merges in one step (its last CTA
+// reads them all); longer rows merge in two, groups of about sqrt(items). No merge step reads
+// more than kMlaMaxMergeFanIn partials (so rows of up to its square split, checked by the plan).
+inline constexpr int64_t kMlaMergeFanIn = 16;
+inline constexpr int64_t kMlaMaxMergeFanIn = 64;
 
 // Items start and end (except at ctx_len) on multiples of this many tokens: the tile when
 // pages hold whole tiles (a tile then never crosses a page), else the page.
@@ -52,12 +64,16 @@ inline int64_t mla_decode_granule(int64_t page_size) {
 // Items can never exceed rows + waves x target (each row rounds up at most one chunk): the
 // capacity for plans built with `waves`.
 inline int64_t mla_decode_plan_capacity(int64_t rows, int64_t waves = kMlaPlanWaves) { return rows + waves * kMlaTargetItems; }
-inline int64_t mla_decode_plan_words(int64_t rows, int64_t capacity) { return 4 + 4 * capacity + 2 * rows; }
+inline int64_t mla_decode_plan_words(int64_t rows, int64_t capacity) { return 4 + 4 * capacity + 4 * rows; }
+// The fused merge's counters (one per group, one per row) and each row's tile queue (the
+// warp variant's dynamic tiles): int32 words of the workspace.
+inline int64_t mla_decode_counter_words(int64_t rows, int64_t capacity) { return capacity + 2 * rows; }
 
 // ctx_len: [rows] host values. Deterministic: the same ctx_len give the same image. waves >= 1:
-// the fewest waves of kMlaTargetItems items to split into (never past the capacity).
+// the fewest waves of kMlaTargetItems items to split into (never past the capacity). fan_in
+// in [1, kMlaMaxMergeFanIn]: the most items a row merges in one step (kMlaMergeFanIn).
 Status build_mla_decode_plan(const int32_t* ctx_len, int64_t rows, int64_t page_size, int64_t capacity, MlaDecodePlan* plan,
-                             int64_t waves = kMlaPlanWaves);
+                             int64_t waves = kMlaPlanWaves, int64_t fan_in = kMlaMergeFanIn);
 
 // kBlock: any head count (<= 32), the block shares each tile's scores (three barriers a tile).
 // kWarp: <= 3 heads (the TP32 rank) and latent % 4 == 0, each warp its own online softmax over its tokens
@@ -77,14 +93,32 @@ enum class MlaDecodeLoader { kAuto, kCpAsync, kBulk };
 enum class MlaDecodeTrigger { kEarly, kLate };
 inline constexpr MlaDecodeTrigger kMlaDefaultTrigger = MlaDecodeTrigger::kLate;
 
+// Where split rows are merged. kSeparate: a second kernel (grid row x head x 64-dim slice).
+// kFused: in the run, by the last CTA of each group / row (needs MlaDecodeWork::counters).
+// kAuto: kSeparate, the measured default (docs/perf.md, MLA decode, sixth version: the fused
+// tail's chain of atomics and L2 round trips in one CTA costs more than a second kernel whose
+// launch pdl hides); kFused where kMlaDefaultMergeFused and counters are given.
+enum class MlaDecodeMerge { kAuto, kSeparate, kFused };
+inline constexpr bool kMlaDefaultMergeFused = false;
+
 // Device side of one step's plan. part_o: [capacity][heads][latent_dim], part_lse:
 // [capacity][heads]. launch_items: CTAs to launch (the plan's num_items when known on the host,
-// its capacity inside a graph: surplus CTAs exit). merge: launch the merge (always, in a graph).
+// its capacity inside a graph: surplus CTAs exit). merge: launch the separate merge (always,
+// in a graph; kSeparate only).
 struct MlaDecodeWork {
   const int32_t* plan = nullptr;  // the image on the device
   int64_t capacity = 0;
   int64_t launch_items = 0;
   bool merge = true;
+  MlaDecodeMerge merge_mode = MlaDecodeMerge::kAuto;
+  // kFused: mla_decode_counter_words(rows, capacity) int32, zero before the first run (e.g.
+  // cudaMemset once at allocation); every run leaves them zero again. One run at a time.
+  int32_t* counters = nullptr;
+  // kFused with the bulk loader (warp variant): a split row's CTAs take its tiles from a shared
+  // queue instead of fixed ranges (mla_decode_sm90.cu). Off by default: slower on the H200
+  // (perf.md, sixth version), and the result then depends on which CTA took which tile (not
+  // bit-reproducible from run to run).
+  bool dynamic_tiles = false;
   MlaDecodeVariant variant = MlaDecodeVariant::kAuto;
   MlaDecodeLoader loader = MlaDecodeLoader::kAuto;
   // Programmatic dependent launches (sm_90): the run may launch while the kernel before it

@@ -1,5 +1,6 @@
 // Host half of the split-KV MLA decode: the per-step work list (mla_decode.h).
 #include <algorithm>
+#include <cmath>
 #include <string>
 #include <vector>
 
@@ -8,19 +9,19 @@
 namespace pdserve::cuda {
 
 Status build_mla_decode_plan(const int32_t* ctx_len, int64_t rows, int64_t page_size, int64_t capacity, MlaDecodePlan* plan,
-                             int64_t waves) {
+                             int64_t waves, int64_t fan_in) {
   if (rows < 0 || page_size <= 0 || capacity < 0 || waves < 1) return invalid_argument("mla decode plan: bad rows, page size or capacity");
+  if (fan_in < 1 || fan_in > kMlaMaxMergeFanIn) return invalid_argument("mla decode plan: merge fan-in outside [1, 64]");
   const int64_t granule = mla_decode_granule(page_size);
   std::vector<int64_t> granules(rows);
-  int64_t longest = 0, busy_rows = 0;
+  int64_t longest = 0;
   for (int64_t b = 0; b < rows; ++b) {
     granules[b] = (std::max<int64_t>(ctx_len[b], 0) + granule - 1) / granule;
     longest = std::max(longest, granules[b]);
-    busy_rows += granules[b] > 0;
   }
   auto items_for = [&](int64_t chunk) {
     int64_t n = 0;
-    for (int64_t g : granules) n += (g + chunk - 1) / chunk;
+    for (int64_t g : granules) n += std::max<int64_t>(1, (g + chunk - 1) / chunk);  // an empty row: one empty item
     return n;
   };
   // The smallest chunk (in granules) whose items fit `budget` (items only fall as it grows).
@@ -37,10 +38,10 @@ Status build_mla_decode_plan(const int32_t* ctx_len, int64_t rows, int64_t page_
   // cost = waves x (chunk + a fixed per-item cost), trying budgets of 1..4 more waves than the
   // rows alone need (or `waves`, if more). Never more items than the capacity.
   constexpr int64_t kItemOverheadGranules = 4;
-  const int64_t min_waves = std::max<int64_t>(waves, (busy_rows + kMlaTargetItems - 1) / kMlaTargetItems);
+  const int64_t min_waves = std::max<int64_t>(waves, (rows + kMlaTargetItems - 1) / kMlaTargetItems);
   int64_t chunk = std::max<int64_t>(longest, 1), best_cost = -1;
   for (int64_t w = min_waves; w < min_waves + 4; ++w) {
-    const int64_t c = smallest_chunk(std::min(w * kMlaTargetItems, std::max(capacity, busy_rows)));
+    const int64_t c = smallest_chunk(std::min(w * kMlaTargetItems, std::max(capacity, rows)));
     const int64_t n = items_for(c);
     const int64_t cost = (n + kMlaTargetItems - 1) / kMlaTargetItems * (c + kItemOverheadGranules);
     if (best_cost < 0 || cost < best_cost) best_cost = cost, chunk = c;
@@ -55,19 +56,30 @@ Status build_mla_decode_plan(const int32_t* ctx_len, int64_t rows, int64_t page_
   int32_t* row_info = items + 4 * capacity;
   for (int64_t b = 0; b < rows; ++b) {
     const int64_t n = std::max<int64_t>(ctx_len[b], 0);
-    const int64_t splits = (n + chunk - 1) / chunk;
+    const int64_t splits = std::max<int64_t>(1, (n + chunk - 1) / chunk);
     if (plan->num_items + splits > capacity)
       return invalid_argument("mla decode plan: " + std::to_string(plan->num_items + splits) + " items exceed the capacity " +
                               std::to_string(capacity));
-    row_info[2 * b] = static_cast<int32_t>(plan->num_items);
-    row_info[2 * b + 1] = static_cast<int32_t>(splits);
+    // The fused merge's tree: one step up to fan_in items, else groups of about sqrt(splits)
+    // (both steps then read about as many partials), no step past kMlaMaxMergeFanIn.
+    int64_t group = splits;
+    if (splits > fan_in) {
+      group = std::max<int64_t>(static_cast<int64_t>(std::ceil(std::sqrt(static_cast<double>(splits)))),
+                                (splits + kMlaMaxMergeFanIn - 1) / kMlaMaxMergeFanIn);
+      if (group > kMlaMaxMergeFanIn)
+        return invalid_argument("mla decode plan: a row of " + std::to_string(splits) + " items is more than two merge steps take");
+    }
+    row_info[4 * b] = static_cast<int32_t>(plan->num_items);
+    row_info[4 * b + 1] = static_cast<int32_t>(splits);
+    row_info[4 * b + 2] = static_cast<int32_t>(group);
+    row_info[4 * b + 3] = static_cast<int32_t>((splits + group - 1) / group);
     plan->any_split |= splits > 1;
-    plan->any_empty |= splits == 0;
+    plan->any_empty |= n == 0;
     for (int64_t s = 0; s < splits; ++s) {
       int32_t* it = items + 4 * plan->num_items;
       it[0] = static_cast<int32_t>(b);
       it[1] = static_cast<int32_t>(s * chunk);
-      it[2] = static_cast<int32_t>(std::min(n, (s + 1) * chunk));
+      it[2] = static_cast<int32_t>(std::min(n, (s + 1) * chunk));  // an empty row: [0, 0)
       it[3] = splits > 1 ? static_cast<int32_t>(plan->num_items) : -1;
       ++plan->num_items;
     }

@@ -1,5 +1,6 @@
 // Device half of the split-KV MLA decode (mla_decode.h): the run kernel (one CTA per plan
 // item, all heads of its row over shared page tiles) and the merge of split rows.
+#include <algorithm>
 #include <cmath>
 
 #include "common/cuda_check.h"
@@ -74,13 +75,140 @@ __device__ __forceinline__ void load_tile_async(const MlaDecodeArgs& a, const in
   cp_async_commit();
 }
 
+// The fused merge (MlaDecodeMerge::kFused). After every thread of the CTA wrote its share
+// of a partial: one arrival on `counter` (thread 0, an acquire-release atomic after the
+// block barrier: the CTA's partial is released with it, and the last arrival acquires every
+// other CTA's); true in the CTA that arrives last of `expected`, which resets the counter (no
+// one else touches it in this launch) for the next launch. Partials are then read from L2.
+__device__ __forceinline__ bool arrive_last(int32_t* counter, int expected) {
+  __shared__ int s_last;
+  __syncthreads();  // the CTA's partial is written (and nobody still reads s_last)
+  if (threadIdx.x == 0) {
+    int old;
+    asm volatile("atom.acq_rel.gpu.global.add.s32 %0, [%1], 1;\n" : "=r"(old) : "l"(counter) : "memory");
+    const bool last = old == expected - 1;
+    if (last) atomicExch(counter, 0);
+    s_last = last;
+  }
+  __syncthreads();
+  return s_last;
+}
+
+// out = sum_i w_i part[first + i stride] with w_i = 2^(lse_i - m) / sum_j 2^(lse_j - m) per
+// head; out_lse (if given) = m + log2 sum. n <= kMlaMaxMergeFanIn; smem: smem_floats of
+// shared memory (at least n x H). out may be the slot `first` itself (the group step writes
+// in place): every input is read before any output is written. Where all n partials fit in
+// shared memory (n <= 17 at 3 heads x 512), they are fetched at once with 16-byte cp.async
+// (one round trip to L2 instead of one per few items); else read item by item.
+__device__ void merge_partials(const float* part_o, const float* part_lse, int first, int n, int stride, int H, int lat,
+                               float* out, float* out_lse, float* smem, int smem_floats) {
+  const int per = H * lat, weights = (n * H + 3) & ~3;
+  float* s_w = smem;
+  float* s_vals = smem + weights;  // [n][H][lat] when staged
+  const bool staged = per % 4 == 0 && weights + n * per <= smem_floats;
+  if (staged) {
+    const int chunks = per / 4;
+    for (int idx = threadIdx.x; idx < n * chunks; idx += kThreads) {
+      const int i = idx / chunks, c = idx - i * chunks;
+      cp_async16(s_vals + i * per + 4 * c, part_o + static_cast<int64_t>(first + i * stride) * per + 4 * c, 16);
+    }
+    cp_async_commit();
+  }
+  for (int idx = threadIdx.x; idx < n * H; idx += kThreads)
+    s_w[idx] = __ldcg(part_lse + static_cast<int64_t>(first + (idx / H) * stride) * H + idx % H);
+  if (staged) asm volatile("cp.async.wait_all;\n" ::);
+  __syncthreads();
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  for (int h = warp; h < H; h += kWarps) {  // a lane touches only its own items' weights
+    float m = -INFINITY;
+    for (int i = lane; i < n; i += 32) m = fmaxf(m, s_w[i * H + h]);
+    m = warp_max(m);
+    float sum = 0.0f;
+    if (m != -INFINITY)
+      for (int i = lane; i < n; i += 32) sum += exp2f(s_w[i * H + h] - m);
+    sum = warp_sum(sum);
+    const float inv = m == -INFINITY ? 0.0f : 1.0f / sum;
+    for (int i = lane; i < n; i += 32) s_w[i * H + h] = m == -INFINITY ? 0.0f : exp2f(s_w[i * H + h] - m) * inv;
+    if (out_lse && lane == 0) out_lse[h] = m == -INFINITY ? -INFINITY : m + log2f(sum);
+  }
+  __syncthreads();
+  const int total = per / 2;  // float2 (lat is even)
+  if (staged) {
+    for (int c = threadIdx.x; c < total; c += kThreads) {
+      const int h = (2 * c) / lat;
+      float2 acc = make_float2(0.0f, 0.0f);
+      for (int i = 0; i < n; ++i) {
+        const float2 v = reinterpret_cast<const float2*>(s_vals + i * per)[c];
+        const float w = s_w[i * H + h];
+        acc = make_float2(fmaf(w, v.x, acc.x), fmaf(w, v.y, acc.y));
+      }
+      reinterpret_cast<float2*>(out)[c] = acc;
+    }
+    return;
+  }
+  // Four float2 a thread at once, items unrolled: many independent L2 loads in flight.
+  for (int c0 = threadIdx.x; c0 < total; c0 += 4 * kThreads) {
+    float2 acc[4];
+    int head[4];
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      acc[k] = make_float2(0.0f, 0.0f);
+      head[k] = min((2 * (c0 + k * kThreads)) / lat, H - 1);
+    }
+#pragma unroll 4
+    for (int i = 0; i < n; ++i) {
+      const float2* src = reinterpret_cast<const float2*>(part_o + static_cast<int64_t>(first + i * stride) * per);
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const int c = c0 + k * kThreads;
+        if (c < total) {
+          const float2 v = __ldcg(src + c);
+          const float w = s_w[i * H + head[k]];
+          acc[k] = make_float2(fmaf(w, v.x, acc[k].x), fmaf(w, v.y, acc[k].y));
+        }
+      }
+    }
+#pragma unroll
+    for (int k = 0; k < 4; ++k)
+      if (c0 + k * kThreads < total) reinterpret_cast<float2*>(out)[c0 + k * kThreads] = acc[k];
+  }
+}
+
+// The fused merge after a split row's item wrote its partial: the last CTA of the item's group
+// merges the group (into the output when the row is one group, else in place into the
+// group's first slot); the last group of the row merges the groups into the output.
+__device__ void fused_merge_tail(const MlaDecodeArgs& a, const int32_t* plan, int row, int item, float* part_o, float* part_lse,
+                                 int32_t* counters, float* smem) {
+  const int capacity = plan[2];
+  const int4 info = reinterpret_cast<const int4*>(plan + 4 + 4 * capacity)[row];  // first, n, group, groups
+  const int first = info.x, n = info.y, group = info.z, groups = info.w;
+  const int g = (item - first) / group, gfirst = first + g * group, gn = min(group, n - g * group);
+  const int H = static_cast<int>(a.heads), lat = static_cast<int>(a.latent_dim);
+  const int smem_floats = max(kStages * kTile * (lat + static_cast<int>(a.rope_dim)), static_cast<int>(kMlaMaxMergeFanIn) * H);  // run_shared_bytes
+  float* out_row = a.o_lat + static_cast<int64_t>(row) * H * lat;
+  // The row's tile queue (dynamic tiles): every CTA of the row is past its loop once the
+  // row's last arrival is known, so that CTA resets it for the next launch.
+  int32_t* queue = counters + capacity + plan[1] + row;
+  if (!arrive_last(counters + gfirst, gn)) return;
+  if (groups == 1) {
+    if (threadIdx.x == 0) atomicExch(queue, 0);
+    merge_partials(part_o, part_lse, gfirst, gn, 1, H, lat, out_row, nullptr, smem, smem_floats);
+    return;
+  }
+  merge_partials(part_o, part_lse, gfirst, gn, 1, H, lat, part_o + static_cast<int64_t>(gfirst) * H * lat,
+                 part_lse + static_cast<int64_t>(gfirst) * H, smem, smem_floats);
+  if (!arrive_last(counters + capacity + row, groups)) return;
+  if (threadIdx.x == 0) atomicExch(queue, 0);
+  merge_partials(part_o, part_lse, first, groups, group, H, lat, out_row, nullptr, smem, smem_floats);
+}
+
 // Scores are kept in log2 units (q pre-scaled by scale * log2 e), so exp2f does the softmax.
 // The block variant: any head count up to 32; the block shares each tile's scores and
 // probabilities through shared memory (three barriers a tile).
 template <int HMAX>
 __global__ void __launch_bounds__(kThreads, HMAX <= 8 ? 2 : 1)
-    mla_decode_kernel(const __grid_constant__ MlaDecodeArgs a, const int32_t* __restrict__ plan, float* __restrict__ part_o,
-                      float* __restrict__ part_lse, bool late_trigger) {
+    mla_decode_kernel(const __grid_constant__ MlaDecodeArgs a, const int32_t* __restrict__ plan, float* part_o, float* part_lse,
+                      int32_t* counters, bool late_trigger) {
   extern __shared__ float4 smem_raw[];
   float* tiles = reinterpret_cast<float*>(smem_raw);  // [kStages][kTile][entry]
   constexpr int kHeadGroup = HMAX < kMaxHeadGroup ? HMAX : kMaxHeadGroup;
@@ -128,8 +256,9 @@ __global__ void __launch_bounds__(kThreads, HMAX <= 8 ? 2 : 1)
 
   // Group g = tile g (empty groups past the end keep the count exact): before tile i is used,
   // tiles 0..i+1 are committed and "all but the newest one" means tile i has landed.
-  const int ntiles = (end - begin + kTile - 1) / kTile;
-  load_tile(begin, tiles);
+  const int ntiles = (end - begin + kTile - 1) / kTile;  // 0: an empty row's item, which writes zeros
+  if (ntiles > 0) load_tile(begin, tiles);
+  else cp_async_commit();
   if (ntiles > 1) load_tile(begin + kTile, tiles + kTile * entry);
   else cp_async_commit();
   for (int i = 0; i < ntiles; ++i) {
@@ -214,6 +343,9 @@ __global__ void __launch_bounds__(kThreads, HMAX <= 8 ? 2 : 1)
     }
   }
 
+  // An empty row's item runs no tile, so no barrier of the loop orders the state's
+  // initialisation (threads < HMAX) before these reads (compute-sanitizer racecheck, H200).
+  __syncthreads();
   if (col2 < lat) {
 #pragma unroll
     for (int h = 0; h < HMAX; ++h) {
@@ -229,6 +361,10 @@ __global__ void __launch_bounds__(kThreads, HMAX <= 8 ? 2 : 1)
     const float l = s_l[threadIdx.x];
     part_lse[static_cast<int64_t>(slot) * H + threadIdx.x] = l > 0.0f ? s_m[threadIdx.x] + log2f(l) : -INFINITY;
   }
+  if (slot >= 0 && counters) {
+    asm volatile("cp.async.wait_all;\n" ::);  // the tile stages become the merge's weights
+    fused_merge_tail(a, plan, row, item, part_o, part_lse, counters, tiles);
+  }
   if (late_trigger) pdl_trigger();  // MlaDecodeTrigger::kLate: the merge launches as the run's CTAs finish
 }
 
@@ -240,16 +376,32 @@ __global__ void __launch_bounds__(kThreads, HMAX <= 8 ? 2 : 1)
 // end or on a negative page are not copied (their stale rows are masked like in kCpAsync).
 template <int NH, bool BULK>
 __global__ void __launch_bounds__(kThreads, 2)
-    mla_decode_warp_kernel(const __grid_constant__ MlaDecodeArgs a, const int32_t* __restrict__ plan, float* __restrict__ part_o,
-                           float* __restrict__ part_lse, bool late_trigger) {
+    mla_decode_warp_kernel(const __grid_constant__ MlaDecodeArgs a, const int32_t* __restrict__ plan, float* part_o, float* part_lse,
+                           int32_t* counters, bool dynamic_tiles, bool late_trigger) {
   extern __shared__ float4 smem_raw[];
   float* tiles = reinterpret_cast<float*>(smem_raw);  // [kStages][kTile][entry]; then the warps' states
   __shared__ float s_m[kWarps][NH], s_l[kWarps][NH];
   __shared__ __align__(8) uint64_t s_full[kStages];  // BULK: stage s's tile has landed
+  __shared__ int s_t0[kStages];                      // dynamic tiles: the token stage s starts at (-1: none left)
   const int item = blockIdx.x;
   if (item >= plan[0]) return;
   const int4 it = reinterpret_cast<const int4*>(plan + 4)[item];
-  const int row = it.x, begin = it.y, end = it.z, slot = it.w;
+  const int row = it.x, begin = it.y, slot = it.w;
+  int end = it.z;
+  // Dynamic tiles (bulk loader, fused merge, split rows): the row's CTAs share its tiles
+  // instead of taking fixed ranges. CTA j of n takes tiles j and j + n, then the next free one
+  // from the row's queue (an atomic counter), so CTAs that stream faster take more: no CTA
+  // idles while another still has a fixed range left. Softmax states merge in any order.
+  const bool dynamic = BULK && dynamic_tiles && counters != nullptr && slot >= 0;
+  int split_index = 0, splits = 1;
+  int32_t* queue = nullptr;
+  if (dynamic) {
+    const int capacity = plan[2];
+    const int2 info = reinterpret_cast<const int2*>(plan + 4 + 4 * capacity + 4 * row)[0];
+    split_index = item - info.x, splits = info.y;
+    end = plan[4 + 4 * (info.x + info.y - 1) + 2];  // the row's last token + 1
+    queue = counters + capacity + plan[1] + row;
+  }
   const int lat = static_cast<int>(a.latent_dim), rope = static_cast<int>(a.rope_dim), entry = lat + rope;
   const int ps = static_cast<int>(a.page_size);
   const int32_t* table = a.page_table + static_cast<int64_t>(row) * a.max_pages;
@@ -286,6 +438,32 @@ __global__ void __launch_bounds__(kThreads, 2)
   auto empty_group = [] {
     if constexpr (!BULK) cp_async_commit();
   };
+  // Dynamic tiles, thread 0: the next tile into stage `st` and its start in s_t0 (published by
+  // the barrier's arrival); -1 once the row has none left (an arrival without bytes). The
+  // queue is asked one tile ahead (`pending`), so the atomic's round trip overlaps a tile. An
+  // answer is never dropped while it could be a tile: answers only grow, and the CTA stops
+  // asking once one of its tiles is past the row's end.
+  int taken = 0, pending = 0;
+  bool dry = false;
+  auto issue_dynamic = [&](int st) {
+    int t0 = -1;
+    if (!dry) {
+      const int k = taken++;
+      const int t = k == 0 ? split_index : k == 1 ? split_index + splits : 2 * splits + pending;
+      t0 = t * kTile < end ? t * kTile : -1;
+      dry = t0 < 0;
+      if (!dry && k != 1) pending = atomicAdd(queue, 1);  // the answer for this CTA's next queue tile
+    }
+    s_t0[st] = t0;
+    const int page = t0 < 0 ? -1 : table[t0 / ps];
+    if (page >= 0) {
+      const unsigned bytes = static_cast<unsigned>(min(kTile, end - t0) * entry * 4);
+      mbar_arrive_expect_tx(&s_full[st], bytes);
+      bulk_copy(tiles + st * kTile * entry, a.cache + (static_cast<int64_t>(page) * ps + t0 % ps) * entry, bytes, &s_full[st]);
+    } else {
+      mbar_arrive(&s_full[st]);
+    }
+  };
 
   const float qscale = a.scale * kLog2e;
   float2 q[NH][kSlots];
@@ -310,18 +488,39 @@ __global__ void __launch_bounds__(kThreads, 2)
     for (int k = 0; k < kDimGroups; ++k) acc[h][k] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
   }
 
-  const int ntiles = (end - begin + kTile - 1) / kTile;
-  issue(begin, 0);
-  if (ntiles > 1) issue(begin + kTile, 1);
-  else empty_group();
-  for (int i = 0; i < ntiles; ++i) {
-    const int t0 = begin + i * kTile;
-    const float* tile = tiles + (i % kStages) * kTile * entry;
-    if constexpr (BULK) mbar_wait(&s_full[i % kStages], (i / kStages) & 1);
-    else cp_async_wait_one();
-    __syncthreads();  // tile i visible; every warp is past tile i-1, so its stage is free
-    if (i + 2 < ntiles) issue(t0 + 2 * kTile, (i + 2) % kStages);
+  const int ntiles = (end - begin + kTile - 1) / kTile;  // static: 0 for an empty row's item, which writes zeros
+  if (dynamic) {
+    if (threadIdx.x == 0) {
+      issue_dynamic(0);
+      issue_dynamic(1);
+    }
+  } else {
+    if (ntiles > 0) issue(begin, 0);
     else empty_group();
+    if (ntiles > 1) issue(begin + kTile, 1);
+    else empty_group();
+  }
+  for (int i = 0;; ++i) {
+    int t0;
+    if (dynamic) {
+      mbar_wait(&s_full[i % kStages], (i / kStages) & 1);
+      t0 = *reinterpret_cast<volatile int*>(&s_t0[i % kStages]);
+      if (t0 < 0) break;  // the same value in every thread; no copy is left in flight
+    } else {
+      if (i >= ntiles) break;
+      t0 = begin + i * kTile;
+      if constexpr (BULK) mbar_wait(&s_full[i % kStages], (i / kStages) & 1);
+      else cp_async_wait_one();
+    }
+    const float* tile = tiles + (i % kStages) * kTile * entry;
+    __syncthreads();  // tile i visible; every warp is past tile i-1, so its stage is free
+    if (dynamic) {
+      if (threadIdx.x == 0) issue_dynamic((i + 2) % kStages);
+    } else if (i + 2 < ntiles) {
+      issue(t0 + 2 * kTile, (i + 2) % kStages);
+    } else {
+      empty_group();
+    }
     float s[2][NH];
     bool valid[2];
 #pragma unroll
@@ -418,20 +617,30 @@ __global__ void __launch_bounds__(kThreads, 2)
     }
     if (slot >= 0 && threadIdx.x == 0) part_lse[static_cast<int64_t>(slot) * NH + h] = L > 0.0f ? mx + log2f(L) : -INFINITY;
   }
+  // The combine's states (s_acc) are read before arrive_last's barrier; then tiles hold the weights.
+  if (slot >= 0 && counters) fused_merge_tail(a, plan, row, item, part_o, part_lse, counters, tiles);
   if (late_trigger) pdl_trigger();  // MlaDecodeTrigger::kLate: the merge launches as the run's CTAs finish
 }
 
 // Grid (row, head, 64-dim slice): rows with one item were written by the run; rows with none
 // get zeros; rows with several combine their partials weighted by 2^(lse - max). The 8 warps
 // split the items (a warp reads 256 contiguous bytes of each), lane = two dims.
+constexpr int kMergeStaged = 1024;  // the merge kernel keeps up to this many items' weights in shared memory
+
+// Grid (row, head, 64-dim slice): rows with one item were written by the run; rows with
+// several combine their partials weighted by 2^(lse - max). All 256 threads read the lse
+// values at once into shared memory (one round trip to L2, then block reductions), so only
+// the partials' own loads are left on the path; the 8 warps split the items (a warp reads 256
+// contiguous bytes of each, eight items in flight), lane = two dims.
 __global__ void __launch_bounds__(kThreads) mla_merge_kernel(const __grid_constant__ MlaDecodeArgs a, const int32_t* __restrict__ plan,
                                                              const float* __restrict__ part_o, const float* __restrict__ part_lse) {
-  __shared__ float s_max, s_inv;
+  __shared__ float s_w[kMergeStaged];
+  __shared__ float s_red[2][kWarps];
   __shared__ float2 s_acc[kWarps][32];
   const int row = blockIdx.x, h = blockIdx.y, capacity = plan[2];
-  const int32_t* info = plan + 4 + 4 * capacity + 2 * row;
+  const int32_t* info = plan + 4 + 4 * capacity + 4 * row;
   const int first = info[0], n = info[1];
-  if (n == 1) return;
+  if (n == 1) return;  // written by the run (a row without tokens too: its one empty item)
   pdl_wait();  // the run's partials (and, for the zero rows, nothing before us reads o_lat)
   pdl_trigger();
   const int H = static_cast<int>(a.heads), lat = static_cast<int>(a.latent_dim);
@@ -442,26 +651,38 @@ __global__ void __launch_bounds__(kThreads) mla_merge_kernel(const __grid_consta
     return;
   }
   const float* lse = part_lse + static_cast<int64_t>(first) * H + h;
-  if (warp == 0) {
-    float m = -INFINITY;
-    for (int i = lane; i < n; i += 32) m = fmaxf(m, lse[static_cast<int64_t>(i) * H]);
-    m = warp_max(m);
-    float sum = 0.0f;
-    if (m != -INFINITY)
-      for (int i = lane; i < n; i += 32) sum += exp2f(lse[static_cast<int64_t>(i) * H] - m);
-    sum = warp_sum(sum);
-    if (lane == 0) {
-      s_max = m;
-      s_inv = m == -INFINITY ? 0.0f : 1.0f / sum;
-    }
+  const bool staged = n <= kMergeStaged;  // else the weights come from L2 again below
+  float mx = -INFINITY;
+  for (int i = threadIdx.x; i < n; i += kThreads) {
+    const float v = lse[static_cast<int64_t>(i) * H];
+    if (staged) s_w[i] = v;
+    mx = fmaxf(mx, v);
   }
+  mx = warp_max(mx);
+  if (lane == 0) s_red[0][warp] = mx;
   __syncthreads();
-  const float m = s_max;
+  float m = s_red[0][0];
+#pragma unroll
+  for (int k = 1; k < kWarps; ++k) m = fmaxf(m, s_red[0][k]);
+  float sum = 0.0f;
+  if (m != -INFINITY)
+    for (int i = threadIdx.x; i < n; i += kThreads) {  // each thread its own items: no barrier needed
+      const float w = exp2f((staged ? s_w[i] : lse[static_cast<int64_t>(i) * H]) - m);
+      if (staged) s_w[i] = w;
+      sum += w;
+    }
+  sum = warp_sum(sum);
+  if (lane == 0) s_red[1][warp] = sum;
+  __syncthreads();  // the weights and the partial sums
+  float total = 0.0f;
+#pragma unroll
+  for (int k = 0; k < kWarps; ++k) total += s_red[1][k];
+  const float inv = m == -INFINITY ? 0.0f : 1.0f / total;
   float2 acc = make_float2(0.0f, 0.0f);
   if (d < lat && m != -INFINITY) {
-#pragma unroll 4
+#pragma unroll 8
     for (int i = warp; i < n; i += kWarps) {
-      const float w = exp2f(lse[static_cast<int64_t>(i) * H] - m);
+      const float w = staged ? s_w[i] : exp2f(lse[static_cast<int64_t>(i) * H] - m);
       const float2 v = *reinterpret_cast<const float2*>(part_o + ((static_cast<int64_t>(first) + i) * H + h) * lat + d);
       acc = make_float2(fmaf(w, v.x, acc.x), fmaf(w, v.y, acc.y));
     }
@@ -472,7 +693,7 @@ __global__ void __launch_bounds__(kThreads) mla_merge_kernel(const __grid_consta
     float2 o = make_float2(0.0f, 0.0f);
 #pragma unroll
     for (int k = 0; k < kWarps; ++k) o = make_float2(o.x + s_acc[k][lane].x, o.y + s_acc[k][lane].y);
-    *reinterpret_cast<float2*>(out + d) = make_float2(o.x * s_inv, o.y * s_inv);
+    *reinterpret_cast<float2*>(out + d) = make_float2(o.x * inv, o.y * inv);
   }
 }
 
@@ -483,26 +704,31 @@ cudaError_t opt_in_shared(Kernel kernel) {
   return cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, 100);
 }
 
+// The tile stages; at least the fused merge's weights (kMlaMaxMergeFanIn x heads floats).
+size_t run_shared_bytes(const MlaDecodeArgs& a) {
+  return std::max<size_t>(kStages * kTile * (a.latent_dim + a.rope_dim), kMlaMaxMergeFanIn * a.heads) * sizeof(float);
+}
+
 template <int NH, bool BULK>
-Status launch_warp_run(const MlaDecodeArgs& a, const MlaDecodeWork& w, cudaStream_t stream) {
-  const size_t smem = kStages * kTile * (a.latent_dim + a.rope_dim) * sizeof(float);
+Status launch_warp_run(const MlaDecodeArgs& a, const MlaDecodeWork& w, int32_t* counters, cudaStream_t stream) {
+  const size_t smem = run_shared_bytes(a);
   static const cudaError_t opt_in = opt_in_shared(mla_decode_warp_kernel<NH, BULK>);  // first (eager) call, never in a capture
   if (opt_in != cudaSuccess) return cuda_status(opt_in, "mla_decode_run (shared memory opt-in)");
   const cudaError_t e = launch_pdl(w.pdl, mla_decode_warp_kernel<NH, BULK>, dim3(static_cast<unsigned>(w.launch_items)), dim3(kThreads),
-                                   smem, stream, a, w.plan, w.part_o, w.part_lse,
+                                   smem, stream, a, w.plan, w.part_o, w.part_lse, counters, w.dynamic_tiles,
                                    w.trigger == MlaDecodeTrigger::kLate);
   if (e != cudaSuccess) return cuda_status(e, "mla_decode_run (warp variant)");
   return last_launch_status("mla_decode_run (warp variant)");
 }
 
 template <int NH>
-Status launch_warp_run(const MlaDecodeArgs& a, const MlaDecodeWork& w, bool bulk, cudaStream_t stream) {
-  return bulk ? launch_warp_run<NH, true>(a, w, stream) : launch_warp_run<NH, false>(a, w, stream);
+Status launch_warp_run(const MlaDecodeArgs& a, const MlaDecodeWork& w, bool bulk, int32_t* counters, cudaStream_t stream) {
+  return bulk ? launch_warp_run<NH, true>(a, w, counters, stream) : launch_warp_run<NH, false>(a, w, counters, stream);
 }
 
 template <int HMAX>
-Status launch_run(const MlaDecodeArgs& a, const MlaDecodeWork& w, cudaStream_t stream) {
-  const size_t smem = kStages * kTile * (a.latent_dim + a.rope_dim) * sizeof(float);
+Status launch_run(const MlaDecodeArgs& a, const MlaDecodeWork& w, int32_t* counters, cudaStream_t stream) {
+  const size_t smem = run_shared_bytes(a);
   // Above the 48 KiB default (two CTAs of 108 KiB fit an SM): opted in once, on the first
   // (eager) call, never inside a capture.
   static const cudaError_t opt_in = [] {
@@ -513,7 +739,7 @@ Status launch_run(const MlaDecodeArgs& a, const MlaDecodeWork& w, cudaStream_t s
   }();
   if (opt_in != cudaSuccess) return cuda_status(opt_in, "mla_decode_run (shared memory opt-in)");
   const cudaError_t e = launch_pdl(w.pdl, mla_decode_kernel<HMAX>, dim3(static_cast<unsigned>(w.launch_items)), dim3(kThreads), smem,
-                                   stream, a, w.plan, w.part_o, w.part_lse, w.trigger == MlaDecodeTrigger::kLate);
+                                   stream, a, w.plan, w.part_o, w.part_lse, counters, w.trigger == MlaDecodeTrigger::kLate);
   if (e != cudaSuccess) return cuda_status(e, "mla_decode_run");
   return last_launch_status("mla_decode_run");
 }
@@ -531,20 +757,24 @@ Status mla_decode_run(const MlaDecodeArgs& a, const MlaDecodeWork& w, cudaStream
   // Bulk copies need a tile to lie inside one page.
   const bool bulk = w.loader != MlaDecodeLoader::kCpAsync && a.page_size % kTile == 0 &&
                     (w.loader == MlaDecodeLoader::kBulk || kMlaDefaultLoaderIsBulk);
+  const bool fused = w.merge_mode == MlaDecodeMerge::kFused ||
+                     (w.merge_mode == MlaDecodeMerge::kAuto && kMlaDefaultMergeFused && w.counters != nullptr);
+  if (fused && w.counters == nullptr) return invalid_argument("mla_decode_run: the fused merge needs the counters workspace");
+  int32_t* counters = fused ? w.counters : nullptr;  // null: the run leaves split rows to the separate merge
   if (w.launch_items > 0 && warp_variant) {
-    Status s = a.heads == 1   ? launch_warp_run<1>(a, w, bulk, stream)
-               : a.heads == 2 ? launch_warp_run<2>(a, w, bulk, stream)
-                              : launch_warp_run<3>(a, w, bulk, stream);
+    Status s = a.heads == 1   ? launch_warp_run<1>(a, w, bulk, counters, stream)
+               : a.heads == 2 ? launch_warp_run<2>(a, w, bulk, counters, stream)
+                              : launch_warp_run<3>(a, w, bulk, counters, stream);
     PDS_RETURN_IF_ERROR(s);
   } else if (w.launch_items > 0) {
-    Status s = a.heads <= 3    ? launch_run<3>(a, w, stream)
-               : a.heads <= 4  ? launch_run<4>(a, w, stream)
-               : a.heads <= 8  ? launch_run<8>(a, w, stream)
-               : a.heads <= 16 ? launch_run<16>(a, w, stream)
-                               : launch_run<32>(a, w, stream);
+    Status s = a.heads <= 3    ? launch_run<3>(a, w, counters, stream)
+               : a.heads <= 4  ? launch_run<4>(a, w, counters, stream)
+               : a.heads <= 8  ? launch_run<8>(a, w, counters, stream)
+               : a.heads <= 16 ? launch_run<16>(a, w, counters, stream)
+                               : launch_run<32>(a, w, counters, stream);
     PDS_RETURN_IF_ERROR(s);
   }
-  if (!w.merge) return Status::ok();
+  if (fused || !w.merge) return Status::ok();
   const dim3 grid(static_cast<unsigned>(a.rows), static_cast<unsigned>(a.heads), static_cast<unsigned>((a.latent_dim + 63) / 64));
   const cudaError_t e = launch_pdl(w.pdl, mla_merge_kernel, grid, dim3(kThreads), 0, stream, a, w.plan, w.part_o, w.part_lse);
   if (e != cudaSuccess) return cuda_status(e, "mla_decode_run (merge)");

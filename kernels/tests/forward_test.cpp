@@ -166,6 +166,20 @@ TEST_P(CudaForward, OtherMlaDecodePdlSettingMixedBatchesNearCpu) {
   EXPECT_LT(pools, kBound);
 }
 
+// The same batches with the other setting of fused_mla_merge than the default: split rows
+// merged by the second kernel instead of in the run (or the reverse). Within the fp32 bound.
+TEST_P(CudaForward, OtherMlaMergeSettingMixedBatchesNearCpu) {
+  CudaForwardOptions opts;
+  opts.fused_mla_merge = !opts.fused_mla_merge;
+  Pair p(GetParam(), 64, 16, 4, opts);
+  ASSERT_TRUE(p.gpu);
+  const auto [worst, pools] = mixed_batches(p);
+  std::printf("%s: fused MLA merge %d, mixed batches, logits error %.3g, pools error %.3g\n", GetParam(), opts.fused_mla_merge, worst,
+              pools);
+  EXPECT_LT(worst, kBound);
+  EXPECT_LT(pools, kBound);
+}
+
 // Greedy generation over 64 tokens, CPU and GPU each following its own choice. A divergence
 // is allowed only where the CPU's margin between the two choices is within the error bound.
 TEST_P(CudaForward, Greedy64TokensMatchCpu) {

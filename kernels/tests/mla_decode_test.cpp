@@ -7,6 +7,7 @@
 #include <cmath>
 #include <numeric>
 #include <random>
+#include <utility>
 #include <vector>
 
 #include "glue/glue.h"
@@ -25,21 +26,36 @@ using ktest::randn;
 struct PlanView {
   const MlaDecodePlan& p;
   const int32_t* item(int64_t i) const { return p.image.data() + 4 + 4 * i; }
-  const int32_t* row(int64_t b) const { return p.image.data() + 4 + 4 * p.capacity + 2 * b; }
+  const int32_t* row(int64_t b) const { return p.image.data() + 4 + 4 * p.capacity + 4 * b; }
 };
 
-// Every row's items are consecutive, in token order, granule-aligned, and cover [0, ctx) once.
-void expect_plan_covers(const MlaDecodePlan& plan, const std::vector<int32_t>& ctx, int64_t page) {
+// Every row's items are consecutive, in token order, granule-aligned, and cover [0, ctx) once
+// (a row without tokens: one empty item, written directly); the merge tree takes every item
+// of a split row once, in one step up to fan_in items, never more than 64 partials a step.
+void expect_plan_covers(const MlaDecodePlan& plan, const std::vector<int32_t>& ctx, int64_t page, int64_t fan_in = kMlaMergeFanIn) {
   PlanView v{plan};
   ASSERT_EQ(plan.image[0], plan.num_items);
   ASSERT_LE(plan.num_items, plan.capacity);
   int64_t next_item = 0;
   for (size_t b = 0; b < ctx.size(); ++b) {
-    const int32_t first = v.row(b)[0], n = v.row(b)[1];
+    const int32_t first = v.row(b)[0], n = v.row(b)[1], group = v.row(b)[2], groups = v.row(b)[3];
     EXPECT_EQ(first, next_item) << "row " << b;
     next_item += n;
+    ASSERT_GE(n, 1) << "row " << b;
+    ASSERT_GE(group, 1) << "row " << b;
+    EXPECT_EQ(groups, (n + group - 1) / group) << "row " << b;
+    if (n <= fan_in) {
+      EXPECT_EQ(groups, 1) << "row " << b;
+    }
+    EXPECT_LE(group, kMlaMaxMergeFanIn) << "row " << b;
+    EXPECT_LE(groups, kMlaMaxMergeFanIn) << "row " << b;
     if (ctx[b] <= 0) {
-      EXPECT_EQ(n, 0) << "row " << b;
+      EXPECT_EQ(n, 1) << "row " << b;
+      const int32_t* it = v.item(first);
+      EXPECT_EQ(it[0], static_cast<int32_t>(b));
+      EXPECT_EQ(it[1], 0);
+      EXPECT_EQ(it[2], 0);
+      EXPECT_EQ(it[3], -1);
       continue;
     }
     int32_t pos = 0;
@@ -98,11 +114,13 @@ TEST(MlaDecodePlan, RandomRaggedBatchesStayWithinCapacity) {
   std::mt19937 gen(41);
   for (int trial = 0; trial < 200; ++trial) {
     const int64_t rows = 1 + gen() % 300, page = int64_t{1} << (gen() % 7), waves = 1 + trial % 4;
+    const int64_t fan_in = trial % 3 == 0 ? 1 + gen() % kMlaMaxMergeFanIn : kMlaMergeFanIn;
     std::vector<int32_t> ctx(rows);
     for (auto& c : ctx) c = static_cast<int32_t>(gen() % 5 == 0 ? 0 : gen() % (1 + (gen() % 2 ? 200 : 70000)));
     MlaDecodePlan plan;
-    ASSERT_TRUE(build_mla_decode_plan(ctx.data(), rows, page, mla_decode_plan_capacity(rows, waves), &plan, waves).is_ok());
-    expect_plan_covers(plan, ctx, page);
+    ASSERT_TRUE(
+        build_mla_decode_plan(ctx.data(), rows, page, mla_decode_plan_capacity(rows, waves), &plan, waves, fan_in).is_ok());
+    expect_plan_covers(plan, ctx, page, fan_in);
   }
 }
 
@@ -126,8 +144,33 @@ TEST(MlaDecodePlan, ASmallerCapacityMeansLongerChunksAndTooSmallIsAnError) {
   ASSERT_TRUE(build_mla_decode_plan(one.data(), 1, 64, 10, &plan).is_ok());
   EXPECT_LE(plan.num_items, 10);
   expect_plan_covers(plan, one, 64);
-  const std::vector<int32_t> three = {5, 6, 7};  // three busy rows need three items at least
+  const std::vector<int32_t> three = {5, 0, 7};  // three rows (one empty) need three items at least
   EXPECT_FALSE(build_mla_decode_plan(three.data(), 3, 64, 2, &plan).is_ok());
+}
+
+TEST(MlaDecodePlan, LongRowsMergeInTwoStepsOfAboutSqrtItems) {
+  // 1 x 16K: 256 items of 64 tokens; the fused merge takes them as 16 groups of 16.
+  const std::vector<int32_t> ctx = {16384};
+  MlaDecodePlan plan;
+  ASSERT_TRUE(build_mla_decode_plan(ctx.data(), 1, 64, mla_decode_plan_capacity(1), &plan).is_ok());
+  PlanView v{plan};
+  EXPECT_EQ(v.row(0)[1], 256);
+  EXPECT_EQ(v.row(0)[2], 16);
+  EXPECT_EQ(v.row(0)[3], 16);
+  // A fan-in of 64 keeps up to 64 items in one step; 0 or past 64 is refused.
+  const std::vector<int32_t> mid = {1024};  // 64 items of one tile
+  ASSERT_TRUE(build_mla_decode_plan(mid.data(), 1, 64, mla_decode_plan_capacity(1), &plan, 1, 64).is_ok());
+  EXPECT_EQ(v.row(0)[1], 64);
+  EXPECT_EQ(v.row(0)[3], 1);
+  ASSERT_TRUE(build_mla_decode_plan(mid.data(), 1, 64, mla_decode_plan_capacity(1), &plan, 1, 16).is_ok());
+  EXPECT_EQ(v.row(0)[2], 8);
+  EXPECT_EQ(v.row(0)[3], 8);
+  EXPECT_FALSE(build_mla_decode_plan(mid.data(), 1, 64, mla_decode_plan_capacity(1), &plan, 1, 0).is_ok());
+  EXPECT_FALSE(build_mla_decode_plan(mid.data(), 1, 64, mla_decode_plan_capacity(1), &plan, 1, 65).is_ok());
+  // More than 64 x 64 items in a row cannot merge in two steps: an error, not a wrong answer.
+  // (16 waves: 4200 items of one tile.)
+  const std::vector<int32_t> huge = {16 * 4200};
+  EXPECT_FALSE(build_mla_decode_plan(huge.data(), 1, 64, mla_decode_plan_capacity(1, 16), &plan, 16).is_ok());
 }
 
 class MlaDecode : public ktest::GpuTest {};
@@ -166,14 +209,17 @@ void run_case(const Case& c, uint32_t seed) {
     ops::mla_attend_latent(&ql[b * c.heads * c.lat], &qr[b * c.heads * c.rope], c.heads, c.lat, c.rope, view, c.ctx[b], scale,
                            &ref[b * c.heads * c.lat]);
   }
-  // Plans of one wave and of three (more, shorter items: more rows split and merged).
-  for (const int64_t waves : {int64_t{1}, int64_t{3}}) {
+  // Plans of one wave and of three (more, shorter items: more rows split and merged), with the
+  // fused merge in one step up to 16 or 64 items, or two-step trees from 5 items on.
+  const std::pair<int64_t, int64_t> plans[] = {{1, kMlaMergeFanIn}, {3, 4}, {1, kMlaMaxMergeFanIn}};
+  for (const auto& [waves, fan_in] : plans) {
     const int64_t cap = mla_decode_plan_capacity(rows, waves);
     MlaDecodePlan plan;
-    ASSERT_TRUE(build_mla_decode_plan(c.ctx.data(), rows, c.page, cap, &plan, waves).is_ok());
+    ASSERT_TRUE(build_mla_decode_plan(c.ctx.data(), rows, c.page, cap, &plan, waves, fan_in).is_ok());
     auto dc = dev(cache), dql = dev(ql), dqr = dev(qr);
     auto dplan = dev(plan.image), dt = dev(table), dctx = dev(c.ctx);
     DeviceBuffer<float> out(rows * c.heads * c.lat), part_o(cap * c.heads * c.lat), part_lse(cap * c.heads);
+    auto counters = dev(std::vector<int32_t>(mla_decode_counter_words(rows, cap), 0));
     // Garbage (NaN) in the output before each run: every element must be written.
     MlaDecodeArgs a;
     a.q_lat = dql.get(), a.q_rot = dqr.get(), a.cache = dc.get(), a.page_table = dt.get(), a.ctx_len = dctx.get();
@@ -188,19 +234,32 @@ void run_case(const Case& c, uint32_t seed) {
     // programmatic dependent launches (the run, then the merge, each after a kernel that wrote
     // q: a run reading q before the wait would fail).
     // Both pdl triggers (early: the merge may launch while the run streams; late: as its CTAs end).
+    // The merge: the separate kernel, or fused into the run (its counters must be back at zero
+    // after every run, or the next run, e.g. a graph replay, would merge too early or never).
     struct Opt {
       MlaDecodeVariant variant;
       MlaDecodeLoader loader;
       bool pdl;
       MlaDecodeTrigger trigger = MlaDecodeTrigger::kEarly;
+      MlaDecodeMerge merge = MlaDecodeMerge::kSeparate;
+      bool dynamic_tiles = true;  // kFused + bulk: the row's CTAs share its tiles (else fixed ranges)
     };
+    constexpr auto kLate = MlaDecodeTrigger::kLate, kEarly = MlaDecodeTrigger::kEarly;
+    constexpr auto kFused = MlaDecodeMerge::kFused;
     const Opt opts[] = {{MlaDecodeVariant::kBlock, MlaDecodeLoader::kAuto, false},
                         {MlaDecodeVariant::kAuto, MlaDecodeLoader::kCpAsync, false},
                         {MlaDecodeVariant::kAuto, MlaDecodeLoader::kBulk, false},
                         {MlaDecodeVariant::kAuto, MlaDecodeLoader::kBulk, true},
-                        {MlaDecodeVariant::kAuto, MlaDecodeLoader::kBulk, true, MlaDecodeTrigger::kLate},
+                        {MlaDecodeVariant::kAuto, MlaDecodeLoader::kBulk, true, kLate},
                         {MlaDecodeVariant::kBlock, MlaDecodeLoader::kAuto, true},
-                        {MlaDecodeVariant::kBlock, MlaDecodeLoader::kAuto, true, MlaDecodeTrigger::kLate}};
+                        {MlaDecodeVariant::kBlock, MlaDecodeLoader::kAuto, true, kLate},
+                        {MlaDecodeVariant::kBlock, MlaDecodeLoader::kAuto, false, kEarly, kFused},
+                        {MlaDecodeVariant::kAuto, MlaDecodeLoader::kCpAsync, false, kEarly, kFused},
+                        {MlaDecodeVariant::kAuto, MlaDecodeLoader::kBulk, false, kEarly, kFused},
+                        {MlaDecodeVariant::kAuto, MlaDecodeLoader::kBulk, true, kLate, kFused, false},
+                        {MlaDecodeVariant::kAuto, MlaDecodeLoader::kAuto, true, kLate, MlaDecodeMerge::kAuto},  // the defaults
+                        {MlaDecodeVariant::kAuto, MlaDecodeLoader::kAuto, true, kLate, kFused},
+                        {MlaDecodeVariant::kBlock, MlaDecodeLoader::kAuto, true, kLate, kFused}};
     // A blocking stream: the uploads below are cudaMemcpy from pageable memory on the legacy
     // stream, whose DMA may still be landing when the call returns; a non-blocking stream would
     // race them (seen on the H200: the zeros landing over the add's q).
@@ -209,7 +268,13 @@ void run_case(const Case& c, uint32_t seed) {
     auto dql_src = dev(ql);  // q is zero until the kernel just before the run adds it in
     for (const Opt& o : opts) {
       ASSERT_TRUE(out.upload(std::vector<float>(rows * c.heads * c.lat, NAN)).is_ok());
-      w.variant = o.variant, w.loader = o.loader, w.pdl = o.pdl, w.trigger = o.trigger;
+      // And in the partials: a merge that read one before it was written (this run's, not the
+      // previous option's identical values) would show as NaN.
+      ASSERT_TRUE(part_o.upload(std::vector<float>(cap * c.heads * c.lat, NAN)).is_ok());
+      ASSERT_TRUE(part_lse.upload(std::vector<float>(cap * c.heads, NAN)).is_ok());
+      w.variant = o.variant, w.loader = o.loader, w.pdl = o.pdl, w.trigger = o.trigger, w.merge_mode = o.merge;
+      w.counters = o.merge == MlaDecodeMerge::kSeparate ? nullptr : counters.get();
+      w.dynamic_tiles = o.dynamic_tiles;
       if (o.pdl) {
         ASSERT_TRUE(dql.upload(std::vector<float>(ql.size(), 0.0f)).is_ok());
         ASSERT_TRUE(add_inplace(dql.get(), dql_src.get(), static_cast<int64_t>(ql.size()), stream).is_ok());
@@ -219,7 +284,12 @@ void run_case(const Case& c, uint32_t seed) {
       const auto got = host(out);
       EXPECT_LT(nerr(got, ref), 2e-5) << "heads " << c.heads << " items " << plan.num_items << " variant "
                                       << static_cast<int>(o.variant) << " loader " << static_cast<int>(o.loader) << " pdl " << o.pdl
-                                      << " trigger " << static_cast<int>(o.trigger) << " waves " << waves;
+                                      << " trigger " << static_cast<int>(o.trigger) << " merge " << static_cast<int>(o.merge) << " dynamic " << o.dynamic_tiles
+                                      << " waves " << waves << " fan-in " << fan_in;
+      if (w.counters) {
+        const auto left = host(counters);
+        EXPECT_EQ(std::count(left.begin(), left.end(), 0), static_cast<int64_t>(left.size())) << "counters not reset";
+      }
       if (c.negative_row >= 0) {
         for (int64_t i = 0; i < c.heads * c.lat; ++i) ASSERT_EQ(got[c.negative_row * c.heads * c.lat + i], 0.0f);
       }
@@ -272,6 +342,11 @@ TEST_F(MlaDecode, WarpVariantRefusesShapesItCannotTake) {
   a.rows = 1, a.heads = 4, a.latent_dim = 512, a.rope_dim = 64, a.page_size = 64;
   MlaDecodeWork w;
   w.variant = MlaDecodeVariant::kWarp;
+  EXPECT_FALSE(mla_decode_run(a, w, nullptr).is_ok());
+  // The fused merge without its counters workspace is refused, not run unmerged.
+  a.heads = 3;
+  w.variant = MlaDecodeVariant::kAuto;
+  w.merge_mode = MlaDecodeMerge::kFused;
   EXPECT_FALSE(mla_decode_run(a, w, nullptr).is_ok());
 }
 

@@ -69,6 +69,11 @@ struct CudaForwardOptions {
   // equal at 128 x 16K, 3.6% slower at 32 rows x 16K: perf.md, MLA decode, fifth version).
   bool pdl_kda_decode = true;
   bool pdl_mla_decode = true;
+  // true: the MLA split-KV decode merges split rows inside its run (the last CTA of each group
+  // of a row's items, through counters the run leaves zeroed): one launch a layer. false (the
+  // default): a second, merge kernel, whose launch pdl hides; measured faster on the H200 at
+  // every small-batch shape (perf.md, MLA decode, sixth version).
+  bool fused_mla_merge = false;
   // Steps with a prefill chunk (some sequence brings > 1 token) run MLA attention through the
   // tensor-core prefill (kernels/mla/mla_prefill.h: expanded K/V, bf16 inputs, fp32 accumulate)
   // where the head dims have a kernel (qk x v = 192 x 128, 32 x 16). Off by default: it trades
