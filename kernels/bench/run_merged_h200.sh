@@ -22,8 +22,12 @@ for b in "${MC[@]}"; do
     >"/tmp/memcheck_$b.log" 2>&1 &
   MC_PIDS+=($!)
 done
+# The block variant's barrier fix (branch mladec6) after racecheck found 15 hazards there.
+CUDA_VISIBLE_DEVICES=1 timeout 120 compute-sanitizer --tool racecheck --error-exitcode 9 "$BIN/mla_decode_test" \
+  --gtest_filter='*GraphLaunch*:*TinyModel*' >/tmp/racecheck_mla.log 2>&1 &
+RC_PID=$!
 echo "== tests (GPU 0; cuda_tp_test on 0 and 1)"
-for b in kernels_test mla_decode_test mla_prefill_test kda_decode_kernels_test kda_chunk_kernels_test moe_kernels_test moe_decode_test moe_prefill_test transfer_kernels_test \
+for b in kernels_test mla_decode_test mla_prefill_test kda_decode_kernels_test kda_chunk_kernels_test kda_chunk_pipeline_test moe_kernels_test moe_decode_test moe_prefill_test transfer_kernels_test \
   cuda_forward_test pd_device_test cuda_tp_test cuda_pp_test; do
   vis=0; case $b in cuda_tp_test | cuda_pp_test) vis=0,1 ;; esac
   CUDA_VISIBLE_DEVICES=$vis timeout 150 "$BIN/$b" >"/tmp/test_$b.log" 2>&1
@@ -109,7 +113,9 @@ for i in "${!MC[@]}"; do
   wait "${MC_PIDS[$i]}"; rc=$?
   echo "memcheck ${MC[$i]} rc=$rc: $(grep -E 'ERROR SUMMARY|LEAK SUMMARY' "/tmp/memcheck_${MC[$i]}.log" | tr '\n' ' ')"
 done
-for f in /tmp/memcheck_*.log; do echo "=== $f"; tail -60 "$f"; done >"$OUT/memcheck.log"
+wait "$RC_PID"
+echo "racecheck mla_decode_test rc=$?: $(grep -E 'RACECHECK SUMMARY|ERROR SUMMARY' /tmp/racecheck_mla.log | tr '\n' ' ')"
+for f in /tmp/memcheck_*.log /tmp/racecheck_mla.log; do echo "=== $f"; tail -60 "$f"; done >"$OUT/memcheck.log"
 for f in /tmp/test_*.log; do echo "=== $f"; cat "$f"; done >"$OUT/tests.log"
 { cat /tmp/up.log /tmp/up2.log; for f in /tmp/uplogs/* /tmp/uplogs2/* /tmp/dn0.log /tmp/dn1.log /tmp/pn.log /tmp/rn.log /tmp/serve_cuda.log /tmp/serve_tp2.log /tmp/serve_pp2.log; do echo "=== $f"; tail -40 "$f"; done; } >"$OUT/e2e.log"
 date -u
