@@ -19,6 +19,12 @@
 
 namespace pdserve::server {
 
+static bool carries_body(const httplib::Request& req) {
+  if (req.get_header_value("Transfer-Encoding").find("chunked") != std::string::npos) return true;
+  const std::string n = req.get_header_value("Content-Length");
+  return !n.empty() && n != "0";
+}
+
 // A draining decode refuses before parsing the request; its prefill half must still hear of
 // it (or it waits out the bootstrap timeout on a target that never comes).
 void refuse_room(disagg::DecodeCoordinator& decode, const std::string& body, const std::string& why) {
@@ -159,6 +165,27 @@ void HttpServer::abort_all() {
   if (prefill_) prefill_->stop();  // wakes requests still waiting for decode's target
 }
 
+bool HttpServer::refused(const httplib::Request& req, httplib::Response& res) {
+  const bool work = req.path.rfind("/v1/", 0) == 0 || req.path == "/health_generate";
+  if (drain_->draining.load() && work) {
+    if (decode_) refuse_room(*decode_, req.body, "it is draining");
+    send_error(res, draining_error());
+    return true;
+  }
+  if (nodes_ && work) {
+    // An instance that lost a node refuses new work with the reason (node_serving.h).
+    if (Status lost = engine_->group().health(); !lost.is_ok()) {
+      if (decode_) refuse_room(*decode_, req.body, lost.message());  // its prefill half frees the room now
+      send_error(res, ApiError{503, lost.message(), "server_error", "", "instance_lost_a_node"});
+      return true;
+    }
+  }
+  if (cfg_.api_key.empty() || req.path.rfind("/v1/", 0) != 0) return false;
+  if (req.get_header_value("Authorization") == "Bearer " + cfg_.api_key) return false;
+  send_error(res, unauthorized_error());
+  return true;
+}
+
 void HttpServer::install_routes() {
   httplib::Server& h = *http_;
   const size_t threads = static_cast<size_t>(cfg_.resolved_http_threads());
@@ -167,24 +194,13 @@ void HttpServer::install_routes() {
   // proper 413 error object (httplib's own refusal has no body).
   h.set_payload_max_length(static_cast<size_t>(cfg_.max_body_bytes) * 4 + (1 << 20));
 
+  // httplib runs this before it reads a request's body: answering a request that carries one
+  // here would leave the body unread on a kept-alive connection, to be parsed as the next
+  // request (a bogus 400/414 for whoever sends next on it), and would refuse without the
+  // body's bootstrap room. Such requests are refused by their handlers instead.
   h.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
-    if (drain_->draining.load() && (req.path.rfind("/v1/", 0) == 0 || req.path == "/health_generate")) {
-      if (decode_) refuse_room(*decode_, req.body, "it is draining");
-      send_error(res, draining_error());
-      return httplib::Server::HandlerResponse::Handled;
-    }
-    if (nodes_ && (req.path.rfind("/v1/", 0) == 0 || req.path == "/health_generate")) {
-      // An instance that lost a node refuses new work with the reason (node_serving.h).
-      if (Status lost = engine_->group().health(); !lost.is_ok()) {
-        if (decode_) refuse_room(*decode_, req.body, lost.message());  // its prefill half frees the room now
-        send_error(res, ApiError{503, lost.message(), "server_error", "", "instance_lost_a_node"});
-        return httplib::Server::HandlerResponse::Handled;
-      }
-    }
-    if (cfg_.api_key.empty() || req.path.rfind("/v1/", 0) != 0) return httplib::Server::HandlerResponse::Unhandled;
-    if (req.get_header_value("Authorization") == "Bearer " + cfg_.api_key) return httplib::Server::HandlerResponse::Unhandled;
-    send_error(res, unauthorized_error());
-    return httplib::Server::HandlerResponse::Handled;
+    if (carries_body(req)) return httplib::Server::HandlerResponse::Unhandled;
+    return refused(req, res) ? httplib::Server::HandlerResponse::Handled : httplib::Server::HandlerResponse::Unhandled;
   });
   h.set_error_handler([this](const httplib::Request& req, httplib::Response& res) {
     if (!res.body.empty()) return;
@@ -204,11 +220,11 @@ void HttpServer::install_routes() {
   });
 
   auto ctx = std::make_shared<HandlerContext>(HandlerContext{cfg_, *engine_, *tok_, prefill_.get(), decode_.get(), drain_.get()});
-  h.Post("/v1/completions", [ctx](const httplib::Request& req, httplib::Response& res) {
-    handle_generate(*ctx, ApiKind::kCompletion, req, res);
+  h.Post("/v1/completions", [this, ctx](const httplib::Request& req, httplib::Response& res) {
+    if (!refused(req, res)) handle_generate(*ctx, ApiKind::kCompletion, req, res);
   });
-  h.Post("/v1/chat/completions", [ctx](const httplib::Request& req, httplib::Response& res) {
-    handle_generate(*ctx, ApiKind::kChat, req, res);
+  h.Post("/v1/chat/completions", [this, ctx](const httplib::Request& req, httplib::Response& res) {
+    if (!refused(req, res)) handle_generate(*ctx, ApiKind::kChat, req, res);
   });
   h.Get("/v1/models", [this](const httplib::Request&, httplib::Response& res) {
     Json m = {{"id", cfg_.served_model_name}, {"object", "model"}, {"created", 0}, {"owned_by", "pdserve"},

@@ -119,6 +119,34 @@ TEST(ServerBadInput, ApiKeyIsRequiredOnV1Routes) {
   EXPECT_EQ(s.get("/health").first, 200);  // health stays open for load balancers
 }
 
+// A refusal must consume the request's body: on a kept-alive connection an unread body would
+// be parsed as the next request (httplib decides refusals before it reads bodies).
+TEST(ServerBadInput, ARefusedRequestLeavesItsKeptAliveConnectionUsable) {
+  ServeConfig cfg = tiny_config();
+  cfg.api_key = "sekrit";
+  LiveServer s(cfg);
+  httplib::Client c("127.0.0.1", s.port());
+  c.set_keep_alive(true);
+  c.set_read_timeout(60, 0);
+  const std::string big = R"({"prompt": ")" + std::string(64 * 1024, 'a') + R"(", "max_tokens": 2})";
+  for (int round = 0; round < 2; ++round) {
+    auto refused = c.Post("/v1/completions", {{"Authorization", "Bearer wrong"}}, big, "application/json");
+    ASSERT_TRUE(refused) << "round " << round;
+    EXPECT_EQ(refused->status, 401) << refused->body;
+    auto ok = c.Post("/v1/completions", {{"Authorization", "Bearer sekrit"}}, R"({"prompt": "hi", "max_tokens": 2})",
+                     "application/json");
+    ASSERT_TRUE(ok) << "round " << round;
+    EXPECT_EQ(ok->status, 200) << "the request after a refused one on the same connection: " << ok->body;
+    auto models = c.Get("/v1/models", {{"Authorization", "Bearer sekrit"}});
+    ASSERT_TRUE(models);
+    EXPECT_EQ(models->status, 200) << models->body;
+  }
+  // Refusals without a body are still answered before routing, unknown routes included.
+  auto unknown = c.Get("/v1/nothing-here");
+  ASSERT_TRUE(unknown);
+  EXPECT_EQ(unknown->status, 401);
+}
+
 TEST(ServerBadInput, ConfigValidationNamesTheField) {
   ServeConfig cfg = tiny_config();
   cfg.port = 70000;

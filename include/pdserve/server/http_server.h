@@ -21,6 +21,8 @@
 
 namespace httplib {
 class Server;
+struct Request;
+struct Response;
 }
 
 namespace pdserve::server {
@@ -72,6 +74,9 @@ class HttpServer {
  private:
   HttpServer() = default;
   void install_routes();
+  // Answers a /v1 (or /health_generate) request that this server refuses before any work:
+  // draining, an instance that lost a node, a missing API key. True when it answered.
+  bool refused(const httplib::Request& req, httplib::Response& res);
 
   ServeConfig cfg_;
   std::shared_ptr<const tokenizer::Tokenizer> tok_;
