@@ -5,12 +5,31 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <type_traits>
 
+#include "moe/moe_activation.cuh"
 #include "moe/moe_decode.h"
 #include "moe/moe_prefill.h"
 #include "pdserve/core/status.h"
 
 namespace pdserve::cuda::moe_prefill_detail {
+
+// The two launches of one prefill MLP, whatever the main loop: gate/up fused with the
+// activation (x -> act), then down (act -> out), each instantiated for the scale layout its
+// weights carry. `launch` is a generic lambda called as launch(kGated, kWide, a, b, x, act,
+// out, fn) with the two flags as std::bool_constant tags (CUDA builds as C++17 here).
+template <class Launch>
+Status run_gate_up_then_down(const MoeDecodeWeights& w, const uint16_t* x_sorted, uint16_t* act, float* out_sorted,
+                             const Launch& launch) {
+  const MoeAct fn{w.activation, w.situ_beta, w.situ_linear_beta};
+  constexpr std::true_type gated{}, wide{};
+  constexpr std::false_type down{}, narrow{};
+  const Status up = w.w1.wide_scales || w.w3.wide_scales ? launch(gated, wide, w.w1, w.w3, x_sorted, act, nullptr, fn)
+                                                         : launch(gated, narrow, w.w1, w.w3, x_sorted, act, nullptr, fn);
+  PDS_RETURN_IF_ERROR(up);
+  return w.w2.wide_scales ? launch(down, wide, w.w2, w.w2, act, nullptr, out_sorted, fn)
+                          : launch(down, narrow, w.w2, w.w2, act, nullptr, out_sorted, fn);
+}
 
 // Gate/up + activation, then down, with wgmma (`kernel`: one of the kWgmma* loops); x_sorted
 // in wgmma_k_position order, act written (and read) in it too. `queue`: the tile queue's two

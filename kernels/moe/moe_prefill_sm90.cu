@@ -282,13 +282,12 @@ Status moe_expert_mlp_prefill(const MoeDecodeWeights& w, const int32_t* offsets,
   const MoePrefillKernel chosen = moe_prefill_choice(kernel);
   if (chosen != MoePrefillKernel::kMmaSync)
     return expert_mlp_prefill_wgmma(w, offsets, local_experts, capacity, x_sorted, act, out_sorted, queue, chosen, stream);
-  const MoeAct fn{w.activation, w.situ_beta, w.situ_linear_beta};
-  const bool wide_up = w.w1.wide_scales || w.w3.wide_scales;
-  const Status up = wide_up ? launch<true, true>(w.w1, w.w3, offsets, local_experts, capacity, x_sorted, act, nullptr, fn, queue, stream)
-                            : launch<true, false>(w.w1, w.w3, offsets, local_experts, capacity, x_sorted, act, nullptr, fn, queue, stream);
-  PDS_RETURN_IF_ERROR(up);
-  return w.w2.wide_scales ? launch<false, true>(w.w2, w.w2, offsets, local_experts, capacity, act, nullptr, out_sorted, fn, queue, stream)
-                          : launch<false, false>(w.w2, w.w2, offsets, local_experts, capacity, act, nullptr, out_sorted, fn, queue, stream);
+  return moe_prefill_detail::run_gate_up_then_down(
+      w, x_sorted, act, out_sorted,
+      [&](auto gated, auto wide, const Mxfp4Decode& a, const Mxfp4Decode& b, const uint16_t* x, uint16_t* act_out, float* out,
+          const MoeAct& fn) {
+        return launch<decltype(gated)::value, decltype(wide)::value>(a, b, offsets, local_experts, capacity, x, act_out, out, fn, queue, stream);
+      });
 }
 
 }  // namespace pdserve::cuda

@@ -310,13 +310,12 @@ Status launch(const Mxfp4Decode& a, const Mxfp4Decode& b, const int32_t* offsets
 template <int kForm>
 Status run_both(const MoeDecodeWeights& w, const int32_t* offsets, int64_t experts, int64_t capacity, const uint16_t* x_sorted,
                 uint16_t* act, float* out_sorted, TileQueue* queue, cudaStream_t stream) {
-  const MoeAct fn{w.activation, w.situ_beta, w.situ_linear_beta};
-  const bool wide_up = w.w1.wide_scales || w.w3.wide_scales;
-  const Status up = wide_up ? launch<kForm, true, true>(w.w1, w.w3, offsets, experts, capacity, x_sorted, act, nullptr, fn, queue, stream)
-                            : launch<kForm, true, false>(w.w1, w.w3, offsets, experts, capacity, x_sorted, act, nullptr, fn, queue, stream);
-  PDS_RETURN_IF_ERROR(up);
-  return w.w2.wide_scales ? launch<kForm, false, true>(w.w2, w.w2, offsets, experts, capacity, act, nullptr, out_sorted, fn, queue, stream)
-                          : launch<kForm, false, false>(w.w2, w.w2, offsets, experts, capacity, act, nullptr, out_sorted, fn, queue, stream);
+  return run_gate_up_then_down(
+      w, x_sorted, act, out_sorted,
+      [&](auto gated, auto wide, const Mxfp4Decode& a, const Mxfp4Decode& b, const uint16_t* x, uint16_t* act_out, float* out,
+          const MoeAct& fn) {
+        return launch<kForm, decltype(gated)::value, decltype(wide)::value>(a, b, offsets, experts, capacity, x, act_out, out, fn, queue, stream);
+      });
 }
 
 }  // namespace
