@@ -7,13 +7,41 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <httplib.h>
+
 #include <chrono>
 #include <cstdlib>
+#include <functional>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 namespace pdserve::server::testing {
+
+// Polls `cond` every 10 ms for up to `ms` milliseconds; true once it held.
+inline bool wait_for(const std::function<bool()>& cond, int ms = 60000) {
+  for (int i = 0; i < ms / 10; ++i) {
+    if (cond()) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return false;
+}
+
+// One call to a server in another process on 127.0.0.1: (status, body), or (-1, "") without
+// an answer within 300 s.
+inline std::pair<int, std::string> http_get(int port, const std::string& path) {
+  httplib::Client c("127.0.0.1", port);
+  c.set_read_timeout(300, 0);
+  auto r = c.Get(path.c_str());
+  return r ? std::make_pair(r->status, r->body) : std::make_pair(-1, std::string());
+}
+inline std::pair<int, std::string> http_post(int port, const std::string& body, const std::string& path = "/v1/completions") {
+  httplib::Client c("127.0.0.1", port);
+  c.set_read_timeout(300, 0);
+  auto r = c.Post(path.c_str(), body, "application/json");
+  return r ? std::make_pair(r->status, r->body) : std::make_pair(-1, std::string());
+}
 
 // `pdserve <args>` as a child process, for tests that kill a server for real (SIGKILL).
 class ChildServer {

@@ -35,14 +35,6 @@ struct LiveClient {
   }
 };
 
-bool wait_for(const std::function<bool()>& cond, int ms = 10000) {
-  for (int i = 0; i < ms / 10; ++i) {
-    if (cond()) return true;
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
-  return false;
-}
-
 TEST(Drain, SigtermFinishesInFlightRefusesNewAndExitsZero) {
   ChildServer srv(serve_args("120"));
   ASSERT_GT(srv.port(), 0) << srv.log();

@@ -55,28 +55,6 @@ struct TwoNodeDecode : TwoNodes {
       : TwoNodes("decode", tp, follower_role, timeout_s) {}
 };
 
-std::pair<int, std::string> http_get(int port, const std::string& path) {
-  httplib::Client c("127.0.0.1", port);
-  c.set_read_timeout(300, 0);
-  auto r = c.Get(path.c_str());
-  return r ? std::make_pair(r->status, r->body) : std::make_pair(-1, std::string());
-}
-
-std::pair<int, std::string> http_post(int port, const std::string& body) {
-  httplib::Client c("127.0.0.1", port);
-  c.set_read_timeout(300, 0);
-  auto r = c.Post("/v1/completions", body, "application/json");
-  return r ? std::make_pair(r->status, r->body) : std::make_pair(-1, std::string());
-}
-
-bool wait_for(const std::function<bool()>& cond, int ms = 60000) {
-  for (int i = 0; i < ms / 10; ++i) {
-    if (cond()) return true;
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
-  return false;
-}
-
 // A PD router in this process over one prefill and one decode.
 std::unique_ptr<router::Router> pd_router(int prefill_port, int bootstrap_port, int decode_port) {
   router::RouterConfig c;

@@ -48,27 +48,9 @@ struct TwoNodes {
 
 struct Client {
   int port;
-  std::pair<int, std::string> get(const std::string& path) const {
-    httplib::Client c("127.0.0.1", port);
-    c.set_read_timeout(300, 0);
-    auto r = c.Get(path.c_str());
-    return r ? std::make_pair(r->status, r->body) : std::make_pair(-1, std::string());
-  }
-  std::pair<int, std::string> post(const std::string& body) const {
-    httplib::Client c("127.0.0.1", port);
-    c.set_read_timeout(300, 0);
-    auto r = c.Post("/v1/completions", body, "application/json");
-    return r ? std::make_pair(r->status, r->body) : std::make_pair(-1, std::string());
-  }
+  std::pair<int, std::string> get(const std::string& path) const { return http_get(port, path); }
+  std::pair<int, std::string> post(const std::string& body) const { return http_post(port, body); }
 };
-
-bool wait_for(const std::function<bool()>& cond, int ms = 60000) {
-  for (int i = 0; i < ms / 10; ++i) {
-    if (cond()) return true;
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
-  return false;
-}
 
 const std::vector<std::string> kPrompts = {"Hello", "The quick brown fox", "1, 2, 3,"};
 
