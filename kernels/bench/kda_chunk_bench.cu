@@ -6,11 +6,14 @@
 // 5 C^2 D + 6 C D^2 per chunk and head (C = 64). Median of 20 timed calls after 3 warm-ups;
 // then the intra-chunk, state-passing and (output in its own pass) output kernels timed alone
 // (where the time goes).
+//   kda_chunk_bench --packed [picks]: bf16 mode's fp32 vs packed bf16 workspace, plain and
+//   pipelined, then the launcher's picks (with "picks": the former default and the picks only).
 //   kda_chunk_bench --pipeline: plain vs the pipelined schedule (4 and 8 blocks) at those shapes,
 //   every precision (the launcher's pick of the output place), with the grids.
-//   kda_chunk_bench [T H state_tile math state_buffers output warps blocks]   (math 0: tf32, 1: 3xTF32,
+//   kda_chunk_bench [T H state_tile math state_buffers output warps blocks ws]   (math 0: tf32, 1: 3xTF32,
 //   2: bf16; output 1: in the state kernel, 2: its own pass; warps of the in-state kernel, 8 or
-//   16; blocks: pipelined block counts to time beside the plain schedule, e.g. 4,8; no
+//   16; blocks: pipelined block counts to time beside the plain schedule, e.g. 4,8; ws: bf16
+//   mode's workspace, 0 pick, 1 fp32, 2 packed bf16; no
 //   arguments: the issue's shapes (T 16K / 64K, H 32 / 24), every precision, the output in the
 //   state kernel (8 and 16 warps) and in its own pass at tile 32 with two buffers;
 //   kda_chunk_bench --accuracy DIR: ours and fla's error on the inputs kda_chunk_fla.py dumped;
@@ -21,6 +24,7 @@
 #include <cstring>
 #include <fstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "bench/bench_util.h"
@@ -56,7 +60,7 @@ DeviceBuffer<float> random_buffer(int64_t n, uint32_t seed, int kind) {
 const char* math_name(kda_chunk::Math m) { return m == kda_chunk::kBf16 ? "bf16  " : m == kda_chunk::k3xTf32 ? "3xtf32" : "tf32  "; }
 
 void run_shape(int64_t T, int64_t H, int tile, kda_chunk::Math math, int buffers, int output, int warps = 8,
-               const std::vector<int>& pipeline = {}) {
+               const std::vector<int>& pipeline = {}, int bf16_ws = 0) {
   const int64_t D = 128, n = T * H * D;
   DeviceBuffer<float> q = random_buffer(n, 1, 0), k = random_buffer(n, 2, 0), v = random_buffer(n, 3, 0);
   DeviceBuffer<float> g = random_buffer(n, 4, 1), beta = random_buffer(T * H, 5, 2), o(n);
@@ -72,7 +76,10 @@ void run_shape(int64_t T, int64_t H, int tile, kda_chunk::Math math, int buffers
   a.state = state.get(), a.slot_stride = H * D * D, a.layer_offset = 0;
   a.workspace = ws.get(), a.workspace_bytes = ws.size(), a.state_tile = tile;
   a.precise = math == kda_chunk::k3xTf32, a.bf16 = math == kda_chunk::kBf16, a.state_buffers = buffers, a.output = static_cast<KdaChunkOutput>(output);
-  a.state_warps = warps;
+  a.state_warps = warps, a.bf16_workspace = bf16_ws;
+  // The launcher's workspace format (kda_chunk.cpp), for the kernels timed alone below.
+  const bool packed = math == kda_chunk::kBf16 && output != 2 && !(warps == 16 && (tile ? tile : 32) >= 32) &&
+                      (bf16_ws == 0 ? kKdaChunkPackBf16 : bf16_ws == 2);
   const double us = bench::median_us([&](int) { check(kda_chunk_prefill(a, nullptr), "kda_chunk_prefill"); });
   check(cuda_status(cudaDeviceSynchronize(), "sync"), "sync");
   // The pipelined schedule (KdaChunkArgs::pipeline_blocks) on the same buffers, and the grids
@@ -97,7 +104,7 @@ void run_shape(int64_t T, int64_t H, int tile, kda_chunk::Math math, int buffers
   const int vt = tile ? tile : 32;
   const double us_intra = bench::median_us([&](int) {
     check(cuda_status(kda_chunk_intra_launch(128, math, a.q, a.k, a.v, a.g, a.beta, H,
-                                             dchunks.get(), nch, inter.get(), nullptr),
+                                             dchunks.get(), nch, inter.get(), nullptr, packed),
                       "intra"),
           "intra");
   });
@@ -109,7 +116,7 @@ void run_shape(int64_t T, int64_t H, int tile, kda_chunk::Math math, int buffers
       check(cuda_status(kda_chunk_state_split_launch(128, vt, math, buffers != 1, inter.get(), H, dseq.get(), 1, a.state, 0, nullptr), "state"),
             "state");
     else
-      check(cuda_status(kda_chunk_state_launch(128, vt, warps == 16 && vt >= 32 ? 16 : 8, math, buffers != 1, inter.get(), H, dseq.get(), 1, a.state, 0, a.o, nullptr), "state"),
+      check(cuda_status(kda_chunk_state_launch(128, vt, warps == 16 && vt >= 32 ? 16 : 8, math, buffers != 1, inter.get(), H, dseq.get(), 1, a.state, 0, a.o, nullptr, packed), "state"),
             "state");
   });
   const double us_out = !separate ? 0.0 : bench::median_us([&](int) {
@@ -119,8 +126,8 @@ void run_shape(int64_t T, int64_t H, int tile, kda_chunk::Math math, int buffers
   const double flops = chunks * (5 * C * C * D + 6 * C * D * D);
   const double bytes = 4.0 * (5.0 * n + T * H + 2.0 * H * D * D);
   const double floor_us = std::max(bytes / bench::g_bw, flops / bench::g_flops) * 1e6;
-  std::printf("chunk %s %s w%-2d buf=%d T=%6ld H=%2ld D=%ld tile=%2d  %9.1f us (intra %8.1f, state %8.1f, output %7.1f)  floor %7.1f us (%s)  x%.2f floor  %6.1f TF/s  %6.0f GB/s  ws %.0f MB\n",
-              math_name(math), separate ? "sep" : "ins", separate ? 8 : warps, buffers, static_cast<long>(T), static_cast<long>(H), static_cast<long>(D), tile, us, us_intra, us_state, us_out, floor_us,
+  std::printf("chunk %s %s %s w%-2d buf=%d T=%6ld H=%2ld D=%ld tile=%2d  %9.1f us (intra %8.1f, state %8.1f, output %7.1f)  floor %7.1f us (%s)  x%.2f floor  %6.1f TF/s  %6.0f GB/s  ws %.0f MB\n",
+              math_name(math), packed ? "ws16" : "ws32", separate ? "sep" : "ins", separate ? 8 : warps, buffers, static_cast<long>(T), static_cast<long>(H), static_cast<long>(D), tile, us, us_intra, us_state, us_out, floor_us,
               bytes / bench::g_bw > flops / bench::g_flops ? "bytes" : "flops", us / floor_us, flops / us * 1e-6, bytes / us * 1e-3,
               ws.size() / 1e6);
   if (!pipeline.empty()) {
@@ -206,18 +213,20 @@ void accuracy(const std::string& dir) {
   const int64_t cu[2] = {0, T};
   const int32_t slot = 0;
   DeviceBuffer<uint8_t> ws(kda_chunk_workspace_bytes(H, D, kda_chunk_count(cu, 1)));
-  for (kda_chunk::Math m : {kda_chunk::k3xTf32, kda_chunk::kTf32, kda_chunk::kBf16}) {
+  const std::pair<kda_chunk::Math, int> modes[] = {{kda_chunk::k3xTf32, 0}, {kda_chunk::kTf32, 0}, {kda_chunk::kBf16, 1}, {kda_chunk::kBf16, 2}};
+  for (const auto& [m, ws_format] : modes) {
     check(cudaMemcpy(dst.get(), h0.data(), ns * 4, cudaMemcpyHostToDevice), "up");
     KdaChunkArgs a;
     a.q = dq.get(), a.k = dk.get(), a.v = dv.get(), a.g = dg.get(), a.beta = db.get(), a.o = dout.get();
     a.heads = H, a.head_dim = D, a.num_seqs = 1, a.cu_seqlens = cu, a.slots = &slot;
     a.state = dst.get(), a.slot_stride = int64_t(ns), a.workspace = ws.get(), a.workspace_bytes = ws.size();
     a.precise = m == kda_chunk::k3xTf32, a.bf16 = m == kda_chunk::kBf16;
+    a.bf16_workspace = ws_format;
     check(kda_chunk_prefill(a, nullptr), "kda_chunk_prefill");
     std::vector<float> o(n), st(ns);
     check(cudaMemcpy(o.data(), dout.get(), n * 4, cudaMemcpyDeviceToHost), "down");
     check(cudaMemcpy(st.data(), dst.get(), ns * 4, cudaMemcpyDeviceToHost), "down");
-    std::printf("  ours %s                   output %.2e  state %.2e\n", math_name(m), nerr(o, ref_o), nerr(st, ref_s));
+    std::printf("  ours %s %s              output %.2e  state %.2e\n", math_name(m), m != kda_chunk::kBf16 ? "    " : ws_format == 2 ? "ws16" : "ws32", nerr(o, ref_o), nerr(st, ref_s));
   }
 }
 
@@ -250,11 +259,31 @@ int main(int argc, char** argv) {
       for (const auto& sh : shapes) run_shape(sh[0], sh[1], 0, m, 0, m == kda_chunk::k3xTf32 && sh[1] == 24 ? 2 : 1, 8, {4, 8});
     return 0;
   }
+  if ((argc == 2 || argc == 3) && std::strcmp(argv[1], "--packed") == 0) {
+    // bf16 mode, output in the state kernel, tile 32: the fp32 workspace (the former default,
+    // two buffers) vs the packed bf16 one (two and one buffers), plain and pipelined; the
+    // separate output single-buffered (the configuration that fit beside the intra kernel before).
+    // Then the launcher's picks (tile, buffers, output place, workspace) plain and pipelined.
+    const int64_t shapes[][2] = {{16384, 32}, {65536, 32}, {16384, 24}, {65536, 24}};
+    const bool all = argc == 2;
+    for (const auto& sh : shapes) {
+      if (all) {
+        run_shape(sh[0], sh[1], 32, kda_chunk::kBf16, 2, 1, 8, {4, 8}, 1);
+        run_shape(sh[0], sh[1], 32, kda_chunk::kBf16, 2, 1, 8, {4, 8}, 2);
+        run_shape(sh[0], sh[1], 32, kda_chunk::kBf16, 1, 1, 8, {4, 8, 16}, 2);
+        if (sh[0] == 16384 && sh[1] == 32) run_shape(sh[0], sh[1], 32, kda_chunk::kBf16, 1, 2, 8, {4, 8});
+      } else {
+        run_shape(sh[0], sh[1], 32, kda_chunk::kBf16, 2, 1, 8, {}, 1);  // the former default (plain)
+      }
+      run_shape(sh[0], sh[1], 0, kda_chunk::kBf16, 0, 0, 8, {2, 4, 6, 8}, 0);
+    }
+    return 0;
+  }
   if (argc >= 3) {
     run_shape(std::atol(argv[1]), std::atol(argv[2]), argc > 3 ? std::atoi(argv[3]) : 0,
               static_cast<kda_chunk::Math>(argc > 4 ? std::atoi(argv[4]) : 1),
               argc > 5 ? std::atoi(argv[5]) : 0, argc > 6 ? std::atoi(argv[6]) : 0, argc > 7 ? std::atoi(argv[7]) : 8,
-              argc > 8 ? block_counts(argv[8]) : std::vector<int>{});
+              argc > 8 ? block_counts(argv[8]) : std::vector<int>{}, argc > 9 ? std::atoi(argv[9]) : 0);
     return 0;
   }
   // Per precision and shape: the output in the state kernel (the default), then in its own

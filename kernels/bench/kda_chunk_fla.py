@@ -13,7 +13,8 @@ With --dump DIR the accuracy step runs after the first shape and writes its fp32
 final state to DIR (raw float32; meta.txt holds T H D), for `kda_chunk_bench --accuracy DIR`
 to put ours and fla's against the same fp32 CPU reference in the same run; the timings then
 take bf16 safe_gate only, at the bench's shapes (T 16K / 64K, H 32 / 24), after an untimed
-compile at the first; with FLA_GATE=FILE they wait for FILE (one GPU shared with our bench).
+compile at the first; with FLA_GATE=FILE they wait for FILE (one GPU shared with our bench);
+FLA_SHAPES="TxH,..." picks the shapes, FLA_ACC=0 skips the accuracy step.
 """
 import os
 import sys
@@ -96,6 +97,8 @@ def main():
         D = 128
         print(f"fla chunk_kda forward, D={D}, chunk 64, initial + final state ([V][K] fp32); bf16 safe_gate", flush=True)
         shapes = ((16384, 32), (65536, 32), (16384, 24), (65536, 24))
+        if os.environ.get("FLA_SHAPES"):  # e.g. "16384x24,65536x24": each new H compiles anew (~100 s)
+            shapes = tuple(tuple(int(x) for x in s.split("x")) for s in os.environ["FLA_SHAPES"].split(","))
 
         def run_for(T, H):
             q, k, v, g, beta, h0 = inputs(T, H, D, torch.bfloat16)
@@ -108,7 +111,8 @@ def main():
         torch.cuda.empty_cache()
         print("fla compiled", flush=True)
         try:
-            accuracy(D, sys.argv[2])
+            if os.environ.get("FLA_ACC", "1") != "0":  # FLA_ACC=0: timings only
+                accuracy(D, sys.argv[2])
         except Exception as e:  # say so and go on to the timings
             print(f"fla accuracy failed: {type(e).__name__}: {e}"[:300], flush=True)
         gate = os.environ.get("FLA_GATE")  # one GPU shared with our bench: time only once it is done

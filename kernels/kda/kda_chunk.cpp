@@ -93,6 +93,7 @@ Status kda_chunk_prefill(const KdaChunkArgs& a, cudaStream_t stream) {
   if (a.state_warps != 0 && a.state_warps != 8 && a.state_warps != 16) return invalid_argument("kda_chunk_prefill: state_warps must be 0, 8 or 16");
   if (a.output != KdaChunkOutput::kPick && a.output != KdaChunkOutput::kInState && a.output != KdaChunkOutput::kSeparate)
     return invalid_argument("kda_chunk_prefill: bad output mode");
+  if (a.bf16_workspace < 0 || a.bf16_workspace > 2) return invalid_argument("kda_chunk_prefill: bf16_workspace must be 0, 1 or 2");
   if (a.pipeline_blocks < 0 || a.pipeline_blocks > kKdaChunkMaxPipelineBlocks)
     return invalid_argument("kda_chunk_prefill: pipeline_blocks must be 0 .. 64");
   if (H <= 0 || H > 65535 || a.num_seqs < 0) return invalid_argument("kda_chunk_prefill: bad head or sequence count");
@@ -185,7 +186,6 @@ Status kda_chunk_prefill(const KdaChunkArgs& a, cudaStream_t stream) {
                                     "kda_chunk_prefill: sequence table"));
   }
   const kda_chunk::Math math = a.bf16 ? kda_chunk::kBf16 : a.precise ? kda_chunk::k3xTf32 : kda_chunk::kTf32;
-  const bool double_buffer = a.state_buffers == 0 ? kKdaChunkStateDoubleBuffer : a.state_buffers == 2;
   for (const Pass& p : passes) {
     const ChunkJob* cj = chunk_table + p.chunk0;
     const SeqJob* sj = seq_table + p.seq0;
@@ -197,16 +197,22 @@ Status kda_chunk_prefill(const KdaChunkArgs& a, cudaStream_t stream) {
     const bool separate = a.output == KdaChunkOutput::kPick ? separate_output_pays(math == kda_chunk::k3xTf32, D, H, p.chunks, p.serial)
                                                             : a.output == KdaChunkOutput::kSeparate;
     const int warps = a.state_warps == 16 && D == 128 && vt >= 32 ? 16 : 8;
+    const bool packed = math == kda_chunk::kBf16 && !separate && warps == 8 &&
+                        (a.bf16_workspace == 0 ? kKdaChunkPackBf16 : a.bf16_workspace == 2);
+    // Picked buffering: two, except the packed state kernel pipelined: single-buffered (97.5 KB
+    // at D = 128) it leaves room for an intra CTA on its SM, which paid 4-8% over two buffers
+    // pipelined; plain, one and two buffers were within 1.5% (docs/perf.md "Packed bf16 workspace").
+    const bool double_buffer = a.state_buffers == 0 ? kKdaChunkStateDoubleBuffer && !(packed && p.blocks > 1) : a.state_buffers == 2;
     auto intra = [&](int64_t c0, int64_t n, cudaStream_t s) {
       return cuda_status(kda_chunk_intra_launch(static_cast<int>(D), math, a.q, a.k, a.v, a.g, a.beta, H, cj + c0, n,
-                                                inter + c0 * H * chunk_floats(D), s),
+                                                inter + c0 * H * chunk_floats(D), s, packed),
                          "kda_chunk_intra");
     };
     auto state = [&](const SeqJob* jobs, int64_t n, cudaStream_t s) {
       if (separate)
         return cuda_status(kda_chunk_state_split_launch(static_cast<int>(D), vt, math, double_buffer, inter, H, jobs, n, a.state, a.layer_offset, s),
                            "kda_chunk_state (separate output)");
-      return cuda_status(kda_chunk_state_launch(static_cast<int>(D), vt, warps, math, double_buffer, inter, H, jobs, n, a.state, a.layer_offset, a.o, s),
+      return cuda_status(kda_chunk_state_launch(static_cast<int>(D), vt, warps, math, double_buffer, inter, H, jobs, n, a.state, a.layer_offset, a.o, s, packed),
                          "kda_chunk_state");
     };
     auto output = [&](cudaStream_t s) {

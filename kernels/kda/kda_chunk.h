@@ -59,7 +59,8 @@ struct KdaChunkArgs {
   size_t workspace_bytes = 0;           // >= kda_chunk_workspace_bytes(heads, head_dim, 1)
   int state_tile = 0;                   // value rows per state-passing block: 16, 32, 64 (0: pick)
   // Buffers for each chunk's w, qg in the state-passing block: 1, 2 (prefetch a chunk further
-  // ahead; falls back to 1 where shared memory is short: D = 128 at tile 64) or 0: pick.
+  // ahead; falls back to 1 where shared memory is short: D = 128 at tile 64) or 0: pick (2,
+  // except 1 for the packed bf16 workspace's state kernel when pipelined: room for an intra CTA).
   int state_buffers = 0;
   // Warps of the in-state serial kernel (the output in the state kernel): 8, 16 (twice the
   // warps an SM to hide its latency chain; used at D = 128 with state tiles 32 / 64, else 8)
@@ -74,6 +75,13 @@ struct KdaChunkArgs {
   // never the backend's default (docs/perf.md "bf16 mode").
   bool bf16 = false;
   KdaChunkOutput output = KdaChunkOutput::kPick;
+  // bf16 mode with the output in the 8-warp state kernel: the intra kernel's w, qg, Aqk, kg in
+  // bf16 in the workspace (half its writes; the state kernel stages them as they are, in 97.5
+  // KB instead of 157.5 KB of shared memory at D = 128, tile 32, one buffer: an intra CTA fits
+  // beside it). The same bf16 operands as the fp32 workspace, summed in another k order
+  // (docs/perf.md "Packed bf16 workspace"). 0: pick (kKdaChunkPackBf16), 1: fp32 workspace, 2:
+  // packed. Other modes ignore it.
+  int bf16_workspace = 0;
   // true: the workspace already holds this batch's job tables, uploaded by an earlier call on
   // this stream with the same cu_seqlens, slots, slot_stride, heads, head_dim and workspace
   // (pointer and bytes); only layer_offset (and the tensors) may differ. Skips the uploads.
@@ -92,6 +100,8 @@ struct KdaChunkArgs {
 };
 
 inline constexpr int kKdaChunkMaxPipelineBlocks = 64;
+// bf16_workspace's pick (docs/perf.md "Packed bf16 workspace").
+inline constexpr bool kKdaChunkPackBf16 = true;
 // First chunk of block b when `chunks` chunks split into `blocks` near-equal blocks (b == blocks:
 // chunks); the pipelined schedule's split, here for its tests.
 inline int64_t kda_chunk_pipeline_block_start(int64_t chunks, int64_t blocks, int64_t b) { return chunks * b / blocks; }

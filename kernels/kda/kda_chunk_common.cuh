@@ -41,6 +41,12 @@ struct SeqJob {
 //   u   becomes v_new = u - w S^T in place (each state block overwrites its own columns)
 //   s   [D][D]  S^T at the chunk's start (row = key channel, column = value row)
 // G is the cumulative log decay inside the chunk (G_i = g_0 + ... + g_i).
+// Packed bf16 workspace (bf16 math, output in the state kernel; `packed` in the launchers): w,
+// qg, aqk as bf16 [rows][k] and kg transposed as bf16 [D][C] (key channel, token), each in
+// the first half of its fp32 region, so every 32-bit word holds an mma A fragment's k pair
+// (2 tig, 2 tig + 1) and the state kernel stages them as they are, in half the shared memory;
+// u, gl stay fp32 (v_new = u - w S^T subtracts in fp32). The B operands then pair k the same
+// way (FragB from rows k + 2 tig, k + 2 tig + 1).
 template <int D>
 struct Layout {
   static constexpr int64_t w = 0, u = C * D, qg = 2 * C * D, kg = 3 * C * D, aqk = 4 * C * D, gl = 4 * C * D + C * C;
@@ -104,12 +110,21 @@ template <>
 struct FragA<kBf16> {
   uint32_t r[2];  // row gid: (k tig, k tig+4); row gid+8: the same
   __device__ __forceinline__ FragA(float a0, float a1, float a2, float a3) { r[0] = bf16x2(a0, a2), r[1] = bf16x2(a1, a3); }
+  // Already-packed pairs (rows gid, gid+8), e.g. 32-bit words of a bf16 row-major array: the
+  // packed workspace (Layout) pairs k = 2 tig, 2 tig + 1, mma's own order.
+  __device__ __forceinline__ FragA(uint32_t row0, uint32_t row1) { r[0] = row0, r[1] = row1; }
 };
 template <>
 struct FragB<kBf16> {
   uint32_t r;  // column gid: (k tig, k tig+4)
   __device__ __forceinline__ FragB(float b0, float b1) { r = bf16x2(b0, b1); }
 };
+// One float as bf16 bits (round to nearest even).
+__device__ __forceinline__ uint16_t bf16_bits(float x) {
+  uint16_t r;
+  asm("cvt.rn.bf16.f32 %0, %1;\n" : "=h"(r) : "f"(x));
+  return r;
+}
 template <Math M>
 __device__ __forceinline__ void mma(float (&d)[4], const FragA<M>& a, const FragB<M>& b) {
   if constexpr (M == kBf16) {
@@ -163,13 +178,15 @@ __device__ __forceinline__ void cp_async_wait() {
 
 namespace pdserve::cuda {
 // Launchers of the two kernels for one pass (kda_chunk_intra_sm90.cu, kda_chunk_state_sm90.cu).
+// packed (bf16 math only): the packed bf16 workspace (Layout) for the in-state kernel.
 cudaError_t kda_chunk_intra_launch(int D, kda_chunk::Math math, const float* q, const float* k, const float* v, const float* g, const float* beta,
-                                   int64_t H, const kda_chunk::ChunkJob* jobs, int64_t chunks, float* ws, cudaStream_t stream);
+                                   int64_t H, const kda_chunk::ChunkJob* jobs, int64_t chunks, float* ws, cudaStream_t stream,
+                                   bool packed = false);
 // double_buffer: two buffers for each chunk's w and qg where shared memory allows; warps: 8, or
 // 16 at D = 128 with vt 32 / 64 (kda_chunk_state_sm90.cu).
 cudaError_t kda_chunk_state_launch(int D, int vt, int warps, kda_chunk::Math math, bool double_buffer, const float* ws, int64_t H,
                                    const kda_chunk::SeqJob* jobs, int64_t seqs, float* state, int64_t layer_offset, float* o,
-                                   cudaStream_t stream);
+                                   cudaStream_t stream, bool packed = false);
 // The output in its own pass: the state kernel carries only the state, storing each chunk's
 // starting state and v_new in the workspace (kda_chunk_state_split_sm90.cu); the output kernel
 // then computes o = qg S^T + Aqk v_new for all chunks in parallel (kda_chunk_output_sm90.cu).

@@ -12,7 +12,9 @@
 // n + 1 instead of only its second half. Grid (D / VT, H, sequences), NW warps (8, or 16 at
 // D = 128 with VT >= 32: twice the warps an SM to hide the serial chain's latencies, each with
 // half the tiles): the row-side matmuls split 4 row tiles x NW / 4 column groups, the state
-// tiles split over all NW.
+// tiles split over all NW. PK (bf16 math, 8 warps): the packed bf16 workspace (w, qg, Aqk, kg^T
+// in bf16, kda_chunk_common.cuh) staged as it is: 97.5 KB single-buffered at D = 128, VT = 32
+// instead of 157.5 KB (131.5 / 223.5 KB double-buffered), so an intra CTA (112 KB) fits beside it.
 #include "kda/kda_chunk_common.cuh"
 
 namespace pdserve::cuda {
@@ -20,14 +22,18 @@ namespace {
 
 using namespace kda_chunk;
 
-template <int D, int VT, bool DB, int NW = 8>
+template <int D, int VT, bool DB, int NW = 8, bool PK = false>
 struct StateSmem {
-  static constexpr int WS = D + 4;    // w, qg: A operand (row i, col c)
-  static constexpr int KGS = D + 8;   // kg: A operand transposed (row c, col j)
-  static constexpr int AS = C + 4;    // Aqk: A operand
-  static constexpr int VS = VT + 8;   // u, v_new, S^T: B operand (row k, col n)
+  // Row strides in 4-byte words. Packed (bf16 pairs a word): a stride of 4 mod 32 words keeps
+  // the A fragments' word reads (rows gid, words tig) conflict-free, and the B operands' row
+  // pairs (2 tig, 2 tig + 1) want 2 VS = 8 mod 32.
+  static constexpr int WS = PK ? D / 2 + 4 : D + 4;   // w, qg: A operand (row i, col c)
+  static constexpr int KGS = PK ? C / 2 + 4 : D + 8;  // kg: A operand transposed (fp32: row j, col c; PK: row c, col j)
+  static constexpr int KG_FLOATS = PK ? D * KGS : C * KGS;
+  static constexpr int AS = PK ? C / 2 + 4 : C + 4;   // Aqk: A operand
+  static constexpr int VS = PK ? VT + 4 : VT + 8;     // u, v_new, S^T: B operand (row k, col n)
   static constexpr int ROWBUF = 2 * C * WS;  // one buffer of w and qg
-  static constexpr int floats = (DB ? 2 : 1) * ROWBUF + C * KGS + C * AS + 2 * C * VS + D * VS + D;
+  static constexpr int floats = (DB ? 2 : 1) * ROWBUF + KG_FLOATS + C * AS + 2 * C * VS + D * VS + D;
   static constexpr size_t bytes = floats * sizeof(float);
   static constexpr bool fits = bytes <= 227 * 1024;  // the sm_90 per-block opt-in limit
   // The state slice's tiles over NW warps: WM x WN warps, MT x NT tiles of 16 x 8 each.
@@ -38,10 +44,11 @@ struct StateSmem {
   static_assert(VNT >= 1 && VNT * (NW / 4) == NTILES, "VT must give every column group at least one n tile");
 };
 
-template <int D, int VT, Math P, bool DB, int NW>
+template <int D, int VT, Math P, bool DB, int NW, bool PK>
 __global__ void __launch_bounds__(NW * 32) state_kernel(const float* __restrict__ ws, int64_t H, const SeqJob* __restrict__ jobs,
                                                         float* __restrict__ state, int64_t layer_offset, float* __restrict__ o) {
-  using Sm = StateSmem<D, VT, DB, NW>;
+  static_assert(!PK || P == kBf16, "the packed workspace is bf16");
+  using Sm = StateSmem<D, VT, DB, NW, PK>;
   constexpr int NT_THREADS = NW * 32;
   using L = Layout<D>;
   constexpr int WS = Sm::WS, KGS = Sm::KGS, AS = Sm::AS, VS = Sm::VS, MT = Sm::MT, NT = Sm::NT, WM = Sm::WM;
@@ -49,7 +56,7 @@ __global__ void __launch_bounds__(NW * 32) state_kernel(const float* __restrict_
   extern __shared__ float4 smem4[];
   float* sw0 = reinterpret_cast<float*>(smem4);  // w then qg; DB: a second pair follows
   float* skg = sw0 + (DB ? 2 : 1) * Sm::ROWBUF;
-  float* saqk = skg + C * KGS;
+  float* saqk = skg + Sm::KG_FLOATS;
   float* su = saqk + C * AS;
   float* svn = su + C * VS;
   float* sS = svn + C * VS;
@@ -88,11 +95,20 @@ __global__ void __launch_bounds__(NW * 32) state_kernel(const float* __restrict_
     const float* b = chunk_base(n);
     float* bw = rows_buf(n);
     float* bq = bw + C * WS;
-    constexpr int D4 = D / 4;
-    for (int idx = tid; idx < C * D4; idx += NT_THREADS) {
-      const int i = idx / D4, c = (idx % D4) * 4;
-      cp_async16(bw + i * WS + c, b + L::w + i * D + c);
-      cp_async16(bq + i * WS + c, b + L::qg + i * D + c);
+    if constexpr (PK) {  // bf16 rows: D / 8 16-byte pieces each (4 words)
+      constexpr int D8 = D / 8;
+      for (int idx = tid; idx < C * D8; idx += NT_THREADS) {
+        const int i = idx / D8, c = (idx % D8) * 4;  // c in words
+        cp_async16(bw + i * WS + c, b + L::w + i * (D / 2) + c);
+        cp_async16(bq + i * WS + c, b + L::qg + i * (D / 2) + c);
+      }
+    } else {
+      constexpr int D4 = D / 4;
+      for (int idx = tid; idx < C * D4; idx += NT_THREADS) {
+        const int i = idx / D4, c = (idx % D4) * 4;
+        cp_async16(bw + i * WS + c, b + L::w + i * D + c);
+        cp_async16(bq + i * WS + c, b + L::qg + i * D + c);
+      }
     }
     if constexpr (!DB) issue_u(b);
     cp_async_commit();
@@ -101,13 +117,25 @@ __global__ void __launch_bounds__(NW * 32) state_kernel(const float* __restrict_
     const float* b = chunk_base(n);
     constexpr int D4 = D / 4, C4 = C / 4;
     if constexpr (DB) issue_u(b);
-    for (int idx = tid; idx < C * C4; idx += NT_THREADS) {
-      const int i = idx / C4, c = (idx % C4) * 4;
-      cp_async16(saqk + i * AS + c, b + L::aqk + i * C + c);
-    }
-    for (int idx = tid; idx < C * D4; idx += NT_THREADS) {
-      const int i = idx / D4, c = (idx % D4) * 4;
-      cp_async16(skg + i * KGS + c, b + L::kg + i * D + c);
+    if constexpr (PK) {  // Aqk [C][C] and kg^T [D][C] in bf16: C / 8 pieces a row
+      constexpr int C8 = C / 8;
+      for (int idx = tid; idx < C * C8; idx += NT_THREADS) {
+        const int i = idx / C8, c = (idx % C8) * 4;
+        cp_async16(saqk + i * AS + c, b + L::aqk + i * (C / 2) + c);
+      }
+      for (int idx = tid; idx < D * C8; idx += NT_THREADS) {
+        const int r = idx / C8, c = (idx % C8) * 4;
+        cp_async16(skg + r * KGS + c, b + L::kg + r * (C / 2) + c);
+      }
+    } else {
+      for (int idx = tid; idx < C * C4; idx += NT_THREADS) {
+        const int i = idx / C4, c = (idx % C4) * 4;
+        cp_async16(saqk + i * AS + c, b + L::aqk + i * C + c);
+      }
+      for (int idx = tid; idx < C * D4; idx += NT_THREADS) {
+        const int i = idx / D4, c = (idx % D4) * 4;
+        cp_async16(skg + i * KGS + c, b + L::kg + i * D + c);
+      }
     }
     for (int idx = tid; idx < D4; idx += NT_THREADS) cp_async16(sgl + idx * 4, b + L::gl + idx * 4);
     cp_async_commit();
@@ -146,9 +174,19 @@ __global__ void __launch_bounds__(NW * 32) state_kernel(const float* __restrict_
     float vacc[VNT][4] = {}, oacc[VNT][4] = {};
     // Fragments of this warp's rows (A: w, qg, Aqk) and of its columns (B: S^T, v_new) at k.
     auto rows_a = [&](const float* X, int stride, int k) {
-      return FragA<P>(X[r0 * stride + k + tig], X[r1 * stride + k + tig], X[r0 * stride + k + tig + 4], X[r1 * stride + k + tig + 4]);
+      if constexpr (PK) {
+        const uint32_t* W = reinterpret_cast<const uint32_t*>(X);
+        return FragA<P>(W[r0 * stride + k / 2 + tig], W[r1 * stride + k / 2 + tig]);
+      } else {
+        return FragA<P>(X[r0 * stride + k + tig], X[r1 * stride + k + tig], X[r0 * stride + k + tig + 4], X[r1 * stride + k + tig + 4]);
+      }
     };
-    auto cols_b = [&](const float* X, int col, int k) { return FragB<P>(X[(k + tig) * VS + col], X[(k + tig + 4) * VS + col]); };
+    auto cols_b = [&](const float* X, int col, int k) {
+      if constexpr (PK)  // k pairs (2 tig, 2 tig + 1), as the packed A operands
+        return FragB<P>(X[(k + 2 * tig) * VS + col], X[(k + 2 * tig + 1) * VS + col]);
+      else
+        return FragB<P>(X[(k + tig) * VS + col], X[(k + tig + 4) * VS + col]);
+    };
 #pragma unroll 2
     for (int kb = 0; kb < D; kb += 16) {
       const FragA<P> aw0 = rows_a(sw, WS, kb), aw1 = rows_a(sw, WS, kb + 8);
@@ -219,7 +257,12 @@ __global__ void __launch_bounds__(NW * 32) state_kernel(const float* __restrict_
       }
     }
     auto kg_a = [&](int c, int k) {  // kg^T's fragment: rows c, c + 8 (key channels), k tokens
-      return FragA<P>(skg[(k + tig) * KGS + c], skg[(k + tig) * KGS + c + 8], skg[(k + tig + 4) * KGS + c], skg[(k + tig + 4) * KGS + c + 8]);
+      if constexpr (PK) {
+        const uint32_t* W = reinterpret_cast<const uint32_t*>(skg);
+        return FragA<P>(W[c * KGS + k / 2 + tig], W[(c + 8) * KGS + k / 2 + tig]);
+      } else {
+        return FragA<P>(skg[(k + tig) * KGS + c], skg[(k + tig) * KGS + c + 8], skg[(k + tig + 4) * KGS + c], skg[(k + tig + 4) * KGS + c + 8]);
+      }
     };
 #pragma unroll 2
     for (int kb = 0; kb < C; kb += 16) {
@@ -259,27 +302,52 @@ __global__ void __launch_bounds__(NW * 32) state_kernel(const float* __restrict_
       }
 }
 
-template <int D, int VT, Math P, bool DB, int NW>
+template <int D, int VT, Math P, bool DB, int NW, bool PK>
 cudaError_t launch_state_db(const float* ws, int64_t H, const SeqJob* jobs, int64_t seqs, float* state, int64_t lo, float* o,
                             cudaStream_t stream) {
-  static_assert(StateSmem<D, VT, DB, NW>::fits, "state kernel shared memory over the per-block limit");
-  constexpr size_t bytes = StateSmem<D, VT, DB, NW>::bytes;
+  static_assert(StateSmem<D, VT, DB, NW, PK>::fits, "state kernel shared memory over the per-block limit");
+  constexpr size_t bytes = StateSmem<D, VT, DB, NW, PK>::bytes;
   const cudaError_t e =
-      cudaFuncSetAttribute(state_kernel<D, VT, P, DB, NW>, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes));
+      cudaFuncSetAttribute(state_kernel<D, VT, P, DB, NW, PK>, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes));
   if (e != cudaSuccess) return e;
   const dim3 grid(D / VT, static_cast<unsigned>(H), static_cast<unsigned>(seqs));
-  state_kernel<D, VT, P, DB, NW><<<grid, NW * 32, bytes, stream>>>(ws, H, jobs, state, lo, o);
+  state_kernel<D, VT, P, DB, NW, PK><<<grid, NW * 32, bytes, stream>>>(ws, H, jobs, state, lo, o);
   return cudaGetLastError();
 }
 
-// Double buffering where asked for and shared memory allows (not D = 128 at VT = 64).
-template <int D, int VT, Math P, int NW = 8>
+// Double buffering where asked for and shared memory allows (not D = 128 at VT = 64 unpacked).
+template <int D, int VT, Math P, int NW = 8, bool PK = false>
 cudaError_t launch_state(bool db, const float* ws, int64_t H, const SeqJob* jobs, int64_t seqs, float* state, int64_t lo, float* o,
                          cudaStream_t stream) {
-  if constexpr (StateSmem<D, VT, true, NW>::fits) {
-    if (db) return launch_state_db<D, VT, P, true, NW>(ws, H, jobs, seqs, state, lo, o, stream);
+  if constexpr (StateSmem<D, VT, true, NW, PK>::fits) {
+    if (db) return launch_state_db<D, VT, P, true, NW, PK>(ws, H, jobs, seqs, state, lo, o, stream);
   }
-  return launch_state_db<D, VT, P, false, NW>(ws, H, jobs, seqs, state, lo, o, stream);
+  return launch_state_db<D, VT, P, false, NW, PK>(ws, H, jobs, seqs, state, lo, o, stream);
+}
+
+// The packed bf16 workspace: 8 warps, every tile.
+cudaError_t state_packed(int D, int vt, bool db, const float* ws, int64_t H, const SeqJob* jobs, int64_t seqs, float* state, int64_t lo,
+                         float* o, cudaStream_t stream) {
+  if (vt == 64) {
+    switch (D) {
+      case 64: return launch_state<64, 64, kBf16, 8, true>(db, ws, H, jobs, seqs, state, lo, o, stream);
+      case 128: return launch_state<128, 64, kBf16, 8, true>(db, ws, H, jobs, seqs, state, lo, o, stream);
+      default: return cudaErrorInvalidValue;
+    }
+  }
+  if (vt == 16) {
+    switch (D) {
+      case 64: return launch_state<64, 16, kBf16, 8, true>(db, ws, H, jobs, seqs, state, lo, o, stream);
+      case 128: return launch_state<128, 16, kBf16, 8, true>(db, ws, H, jobs, seqs, state, lo, o, stream);
+      default: return cudaErrorInvalidValue;
+    }
+  }
+  switch (D) {
+    case 32: return launch_state<32, 32, kBf16, 8, true>(db, ws, H, jobs, seqs, state, lo, o, stream);
+    case 64: return launch_state<64, 32, kBf16, 8, true>(db, ws, H, jobs, seqs, state, lo, o, stream);
+    case 128: return launch_state<128, 32, kBf16, 8, true>(db, ws, H, jobs, seqs, state, lo, o, stream);
+    default: return cudaErrorInvalidValue;
+  }
 }
 
 template <Math P>
@@ -316,7 +384,11 @@ cudaError_t state_for(int D, int vt, int warps, bool db, const float* ws, int64_
 }  // namespace
 
 cudaError_t kda_chunk_state_launch(int D, int vt, int warps, Math math, bool double_buffer, const float* ws, int64_t H, const SeqJob* jobs,
-                                   int64_t seqs, float* state, int64_t layer_offset, float* o, cudaStream_t stream) {
+                                   int64_t seqs, float* state, int64_t layer_offset, float* o, cudaStream_t stream, bool packed) {
+  if (packed) {  // bf16 on 8 warps only (the launcher checks)
+    if (math != kda_chunk::kBf16 || warps != 8) return cudaErrorInvalidValue;
+    return state_packed(D, vt, double_buffer, ws, H, jobs, seqs, state, layer_offset, o, stream);
+  }
   switch (math) {
     case kda_chunk::kTf32: return state_for<kda_chunk::kTf32>(D, vt, warps, double_buffer, ws, H, jobs, seqs, state, layer_offset, o, stream);
     case kda_chunk::k3xTf32: return state_for<kda_chunk::k3xTf32>(D, vt, warps, double_buffer, ws, H, jobs, seqs, state, layer_offset, o, stream);

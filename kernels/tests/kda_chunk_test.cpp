@@ -97,7 +97,7 @@ struct DeviceRun {
   // Runs sequences with lengths `lens` whose rows start at row `row0` of the inputs.
   Status run(const Problem& p, const std::vector<int64_t>& lens, int64_t row0, const std::vector<int32_t>& slots, float* pool,
              int state_tile = 0, bool precise = true, int state_buffers = 0, KdaChunkOutput output = KdaChunkOutput::kPick,
-             bool tables_uploaded = false, bool bf16 = false, int state_warps = 0) {
+             bool tables_uploaded = false, bool bf16 = false, int state_warps = 0, int bf16_workspace = 0) {
     std::vector<int64_t> cu = cu_of(lens);
     const int64_t off = row0 * p.H * p.D;
     KdaChunkArgs a;
@@ -108,7 +108,7 @@ struct DeviceRun {
     DeviceBuffer<uint8_t>& w = other_ws ? *other_ws : ws;
     a.workspace = w.get(), a.workspace_bytes = w.size() * sizeof(uint8_t), a.state_tile = state_tile, a.precise = precise;
     a.state_buffers = state_buffers, a.output = output, a.tables_uploaded = tables_uploaded, a.bf16 = bf16;
-    a.state_warps = state_warps;
+    a.state_warps = state_warps, a.bf16_workspace = bf16_workspace;
     return kda_chunk_prefill(a, nullptr);
   }
 };
@@ -185,6 +185,46 @@ TEST_F(KdaChunk, SixteenStateWarpsMatch) {
   check_one_pass_in(Mode::k3xTf32, {2, 64, {1, 65, 300}}, 74, 0, 0, 0, KdaChunkOutput::kInState, 16);
   check_one_pass_in(Mode::k3xTf32, {2, 128, {65, 300}}, 75, 16, 0, 0, KdaChunkOutput::kInState, 16);
   check_one_pass_in(Mode::kBf16, {2, 128, {65, 300}}, 76, 0, 0, 0, KdaChunkOutput::kSeparate, 16);
+}
+
+// bf16 mode's two workspace formats (KdaChunkArgs::bf16_workspace: fp32, packed bf16) on the
+// same inputs: each within the bf16 bound of the CPU recurrence, and close to each other (the
+// same bf16 operands summed in another k order); ragged batch, tiles 16 / 32 / 64 at one and
+// two buffers, D = 64 / 32, gates at the bound, several passes, 16 warps asked for (packed
+// then falls back to the fp32 workspace).
+void packed_vs_fp32(const Problem& p, uint32_t seed, int tile, int buffers, size_t ws_bytes = 0, int warps = 0) {
+  SCOPED_TRACE(::testing::Message() << "H=" << p.H << " D=" << p.D << " tile=" << tile << " buffers=" << buffers << " ws=" << ws_bytes
+                                    << " warps=" << warps);
+  const Inputs in = make_inputs(p, seed);
+  const std::vector<int32_t> slots = scattered_slots(p, seed + 7);
+  std::vector<float> pool = randn(p.slots * p.slot_floats(), seed + 8, 0.1f);
+  auto pool32 = dev(pool), pool16 = dev(pool);
+  const size_t bytes = ws_bytes ? ws_bytes : full_workspace(p);
+  DeviceRun d32(in, bytes), d16(in, bytes);
+  ASSERT_TRUE(d32.run(p, p.lens, 0, slots, pool32.get(), tile, false, buffers, KdaChunkOutput::kInState, false, true, warps, 1).is_ok());
+  ASSERT_TRUE(d16.run(p, p.lens, 0, slots, pool16.get(), tile, false, buffers, KdaChunkOutput::kInState, false, true, warps, 2).is_ok());
+  const std::vector<float> o = cpu_prefill(p, in, slots, pool);
+  const double e32 = nerr(host(d32.o), o), s32 = nerr(host(pool32), pool), e16 = nerr(host(d16.o), o), s16 = nerr(host(pool16), pool);
+  const double eo = nerr(host(d16.o), host(d32.o)), es = nerr(host(pool16), host(pool32));
+  std::printf("  bf16 H=%ld D=%ld tile=%d buffers=%d warps=%d: fp32 ws output / pool nerr %.2e / %.2e, packed %.2e / %.2e, packed vs fp32 %.2e / %.2e\n",
+              static_cast<long>(p.H), static_cast<long>(p.D), tile, buffers, warps, e32, s32, e16, s16, eo, es);
+  for (double e : {e32, s32, e16, s16}) EXPECT_LE(e, kBoundBf16);
+  EXPECT_LE(eo, kBoundBf16 / 4);
+  EXPECT_LE(es, kBoundBf16 / 4);
+}
+
+TEST_F(KdaChunk, PackedBf16WorkspaceMatchesFp32Workspace) {
+  for (int buffers : {1, 2})
+    for (int tile : {16, 32, 64}) packed_vs_fp32({2, 128, {1, 63, 64, 65, 129, 300}}, 81, tile, buffers);
+  packed_vs_fp32({4, 128, {1, 63, 64, 65, 200, 1000}}, 82, 0, 0);
+  packed_vs_fp32({2, 64, {1, 65, 300}}, 83, 0, 1);
+  packed_vs_fp32({2, 32, {7, 64, 65, 333}}, 84, 0, 2);
+  Problem strong{2, 128, {100, 257}};
+  strong.min_log_decay = kKdaChunkMinLogDecay;
+  packed_vs_fp32(strong, 85, 0, 0);
+  const Problem p{2, 128, {1, 200, 63, 400}};
+  packed_vs_fp32(p, 86, 0, 1, kda_chunk_workspace_bytes(p.H, p.D, 3));
+  packed_vs_fp32({2, 128, {65, 300}}, 87, 32, 0, 0, 16);
 }
 
 TEST_F(KdaChunk, EveryStateTileMatches) {
@@ -318,6 +358,9 @@ TEST(KdaChunkContract, RefusesUnsupportedShapes) {
   EXPECT_FALSE(kda_chunk_prefill(a, nullptr).is_ok());
   a.state_warps = 0;
   a.output = static_cast<KdaChunkOutput>(7);
+  EXPECT_FALSE(kda_chunk_prefill(a, nullptr).is_ok());
+  a.output = KdaChunkOutput::kPick;
+  a.bf16_workspace = 3;
   EXPECT_FALSE(kda_chunk_prefill(a, nullptr).is_ok());
   const int64_t cu[3] = {0, 64, 129};
   EXPECT_EQ(kda_chunk_count(cu, 2), 1 + 2);
