@@ -6,8 +6,9 @@
 // of 64 / 128 / balanced up to 192, column blocks of 8 / wgmma N of 32..192), at widths that leave the last output tile part-filled; one hot
 // expert (skew); uniform routing under SiLU and SiTU; scales above 2^1 (two-multiply
 // path); the tile queue against the static schedule, call after call; no local rows; a CUDA-graph replay that must give the eager launch's bits.
-// Every GPU case runs every main loop (MoePrefillKernel::kMmaSync and the six kWgmma*; the
-// shared-memory-weight and bulk-copy ones must give kWgmma's bits exactly); a CPU test checks the wgmma kernels' input order against the MMA fragment it must match.
+// Every GPU case runs every main loop (MoePrefillKernel::kMmaSync and the seven kWgmma*; the
+// shared-memory-weight and bulk-copy ones must give kWgmma's bits exactly; kWgmmaProducer is
+// held to the error bound only, its sharing of kWgmma's bits is printed); a CPU test checks the wgmma kernels' input order against the MMA fragment it must match.
 // Bound: normalised error max|gpu - cpu| / max|cpu| < 1e-2. x and act are rounded to bf16
 // once each (relative 2^-9), weights exact, fp32 accumulation; runs print the measured
 // error (a few 1e-3 expected).
@@ -29,7 +30,7 @@ using MoePrefill = GpuTest;
 
 constexpr MoePrefillKernel kKernels[] = {MoePrefillKernel::kMmaSync, MoePrefillKernel::kWgmma, MoePrefillKernel::kWgmmaWideN,
                                          MoePrefillKernel::kWgmmaSmemW, MoePrefillKernel::kWgmmaSmemWDeep, MoePrefillKernel::kWgmmaTma,
-                                         MoePrefillKernel::kWgmmaTma4};
+                                         MoePrefillKernel::kWgmmaTma4, MoePrefillKernel::kWgmmaProducer};
 const char* name_of(MoePrefillKernel k) {
   switch (k) {
     case MoePrefillKernel::kWgmma: return "wgmma";
@@ -38,6 +39,7 @@ const char* name_of(MoePrefillKernel k) {
     case MoePrefillKernel::kWgmmaSmemWDeep: return "wgmma-smemW-deep";
     case MoePrefillKernel::kWgmmaTma: return "wgmma-tma";
     case MoePrefillKernel::kWgmmaTma4: return "wgmma-tma4";
+    case MoePrefillKernel::kWgmmaProducer: return "wgmma-producer";
     default: return "mma.sync";
   }
 }
@@ -121,6 +123,8 @@ double run_prefill(const Routing& r, int64_t tokens, int64_t k, int64_t begin, c
         kernel == MoePrefillKernel::kWgmmaTma4) {
       EXPECT_TRUE(y == y_wgmma) << what << " [" << name_of(kernel) << "]: not bit-identical to wgmma";
     }
+    if (kernel == MoePrefillKernel::kWgmmaProducer)
+      std::printf("prefill MoE %s [%s]: bit-identical to wgmma: %s\n", what.c_str(), name_of(kernel), y == y_wgmma ? "yes" : "no");
     const double err = nerr(y, ref);
     std::printf("prefill MoE %s [%s]: tokens=%lld local=%lld k=%lld rows=%lld dim=%lld inter=%lld: normalised error %.3g\n", what.c_str(),
                 name_of(kernel), (long long)tokens, (long long)local, (long long)k, (long long)rows, (long long)dim, (long long)inter, err);
