@@ -1,6 +1,6 @@
 // Prefill-time routed experts: a grouped GEMM over the local experts on bf16 tensor cores
-// (fp32 accumulate), MXFP4 weights dequantised in registers on the way. Seven main loops
-// (MoePrefillKernel below): six warpgroup-MMA ones (kWgmma the default) and the mma.sync
+// (fp32 accumulate), MXFP4 weights dequantised in registers on the way. Eight main loops
+// (MoePrefillKernel below): seven warpgroup-MMA ones (kWgmma the default) and the mma.sync
 // kernel this comment describes; the wgmma tiles are in docs/design.md.
 // It replaces step 2 of moe.h for many rows per expert; steps 1 and 3 stay, so a prefill
 // chunk runs
@@ -63,7 +63,11 @@ bool moe_prefill_fits(const MoeDecodeWeights& w);
 // kWgmmaTma (kWgmma's tiles and MMAs, the tokens by bulk tensor copies from one thread into
 // an mbarrier ring, no CTA barrier in the main loop) and kWgmmaTma4 (the same with four
 // warpgroups of one m64 block each instead of two of two): outputs bit-identical to kWgmma.
-enum class MoePrefillKernel { kAuto, kMmaSync, kWgmma, kWgmmaWideN, kWgmmaSmemW, kWgmmaSmemWDeep, kWgmmaTma, kWgmmaTma4 };
+// kWgmmaProducer: a producer warpgroup dequantises each weight chunk once into shared memory
+// (bf16) and brings the tokens by bulk copies; two consumer warpgroups run wgmma with both
+// operands in shared memory on the same 128 weight rows and token halves of a tile of up to
+// 256 (moe_prefill_producer_sm90.cu). Same input order as kWgmma; not bit-identical to it.
+enum class MoePrefillKernel { kAuto, kMmaSync, kWgmma, kWgmmaWideN, kWgmmaSmemW, kWgmmaSmemWDeep, kWgmmaTma, kWgmmaTma4, kWgmmaProducer };
 MoePrefillKernel moe_prefill_choice(MoePrefillKernel kernel = MoePrefillKernel::kAuto);
 
 // moe_permute (moe.h) writing the sorted rows as bf16 bits (round to nearest even):

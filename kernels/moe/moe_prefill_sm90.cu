@@ -261,6 +261,8 @@ Status launch(const Mxfp4Decode& a, const Mxfp4Decode& b, const int32_t* offsets
 // ones (docs/perf.md, "wgmma main loop"); kWgmmaSmemW(Deep) were not faster in one H200 run
 // (docs/perf.md, "Weights through the shared-memory ring"); nor were kWgmmaTma (0.92-1.00x)
 // and kWgmmaTma4 (0.84-0.98x) in two (docs/perf.md, "Bulk tensor copies and four warpgroups").
+// kWgmmaProducer (weights dequantised once into shared memory by a producer warpgroup) ran
+// 0.64-0.71x kWgmma in one (docs/perf.md, "Producer warpgroup").
 MoePrefillKernel moe_prefill_choice(MoePrefillKernel kernel) {
   return kernel == MoePrefillKernel::kAuto ? MoePrefillKernel::kWgmma : kernel;
 }

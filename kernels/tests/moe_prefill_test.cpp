@@ -6,8 +6,9 @@
 // of 64 / 128 / balanced up to 192, column blocks of 8 / wgmma N of 32..192), at widths that leave the last output tile part-filled; one hot
 // expert (skew); uniform routing under SiLU and SiTU; scales above 2^1 (two-multiply
 // path); the tile queue against the static schedule, call after call; no local rows; a CUDA-graph replay that must give the eager launch's bits.
-// Every GPU case runs every main loop (MoePrefillKernel::kMmaSync and the six kWgmma*; the
-// shared-memory-weight and bulk-copy ones must give kWgmma's bits exactly); a CPU test checks the wgmma kernels' input order against the MMA fragment it must match.
+// Every GPU case runs every main loop (MoePrefillKernel::kMmaSync and the seven kWgmma*; the
+// shared-memory-weight, bulk-copy and producer ones must give kWgmma's bits exactly: the same
+// bf16 values meet in the same k16 order whether A comes from registers or shared memory); a CPU test checks the wgmma kernels' input order against the MMA fragment it must match.
 // Bound: normalised error max|gpu - cpu| / max|cpu| < 1e-2. x and act are rounded to bf16
 // once each (relative 2^-9), weights exact, fp32 accumulation; runs print the measured
 // error (a few 1e-3 expected).
@@ -29,7 +30,7 @@ using MoePrefill = GpuTest;
 
 constexpr MoePrefillKernel kKernels[] = {MoePrefillKernel::kMmaSync, MoePrefillKernel::kWgmma, MoePrefillKernel::kWgmmaWideN,
                                          MoePrefillKernel::kWgmmaSmemW, MoePrefillKernel::kWgmmaSmemWDeep, MoePrefillKernel::kWgmmaTma,
-                                         MoePrefillKernel::kWgmmaTma4};
+                                         MoePrefillKernel::kWgmmaTma4, MoePrefillKernel::kWgmmaProducer};
 const char* name_of(MoePrefillKernel k) {
   switch (k) {
     case MoePrefillKernel::kWgmma: return "wgmma";
@@ -38,6 +39,7 @@ const char* name_of(MoePrefillKernel k) {
     case MoePrefillKernel::kWgmmaSmemWDeep: return "wgmma-smemW-deep";
     case MoePrefillKernel::kWgmmaTma: return "wgmma-tma";
     case MoePrefillKernel::kWgmmaTma4: return "wgmma-tma4";
+    case MoePrefillKernel::kWgmmaProducer: return "wgmma-producer";
     default: return "mma.sync";
   }
 }
@@ -110,7 +112,7 @@ double run_prefill(const Routing& r, int64_t tokens, int64_t k, int64_t begin, c
   for (int32_t id : r.ids) rows += id >= begin && id < begin + local;
   EXPECT_GT(rows, 0) << what << ": the case should route some rows here";
   double worst = 0.0;
-  std::vector<float> y_wgmma;  // kWgmma's output: the shared-memory-weight and bulk-copy loops run the same MMAs in the same order
+  std::vector<float> y_wgmma;  // kWgmma's output: the shared-memory-weight, bulk-copy and producer loops run the same MMAs in the same order
   for (const MoePrefillKernel kernel : kKernels) {
     EXPECT_EQ(cudaMemset(b.y.get(), 0xff, tokens * dim * sizeof(float)), cudaSuccess);  // NaN: a row the kernel skipped shows
     const Status s = pipeline(b, dw, tokens, k, begin, local, nullptr, kernel);
@@ -118,7 +120,7 @@ double run_prefill(const Routing& r, int64_t tokens, int64_t k, int64_t begin, c
     const std::vector<float> y = host(b.y);
     if (kernel == MoePrefillKernel::kWgmma) y_wgmma = y;
     if (kernel == MoePrefillKernel::kWgmmaSmemW || kernel == MoePrefillKernel::kWgmmaSmemWDeep || kernel == MoePrefillKernel::kWgmmaTma ||
-        kernel == MoePrefillKernel::kWgmmaTma4) {
+        kernel == MoePrefillKernel::kWgmmaTma4 || kernel == MoePrefillKernel::kWgmmaProducer) {
       EXPECT_TRUE(y == y_wgmma) << what << " [" << name_of(kernel) << "]: not bit-identical to wgmma";
     }
     const double err = nerr(y, ref);
