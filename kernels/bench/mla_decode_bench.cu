@@ -4,7 +4,8 @@
 // (rows x ctx x 576 x 4) / device time; floor = those bytes / 4.2 TB/s. Inputs rotate over
 // enough copies of the page tables (distinct pages) that the 50 MB L2 never holds a step.
 //   mla_decode_bench [quick | focus | tune] [noold]   (quick: a smoke run; focus: the 3-head shapes; noold: skip the
-//   old kernel; tune: only the merge/tile options table, graphs, at the 3-head shapes)
+//   old kernel; tune: only the merge/tile options table, graphs, at the 3-head shapes; ring: only the
+//   copy-ring table, shallow vs deep ring (MlaDecodeRing), at the small-batch / long-context shapes)
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -21,6 +22,7 @@ namespace {
 
 bool g_no_old = false;  // "noold": skip the old kernel (seconds at long context)
 bool g_tune = false;    // "tune": only the options table
+bool g_ring = false;    // "ring": only the copy-ring table (shallow vs deep, seventh version)
 constexpr int64_t kLat = 512, kRope = 64, kEntry = kLat + kRope, kPage = 64;
 
 struct Shape {
@@ -84,6 +86,7 @@ void bench_shape(const Shape& s, bool run_old) {
   w.part_o = part_o.get(), w.part_lse = part_lse.get();
   // The defaults as the backend runs them: kAuto merge (the separate kernel), pdl, late trigger.
   w.counters = counters.get(), w.pdl = true;
+  w.ring = plan.ring;  // the plan's copy ring, as the backend passes it
 
   const double floor_us = bytes / g_bw * 1e6;
   g_reps = 20;
@@ -127,6 +130,36 @@ void bench_shape(const Shape& s, bool run_old) {
     cudaStreamDestroy(stream);
     return graph_runs[graph_runs.size() / 2];
   };
+  if (g_ring) {
+    // The copy rings side by side, same plan, the defaults otherwise (separate merge, pdl, late
+    // trigger): shallow, deep, and the plan's pick (the default path): graphs, three interleaved
+    // rounds, the median round; then one launch each between events (median of 20).
+    constexpr int kRings = 3;
+    const MlaDecodeRing rings[kRings] = {MlaDecodeRing::kShallow, MlaDecodeRing::kDeep, plan.ring};
+    MlaDecodeWork rw[kRings];
+    for (int o = 0; o < kRings; ++o) rw[o] = w, rw[o].ring = rings[o], rw[o].trigger = MlaDecodeTrigger::kLate, rw[o].counters = nullptr;
+    std::vector<double> rounds[kRings];
+    for (int r = 0; r < 3; ++r)
+      for (int o = 0; o < kRings; ++o) rounds[o].push_back(graph_step_us(rw[o]));
+    double launch_us[kRings - 1];
+    for (int o = 0; o + 1 < kRings; ++o)
+      launch_us[o] = median_us([&](int i) {
+        a.page_table = tables[i % copies].get();
+        check(mla_decode_run(a, rw[o], nullptr), "mla_decode_run (ring)");
+      });
+    const char* names[] = {"auto", "shallow", "deep"};
+    std::printf("ring | %4ld | %6ld | %4ld | %s | %7.2f |", static_cast<long>(s.batch), static_cast<long>(s.ctx),
+                static_cast<long>(plan.num_items), names[static_cast<int>(plan.ring)], floor_us);
+    for (int o = 0; o < kRings; ++o) {
+      std::sort(rounds[o].begin(), rounds[o].end());
+      std::printf(" %8.2f (%4.2f) |", rounds[o][1], bytes / rounds[o][1] * 1e-6);
+    }
+    std::printf(" %5.3f |", rounds[0][1] / rounds[1][1]);
+    for (int o = 0; o + 1 < kRings; ++o) std::printf(" %8.2f |", launch_us[o]);
+    std::printf("\n");
+    std::fflush(stdout);
+    return;
+  }
   const double graph_us = g_tune ? NAN : graph_step_us(w);
   // The merge / tile / plan options side by side, in graphs (20 steps each, median of 7
   // replays; three interleaved rounds, the median round per option), all with pdl and the late
@@ -229,10 +262,16 @@ int main(int argc, char** argv) {
   const bool quick = argc > 1 && std::strcmp(argv[1], "quick") == 0;
   g_no_old = argc > 1 && std::strcmp(argv[argc - 1], "noold") == 0;
   g_tune = argc > 1 && std::strcmp(argv[1], "tune") == 0;
+  g_ring = argc > 1 && std::strcmp(argv[1], "ring") == 0;
   read_ceiling();
   std::vector<Shape> shapes;
   const bool focus = argc > 1 && std::strcmp(argv[1], "focus") == 0;  // the TP32 rank's shapes only
-  if (quick) {
+  if (g_ring) {
+    shapes = {{3, 1, 1024},    {3, 1, 16384},   {3, 1, 65536},   {3, 8, 1024},   {3, 8, 16384},   {3, 8, 65536},
+              {3, 32, 16384},  {3, 128, 16384}, {3, 256, 16384}, {3, 32, 1024},  {3, 256, 4096},  {3, 1, 4096}};
+    std::printf("ring rows (graph us/step (TB/s), separate merge, pdl + late trigger): | batch | ctx | items | plan's ring | floor us | "
+                "shallow | deep | the plan's ring (default) | shallow / deep | one launch shallow us | one launch deep us |\n");
+  } else if (quick) {
     shapes = {{3, 1, 1024}, {3, 64, 4096}};
   } else if (g_tune) {  // small batches at long context first (the open target), then the large steps
     shapes = {{3, 1, 16384}, {3, 8, 16384}, {3, 32, 16384}, {3, 8, 65536}, {3, 1, 65536}, {3, 1, 1024}, {3, 8, 1024},

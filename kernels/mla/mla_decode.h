@@ -12,8 +12,9 @@
 // step to step.
 //
 // Run (device, mla_decode_sm90.cu): one CTA per item, for ALL heads of its row, so each
-// cached token (latent + key, 576 floats for K3) is read from HBM once per row: tiles of 16
-// tokens are streamed into shared memory, three stages deep, and every head's online softmax
+// cached token (latent + key, 576 floats for K3) is read from HBM once per row: tiles are
+// streamed into shared memory (16 tokens x 3 stages, or 8 x 6 for short items: MlaDecodeRing,
+// picked by the plan), and every head's online softmax
 // runs over the shared tile (two variants, MlaDecodeVariant below). The merge of split rows
 // (MlaDecodeMerge): a second kernel, or folded into the run: the last CTA of a group of a
 // row's items (an atomic counter per group in a workspace the kernel leaves zeroed, so a graph
@@ -36,8 +37,19 @@ namespace pdserve::cuda {
 // items from word 4: capacity x {row, token_begin, token_end, partial_slot (-1: direct)};
 // then rows x {first_item, num_items, group_size, num_groups}: the fused merge's tree, items
 // [first + g x group_size, ...) form group g; a row with one group merges in one step.
+// How deep the warp variant's copy ring is (bytes in flight per SM; both rings keep two CTAs
+// an SM on 108 KiB of shared memory each, and read the same plan image, so a graph captured
+// with one ring stays correct when a later step's plan would pick the other). kShallow: tiles
+// of 16 tokens, 3 stages (two tiles, 72 KiB, in flight while one is scored). kDeep: tiles of 8
+// tokens, 6 stages (five tiles, 90 KiB, in flight): by Little's law the stream's bandwidth
+// tracks the bytes in flight (docs/perf.md, MLA decode, sixth and seventh versions).
+// kDeep needs the bulk loader (with kCpAsync, or with dynamic tiles, the run uses kShallow).
+// kAuto: the run's default, kShallow; the plan's pick (MlaDecodePlan::ring) is what callers pass.
+enum class MlaDecodeRing { kAuto, kShallow, kDeep };
+
 struct MlaDecodePlan {
   int64_t rows = 0, capacity = 0, num_items = 0;
+  MlaDecodeRing ring = MlaDecodeRing::kShallow;  // the ring measured faster for this step's shape (mla_decode_pick_ring)
   bool any_split = false;     // some row has >= 2 items: the merge has work
   bool any_empty = false;     // some row has ctx_len <= 0 (its one empty item writes zeros)
   std::vector<int32_t> image; // mla_decode_plan_words(rows, capacity) words
@@ -121,6 +133,8 @@ struct MlaDecodeWork {
   bool dynamic_tiles = false;
   MlaDecodeVariant variant = MlaDecodeVariant::kAuto;
   MlaDecodeLoader loader = MlaDecodeLoader::kAuto;
+  // The warp variant's copy ring (the block variant has one ring; dynamic tiles keep kShallow's).
+  MlaDecodeRing ring = MlaDecodeRing::kAuto;
   // Programmatic dependent launches (sm_90): the run may launch while the kernel before it
   // drains and the merge while the run drains; each waits (griddepcontrol.wait) before
   // reading anything but the plan, so the plan must not be written by the kernel just before.
@@ -132,6 +146,14 @@ struct MlaDecodeWork {
 
 // Shapes the split-KV kernel takes (else use mla_attend_latent): heads <= 32, latent_dim even
 // and <= 512, (latent_dim + rope_dim) % 4 == 0 and <= 576.
+// The plan's ring for a step whose items hold at most `chunk_tokens` tokens: kDeep for short
+// items (<= kMlaDeepRingMaxChunk tokens), where the deep ring's first burst (six 8-token tiles
+// issued at once) is a large share of each item and measured 6-15% faster on the H200; the
+// shallow ring for longer items, where the deep one measured 0-2.5% slower (docs/perf.md, MLA
+// decode, seventh version).
+inline constexpr int64_t kMlaDeepRingMaxChunk = 128;
+MlaDecodeRing mla_decode_pick_ring(int64_t chunk_tokens);
+
 bool mla_decode_supported(int64_t heads, int64_t latent_dim, int64_t rope_dim);
 
 // a: the usual arguments (a.rows must equal the plan's rows). Page ids < 0 are masked out; a

@@ -84,10 +84,15 @@ Status build_mla_decode_plan(const int32_t* ctx_len, int64_t rows, int64_t page_
       ++plan->num_items;
     }
   }
+  plan->ring = mla_decode_pick_ring(chunk);
   plan->image[0] = static_cast<int32_t>(plan->num_items);
   plan->image[1] = static_cast<int32_t>(rows);
   plan->image[2] = static_cast<int32_t>(capacity);
   return Status::ok();
+}
+
+MlaDecodeRing mla_decode_pick_ring(int64_t chunk_tokens) {
+  return chunk_tokens <= kMlaDeepRingMaxChunk ? MlaDecodeRing::kDeep : MlaDecodeRing::kShallow;
 }
 
 bool mla_decode_supported(int64_t heads, int64_t latent_dim, int64_t rope_dim) {

@@ -23,6 +23,8 @@ constexpr float kLog2e = 1.4426950408889634f;
 // kAuto's loader: bulk, from the H200 measurement (docs/perf.md, "MLA split-KV latent decode
 // on the H200", fourth version).
 constexpr bool kMlaDefaultLoaderIsBulk = true;
+// MlaDecodeRing::kAuto in the run (callers pass the plan's pick instead): the shallow ring.
+constexpr MlaDecodeRing kMlaDefaultRing = MlaDecodeRing::kShallow;
 
 __device__ __forceinline__ void cp_async16(void* smem, const void* gmem, int src_bytes) {
   const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
@@ -30,6 +32,9 @@ __device__ __forceinline__ void cp_async16(void* smem, const void* gmem, int src
 }
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
 __device__ __forceinline__ void cp_async_wait_one() { asm volatile("cp.async.wait_group 1;\n" ::); }
+// All but the newest N commit groups have landed.
+template <int N>
+__device__ __forceinline__ void cp_async_wait_all_but() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
 
 __device__ __forceinline__ float warp_sum(float v) {
 #pragma unroll
@@ -46,12 +51,13 @@ __device__ __forceinline__ float warp_max(float v) {
 // on a negative page are zero-filled (src size 0) and masked by the caller. Items start on a
 // tile boundary (mla_decode_granule), so with pages a multiple of the tile a tile is one run
 // of contiguous memory in one page: no per-chunk page lookup.
+template <int TILE = kTile>
 __device__ __forceinline__ void load_tile_async(const MlaDecodeArgs& a, const int32_t* table, int end, int t0, float* dst) {
   const int ps = static_cast<int>(a.page_size), entry = static_cast<int>(a.latent_dim + a.rope_dim);
-  const int chunks_per_token = entry / 4, tile_chunks = kTile * chunks_per_token;
-  if (ps % kTile == 0) {
+  const int chunks_per_token = entry / 4, tile_chunks = TILE * chunks_per_token;
+  if (ps % TILE == 0) {
     const int page = table[t0 / ps];
-    const int valid_chunks = page < 0 ? 0 : min(kTile, end - t0) * chunks_per_token;
+    const int valid_chunks = page < 0 ? 0 : min(TILE, end - t0) * chunks_per_token;
     const float* base = a.cache + (static_cast<int64_t>(page < 0 ? 0 : page) * ps + t0 % ps) * entry;
     for (int c = threadIdx.x; c < tile_chunks; c += kThreads) {
       const bool ok = c < valid_chunks;
@@ -374,15 +380,19 @@ __global__ void __launch_bounds__(kThreads, HMAX <= 8 ? 2 : 1)
 // three; the 8 warps' states are combined once at the end of the item. BULK: tiles arrive by
 // one bulk copy each (thread 0 issues it), completing on the stage's mbarrier; tokens past the
 // end or on a negative page are not copied (their stale rows are masked like in kCpAsync).
-template <int NH, bool BULK>
+// TILE tokens a stage (TILE / 8 per warp), STAGES stages: STAGES - 1 tiles in flight while one
+// is scored (MlaDecodeRing: 16 x 3 = kShallow, 8 x 6 = kDeep; both 48 tokens of shared memory).
+template <int NH, bool BULK, int TILE, int STAGES>
 __global__ void __launch_bounds__(kThreads, 2)
     mla_decode_warp_kernel(const __grid_constant__ MlaDecodeArgs a, const int32_t* __restrict__ plan, float* part_o, float* part_lse,
                            int32_t* counters, bool dynamic_tiles, bool late_trigger) {
   extern __shared__ float4 smem_raw[];
-  float* tiles = reinterpret_cast<float*>(smem_raw);  // [kStages][kTile][entry]; then the warps' states
+  static_assert(TILE % kWarps == 0 && TILE <= kTile * 2 && TILE * STAGES <= kTile * kStages, "the ring fits run_shared_bytes");
+  constexpr int kPerWarp = TILE / kWarps;  // tokens of a tile each warp scores
+  float* tiles = reinterpret_cast<float*>(smem_raw);  // [STAGES][TILE][entry]; then the warps' states
   __shared__ float s_m[kWarps][NH], s_l[kWarps][NH];
-  __shared__ __align__(8) uint64_t s_full[kStages];  // BULK: stage s's tile has landed
-  __shared__ int s_t0[kStages];                      // dynamic tiles: the token stage s starts at (-1: none left)
+  __shared__ __align__(8) uint64_t s_full[STAGES];  // BULK: stage s's tile has landed
+  __shared__ int s_t0[STAGES];                      // dynamic tiles: the token stage s starts at (-1: none left)
   const int item = blockIdx.x;
   if (item >= plan[0]) return;
   const int4 it = reinterpret_cast<const int4*>(plan + 4)[item];
@@ -409,21 +419,21 @@ __global__ void __launch_bounds__(kThreads, 2)
   if constexpr (BULK) {
     if (threadIdx.x == 0) {
 #pragma unroll
-      for (int st = 0; st < kStages; ++st) mbar_init(&s_full[st], 1);
+      for (int st = 0; st < STAGES; ++st) mbar_init(&s_full[st], 1);
       mbar_init_fence();
     }
     __syncthreads();
   }
   pdl_wait();  // q and the cache may come from the kernels before (only the plan is read above)
   if (!late_trigger) pdl_trigger();  // MlaDecodeTrigger::kEarly
-  // Tile [t0, t0 + kTile) into stage `st`: kCpAsync = one commit group (every thread);
+  // Tile [t0, t0 + TILE) into stage `st`: kCpAsync = one commit group (every thread);
   // BULK = thread 0 arms the stage's barrier with the valid bytes (pages hold whole tiles).
   auto issue = [&](int t0, int st) {
-    float* dst = tiles + st * kTile * entry;
+    float* dst = tiles + st * TILE * entry;
     if constexpr (BULK) {
       if (threadIdx.x == 0) {
         const int page = table[t0 / ps];
-        const unsigned bytes = page < 0 ? 0u : static_cast<unsigned>(min(kTile, end - t0) * entry * 4);
+        const unsigned bytes = page < 0 ? 0u : static_cast<unsigned>(min(TILE, end - t0) * entry * 4);
         if (bytes > 0) {
           mbar_arrive_expect_tx(&s_full[st], bytes);
           bulk_copy(dst, a.cache + (static_cast<int64_t>(page) * ps + t0 % ps) * entry, bytes, &s_full[st]);
@@ -432,7 +442,7 @@ __global__ void __launch_bounds__(kThreads, 2)
         }
       }
     } else {
-      load_tile_async(a, table, end, t0, dst);
+      load_tile_async<TILE>(a, table, end, t0, dst);
     }
   };
   auto empty_group = [] {
@@ -450,16 +460,16 @@ __global__ void __launch_bounds__(kThreads, 2)
     if (!dry) {
       const int k = taken++;
       const int t = k == 0 ? split_index : k == 1 ? split_index + splits : 2 * splits + pending;
-      t0 = t * kTile < end ? t * kTile : -1;
+      t0 = t * TILE < end ? t * TILE : -1;
       dry = t0 < 0;
       if (!dry && k != 1) pending = atomicAdd(queue, 1);  // the answer for this CTA's next queue tile
     }
     s_t0[st] = t0;
     const int page = t0 < 0 ? -1 : table[t0 / ps];
     if (page >= 0) {
-      const unsigned bytes = static_cast<unsigned>(min(kTile, end - t0) * entry * 4);
+      const unsigned bytes = static_cast<unsigned>(min(TILE, end - t0) * entry * 4);
       mbar_arrive_expect_tx(&s_full[st], bytes);
-      bulk_copy(tiles + st * kTile * entry, a.cache + (static_cast<int64_t>(page) * ps + t0 % ps) * entry, bytes, &s_full[st]);
+      bulk_copy(tiles + st * TILE * entry, a.cache + (static_cast<int64_t>(page) * ps + t0 % ps) * entry, bytes, &s_full[st]);
     } else {
       mbar_arrive(&s_full[st]);
     }
@@ -488,43 +498,50 @@ __global__ void __launch_bounds__(kThreads, 2)
     for (int k = 0; k < kDimGroups; ++k) acc[h][k] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
   }
 
-  const int ntiles = (end - begin + kTile - 1) / kTile;  // static: 0 for an empty row's item, which writes zeros
+  const int ntiles = (end - begin + TILE - 1) / TILE;  // static: 0 for an empty row's item, which writes zeros
+  // Tile g goes to stage g % STAGES (cp.async: commit group g; empty groups past the end keep
+  // the count). The prologue issues kAhead tiles; iteration i then issues tile i + STAGES - 1
+  // into the stage tile i - 1 left (if not issued yet). The deep ring fills every stage at the
+  // start (an item's first burst is most of its bytes at small batch); the shallow one keeps
+  // its measured schedule (two ahead).
+  constexpr int kAhead = STAGES > kStages ? STAGES : STAGES - 1;
   if (dynamic) {
-    if (threadIdx.x == 0) {
-      issue_dynamic(0);
-      issue_dynamic(1);
-    }
+    if (threadIdx.x == 0)
+#pragma unroll
+      for (int st = 0; st < kAhead; ++st) issue_dynamic(st);
   } else {
-    if (ntiles > 0) issue(begin, 0);
-    else empty_group();
-    if (ntiles > 1) issue(begin + kTile, 1);
-    else empty_group();
+#pragma unroll
+    for (int st = 0; st < kAhead; ++st) {
+      if (st < ntiles) issue(begin + st * TILE, st);
+      else empty_group();
+    }
   }
   for (int i = 0;; ++i) {
     int t0;
     if (dynamic) {
-      mbar_wait(&s_full[i % kStages], (i / kStages) & 1);
-      t0 = *reinterpret_cast<volatile int*>(&s_t0[i % kStages]);
+      mbar_wait(&s_full[i % STAGES], (i / STAGES) & 1);
+      t0 = *reinterpret_cast<volatile int*>(&s_t0[i % STAGES]);
       if (t0 < 0) break;  // the same value in every thread; no copy is left in flight
     } else {
       if (i >= ntiles) break;
-      t0 = begin + i * kTile;
-      if constexpr (BULK) mbar_wait(&s_full[i % kStages], (i / kStages) & 1);
-      else cp_async_wait_one();
+      t0 = begin + i * TILE;
+      if constexpr (BULK) mbar_wait(&s_full[i % STAGES], (i / STAGES) & 1);
+      else cp_async_wait_all_but<kAhead - 1>();
     }
-    const float* tile = tiles + (i % kStages) * kTile * entry;
+    const float* tile = tiles + (i % STAGES) * TILE * entry;
     __syncthreads();  // tile i visible; every warp is past tile i-1, so its stage is free
+    const bool issued = i + STAGES - 1 < kAhead;  // in the prologue already
     if (dynamic) {
-      if (threadIdx.x == 0) issue_dynamic((i + 2) % kStages);
-    } else if (i + 2 < ntiles) {
-      issue(t0 + 2 * kTile, (i + 2) % kStages);
+      if (threadIdx.x == 0 && !issued) issue_dynamic((i + STAGES - 1) % STAGES);
+    } else if (!issued && i + STAGES - 1 < ntiles) {
+      issue(t0 + (STAGES - 1) * TILE, (i + STAGES - 1) % STAGES);
     } else {
       empty_group();
     }
-    float s[2][NH];
-    bool valid[2];
+    float s[kPerWarp][NH];
+    bool valid[kPerWarp];
 #pragma unroll
-    for (int u = 0; u < 2; ++u) {
+    for (int u = 0; u < kPerWarp; ++u) {
       const int t = warp + u * kWarps, tok = t0 + t;
       valid[u] = tok < end && table[tok / ps] >= 0;
       const float* r = tile + t * entry;
@@ -542,11 +559,11 @@ __global__ void __launch_bounds__(kThreads, 2)
     }
     // The xor butterfly leaves the same bits in every lane, so the branches below are uniform.
 #pragma unroll
-    for (int u = 0; u < 2; ++u)
+    for (int u = 0; u < kPerWarp; ++u)
 #pragma unroll
       for (int h = 0; h < NH; ++h) s[u][h] = warp_sum(s[u][h]);
 #pragma unroll
-    for (int u = 0; u < 2; ++u) {
+    for (int u = 0; u < kPerWarp; ++u) {
       if (!valid[u]) continue;
       const float* r = tile + (warp + u * kWarps) * entry;
       float p[NH];
@@ -578,7 +595,7 @@ __global__ void __launch_bounds__(kThreads, 2)
   // Combine the warps: states through shared memory (the tile stages are free once drained).
   asm volatile("cp.async.wait_all;\n" ::);
   __syncthreads();
-  float* s_acc = tiles;  // [kWarps][NH][lat]; fits: 8 NH lat <= 3 x 16 x entry for NH <= 6
+  float* s_acc = tiles;  // [kWarps][NH][lat]; fits: 8 NH lat <= 48 entry for NH <= 6
 #pragma unroll
   for (int h = 0; h < NH; ++h) {
     if (lane == 0) {
@@ -709,21 +726,27 @@ size_t run_shared_bytes(const MlaDecodeArgs& a) {
   return std::max<size_t>(kStages * kTile * (a.latent_dim + a.rope_dim), kMlaMaxMergeFanIn * a.heads) * sizeof(float);
 }
 
-template <int NH, bool BULK>
+template <int NH, bool BULK, int TILE, int STAGES>
 Status launch_warp_run(const MlaDecodeArgs& a, const MlaDecodeWork& w, int32_t* counters, cudaStream_t stream) {
   const size_t smem = run_shared_bytes(a);
-  static const cudaError_t opt_in = opt_in_shared(mla_decode_warp_kernel<NH, BULK>);  // first (eager) call, never in a capture
+  constexpr auto kernel = mla_decode_warp_kernel<NH, BULK, TILE, STAGES>;
+  static const cudaError_t opt_in = opt_in_shared(kernel);  // first (eager) call, never in a capture
   if (opt_in != cudaSuccess) return cuda_status(opt_in, "mla_decode_run (shared memory opt-in)");
-  const cudaError_t e = launch_pdl(w.pdl, mla_decode_warp_kernel<NH, BULK>, dim3(static_cast<unsigned>(w.launch_items)), dim3(kThreads),
+  const cudaError_t e = launch_pdl(w.pdl, kernel, dim3(static_cast<unsigned>(w.launch_items)), dim3(kThreads),
                                    smem, stream, a, w.plan, w.part_o, w.part_lse, counters, w.dynamic_tiles,
                                    w.trigger == MlaDecodeTrigger::kLate);
   if (e != cudaSuccess) return cuda_status(e, "mla_decode_run (warp variant)");
   return last_launch_status("mla_decode_run (warp variant)");
 }
 
+// The deep ring only with the bulk loader (the cp.async form stays the measured kShallow one)
+// and without dynamic tiles (their queue is tuned to kShallow's tile).
 template <int NH>
-Status launch_warp_run(const MlaDecodeArgs& a, const MlaDecodeWork& w, bool bulk, int32_t* counters, cudaStream_t stream) {
-  return bulk ? launch_warp_run<NH, true>(a, w, counters, stream) : launch_warp_run<NH, false>(a, w, counters, stream);
+Status launch_warp_run(const MlaDecodeArgs& a, const MlaDecodeWork& w, bool bulk, MlaDecodeRing ring, int32_t* counters,
+                       cudaStream_t stream) {
+  if (!bulk) return launch_warp_run<NH, false, kTile, kStages>(a, w, counters, stream);
+  if (ring == MlaDecodeRing::kDeep) return launch_warp_run<NH, true, kTile / 2, 2 * kStages>(a, w, counters, stream);
+  return launch_warp_run<NH, true, kTile, kStages>(a, w, counters, stream);
 }
 
 template <int HMAX>
@@ -761,10 +784,13 @@ Status mla_decode_run(const MlaDecodeArgs& a, const MlaDecodeWork& w, cudaStream
                      (w.merge_mode == MlaDecodeMerge::kAuto && kMlaDefaultMergeFused && w.counters != nullptr);
   if (fused && w.counters == nullptr) return invalid_argument("mla_decode_run: the fused merge needs the counters workspace");
   int32_t* counters = fused ? w.counters : nullptr;  // null: the run leaves split rows to the separate merge
+  const MlaDecodeRing ring = w.dynamic_tiles && fused ? MlaDecodeRing::kShallow  // the queue is tuned to the shallow tile
+                             : w.ring == MlaDecodeRing::kAuto ? kMlaDefaultRing
+                                                              : w.ring;
   if (w.launch_items > 0 && warp_variant) {
-    Status s = a.heads == 1   ? launch_warp_run<1>(a, w, bulk, counters, stream)
-               : a.heads == 2 ? launch_warp_run<2>(a, w, bulk, counters, stream)
-                              : launch_warp_run<3>(a, w, bulk, counters, stream);
+    Status s = a.heads == 1   ? launch_warp_run<1>(a, w, bulk, ring, counters, stream)
+               : a.heads == 2 ? launch_warp_run<2>(a, w, bulk, ring, counters, stream)
+                              : launch_warp_run<3>(a, w, bulk, ring, counters, stream);
     PDS_RETURN_IF_ERROR(s);
   } else if (w.launch_items > 0) {
     Status s = a.heads <= 3    ? launch_run<3>(a, w, counters, stream)

@@ -173,6 +173,27 @@ TEST(MlaDecodePlan, LongRowsMergeInTwoStepsOfAboutSqrtItems) {
   EXPECT_FALSE(build_mla_decode_plan(huge.data(), 1, 64, mla_decode_plan_capacity(1, 16), &plan, 16).is_ok());
 }
 
+TEST(MlaDecodePlan, ShortItemsPickTheDeepRingLongItemsTheShallowOne) {
+  // The pick follows the plan's chunk: 1 x 16K (256 items of 64 tokens), 8 x 1K (32) and
+  // 32 x 1K (128) are short items; 1 x 64K (256 tokens), 8 x 16K (512) and 256 x 4K (whole
+  // rows) are long ones.
+  const std::pair<int64_t, int32_t> deep[] = {{1, 16384}, {8, 1024}, {32, 1024}, {1, 1024}};
+  const std::pair<int64_t, int32_t> shallow[] = {{1, 65536}, {8, 16384}, {256, 4096}, {128, 16384}};
+  MlaDecodePlan plan;
+  for (const auto& [rows, ctx] : deep) {
+    const std::vector<int32_t> c(rows, ctx);
+    ASSERT_TRUE(build_mla_decode_plan(c.data(), rows, 64, mla_decode_plan_capacity(rows), &plan).is_ok());
+    EXPECT_EQ(plan.ring, MlaDecodeRing::kDeep) << rows << " x " << ctx;
+  }
+  for (const auto& [rows, ctx] : shallow) {
+    const std::vector<int32_t> c(rows, ctx);
+    ASSERT_TRUE(build_mla_decode_plan(c.data(), rows, 64, mla_decode_plan_capacity(rows), &plan).is_ok());
+    EXPECT_EQ(plan.ring, MlaDecodeRing::kShallow) << rows << " x " << ctx;
+  }
+  EXPECT_EQ(mla_decode_pick_ring(kMlaDeepRingMaxChunk), MlaDecodeRing::kDeep);
+  EXPECT_EQ(mla_decode_pick_ring(kMlaDeepRingMaxChunk + kMlaTileTokens), MlaDecodeRing::kShallow);
+}
+
 class MlaDecode : public ktest::GpuTest {};
 
 struct Case {
@@ -243,7 +264,9 @@ void run_case(const Case& c, uint32_t seed) {
       MlaDecodeTrigger trigger = MlaDecodeTrigger::kEarly;
       MlaDecodeMerge merge = MlaDecodeMerge::kSeparate;
       bool dynamic_tiles = true;  // kFused + bulk: the row's CTAs share its tiles (else fixed ranges)
+      MlaDecodeRing ring = MlaDecodeRing::kShallow;  // the warp variant's copy ring (kAuto: the plan's pick)
     };
+    constexpr auto kDeep = MlaDecodeRing::kDeep;
     constexpr auto kLate = MlaDecodeTrigger::kLate, kEarly = MlaDecodeTrigger::kEarly;
     constexpr auto kFused = MlaDecodeMerge::kFused;
     const Opt opts[] = {{MlaDecodeVariant::kBlock, MlaDecodeLoader::kAuto, false},
@@ -257,7 +280,14 @@ void run_case(const Case& c, uint32_t seed) {
                         {MlaDecodeVariant::kAuto, MlaDecodeLoader::kCpAsync, false, kEarly, kFused},
                         {MlaDecodeVariant::kAuto, MlaDecodeLoader::kBulk, false, kEarly, kFused},
                         {MlaDecodeVariant::kAuto, MlaDecodeLoader::kBulk, true, kLate, kFused, false},
-                        {MlaDecodeVariant::kAuto, MlaDecodeLoader::kAuto, true, kLate, MlaDecodeMerge::kAuto},  // the defaults
+                        {MlaDecodeVariant::kAuto, MlaDecodeLoader::kAuto, true, kLate, MlaDecodeMerge::kAuto, false,
+                         MlaDecodeRing::kAuto},  // the defaults, with the plan's ring
+                        // The deep ring (8-token tiles, 6 stages): bulk loader (kCpAsync keeps the
+                        // shallow ring), with and without pdl, separate and fused merge.
+                        {MlaDecodeVariant::kAuto, MlaDecodeLoader::kBulk, false, kEarly, MlaDecodeMerge::kSeparate, false, kDeep},
+                        {MlaDecodeVariant::kAuto, MlaDecodeLoader::kBulk, true, kLate, MlaDecodeMerge::kSeparate, false, kDeep},
+                        {MlaDecodeVariant::kAuto, MlaDecodeLoader::kBulk, true, kLate, kFused, false, kDeep},
+                        {MlaDecodeVariant::kAuto, MlaDecodeLoader::kCpAsync, false, kEarly, MlaDecodeMerge::kSeparate, false, kDeep},
                         {MlaDecodeVariant::kAuto, MlaDecodeLoader::kAuto, true, kLate, kFused},
                         {MlaDecodeVariant::kBlock, MlaDecodeLoader::kAuto, true, kLate, kFused}};
     // A blocking stream: the uploads below are cudaMemcpy from pageable memory on the legacy
@@ -275,6 +305,7 @@ void run_case(const Case& c, uint32_t seed) {
       w.variant = o.variant, w.loader = o.loader, w.pdl = o.pdl, w.trigger = o.trigger, w.merge_mode = o.merge;
       w.counters = o.merge == MlaDecodeMerge::kSeparate ? nullptr : counters.get();
       w.dynamic_tiles = o.dynamic_tiles;
+      w.ring = o.ring == MlaDecodeRing::kAuto ? plan.ring : o.ring;
       if (o.pdl) {
         ASSERT_TRUE(dql.upload(std::vector<float>(ql.size(), 0.0f)).is_ok());
         ASSERT_TRUE(add_inplace(dql.get(), dql_src.get(), static_cast<int64_t>(ql.size()), stream).is_ok());
@@ -284,7 +315,7 @@ void run_case(const Case& c, uint32_t seed) {
       const auto got = host(out);
       EXPECT_LT(nerr(got, ref), 2e-5) << "heads " << c.heads << " items " << plan.num_items << " variant "
                                       << static_cast<int>(o.variant) << " loader " << static_cast<int>(o.loader) << " pdl " << o.pdl
-                                      << " trigger " << static_cast<int>(o.trigger) << " merge " << static_cast<int>(o.merge) << " dynamic " << o.dynamic_tiles
+                                      << " trigger " << static_cast<int>(o.trigger) << " merge " << static_cast<int>(o.merge) << " dynamic " << o.dynamic_tiles << " ring " << static_cast<int>(w.ring)
                                       << " waves " << waves << " fan-in " << fan_in;
       if (w.counters) {
         const auto left = host(counters);
