@@ -45,4 +45,17 @@ Status encode_bf16_tensor_map(CUtensorMap* map, const void* base, int rank, cons
   return Status::ok();
 }
 
+Status encode_u32_tensor_map_2d(CUtensorMap* map, const void* base, const uint64_t* extent, uint64_t stride_bytes, const uint32_t* box,
+                                const char* who) {
+  static const Result<EncodeTiled> encoder = lookup_encoder();
+  if (!encoder.is_ok()) return encoder.status().with_context(who);
+  const cuuint64_t ext[2] = {extent[0], extent[1]}, str[1] = {stride_bytes};
+  const cuuint32_t bx[2] = {box[0], box[1]}, step[2] = {1, 1};
+  const CUresult r = encoder.value()(map, CU_TENSOR_MAP_DATA_TYPE_UINT32, 2, const_cast<void*>(base), ext, str, bx, step,
+                                     CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_NONE, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                                     CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  if (r != CUDA_SUCCESS) return internal_error(std::string(who) + ": cuTensorMapEncodeTiled (u32) failed (" + std::to_string(r) + ")");
+  return Status::ok();
+}
+
 }  // namespace pdserve::cuda

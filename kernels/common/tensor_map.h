@@ -18,4 +18,9 @@ namespace pdserve::cuda {
 Status encode_bf16_tensor_map(CUtensorMap* map, const void* base, int rank, const uint64_t* extent,
                               const uint64_t* stride_bytes, const uint32_t* box, const char* who);
 
+// A two-dimensional map over 32-bit words with no swizzle (raw bytes copied row by row, e.g.
+// packed weights): `extent` words per dimension, `stride_bytes` between rows, box `box`.
+Status encode_u32_tensor_map_2d(CUtensorMap* map, const void* base, const uint64_t* extent, uint64_t stride_bytes, const uint32_t* box,
+                                const char* who);
+
 }  // namespace pdserve::cuda

@@ -66,7 +66,8 @@ bool moe_prefill_fits(const MoeDecodeWeights& w);
 // kWgmmaProducer: a producer warpgroup dequantises each weight chunk once into shared memory
 // (bf16) and brings the tokens by bulk copies; two consumer warpgroups run wgmma with both
 // operands in shared memory on the same 128 weight rows and token halves of a tile of up to
-// 256 (moe_prefill_producer_sm90.cu). Same input order as kWgmma; not bit-identical to it.
+// 256 (moe_prefill_producer_sm90.cu); the packed weights reach the producer by bulk copies
+// into a shared-memory ring. Same input order and dequantisation as kWgmma: bit-identical.
 enum class MoePrefillKernel { kAuto, kMmaSync, kWgmma, kWgmmaWideN, kWgmmaSmemW, kWgmmaSmemWDeep, kWgmmaTma, kWgmmaTma4, kWgmmaProducer };
 MoePrefillKernel moe_prefill_choice(MoePrefillKernel kernel = MoePrefillKernel::kAuto);
 
