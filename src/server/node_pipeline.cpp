@@ -2,6 +2,7 @@
 // (node_pipeline.h).
 #include "node_pipeline.h"
 
+#include <algorithm>
 #include <atomic>
 
 #include "node_cache.h"
@@ -53,15 +54,22 @@ void hook_leader_pipeline(TpModelGroup& g, const std::shared_ptr<node::LeaderLin
       ~Done() { l.expect_replies(false); }
     } done{*link};
     for (int n = 1; n < nnodes; ++n) {
-      // No deadline: a follower's stages take as long as the step's prompt needs; a follower
-      // that dies ends its control stream, which fails this read at once.
-      PDS_ASSIGN_OR_RETURN(node::Frame f, link->receive_from(n, std::chrono::milliseconds(0)));
       const std::string who = "node " + std::to_string(n) + " of " + std::to_string(nnodes);
-      if (f.type != node::MsgType::kRound) return Status(ErrorCode::kDataLoss, who + " answered a step with frame type " + std::to_string(static_cast<int>(f.type)));
-      PDS_ASSIGN_OR_RETURN(node::Round r, node::decode_round(bytes(f), f.payload.size()));
-      if (r.seqs.size() != batch.seqs.size())
-        return Status(ErrorCode::kDataLoss, who + " reported on " + std::to_string(r.seqs.size()) + " of " + std::to_string(batch.seqs.size()) + " sequences");
-      remote->push_back({std::move(r.seqs), std::move(r.logits)});
+      TpModelGroup::RemoteRound got;
+      for (bool more = true; more;) {
+        // No deadline: a follower's stages take as long as the step's prompt needs; a follower
+        // that dies ends its control stream, which fails this read at once.
+        PDS_ASSIGN_OR_RETURN(node::Frame f, link->receive_from(n, std::chrono::milliseconds(0)));
+        if (f.type != node::MsgType::kRound)
+          return Status(ErrorCode::kDataLoss, who + " answered a step with frame type " + std::to_string(static_cast<int>(f.type)));
+        PDS_ASSIGN_OR_RETURN(node::Round r, node::decode_round(bytes(f), f.payload.size()));
+        if (r.seqs.size() != batch.seqs.size())
+          return Status(ErrorCode::kDataLoss, who + " reported on " + std::to_string(r.seqs.size()) + " of " + std::to_string(batch.seqs.size()) + " sequences");
+        got.seq_status = std::move(r.seqs);
+        got.logits.insert(got.logits.end(), r.logits.begin(), r.logits.end());
+        more = r.more;
+      }
+      remote->push_back(std::move(got));
     }
     return Status::ok();
   });
@@ -87,8 +95,17 @@ Status link_follower_stages(TpModelGroup& g, const ServeConfig& cfg, const std::
 Status send_round(node::FollowerLink& link, const TpModelGroup& g, const ForwardOutput& out) {
   node::Round r;
   r.seqs = out.seq_status;
-  if (g.holds_last_stage()) r.logits = out.logits;
-  return link.send(node::encode(r));
+  const size_t total = g.holds_last_stage() ? out.logits.size() : 0;
+  // Many rows of a large vocabulary (prompt logprobs) span several frames.
+  size_t at = 0;
+  do {
+    const size_t n = std::min(node::kRoundLogits, total - at);
+    r.logits.assign(out.logits.begin() + at, out.logits.begin() + at + n);
+    at += n;
+    r.more = at < total;
+    PDS_RETURN_IF_ERROR(link.send(node::encode(r)));
+  } while (at < total);
+  return Status::ok();
 }
 
 }  // namespace pdserve::server

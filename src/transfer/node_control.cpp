@@ -201,6 +201,7 @@ std::string encode(const Round& m) {
   }
   w.u32(static_cast<uint32_t>(m.logits.size()));
   w.bytes(m.logits.data(), m.logits.size() * sizeof(float));
+  w.u8(m.more ? 1 : 0);
   return w.frame(MsgType::kRound);
 }
 
@@ -317,6 +318,9 @@ Result<Round> decode_round(const uint8_t* p, size_t n) {
   }
   m.logits.resize(r.count(sizeof(float)));
   r.bytes(m.logits.data(), m.logits.size() * sizeof(float));
+  const uint8_t more = r.u8();
+  if (more > 1) r.fail();
+  m.more = more == 1;
   PDS_RETURN_IF_ERROR(r.done("round"));
   return m;
 }

@@ -161,6 +161,15 @@ TEST(NodeControl, PipelineFramesRoundTripAndBadOnesAreRefused) {
   EXPECT_EQ(r2->seqs[1].code(), ErrorCode::kAborted);
   EXPECT_EQ(r2->seqs[1].message(), "stage 1 failed it");
   EXPECT_EQ(r2->logits, r.logits);
+  EXPECT_FALSE(r2->more);
+  r.more = true;
+  const std::string more = payload_of(encode(r), MsgType::kRound);
+  auto r3 = decode_round(bytes(more), more.size());
+  ASSERT_TRUE(r3.is_ok());
+  EXPECT_TRUE(r3->more);
+  std::string bad_more = more;
+  bad_more.back() = 2;
+  EXPECT_FALSE(decode_round(bytes(bad_more), bad_more.size()).is_ok());
   for (size_t n = 0; n < rp.size(); ++n) EXPECT_FALSE(decode_round(bytes(rp), n).is_ok()) << n << " bytes";
   std::string forged = rp;
   forged[0] = 0x7f;  // the sequence count past the payload

@@ -29,7 +29,9 @@
 //   kRound    follower -> leader (pp > 1): after each step, the verdict of this node's stages
 //             on every sequence: sequences u32, each code u8 (0 ready, else the ErrorCode it
 //             failed with) + text u32 + bytes; then logits u32 + f32 each (every row of the
-//             step in batch order, from the node with the last stage; 0 from the others)
+//             step in batch order, from the node with the last stage; 0 from the others),
+//             then more u8 (1: the logits continue in further kRound frames, which repeat
+//             the verdicts, so no frame passes kMaxPayload)
 // The connection is authenticated once when it opens (node_link.h: HMAC challenge-response
 // over the cluster secret, as rank_bootstrap.h); frames are not encrypted.
 #pragma once
@@ -107,7 +109,10 @@ struct FetchDone {
 struct Round {
   std::vector<Status> seqs;
   std::vector<float> logits;
+  bool more = false;  // the logits continue in the next kRound frame
 };
+// Floats of logits one kRound frame carries at most (well inside kMaxPayload).
+constexpr size_t kRoundLogits = 8u << 20;
 
 struct Header {
   MsgType type = MsgType::kHello;
