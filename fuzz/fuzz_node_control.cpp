@@ -48,5 +48,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     same_payload(*m, p, n);
   }
   if (auto m = decode_fetch_done(p, n); m.is_ok()) same_payload(*m, p, n);
+  if (auto m = decode_round(p, n); m.is_ok()) {
+    if (m->seqs.size() > n || m->logits.size() > n / sizeof(float)) std::abort();
+    same_payload(*m, p, n);
+  }
   return 0;
 }

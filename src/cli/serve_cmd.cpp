@@ -112,7 +112,7 @@ void add_server_options(CLI::App* cmd, const std::shared_ptr<server::ServeConfig
   cmd->add_option("--tp", cfg->tp, "Tensor-parallel ranks (threads; with --device cuda, rank r on GPU r)")->capture_default_str();
   cmd->add_option("--pp", cfg->pp, "Pipeline stages of --tp ranks each (prefill or unified role; --device cuda: one GPU a stage, --tp 1)")->capture_default_str();
   cmd->add_option("--device", cfg->device, "Backend: cpu or cuda (--tp GPUs)")->capture_default_str();
-  cmd->add_option("--nnodes", cfg->nnodes, "Nodes this instance spans (--tp splits evenly over them; see docs/operations.md)")
+  cmd->add_option("--nnodes", cfg->nnodes, "Nodes this instance spans (--tp splits evenly over them, or with --pp whole stages: --pp / --nnodes a node; see docs/operations.md)")
       ->capture_default_str();
   cmd->add_option("--node-rank", cfg->node_rank, "This node's rank in the instance (0: the leader)")->capture_default_str();
   cmd->add_option("--dist-init-addr", cfg->dist_init_addr, "HOST:PORT where node 0 listens for the other nodes (--nnodes > 1)");

@@ -138,7 +138,45 @@ class InProcessStageChannel final : public StageChannel {
   int stage_, stages_;
 };
 
+// Global stage numbers over a node's in-process endpoint (local numbers) and its links to the
+// neighbouring nodes' stages.
+class SplicedStageChannel final : public StageChannel {
+ public:
+  SplicedStageChannel(std::unique_ptr<StageChannel> local, int first, int stage, int stages, std::unique_ptr<StageChannel> up,
+                      std::unique_ptr<StageChannel> down)
+      : local_(std::move(local)), up_(std::move(up)), down_(std::move(down)), first_(first), stage_(stage), stages_(stages) {}
+  int stage() const override { return stage_; }
+  int num_stages() const override { return stages_; }
+  Status send(int to, const float* data, int64_t n) override {
+    PDS_ASSIGN_OR_RETURN(StageChannel * c, route(to));
+    return c->send(c == local_.get() ? to - first_ : to, data, n);
+  }
+  Status send_failure(int to, const Status& why) override {
+    PDS_ASSIGN_OR_RETURN(StageChannel * c, route(to));
+    return c->send_failure(c == local_.get() ? to - first_ : to, why);
+  }
+  Status recv(int from, float* data, int64_t n) override {
+    PDS_ASSIGN_OR_RETURN(StageChannel * c, route(from));
+    return c->recv(c == local_.get() ? from - first_ : from, data, n);
+  }
+
+ private:
+  Result<StageChannel*> route(int s) {
+    if (s >= first_ && s < first_ + local_->num_stages()) return local_.get();
+    if (s == first_ - 1 && up_) return up_.get();
+    if (s == first_ + local_->num_stages() && down_) return down_.get();
+    return invalid_argument("stage channel: stage " + std::to_string(stage_) + " has no link to stage " + std::to_string(s));
+  }
+  std::unique_ptr<StageChannel> local_, up_, down_;
+  int first_, stage_, stages_;
+};
+
 }  // namespace
+
+std::unique_ptr<StageChannel> make_spliced_stage_channel(std::unique_ptr<StageChannel> local, int first, int stage, int num_stages,
+                                                         std::unique_ptr<StageChannel> up, std::unique_ptr<StageChannel> down) {
+  return std::make_unique<SplicedStageChannel>(std::move(local), first, stage, num_stages, std::move(up), std::move(down));
+}
 
 std::vector<std::unique_ptr<StageChannel>> make_in_process_pipeline(int stages) {
   auto p = std::make_shared<PipeState>();

@@ -12,16 +12,28 @@ Result<std::unique_ptr<TpModelGroup>> TpModelGroup::load(const std::string& dir,
 }
 
 Result<std::unique_ptr<TpModelGroup>> TpModelGroup::load_models(const std::string& dir, int tp_size, int pp_size) {
+  return load_stage_models(dir, tp_size, pp_size, 0, pp_size);
+}
+
+Result<std::unique_ptr<TpModelGroup>> TpModelGroup::load_stage_models(const std::string& dir, int tp_size, int pp_total, int first_stage,
+                                                                      int pp_size) {
   if (tp_size < 1) return invalid_argument("tensor parallel size must be at least 1");
   PDS_ASSIGN_OR_RETURN(ModelConfig cfg, load_model_config(dir));
-  PDS_ASSIGN_OR_RETURN(std::vector<LayerSpan> stages, plan_pipeline_stages(cfg, pp_size));
+  PDS_ASSIGN_OR_RETURN(std::vector<LayerSpan> all, plan_pipeline_stages(cfg, pp_total));
+  if (pp_size < 1 || first_stage < 0 || first_stage + pp_size > pp_total)
+    return invalid_argument("PP group: stages " + std::to_string(first_stage) + ".." + std::to_string(first_stage + pp_size - 1) +
+                            " are not in a pipeline of " + std::to_string(pp_total));
+  const std::vector<LayerSpan> stages(all.begin() + first_stage, all.begin() + first_stage + pp_size);
   std::unique_ptr<TpModelGroup> g(new TpModelGroup());
   g->tp_ = tp_size;
   g->pp_ = pp_size;
-  g->micro_batches_ = pp_size;
+  g->stage0_ = first_stage;
+  g->pp_total_ = pp_total;
+  // The same split on every node, so every node cuts a batch into the same micro-batches.
+  g->micro_batches_ = pp_total;
   for (int s = 0; s < pp_size; ++s)
     for (auto& c : make_in_process_group(tp_size)) g->comms_.push_back(std::move(c));
-  if (pp_size > 1) {
+  if (pp_total > 1) {
     // One pipeline per TP rank: rank r of stage s talks to rank r of stages s - 1 and s + 1.
     g->channels_.resize(static_cast<size_t>(pp_size * tp_size));
     for (int r = 0; r < tp_size; ++r) {
@@ -71,7 +83,7 @@ void TpModelGroup::make_pools(int64_t num_pages, int64_t page_size, int64_t num_
     kv_.push_back(MlaKvPool::for_model(c, num_pages, page_size));
     state_.push_back(KdaStatePool::for_model(c, num_slots, models_[0]->shard().size));  // heads of the global group
   }
-  if (pp_ == 1) return;
+  if (pp_total_ == 1) return;
   for (int s = 0; s < pp_; ++s)
     for (int r = 0; r < tp_; ++r) {
       const Model& m = stage_model(s, r);
@@ -81,18 +93,34 @@ void TpModelGroup::make_pools(int64_t num_pages, int64_t page_size, int64_t num_
 }
 
 Status TpModelGroup::set_stage_channels(std::vector<std::unique_ptr<StageChannel>> channels) {
-  if (static_cast<int>(channels.size()) != pp_ * tp_ || pp_ == 1)
+  if (static_cast<int>(channels.size()) != pp_ * tp_ || pp_total_ == 1)
     return invalid_argument("stage channels: " + std::to_string(channels.size()) + " endpoints for " + std::to_string(pp_) + " stages of " +
                             std::to_string(tp_) + " ranks");
   for (int i = 0; i < pp_ * tp_; ++i)
-    if (!channels[i] || channels[i]->stage() != i / tp_ || channels[i]->num_stages() != pp_)
-      return invalid_argument("stage channels: endpoint " + std::to_string(i) + " is not stage " + std::to_string(i / tp_) + "'s");
+    if (!channels[i] || channels[i]->stage() != stage0_ + i / tp_ || channels[i]->num_stages() != pp_total_)
+      return invalid_argument("stage channels: endpoint " + std::to_string(i) + " is not stage " + std::to_string(stage0_ + i / tp_) + "'s");
   channels_ = std::move(channels);
   return Status::ok();
 }
 
+Status TpModelGroup::link_stages(std::vector<std::unique_ptr<StageChannel>> up, std::vector<std::unique_ptr<StageChannel>> down) {
+  const size_t want_up = stage0_ > 0 ? tp_ : 0, want_down = holds_last_stage() ? 0 : tp_;
+  if (up.size() != want_up || down.size() != want_down)
+    return invalid_argument("stage links: " + std::to_string(up.size()) + " in and " + std::to_string(down.size()) + " out for stages " +
+                            std::to_string(stage0_) + ".." + std::to_string(stage0_ + pp_ - 1) + " of " + std::to_string(pp_total_));
+  std::vector<std::unique_ptr<StageChannel>> channels(static_cast<size_t>(pp_ * tp_));
+  for (int r = 0; r < tp_; ++r) {
+    auto local = make_in_process_pipeline(pp_);
+    for (int s = 0; s < pp_; ++s)
+      channels[s * tp_ + r] = make_spliced_stage_channel(std::move(local[s]), stage0_, stage0_ + s, pp_total_,
+                                                         s == 0 && !up.empty() ? std::move(up[r]) : nullptr,
+                                                         s == pp_ - 1 && !down.empty() ? std::move(down[r]) : nullptr);
+  }
+  return set_stage_channels(std::move(channels));
+}
+
 Status TpModelGroup::forward(const ForwardBatch& batch, ForwardOutput* out, const ForwardOptions& opts) {
-  if (pp_ > 1) return forward_pipeline(batch, out, opts);
+  if (pp_total_ > 1) return forward_pipeline(batch, out, opts);
   // Validate once up front: a rank that refused a batch would leave the others waiting in a
   // collective forever.
   for (int r = 0; r < size(); ++r) PDS_RETURN_IF_ERROR(models_[r]->validate(batch, ModelCaches{kv_[r].get(), state_[r].get()}));
@@ -140,7 +168,7 @@ Status TpModelGroup::run_local_ranks(const ForwardBatch& batch, ForwardOutput* o
 }
 
 Status TpModelGroup::set_device_forward(std::unique_ptr<DeviceForward> device) {
-  if (pp_ > 1) return invalid_argument("device forward: " + std::to_string(pp_) + " pipeline stages need one device forward each");
+  if (pp_total_ > 1) return invalid_argument("device forward: " + std::to_string(pp_) + " pipeline stages need one device forward each");
   if (size() > 1)
     return invalid_argument("device forward: a group of " + std::to_string(size()) + " ranks needs one device forward per rank");
   devices_.clear();
@@ -166,7 +194,7 @@ Status TpModelGroup::cache_to_host(const CacheRegion& region) {
 }
 
 Status TpModelGroup::download_region(const CacheRegion& region) {
-  if (pp_ > 1) {
+  if (pp_total_ > 1) {
     // Device stages: each stage's device pools -> its host stage pools (same geometry), then
     // the gather of every stage into the whole-model pools the transfer layer reads.
     if (!devices_.empty() && (!region.pages.empty() || region.slot >= 0))
@@ -198,7 +226,7 @@ Status TpModelGroup::cache_to_device(const CacheRegion& region) {
 }
 
 Status TpModelGroup::upload_region(const CacheRegion& region) {
-  if (pp_ > 1) {
+  if (pp_total_ > 1) {
     move_stage_region(region, false);
     if (!devices_.empty() && (!region.pages.empty() || region.slot >= 0))
       for (int i = 0; i < pp_ * tp_; ++i)

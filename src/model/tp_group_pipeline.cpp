@@ -39,6 +39,11 @@ Status TpModelGroup::forward_pipeline(const ForwardBatch& batch, ForwardOutput* 
   for (int s = 0; s < pp_; ++s)
     for (int r = 0; r < tp_; ++r)
       PDS_RETURN_IF_ERROR(stage_model(s, r).validate(batch, ModelCaches{&stage_kv(s, r), &stage_state(s, r)}));
+  PDS_RETURN_IF_ERROR(health());
+  // Stages on other nodes run the same batch (the leader sends it; followers have none).
+  if (step_sender_) {
+    if (Status st = step_sender_(batch); !st.is_ok()) return break_group(st);
+  }
   const size_t n = batch.seqs.size();
   const auto groups = split_micro_batches(batch, micro_batches_);
   std::vector<std::vector<StageSeqState>> reports(static_cast<size_t>(pp_), std::vector<StageSeqState>(n, StageSeqState::kPending));
@@ -65,7 +70,7 @@ Status TpModelGroup::forward_pipeline(const ForwardBatch& batch, ForwardOutput* 
       for (size_t j = 0; j < groups[k].size(); ++j) {
         const size_t i = groups[k][j];
         Status verdict = st;
-        if (verdict.is_ok() && fault_) verdict = fault_(s, batch.seqs[i]);
+        if (verdict.is_ok() && fault_) verdict = fault_(stage0_ + s, batch.seqs[i]);
         reports[s][i] = verdict.is_ok() ? StageSeqState::kReady : StageSeqState::kFailed;
         if (!verdict.is_ok()) {
           std::lock_guard lk(why_mu);
@@ -80,6 +85,26 @@ Status TpModelGroup::forward_pipeline(const ForwardBatch& batch, ForwardOutput* 
   run_rank(0, 0);
   for (auto& t : threads) t.join();
 
+  // The other nodes' stages: their verdicts join the agreement, the last one's logits are ours.
+  std::vector<RemoteRound> remote;
+  if (round_collector_) {
+    if (Status st = round_collector_(batch, &remote); !st.is_ok()) return break_group(st);
+  }
+  // Lost a node during the round (a watcher broke the group): nothing of it counts.
+  PDS_RETURN_IF_ERROR(health());
+  const std::vector<float>* remote_logits = nullptr;
+  for (RemoteRound& rr : remote) {
+    if (rr.seq_status.size() != n) return break_group(internal_error("pipeline: another node reported on " + std::to_string(rr.seq_status.size()) + " of " + std::to_string(n) + " sequences"));
+    std::vector<StageSeqState> rep(n);
+    for (size_t i = 0; i < n; ++i) {
+      rep[i] = rr.seq_status[i].is_ok() ? StageSeqState::kReady : StageSeqState::kFailed;
+      if (!rr.seq_status[i].is_ok() && why[i].is_ok()) why[i] = rr.seq_status[i];
+    }
+    reports.push_back(std::move(rep));
+    if (!rr.logits.empty()) remote_logits = &rr.logits;
+  }
+  if (!holds_last_stage() && round_collector_ && !remote_logits)
+    return break_group(internal_error("pipeline: the node with the last stage sent no logits"));
   // The round's agreement: ready on every stage, failed on any.
   const RoundAgreement agreed = agree_round(reports);
   const int64_t vocab = config().vocab_size;
@@ -102,12 +127,23 @@ Status TpModelGroup::forward_pipeline(const ForwardBatch& batch, ForwardOutput* 
         out->logits.resize(out->logits.size() + static_cast<size_t>(rows * vocab), 0.0f);
         continue;
       }
-      const ForwardOutput& g = group_out[k];
-      const float* src = g.logits.data() + g.first_row[j] * vocab;
-      out->logits.insert(out->logits.end(), src, src + rows * vocab);
+      if (holds_last_stage()) {
+        const ForwardOutput& g = group_out[k];
+        const float* src = g.logits.data() + g.first_row[j] * vocab;
+        out->logits.insert(out->logits.end(), src, src + rows * vocab);
+      } else if (remote_logits) {  // laid out as ours: every row in batch order
+        const size_t at = out->logits.size();
+        if (remote_logits->size() < at + static_cast<size_t>(rows * vocab))
+          return break_group(internal_error("pipeline: the last stage's node sent " + std::to_string(remote_logits->size()) + " logits, too few"));
+        out->logits.insert(out->logits.end(), remote_logits->begin() + at, remote_logits->begin() + at + rows * vocab);
+      } else {  // a follower before the last stage: its verdicts are what it reports
+        out->logits.resize(out->logits.size() + static_cast<size_t>(rows * vocab), 0.0f);
+      }
     }
   // Rows were appended in micro-batch order, which is batch order (groups are contiguous).
-  if (failed == n && n > 0) {
+  // A follower reports every verdict (and has no engine to fail a step); the node with stage 0
+  // fails the step when no sequence survived.
+  if (failed == n && n > 0 && stage0_ == 0) {
     for (const Status& st : rank_status)
       if (!st.is_ok()) return st;
     return out->seq_status[0];

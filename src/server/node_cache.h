@@ -21,6 +21,14 @@ Status forward_region(transfer::node::LeaderLink& link, TpModelGroup& g, int loc
 Status fetch_region(transfer::node::LeaderLink& link, TpModelGroup& g, int local, const CacheRegion& region,
                     std::chrono::milliseconds timeout);
 
+// Pipeline stages on several nodes (prefill): node 0's whole-model pools get every other
+// node's stages' layers of `region` (each follower answers for the layers it holds, every TP
+// rank of them).
+Status fetch_stage_region(transfer::node::LeaderLink& link, TpModelGroup& g, int nnodes, const CacheRegion& region,
+                          std::chrono::milliseconds timeout);
+// A follower holding pipeline stages: its stages' layers of `f`'s region, every TP rank.
+Status answer_stage_fetch(transfer::node::FollowerLink& link, TpModelGroup& g, const transfer::node::Fetch& f);
+
 // A follower (decode): one kCache frame into its ranks' host pools (`first` = its first
 // global rank); the page or slot is added to `pending` (uploaded before the next step).
 Status apply_cache(TpModelGroup& g, int first, const transfer::node::CacheData& m, CacheRegion* pending);

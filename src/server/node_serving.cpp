@@ -9,6 +9,7 @@
 
 #include "cuda_options.h"
 #include "node_cache.h"
+#include "node_pipeline.h"
 #include "pdserve/core/secret_file.h"
 #include "pdserve/model/device_forward.h"
 #include "pdserve/model/dist_check.h"
@@ -121,7 +122,7 @@ class LeaderWatch {
 }  // namespace
 
 Result<std::unique_ptr<NodeLeader>> NodeLeader::join(const ServeConfig& cfg, std::unique_ptr<TpModelGroup>* group) {
-  if (cfg.pp > 1) return unsupported("--nnodes with --pp: pipeline stages run on one node for now");
+  if (cfg.pp > 1 && cfg.device != "cpu") return unsupported("--nnodes with --pp: pipeline stages on several nodes run on --device cpu for now");
   PDS_ASSIGN_OR_RETURN(std::string secret, cluster_secret(cfg));
   PDS_ASSIGN_OR_RETURN(transfer::HostPort hp, transfer::parse_dist_init_addr(cfg.dist_init_addr));
   std::unique_ptr<NodeLeader> l(new NodeLeader());
@@ -134,6 +135,17 @@ Result<std::unique_ptr<NodeLeader>> NodeLeader::join(const ServeConfig& cfg, std
   hello.nnodes = static_cast<uint32_t>(cfg.nnodes);
   hello.tp = static_cast<uint32_t>(cfg.tp);
   hello.role = role_code(cfg.role);
+  hello.pp = static_cast<uint32_t>(cfg.pp);
+  if (cfg.pp > 1) {
+    // Whole stages per node: the TP collectives stay in each process and only activations
+    // cross, through the stage links' hub here (its port and token in Hello).
+    PDS_ASSIGN_OR_RETURN(l->stage_hub_, transfer::TcpStageHub::listen(hp.host));
+    hello.collective_port = l->stage_hub_->port();
+    hello.token = l->stage_hub_->token();
+    PDS_RETURN_IF_ERROR(l->link_->broadcast(node::encode(hello)));
+    PDS_ASSIGN_OR_RETURN(*group, load_node_stages(cfg));
+    return l;
+  }
   const int local = local_ranks(cfg);
   std::vector<std::unique_ptr<Communicator>> comms;
   if (cfg.device == "cuda") {
@@ -160,6 +172,7 @@ Result<std::unique_ptr<NodeLeader>> NodeLeader::join(const ServeConfig& cfg, std
 Status NodeLeader::start(TpModelGroup& g, const ServeConfig& cfg) {
   PDS_RETURN_IF_ERROR(link_->broadcast(node::encode(node::Start{g.kv(0).num_pages(), g.kv(0).page_size(), g.state(0).num_slots()})));
   if (cfg.device == "cuda") PDS_RETURN_IF_ERROR(join_gpus(g, cfg, group_id_));
+  if (stage_hub_) PDS_RETURN_IF_ERROR(link_leader_stages(g, *stage_hub_, cfg, join_timeout(cfg)));
   PDS_ASSIGN_OR_RETURN(auto frames, link_->receive_from_all(join_timeout(cfg)));
   for (size_t i = 0; i < frames.size(); ++i) {
     const std::string who = "node " + std::to_string(i + 1) + " of " + std::to_string(nnodes_);
@@ -172,7 +185,24 @@ Status NodeLeader::start(TpModelGroup& g, const ServeConfig& cfg) {
                               std::to_string(ready->num_layers) + " layers; here " + std::to_string(mc.vocab_size) + ", " +
                               std::to_string(mc.num_layers) + "): pass the same --model to every node");
   }
-  spdlog::info("node 0 of {}: every node is ready; ranks 0..{} here", nnodes_, g.size() - 1);
+  if (stage_hub_) {
+    spdlog::info("node 0 of {}: every node is ready; pipeline stages 0..{} of {} here", nnodes_, g.pp() - 1, g.total_stages());
+    hook_leader_pipeline(g, link_, cfg, join_timeout(cfg));
+  } else {
+    spdlog::info("node 0 of {}: every node is ready; ranks 0..{} here", nnodes_, g.size() - 1);
+    hook_tensor_parallel(g, cfg);
+  }
+  // A follower lost between steps: refuse the next step instead of waiting for it in a
+  // collective (which NCCL would do for ever); lost during a step: lose_node aborts the NCCL
+  // collectives the step is blocked in, so it fails with the same error.
+  link_->watch([&g](const Status& why) {
+    spdlog::error("{}", why.message());
+    g.lose_node(why);
+  });
+  return Status::ok();
+}
+
+void NodeLeader::hook_tensor_parallel(TpModelGroup& g, const ServeConfig& cfg) {
   auto steps = std::make_shared<std::atomic<uint64_t>>(0);
   g.set_step_sender([link = link_, steps](const ForwardBatch& batch) { return link->broadcast(node::encode(to_message(batch, steps->fetch_add(1)))); });
   if (cfg.role == ServerRole::kDecode) {
@@ -186,14 +216,6 @@ Status NodeLeader::start(TpModelGroup& g, const ServeConfig& cfg) {
       return fetch_region(*link, g, local, region, t);
     });
   }
-  // A follower lost between steps: refuse the next step instead of waiting for it in a
-  // collective (which NCCL would do for ever); lost during a step: lose_node aborts the NCCL
-  // collectives the step is blocked in, so it fails with the same error.
-  link_->watch([&g](const Status& why) {
-    spdlog::error("{}", why.message());
-    g.lose_node(why);
-  });
-  return Status::ok();
 }
 
 void NodeLeader::shutdown(const std::string& reason) {
@@ -211,7 +233,7 @@ int run_node_follower(const ServeConfig& cfg) {
     std::cerr << who << ": " << m << std::endl;
     return rc;
   };
-  if (cfg.pp > 1) return fail(2, "--pp runs on one node for now");
+  if (cfg.pp > 1 && cfg.device != "cpu") return fail(2, "--pp with --nnodes: pipeline stages on several nodes run on --device cpu for now");
   auto secret = cluster_secret(cfg);
   if (!secret.is_ok()) return fail(2, secret.status().message());
   auto hp = transfer::parse_dist_init_addr(cfg.dist_init_addr);
@@ -230,15 +252,17 @@ int run_node_follower(const ServeConfig& cfg) {
   if (!hf.is_ok()) return fail(1, "joining the leader at " + cfg.dist_init_addr + ": " + hf.status().message());
   auto hello = node::decode_hello(bytes(*hf), hf->payload.size());
   if (!hello.is_ok()) return fail(1, hello.status().message());
-  if (static_cast<int>(hello->nnodes) != cfg.nnodes || static_cast<int>(hello->tp) != cfg.tp)
-    return fail(2, "the leader runs --tp " + std::to_string(hello->tp) + " --nnodes " + std::to_string(hello->nnodes) +
-                       ", this node was started with --tp " + std::to_string(cfg.tp) + " --nnodes " + std::to_string(cfg.nnodes));
+  if (static_cast<int>(hello->nnodes) != cfg.nnodes || static_cast<int>(hello->tp) != cfg.tp || static_cast<int>(hello->pp) != cfg.pp)
+    return fail(2, "the leader runs --pp " + std::to_string(hello->pp) + " --tp " + std::to_string(hello->tp) + " --nnodes " +
+                       std::to_string(hello->nnodes) + ", this node was started with --pp " + std::to_string(cfg.pp) + " --tp " +
+                       std::to_string(cfg.tp) + " --nnodes " + std::to_string(cfg.nnodes));
   if (hello->role != role_code(cfg.role))
     return fail(2, std::string("the leader runs `pdserve ") + role_command(hello->role) + "`, this node `pdserve " + role_command(role_code(cfg.role)) +
                        "`: start every node of an instance with the same command");
-  const int local = local_ranks(cfg), first = cfg.node_rank * local;
+  const bool staged = cfg.pp > 1;
+  const int local = staged ? cfg.tp : local_ranks(cfg), first = staged ? 0 : cfg.node_rank * local;
   std::vector<std::unique_ptr<Communicator>> comms;
-  for (int i = 0; i < local; ++i) {
+  for (int i = 0; i < local && !staged; ++i) {
     if (cfg.device == "cuda") {
       comms.push_back(std::make_unique<DeviceOnlyRank>(first + i, cfg.tp));
       continue;
@@ -247,9 +271,14 @@ int run_node_follower(const ServeConfig& cfg) {
     if (!c.is_ok()) return fail(1, "rank " + std::to_string(first + i) + ": " + c.status().message());
     comms.push_back(std::move(*c));
   }
-  auto group = TpModelGroup::load_node_models(cfg.model_dir, cfg.tp, first, std::move(comms));
+  auto group = staged ? load_node_stages(cfg) : TpModelGroup::load_node_models(cfg.model_dir, cfg.tp, first, std::move(comms));
   if (!group.is_ok()) return fail(1, group.status().message());
   TpModelGroup& g = **group;
+  if (staged) {
+    if (Status st = link_follower_stages(g, cfg, hp->host, hello->collective_port, hello->token, join_timeout(cfg)); !st.is_ok())
+      return fail(1, "linking pipeline stages " + std::to_string(g.first_stage()) + ".." + std::to_string(g.first_stage() + g.pp() - 1) +
+                         " to the others through the leader: " + st.message());
+  }
   auto sf = next(node::MsgType::kStart);
   if (!sf.is_ok()) return fail(1, sf.status().message());
   auto start = node::decode_start(bytes(*sf), sf->payload.size());
@@ -260,8 +289,11 @@ int run_node_follower(const ServeConfig& cfg) {
   }
   if (Status st = (*link)->send(node::encode(node::Ready{g.config().vocab_size, g.config().num_layers})); !st.is_ok())
     return fail(1, "the leader at " + cfg.dist_init_addr + " went away: " + st.message());
-  std::cout << "pdserve: node " << cfg.node_rank << " of " << cfg.nnodes << " following the leader at " << cfg.dist_init_addr << " (ranks "
-            << first << ".." << first + local - 1 << " of " << cfg.tp << ")" << std::endl;
+  std::cout << "pdserve: node " << cfg.node_rank << " of " << cfg.nnodes << " following the leader at " << cfg.dist_init_addr;
+  if (staged)
+    std::cout << " (pipeline stages " << g.first_stage() << ".." << g.first_stage() + g.pp() - 1 << " of " << cfg.pp << ", " << cfg.tp << " ranks each)" << std::endl;
+  else
+    std::cout << " (ranks " << first << ".." << first + local - 1 << " of " << cfg.tp << ")" << std::endl;
 
   LeaderWatch watch(g);
   (*link)->watch([&watch](const Status& why) { watch.lost(why); });
@@ -306,7 +338,7 @@ int run_node_follower(const ServeConfig& cfg) {
     if (f->type == node::MsgType::kFetch) {
       auto m = node::decode_fetch(bytes(*f), f->payload.size());
       if (!m.is_ok()) return fail(1, m.status().message());
-      if (Status st = answer_fetch(**link, g, first, *m); !st.is_ok()) return fail(1, "answering the leader's cache fetch: " + st.message());
+      if (Status st = staged ? answer_stage_fetch(**link, g, *m) : answer_fetch(**link, g, first, *m); !st.is_ok()) return fail(1, "answering the leader's cache fetch: " + st.message());
       continue;
     }
     if (f->type != node::MsgType::kStep) return fail(1, "the leader sent frame type " + std::to_string(static_cast<int>(f->type)) + " mid-run");
@@ -324,6 +356,11 @@ int run_node_follower(const ServeConfig& cfg) {
     Status st = g.forward(to_batch(std::move(*step)), &out);
     watch.end_step();
     if (!st.is_ok()) return fail(1, "step " + std::to_string(n) + ": " + st.message());
+    // Stages: this node's verdict on each sequence (and the last stage's logits) for the leader.
+    if (staged) {
+      if (Status sent = send_round(**link, g, out); !sent.is_ok())
+        return fail(1, "the leader at " + cfg.dist_init_addr + " went away after step " + std::to_string(n) + ": " + sent.message());
+    }
     ++steps;
   }
 }

@@ -111,7 +111,7 @@ Result<Header> decode_header(const uint8_t* b) {
   if (version != kVersion)
     return Status(ErrorCode::kDataLoss, "node control: protocol version " + std::to_string(version) + ", this build speaks " +
                                             std::to_string(kVersion) + " (run the same pdserve on every node)");
-  if (type < static_cast<uint8_t>(MsgType::kHello) || type > static_cast<uint8_t>(MsgType::kFetchDone) || zero != 0)
+  if (type < static_cast<uint8_t>(MsgType::kHello) || type > static_cast<uint8_t>(MsgType::kRound) || zero != 0)
     return Status(ErrorCode::kDataLoss, "node control: unknown frame type " + std::to_string(type));
   if (h.length > kMaxPayload) return Status(ErrorCode::kDataLoss, "node control: frame of " + std::to_string(h.length) + " bytes is too long");
   h.type = static_cast<MsgType>(type);
@@ -127,6 +127,7 @@ std::string encode(const Hello& m) {
   w.u32(static_cast<uint32_t>(m.group_id.size()));
   w.bytes(m.group_id.data(), m.group_id.size());
   w.u8(m.role);
+  w.u32(m.pp);
   return w.frame(MsgType::kHello);
 }
 
@@ -190,6 +191,20 @@ std::string encode(const FetchDone& m) {
   return w.frame(MsgType::kFetchDone);
 }
 
+std::string encode(const Round& m) {
+  Writer w;
+  w.u32(static_cast<uint32_t>(m.seqs.size()));
+  for (const Status& st : m.seqs) {
+    w.u8(static_cast<uint8_t>(st.code()));
+    w.u32(static_cast<uint32_t>(st.message().size()));
+    w.bytes(st.message().data(), st.message().size());
+  }
+  w.u32(static_cast<uint32_t>(m.logits.size()));
+  w.bytes(m.logits.data(), m.logits.size() * sizeof(float));
+  w.u8(m.more ? 1 : 0);
+  return w.frame(MsgType::kRound);
+}
+
 Result<Hello> decode_hello(const uint8_t* p, size_t n) {
   Reader r(p, n);
   Hello m;
@@ -202,7 +217,10 @@ Result<Hello> decode_hello(const uint8_t* p, size_t n) {
   m.group_id.resize(id);
   r.bytes(m.group_id.data(), id);
   m.role = r.u8();
-  if (m.nnodes < 2 || m.tp < m.nnodes || m.role > kMaxRole) r.fail();
+  m.pp = r.u32();
+  // Stages are whole on a node (pp a multiple of nnodes), or else TP splits over the nodes.
+  const bool split = m.pp > 1 ? m.pp % m.nnodes == 0 && m.pp <= 64 : m.tp % m.nnodes == 0;
+  if (m.nnodes < 2 || m.tp < 1 || m.pp < 1 || !split || m.role > kMaxRole) r.fail();
   PDS_RETURN_IF_ERROR(r.done("hello"));
   return m;
 }
@@ -264,7 +282,7 @@ Result<CacheData> decode_cache(const uint8_t* p, size_t n) {
   m.layer = r.u32();
   m.data.resize(r.count(sizeof(float)));
   r.bytes(m.data.data(), m.data.size() * sizeof(float));
-  if (m.kind > CacheData::kStateLayer || m.id < 0 || (m.kind == CacheData::kPage && m.layer != 0)) r.fail();
+  if (m.kind > CacheData::kStateLayer || m.id < 0) r.fail();
   PDS_RETURN_IF_ERROR(r.done("cache"));
   return m;
 }
@@ -284,6 +302,26 @@ Result<FetchDone> decode_fetch_done(const uint8_t* p, size_t n) {
   FetchDone m;
   m.frames = r.u32();
   PDS_RETURN_IF_ERROR(r.done("fetch done"));
+  return m;
+}
+
+Result<Round> decode_round(const uint8_t* p, size_t n) {
+  Reader r(p, n);
+  Round m;
+  m.seqs.resize(r.count(5));  // code u8 + text length u32 at least
+  for (Status& st : m.seqs) {
+    const uint8_t code = r.u8();
+    std::string text(r.count(1), '\0');
+    r.bytes(text.data(), text.size());
+    if (code > static_cast<uint8_t>(ErrorCode::kDeadlineExceeded) || (code == 0 && !text.empty())) r.fail();
+    if (code != 0) st = Status(static_cast<ErrorCode>(code), text);
+  }
+  m.logits.resize(r.count(sizeof(float)));
+  r.bytes(m.logits.data(), m.logits.size() * sizeof(float));
+  const uint8_t more = r.u8();
+  if (more > 1) r.fail();
+  m.more = more == 1;
+  PDS_RETURN_IF_ERROR(r.done("round"));
   return m;
 }
 

@@ -285,6 +285,71 @@ TEST(PipelineParallel, AStageFailingOneRequestFailsItEverywhereAndOthersContinue
   }
 }
 
+// Stages in two groups, as on two nodes (node 0: stage 0; node 1: stages 1 and 2 of 3), joined
+// by stand-ins for the network links; node 0's round collector runs node 1's round and takes
+// its verdicts and logits, as kRound carries them. Logits equal one process's; a sequence that
+// node 1's last stage fails fails on node 0 too (the union), one node 0 fails fails although
+// node 1 ran it fine, and the others are unaffected.
+TEST(PipelineParallel, StagesOnTwoNodesAgreeOverTheRoundCollector) {
+  PpRun ref = run("tiny-k3", 1, 1, 0);
+  const std::string dir = testing::tiny_model_dir("tiny-k3");
+  auto n0 = TpModelGroup::load_stage_models(dir, 1, 3, 0, 1);
+  auto n1 = TpModelGroup::load_stage_models(dir, 1, 3, 1, 2);
+  ASSERT_TRUE(n0.is_ok() && n1.is_ok());
+  TpModelGroup& leader = **n0;
+  TpModelGroup& follower = **n1;
+  EXPECT_FALSE(leader.holds_last_stage());
+  EXPECT_TRUE(follower.holds_last_stage());
+  EXPECT_EQ(follower.first_stage(), 1);
+  leader.make_pools(32, 16, 4);
+  follower.make_pools(32, 16, 4);  // no accounting there: the leader's page and slot ids drive it
+  auto wire = make_in_process_pipeline(3);  // endpoint 0 -> 1 stands in for the TCP link
+  std::vector<std::unique_ptr<StageChannel>> down, up;
+  down.push_back(std::move(wire[0]));
+  up.push_back(std::move(wire[1]));
+  ASSERT_TRUE(leader.link_stages({}, std::move(down)).is_ok());
+  ASSERT_TRUE(follower.link_stages(std::move(up), {}).is_ok());
+  leader.set_round_collector([&](const ForwardBatch& b, std::vector<TpModelGroup::RemoteRound>* remote) {
+    ForwardOutput fo;
+    PDS_RETURN_IF_ERROR(follower.forward(b, &fo));
+    remote->push_back({fo.seq_status, fo.logits});
+    return Status::ok();
+  });
+  const std::vector<std::vector<int32_t>> prompts = {random_ids(61, 31), random_ids(17, 32), random_ids(40, 33)};
+  ForwardBatch b;
+  for (size_t s = 0; s < prompts.size(); ++s) {
+    SequenceInput in;
+    in.pages = *leader.allocate_pages(6);
+    in.state_slot = *leader.allocate_slot();
+    in.tokens.assign(prompts[s].begin(), prompts[s].begin() + std::min<size_t>(24, prompts[s].size()));
+    in.all_logits = true;
+    b.seqs.push_back(in);
+  }
+  const int32_t failed_there = b.seqs[1].state_slot, failed_here = b.seqs[2].state_slot;
+  follower.set_stage_fault([&](int stage, const SequenceInput& seq) {
+    return stage == 2 && seq.state_slot == failed_there ? Status(ErrorCode::kUnavailable, "stage 2 lost it") : Status::ok();
+  });
+  leader.set_stage_fault([&](int stage, const SequenceInput& seq) {
+    return stage == 0 && seq.state_slot == failed_here ? Status(ErrorCode::kAborted, "stage 0 dropped it") : Status::ok();
+  });
+  ForwardOutput fo;
+  ASSERT_TRUE(leader.forward(b, &fo).is_ok());
+  ASSERT_EQ(fo.seq_status.size(), 3u);
+  EXPECT_FALSE(fo.seq_failed(0));
+  const int64_t vocab = leader.config().vocab_size;
+  std::vector<float> got(fo.row(0, 0), fo.row(0, 0) + fo.num_rows[0] * vocab);
+  std::vector<float> want(ref.prefill_logits[0].begin(), ref.prefill_logits[0].begin() + fo.num_rows[0] * vocab);
+  EXPECT_EQ(got, want);
+  EXPECT_EQ(fo.seq_status[1].message(), "stage 2 lost it");
+  EXPECT_EQ(fo.seq_status[2].message(), "stage 0 dropped it");
+  // A collector that fails (the other node gone) breaks the group for good.
+  leader.set_round_collector([](const ForwardBatch&, std::vector<TpModelGroup::RemoteRound>*) { return Status(ErrorCode::kUnavailable, "node 1 left"); });
+  leader.set_stage_fault({});
+  Status st = leader.forward(b, &fo);
+  EXPECT_NE(st.message().find("lost one of its nodes"), std::string::npos) << st.message();
+  EXPECT_FALSE(leader.health().is_ok());
+}
+
 TEST(PipelineParallel, AStageWithoutAChannelIsRefused) {
   auto m = Model::load(testing::tiny_model_dir("tiny-k3"), {}, nullptr, LayerSpan{0, 2});
   ASSERT_TRUE(m.is_ok()) << m.status().message();

@@ -1,6 +1,6 @@
 // --nnodes / --node-rank / --dist-init-addr in the role's config: inconsistent values are
 // refused naming the flag; the server itself serves only as node 0 (followers run
-// run_node_follower); every role spans nodes, --pp does not.
+// run_node_follower); every role spans nodes, --pp with whole stages per node.
 #include <gtest/gtest.h>
 
 #include "pdserve/server/http_server.h"
@@ -44,28 +44,51 @@ TEST(DistFlags, InconsistentValuesAreRefusedNamingTheFlag) {
   c = two_node_config();
   c.dist_init_addr = "10.0.0.1:port";
   EXPECT_NE(why(c).find("--dist-init-addr"), std::string::npos) << why(c);
-  c = two_node_config();
-  c.pp = 2;
-  c.device = "cpu";
-  EXPECT_NE(why(c).find("--nnodes"), std::string::npos) << why(c);
-  EXPECT_NE(why(c).find("--pp"), std::string::npos) << why(c);
-  c.pp = 1;  // the CPU backend spans processes through TCP collectives
-  EXPECT_TRUE(c.validate().is_ok()) << why(c);
 }
 
-TEST(DistFlags, TheServerIsNodeZeroOnlyAndNotWithPipelineStages) {
+// Pipeline stages over nodes: whole stages per node (--pp a multiple of --nnodes), TP inside
+// a node (so --tp need not split over the nodes), the CPU backend for now.
+TEST(DistFlags, PipelineStagesSplitWholeOverTheNodes) {
+  ServeConfig c = two_node_config();
+  c.device = "cpu";
+  c.role = ServerRole::kPrefill;
+  c.pp = 2;
+  EXPECT_TRUE(c.validate().is_ok()) << why(c);
+  c.tp = 1;
+  EXPECT_TRUE(c.validate().is_ok()) << why(c);
+  c.pp = 8;
+  c.tp = 4;
+  c.nnodes = 4;  // the seed's prefill: PP8 x TP4 on 4 nodes, two stages each
+  EXPECT_TRUE(c.validate().is_ok()) << why(c);
+  c.pp = 3;
+  c.nnodes = 2;  // a stage would straddle two nodes
+  EXPECT_NE(why(c).find("3 pipeline stages do not split evenly over 2 nodes"), std::string::npos) << why(c);
+  c.pp = 2;
+  c.nnodes = 4;  // fewer stages than nodes
+  c.node_rank = 3;
+  EXPECT_NE(why(c).find("2 pipeline stages do not split evenly over 4 nodes"), std::string::npos) << why(c);
+  c = two_node_config();
+  c.tp = 1;
+  c.pp = 2;  // --device cuda
+  EXPECT_NE(why(c).find("run on --device cpu for now"), std::string::npos) << why(c);
+  c.device = "cpu";
+  c.role = ServerRole::kDecode;
+  EXPECT_NE(why(c).find("decode takes --tp only"), std::string::npos) << why(c);
+}
+
+TEST(DistFlags, TheServerIsNodeZeroOnlyAndStagesSplitWhole) {
   auto s = HttpServer::create(two_node_config());  // node 1: a follower runs no server
   ASSERT_FALSE(s.is_ok());
   EXPECT_NE(s.status().message().find("only node 0 serves HTTP"), std::string::npos) << s.status().message();
-  // Every role spans nodes, but not with pipeline stages.
+  // Every role spans nodes, pipeline stages only whole.
   ServeConfig c = two_node_config();
   c.node_rank = 0;
   c.role = ServerRole::kPrefill;
   c.device = "cpu";
-  c.pp = 2;
+  c.pp = 3;
   s = HttpServer::create(c);
   ASSERT_FALSE(s.is_ok());
-  EXPECT_NE(s.status().message().find("nnodes (--nnodes) with pp (--pp)"), std::string::npos) << s.status().message();
+  EXPECT_NE(s.status().message().find("pp (--pp) with nnodes (--nnodes)"), std::string::npos) << s.status().message();
 }
 
 }  // namespace

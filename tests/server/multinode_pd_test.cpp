@@ -5,7 +5,8 @@
 // one-process decode of the same --tp bit for bit (same shards, same sums in rank order), and
 // the same greedy text as --tp 1. Then the failures: a follower killed mid-request fails it
 // with a clear error, /health says why, and the leader keeps no page or slot; a follower
-// started with another command is refused by name.
+// started with another command is refused by name. The same for pipeline stages split over
+// the nodes (MultiNodePipeline).
 #include <gtest/gtest.h>
 
 #include <signal.h>
@@ -292,6 +293,75 @@ TEST(MultiNodePrefill, AFollowerKilledMidPromptFailsItClearlyAndLeaksNothing) {
   EXPECT_NE(health.second.find("lost one of its nodes"), std::string::npos) << health.second;
   EXPECT_TRUE(wait_for([&] { return pools_free(p.leader->port()) && pools_free(decode.port()); }))
       << server_info(p.leader->port()).dump() << "\n" << server_info(decode.port()).dump();
+}
+
+// Pipeline stages on two nodes (--pp 2 --nnodes 2: stage 0 on node 0, stage 1 on node 1, each
+// of --tp 2 ranks in its process; activations over the stage link, the follower's verdicts and
+// logits in kRound, its layers' cache fetched before the send). Prefill must equal a
+// one-process prefill of the same --tp bit for bit (PP logits and cache equal PP1's), alone
+// and batched (several micro-batches in flight across the link).
+TEST(MultiNodePipeline, PrefillStagesOverTwoNodesAnswerLikeOneProcess) {
+  std::vector<Json> one_process;
+  {
+    ChildServer prefill(role_args("prefill", "2"));
+    ASSERT_GT(prefill.bootstrap_port(), 0) << prefill.log();
+    one_process = one_node_replies(prefill, "1");
+  }
+  ASSERT_EQ(one_process.size(), kPrompts.size());
+  TwoNodes p("prefill", "2", "prefill", "60", {"--pp", "2"});
+  ASSERT_GT(p.leader->port(), 0) << p.leader->log() << "\nfollower:\n" << p.follower->drain_output();
+  EXPECT_NE(p.follower->log().find("pipeline stages 1..1 of 2, 2 ranks each"), std::string::npos) << p.follower->log();
+  ChildServer decode(role_args("decode", "1"));
+  ASSERT_GT(decode.port(), 0) << decode.log();
+  auto r = pd_router(p.leader->port(), p.leader->bootstrap_port(), decode.port());
+  ASSERT_TRUE(r);
+  std::vector<Json> together;
+  const std::vector<Json> two_nodes = replies(r->port(), &together);
+  for (size_t i = 0; i < kPrompts.size(); ++i) {
+    ASSERT_TRUE(two_nodes[i].is_object()) << kPrompts[i];
+    EXPECT_EQ(two_nodes[i], one_process[i]) << kPrompts[i] << "\ntwo nodes:\n" << two_nodes[i].dump() << "\none process:\n" << one_process[i].dump();
+    EXPECT_EQ(together[i], one_process[i]) << kPrompts[i] << " (batched together)";
+  }
+  EXPECT_TRUE(wait_for([&] { return pools_free(p.leader->port()) && pools_free(decode.port()); }));
+  Json info = server_info(p.leader->port());
+  EXPECT_EQ(info["parallelism"]["pp"], 2) << info.dump();
+  p.leader->signal(SIGTERM);
+  EXPECT_EQ(p.leader->wait_exit(std::chrono::seconds(60)), 0) << p.leader->drain_output();
+  EXPECT_EQ(p.follower->wait_exit(std::chrono::seconds(60)), 0) << p.follower->drain_output();
+}
+
+// The node holding stage 1 killed while a long prompt flows through the stages: the request
+// fails with the reason, /health says why, and neither the prefill leader nor decode keeps a
+// page or slot; later requests are refused with the reason.
+TEST(MultiNodePipeline, AStageNodeKilledMidPromptFailsItClearlyAndLeaksNothing) {
+  TwoNodes p("prefill", "1", "prefill", "60", {"--pp", "2", "--chunk-size", "8"});
+  ASSERT_GT(p.leader->port(), 0) << p.leader->log() << "\nfollower:\n" << p.follower->drain_output();
+  ChildServer decode(role_args("decode", "1"));
+  ASSERT_GT(decode.port(), 0) << decode.log();
+  auto r = pd_router(p.leader->port(), p.leader->bootstrap_port(), decode.port());
+  ASSERT_TRUE(r);
+  ASSERT_EQ(http_post(r->port(), request("Hi")).first, 200);
+  std::string prompt;
+  for (int i = 0; i < 1500; ++i) prompt += std::to_string(i) + " ";
+  auto long_request = std::async(std::launch::async, [&] { return http_post(r->port(), request(prompt, 4)); });
+  ASSERT_TRUE(wait_for([&] {
+    Json j = server_info(p.leader->port());
+    return j.is_object() && j["requests"]["running"].get<int64_t>() >= 1;
+  })) << "the prompt never started";
+  p.follower->kill();
+  auto [status, body] = long_request.get();
+  EXPECT_NE(status, 200) << body;
+  EXPECT_NE(body.find("lost one of its nodes"), std::string::npos) << body;
+  auto health = http_get(p.leader->port(), "/health");
+  EXPECT_EQ(health.first, 503) << health.second;
+  EXPECT_NE(health.second.find("lost one of its nodes"), std::string::npos) << health.second;
+  EXPECT_TRUE(wait_for([&] { return pools_free(p.leader->port()) && pools_free(decode.port()); }))
+      << server_info(p.leader->port()).dump() << "\n" << server_info(decode.port()).dump();
+  auto later = http_post(r->port(), request("Hello"));
+  EXPECT_NE(later.first, 200) << later.second;
+  EXPECT_NE(later.second.find("lost one of its nodes"), std::string::npos) << later.second;
+  EXPECT_TRUE(wait_for([&] { return pools_free(p.leader->port()) && pools_free(decode.port()); }));
+  EXPECT_EQ(p.leader->wait_exit(std::chrono::milliseconds(100)), -1) << "the leader should still run:\n" << p.leader->drain_output();
 }
 
 }  // namespace

@@ -4,7 +4,8 @@
 // same rank order) and agree with --tp 1. Then the failures: a follower killed mid-request
 // fails that request and every later one with a clear error (the leader stays up, /health
 // says why); a leader that vanishes makes its follower exit 1 saying so; a leader stopping
-// normally makes it exit 0.
+// normally makes it exit 0. Pipeline stages over three nodes (`serve --pp 3`, whole stages a
+// node, the middle boundary relayed by node 0) answer like one process too.
 #include <gtest/gtest.h>
 
 #include <signal.h>
@@ -210,6 +211,59 @@ TEST(MultiNode, AFollowerWithAnotherSecretIsRefused) {
   EXPECT_EQ(rc, 1) << out;
   EXPECT_NE(out.find("refused node 1"), std::string::npos) << out;
   leader.kill();
+}
+
+// `serve --pp 3 --tp 2 --nnodes 3`: a stage of two ranks per node; boundary 0 ends on node 0,
+// boundary 1 (node 1 -> node 2) is relayed by node 0's hub; decode steps run through the
+// pipeline too. Equal to one process --tp 2 bit for bit, alone and batched.
+TEST(MultiNodePipeline, ThreeStageNodesAnswerLikeOneProcess) {
+  std::vector<Json> one_process;
+  {
+    ChildServer tp2(serve_args({"--tp", "2"}));
+    ASSERT_GT(tp2.port(), 0) << tp2.log();
+    one_process = replies(tp2.port());
+  }
+  const std::string addr = "127.0.0.1:" + std::to_string(pdserve::testing::free_loopback_port());
+  auto node_args = [&](const std::string& rank) {
+    return serve_args({"--tp", "2", "--pp", "3", "--nnodes", "3", "--node-rank", rank, "--dist-init-addr", addr});
+  };
+  const auto a1 = node_args("1"), a2 = node_args("2"), a0 = node_args("0");
+  auto f1 = std::async(std::launch::async, [&] { return std::make_unique<ChildServer>(a1, "following the leader", true); });
+  auto f2 = std::async(std::launch::async, [&] { return std::make_unique<ChildServer>(a2, "following the leader", true); });
+  ChildServer leader(a0);
+  auto n1 = f1.get();
+  auto n2 = f2.get();
+  ASSERT_GT(leader.port(), 0) << leader.log() << "\nnode 1:\n" << n1->drain_output() << "\nnode 2:\n" << n2->drain_output();
+  EXPECT_NE(n2->log().find("pipeline stages 2..2 of 3, 2 ranks each"), std::string::npos) << n2->log();
+  const std::vector<Json> three_nodes = replies(leader.port());
+  std::vector<std::future<std::pair<int, std::string>>> together;
+  for (const std::string& p : kPrompts) together.push_back(std::async(std::launch::async, [&, p] { return Client{leader.port()}.post(request(p)); }));
+  for (size_t i = 0; i < kPrompts.size(); ++i) {
+    SCOPED_TRACE(kPrompts[i]);
+    EXPECT_EQ(three_nodes[i], one_process[i]) << "three nodes:\n" << three_nodes[i].dump() << "\none process:\n" << one_process[i].dump();
+    auto [status, body] = together[i].get();
+    ASSERT_EQ(status, 200) << body;
+    Json j = Json::parse(body);
+    EXPECT_EQ((Json{{"text", j["choices"][0]["text"]}, {"logprobs", j["choices"][0]["logprobs"]}}), one_process[i]) << "batched together";
+  }
+  leader.signal(SIGTERM);
+  EXPECT_EQ(leader.wait_exit(std::chrono::seconds(60)), 0) << leader.drain_output();
+  EXPECT_EQ(n1->wait_exit(std::chrono::seconds(60)), 0) << n1->drain_output();
+  EXPECT_EQ(n2->wait_exit(std::chrono::seconds(60)), 0) << n2->drain_output();
+}
+
+// Every node needs the same split: a follower started with another --pp is refused by name.
+TEST(MultiNodePipeline, AFollowerWithAnotherStageCountIsRefused) {
+  const std::string addr = "127.0.0.1:" + std::to_string(pdserve::testing::free_loopback_port());
+  const auto fa = serve_args({"--tp", "1", "--pp", "4", "--nnodes", "2", "--node-rank", "1", "--dist-init-addr", addr});
+  const auto la = serve_args({"--tp", "1", "--pp", "2", "--nnodes", "2", "--node-rank", "0", "--dist-init-addr", addr, "--dist-timeout", "5"});
+  auto f = std::async(std::launch::async, [&] { return std::make_unique<ChildServer>(fa, "following the leader", true); });
+  ChildServer leader(la, "pdserve: listening on http://", true);
+  auto follower = f.get();
+  EXPECT_EQ(follower->wait_exit(std::chrono::seconds(60)), 2);
+  const std::string out = follower->drain_output();
+  EXPECT_NE(out.find("the leader runs --pp 2 --tp 1 --nnodes 2, this node was started with --pp 4"), std::string::npos) << out;
+  EXPECT_LE(leader.port(), 0) << "the leader served without its follower";
 }
 
 }  // namespace

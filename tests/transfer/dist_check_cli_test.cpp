@@ -83,9 +83,9 @@ TEST(DistCheckCli, ServeChecksTheMultiNodeFlags) {
   std::tie(rc, out) = run_pdserve(base + "--node-rank 1");
   EXPECT_EQ(rc, 2) << out;
   EXPECT_NE(out.find("--dist-init-addr: required"), std::string::npos) << out;
-  std::tie(rc, out) = run_pdserve("prefill --model /nonexistent-model --device cpu --tp 2 --nnodes 2 --node-rank 1 --pp 2 --dist-init-addr 127.0.0.1:29500");
+  std::tie(rc, out) = run_pdserve("prefill --model /nonexistent-model --device cpu --tp 2 --nnodes 2 --node-rank 1 --pp 3 --dist-init-addr 127.0.0.1:29500");
   EXPECT_EQ(rc, 2) << out;
-  EXPECT_NE(out.find("nnodes (--nnodes) with pp (--pp)"), std::string::npos) << out;
+  EXPECT_NE(out.find("3 pipeline stages do not split evenly over 2 nodes"), std::string::npos) << out;
   std::tie(rc, out) = run_pdserve("decode --model /nonexistent-model --device cpu --tp 2 --nnodes 2 --node-rank 0 --pp 2 --dist-init-addr 127.0.0.1:29500");
   EXPECT_EQ(rc, 2) << out;
   EXPECT_NE(out.find("--pp"), std::string::npos) << out;

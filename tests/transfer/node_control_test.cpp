@@ -95,8 +95,7 @@ TEST(NodeControl, CacheFramesAndTheRoleRoundTripAndRefuseNonsense) {
   EXPECT_EQ(c2->layer, 2u);
   EXPECT_EQ(c2->data, c.data);
   for (size_t n = 0; n < cp.size(); ++n) EXPECT_FALSE(decode_cache(bytes(cp), n).is_ok()) << n << " bytes";
-  for (auto mutate : {+[](CacheData& m) { m.id = -1; }, +[](CacheData& m) { m.kind = 2; },
-                      +[](CacheData& m) { m.kind = CacheData::kPage; }}) {  // a page names no layer
+  for (auto mutate : {+[](CacheData& m) { m.id = -1; }, +[](CacheData& m) { m.kind = 2; }}) {
     CacheData m = c;
     mutate(m);
     const std::string q = payload_of(encode(m), MsgType::kCache);
@@ -133,6 +132,53 @@ TEST(NodeControl, CacheFramesAndTheRoleRoundTripAndRefuseNonsense) {
   EXPECT_FALSE(decode_hello(bytes(hp), hp.size()).is_ok());
 }
 
+// Pipeline stages on several nodes: Hello's stage count (stages whole on a node) and a
+// follower's per-step verdicts and logits.
+TEST(NodeControl, PipelineFramesRoundTripAndBadOnesAreRefused) {
+  Hello h;
+  h.nnodes = 2;
+  h.tp = 1;  // TP need not split over the nodes when the stages do
+  h.pp = 4;
+  std::string hp = payload_of(encode(h), MsgType::kHello);
+  auto h2 = decode_hello(bytes(hp), hp.size());
+  ASSERT_TRUE(h2.is_ok()) << h2.status().message();
+  EXPECT_EQ(h2->pp, 4u);
+  h.pp = 3;  // a stage would straddle two nodes
+  hp = payload_of(encode(h), MsgType::kHello);
+  EXPECT_FALSE(decode_hello(bytes(hp), hp.size()).is_ok());
+  h.pp = 1;  // then TP 1 cannot split over two nodes
+  hp = payload_of(encode(h), MsgType::kHello);
+  EXPECT_FALSE(decode_hello(bytes(hp), hp.size()).is_ok());
+
+  Round r;
+  r.seqs = {Status::ok(), Status(ErrorCode::kAborted, "stage 1 failed it")};
+  r.logits = {1.5f, -2.0f, 0.0f};
+  const std::string rp = payload_of(encode(r), MsgType::kRound);
+  auto r2 = decode_round(bytes(rp), rp.size());
+  ASSERT_TRUE(r2.is_ok()) << r2.status().message();
+  ASSERT_EQ(r2->seqs.size(), 2u);
+  EXPECT_TRUE(r2->seqs[0].is_ok());
+  EXPECT_EQ(r2->seqs[1].code(), ErrorCode::kAborted);
+  EXPECT_EQ(r2->seqs[1].message(), "stage 1 failed it");
+  EXPECT_EQ(r2->logits, r.logits);
+  EXPECT_FALSE(r2->more);
+  r.more = true;
+  const std::string more = payload_of(encode(r), MsgType::kRound);
+  auto r3 = decode_round(bytes(more), more.size());
+  ASSERT_TRUE(r3.is_ok());
+  EXPECT_TRUE(r3->more);
+  std::string bad_more = more;
+  bad_more.back() = 2;
+  EXPECT_FALSE(decode_round(bytes(bad_more), bad_more.size()).is_ok());
+  for (size_t n = 0; n < rp.size(); ++n) EXPECT_FALSE(decode_round(bytes(rp), n).is_ok()) << n << " bytes";
+  std::string forged = rp;
+  forged[0] = 0x7f;  // the sequence count past the payload
+  EXPECT_FALSE(decode_round(bytes(forged), forged.size()).is_ok());
+  forged = rp;
+  forged[4] = 99;  // the first sequence's code: no such ErrorCode
+  EXPECT_FALSE(decode_round(bytes(forged), forged.size()).is_ok());
+}
+
 TEST(NodeControl, BadHeadersAreRefused) {
   std::string f = encode(Shutdown{"x"});
   std::string bad = f;
@@ -144,7 +190,7 @@ TEST(NodeControl, BadHeadersAreRefused) {
   bad = f;
   bad[6] = 0;  // type 0
   EXPECT_FALSE(decode_header(bytes(bad)).is_ok());
-  bad[6] = 9;  // one past kFetchDone
+  bad[6] = 10;  // one past kRound
   EXPECT_FALSE(decode_header(bytes(bad)).is_ok());
   bad = f;
   bad[11] = 0x7f;  // ~2 GB

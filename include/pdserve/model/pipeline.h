@@ -53,6 +53,13 @@ class StageChannel {
 // must be used by stage s's thread only.
 std::vector<std::unique_ptr<StageChannel>> make_in_process_pipeline(int stages);
 
+// One node's endpoint when the stages span nodes: this node runs stages first..first+L-1 of
+// `num_stages` (L = local->num_stages(); `local` numbers them 0..L-1), `up` links stage
+// first-1 to stage first and `down` stage first+L-1 to stage first+L (either null at the
+// ends of the pipeline). The endpoint is stage `stage` (global) and routes by stage number.
+std::unique_ptr<StageChannel> make_spliced_stage_channel(std::unique_ptr<StageChannel> local, int first, int stage, int num_stages,
+                                                         std::unique_ptr<StageChannel> up, std::unique_ptr<StageChannel> down);
+
 // What one stage says about each sequence of a round (indexed like the batch).
 enum class StageSeqState : uint8_t { kPending = 0, kReady = 1, kFailed = 2 };
 

@@ -28,6 +28,12 @@ class TpModelGroup {
   // The rank shards only; call make_pools() before forward(). `pp_size` stages of
   // `tp_size` ranks each; the layers are split by plan_pipeline_stages.
   static Result<std::unique_ptr<TpModelGroup>> load_models(const std::string& dir, int tp_size, int pp_size = 1);
+  // One node's stages of a pipeline that spans nodes: stages first_stage..first_stage +
+  // local_stages - 1 of `pp_total` (the split plan_pipeline_stages makes for pp_total), each
+  // of `tp_size` ranks in this process. The links to the other nodes' stages come with
+  // link_stages(); the stages there must get the same batches (set_step_sender).
+  static Result<std::unique_ptr<TpModelGroup>> load_stage_models(const std::string& dir, int tp_size, int pp_total, int first_stage,
+                                                                 int local_stages);
   // One node's part of a group that spans processes: comms[i] is global rank first_rank + i
   // of tp_total (e.g. TCP collectives, transfer/tcp_collective.h). size() is then the local
   // rank count; the shards and pools are those of the global ranks.
@@ -39,7 +45,12 @@ class TpModelGroup {
   void make_pools(int64_t num_pages, int64_t page_size, int64_t num_slots);
   // Tensor-parallel ranks (per stage).
   int size() const { return tp_; }
+  // Pipeline stages in this process; with stages on several nodes, the first one's global
+  // index is first_stage() and the whole pipeline has total_stages().
   int pp() const { return pp_; }
+  int first_stage() const { return stage0_; }
+  int total_stages() const { return pp_total_; }
+  bool holds_last_stage() const { return stage0_ + pp_ == pp_total_; }
   const ModelConfig& config() const { return models_[0]->config(); }
 
   // Runs `batch` on every rank at once; `out` gets the (gathered, identical) logits of rank 0
@@ -73,8 +84,8 @@ class TpModelGroup {
   MlaKvPool& kv(int rank) { return *kv_[rank]; }
   KdaStatePool& state(int rank) { return *state_[rank]; }
   // One stage's own pools (its layers only); with pp == 1 these are kv(rank) / state(rank).
-  MlaKvPool& stage_kv(int stage, int rank) { return pp_ == 1 ? *kv_[rank] : *stage_kv_[stage * tp_ + rank]; }
-  KdaStatePool& stage_state(int stage, int rank) { return pp_ == 1 ? *state_[rank] : *stage_state_[stage * tp_ + rank]; }
+  MlaKvPool& stage_kv(int stage, int rank) { return pp_total_ == 1 ? *kv_[rank] : *stage_kv_[stage * tp_ + rank]; }
+  KdaStatePool& stage_state(int stage, int rank) { return pp_total_ == 1 ? *state_[rank] : *stage_state_[stage * tp_ + rank]; }
   const Model& model(int rank) const { return *models_[rank]; }
   const Model& stage_model(int stage, int rank) const { return *models_[stage * tp_ + rank]; }
   std::shared_ptr<const Model> model_ptr(int rank) const { return models_[rank]; }
@@ -86,6 +97,20 @@ class TpModelGroup {
   // Replaces the in-process stage channels (e.g. with NCCL ones): channels[s * tp + r] is
   // stage s's endpoint of TP rank r's pipeline.
   Status set_stage_channels(std::vector<std::unique_ptr<StageChannel>> channels);
+  // Stages on several nodes: up[r] carries TP rank r's activations from stage first_stage()-1
+  // into this node, down[r] from its last stage to the next node's first (empty at the
+  // pipeline's ends). Rewires the stage channels (make_spliced_stage_channel).
+  Status link_stages(std::vector<std::unique_ptr<StageChannel>> up, std::vector<std::unique_ptr<StageChannel>> down);
+  // The node holding stage 0 of a pipeline over several nodes hears from the other nodes
+  // after its own stages ran a round: one RemoteRound per other node, its verdict on each
+  // sequence (its stages' agreement) and, from the node with the last stage, the logits of
+  // every sequence in batch order (rows of failed ones zero). An error breaks the group.
+  struct RemoteRound {
+    std::vector<Status> seq_status;
+    std::vector<float> logits;
+  };
+  using RoundCollector = std::function<Status(const ForwardBatch&, std::vector<RemoteRound>*)>;
+  void set_round_collector(RoundCollector c) { round_collector_ = std::move(c); }
   // Tests: a stage's verdict on one sequence after running it (not ok: that stage failed it
   // mid-flight). Called by rank 0 of each stage.
   using StageFault = std::function<Status(int stage, const SequenceInput& seq)>;
@@ -133,7 +158,8 @@ class TpModelGroup {
   Status upload_region(const CacheRegion& region);    // cache_to_device's local half
   Status download_region(const CacheRegion& region);  // cache_to_host's local half
 
-  int tp_ = 1, pp_ = 1, micro_batches_ = 1;
+  int tp_ = 1, pp_ = 1, micro_batches_ = 1, stage0_ = 0, pp_total_ = 1;
+  RoundCollector round_collector_;
   std::vector<std::unique_ptr<Communicator>> comms_;   // [stage * tp + rank]
   std::vector<std::shared_ptr<const Model>> models_;   // [stage * tp + rank]
   std::vector<std::unique_ptr<StageChannel>> channels_;  // [stage * tp + rank]; pp > 1 only

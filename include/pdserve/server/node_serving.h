@@ -6,6 +6,7 @@
 // Every role: with `prefill` / `decode` node 0 is also the instance's only transfer endpoint
 // and moves the other nodes' share of each request's cache over the control stream
 // (src/server/node_cache.h; docs/design.md, "Prefill and decode across nodes").
+// With --pp P > 1 node n runs whole pipeline stages instead (src/server/node_pipeline.h).
 //
 // Lost node: the leader's group breaks for good (TpModelGroup::health); in-flight requests
 // fail with that error, /health answers 503 and new /v1 requests are refused with it. The
@@ -22,6 +23,7 @@
 #include "pdserve/model/tp_group.h"
 #include "pdserve/server/serve_config.h"
 #include "pdserve/transfer/node_link.h"
+#include "pdserve/transfer/tcp_stage_link.h"
 
 namespace pdserve::server {
 
@@ -39,8 +41,11 @@ class NodeLeader {
 
  private:
   NodeLeader() = default;
+  // --pp 1: the step sender and the roles' cache moves of the other nodes' ranks.
+  void hook_tensor_parallel(TpModelGroup& g, const ServeConfig& cfg);
   std::shared_ptr<transfer::node::LeaderLink> link_;
   std::vector<uint8_t> group_id_;  // cuda: the NCCL unique id
+  std::unique_ptr<transfer::TcpStageHub> stage_hub_;  // --pp > 1: the stage links (node_pipeline.h)
   int nnodes_ = 1;
   bool shut_ = false;
 };

@@ -8,7 +8,9 @@
 // Frames, little-endian:  magic "PDNC" | version u16 | type u8 | 0 u8 | payload length u32 | payload
 //   kHello    leader -> follower: nnodes u32, tp u32, collective port u16, token [16],
 //             group id length u32 + bytes (the NCCL unique id with --device cuda; empty on cpu),
-//             role u8 (0 serve, 1 prefill, 2 decode: every node runs the leader's)
+//             role u8 (0 serve, 1 prefill, 2 decode: every node runs the leader's),
+//             pp u32 (pipeline stages; > 1: node n runs stages n*pp/nnodes.., each of tp
+//             ranks, and the collective port and token are the stage links' hub's)
 //   kStart    leader -> follower: num_pages i64, page_size i64, num_slots i64 (the pools' geometry)
 //   kReady    follower -> leader: vocab_size i64, num_layers i64 (its model, checked by the leader)
 //   kStep     leader -> follower: step u64, sequences u32, each:
@@ -18,11 +20,18 @@
 //   kCache    leader -> follower (decode role): cache prefill sent for a rank the follower
 //             runs, ahead of the first step that reads it (same stream, so in order):
 //             rank u32 (global), kind u8 (0: one page, every MLA layer; 1: one KDA layer of
-//             one slot), id i32 (page or slot), layer u32 (kind 1; 0 for pages),
+//             one slot), id i32 (page or slot), layer u32 (kind 1: the KDA layer; kind 0:
+//             the first MLA layer the floats hold, consecutive layers from it, 0 = all),
 //             floats u32 + f32 each; also follower -> leader in reply to kFetch
 //   kFetch    leader -> follower (prefill role): send back your ranks' share of a region the
 //             last step wrote: pages u32 + i32 each, slot i32 (-1: none)
 //   kFetchDone follower -> leader: the kCache frames sent in reply (u32), after the last one
+//   kRound    follower -> leader (pp > 1): after each step, the verdict of this node's stages
+//             on every sequence: sequences u32, each code u8 (0 ready, else the ErrorCode it
+//             failed with) + text u32 + bytes; then logits u32 + f32 each (every row of the
+//             step in batch order, from the node with the last stage; 0 from the others),
+//             then more u8 (1: the logits continue in further kRound frames, which repeat
+//             the verdicts, so no frame passes kMaxPayload)
 // The connection is authenticated once when it opens (node_link.h: HMAC challenge-response
 // over the cluster secret, as rank_bootstrap.h); frames are not encrypted.
 #pragma once
@@ -36,12 +45,12 @@
 
 namespace pdserve::transfer::node {
 
-constexpr uint16_t kVersion = 2;  // 2: Hello carries the role; kCache
+constexpr uint16_t kVersion = 3;  // 2: Hello carries the role; kCache. 3: Hello.pp, kRound, pages from a layer
 constexpr size_t kHeaderBytes = 12;
 constexpr uint32_t kMaxPayload = 64u << 20;  // a step of many long prefill chunks stays far below
 constexpr uint32_t kMaxGroupId = 4096;
 
-enum class MsgType : uint8_t { kHello = 1, kStart = 2, kReady = 3, kStep = 4, kShutdown = 5, kCache = 6, kFetch = 7, kFetchDone = 8 };
+enum class MsgType : uint8_t { kHello = 1, kStart = 2, kReady = 3, kStep = 4, kShutdown = 5, kCache = 6, kFetch = 7, kFetchDone = 8, kRound = 9 };
 
 struct Hello {
   uint32_t nnodes = 0;
@@ -50,6 +59,7 @@ struct Hello {
   std::array<uint8_t, 16> token{};       // what a rank presents there (tcp_collective.h)
   std::vector<uint8_t> group_id;         // --device cuda: the NCCL unique id
   uint8_t role = 0;                      // 0 serve, 1 prefill, 2 decode (kMaxRole)
+  uint32_t pp = 1;                       // pipeline stages over the nodes
 };
 constexpr uint8_t kMaxRole = 2;
 
@@ -96,6 +106,14 @@ struct FetchDone {
   uint32_t frames = 0;
 };
 
+struct Round {
+  std::vector<Status> seqs;
+  std::vector<float> logits;
+  bool more = false;  // the logits continue in the next kRound frame
+};
+// Floats of logits one kRound frame carries at most (well inside kMaxPayload).
+constexpr size_t kRoundLogits = 8u << 20;
+
 struct Header {
   MsgType type = MsgType::kHello;
   uint32_t length = 0;
@@ -113,6 +131,7 @@ std::string encode(const Shutdown& m);
 std::string encode(const CacheData& m);
 std::string encode(const Fetch& m);
 std::string encode(const FetchDone& m);
+std::string encode(const Round& m);
 
 // Payload decoders: kDataLoss on anything short, long (trailing bytes) or out of range
 // (negative lengths or ids, counts past what the payload can hold).
@@ -124,5 +143,6 @@ Result<Shutdown> decode_shutdown(const uint8_t* p, size_t n);
 Result<CacheData> decode_cache(const uint8_t* p, size_t n);
 Result<Fetch> decode_fetch(const uint8_t* p, size_t n);
 Result<FetchDone> decode_fetch_done(const uint8_t* p, size_t n);
+Result<Round> decode_round(const uint8_t* p, size_t n);
 
 }  // namespace pdserve::transfer::node
