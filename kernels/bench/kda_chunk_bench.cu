@@ -80,6 +80,7 @@ void run_shape(int64_t T, int64_t H, int tile, kda_chunk::Math math, int buffers
   // The launcher's workspace format (kda_chunk.cpp), for the kernels timed alone below.
   const bool packed = math == kda_chunk::kBf16 && output != 2 && !(warps == 16 && (tile ? tile : 32) >= 32) &&
                       (bf16_ws == 0 ? kKdaChunkPackBf16 : bf16_ws == 2);
+  a.pipeline_blocks = 1;  // plain (bf16's pick is pipelined)
   const double us = bench::median_us([&](int) { check(kda_chunk_prefill(a, nullptr), "kda_chunk_prefill"); });
   check(cuda_status(cudaDeviceSynchronize(), "sync"), "sync");
   // The pipelined schedule (KdaChunkArgs::pipeline_blocks) on the same buffers, and the grids
@@ -90,7 +91,7 @@ void run_shape(int64_t T, int64_t H, int tile, kda_chunk::Math math, int buffers
     us_pipe.push_back(bench::median_us([&](int) { check(kda_chunk_prefill(a, nullptr), "kda_chunk_prefill (pipelined)"); }));
     check(cuda_status(cudaDeviceSynchronize(), "sync"), "sync");
   }
-  a.pipeline_blocks = 0;
+  a.pipeline_blocks = 1;
   // The kernels alone (the same tables kda_chunk_prefill builds for one sequence).
   const int64_t nch = (T + 63) / 64;
   std::vector<kda_chunk::ChunkJob> cj;

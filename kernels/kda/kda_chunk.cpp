@@ -151,7 +151,8 @@ Status kda_chunk_prefill(const KdaChunkArgs& a, cudaStream_t stream) {
     if (p.seqs > 65535) return invalid_argument("kda_chunk_prefill: at most 65535 sequences a pass");
     passes.push_back(p);
   }
-  if (a.pipeline_blocks >= 2) {
+  const int pipeline_blocks = a.pipeline_blocks == 0 ? (a.bf16 ? kKdaChunkBf16PipelineBlocks : 0) : a.pipeline_blocks;
+  if (pipeline_blocks >= 2) {
     // A one-sequence pass's SeqJob becomes one per block (pass-local chunk0 as before). Every
     // block has >= 1 chunk, so the table still holds at most one SeqJob a chunk.
     std::vector<SeqJob> split;
@@ -160,7 +161,7 @@ Status kda_chunk_prefill(const KdaChunkArgs& a, cudaStream_t stream) {
       const int64_t first = static_cast<int64_t>(split.size());
       if (p.seqs == 1 && p.chunks >= 2) {
         const SeqJob j = seqs[static_cast<size_t>(p.seq0)];
-        p.blocks = std::min<int64_t>(a.pipeline_blocks, p.chunks);
+        p.blocks = std::min<int64_t>(pipeline_blocks, p.chunks);
         for (int64_t b = 0; b < p.blocks; ++b) {
           const int64_t c0 = kda_chunk_pipeline_block_start(p.chunks, p.blocks, b), c1 = kda_chunk_pipeline_block_start(p.chunks, p.blocks, b + 1);
           SeqJob bj = j;

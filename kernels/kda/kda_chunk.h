@@ -18,8 +18,8 @@
 // workspace's front, which later calls for the same batch (the other KDA layers of a step)
 // may reuse (KdaChunkArgs::tables_uploaded).
 // Not graph-capturable (host tables, pageable uploads): prefill runs eagerly. (With
-// tables_uploaded there is no upload; the opt-in pipelined schedule then captures too: its
-// second stream is forked from and joined to the caller's with events.)
+// tables_uploaded there is no upload; the pipelined schedule - bf16 mode's pick - then
+// captures too: its second stream is forked from and joined to the caller's with events.)
 #pragma once
 
 #include <cuda_runtime.h>
@@ -86,7 +86,7 @@ struct KdaChunkArgs {
   // this stream with the same cu_seqlens, slots, slot_stride, heads, head_dim and workspace
   // (pointer and bytes); only layer_offset (and the tensors) may differ. Skips the uploads.
   bool tables_uploaded = false;
-  // Opt-in pipelined schedule (docs/perf.md "Pipelined intra / state schedule"): 2 ..
+  // Pipelined schedule (docs/perf.md "Pipelined intra / state schedule"): 2 ..
   // kKdaChunkMaxPipelineBlocks splits every pass that holds one sequence (or one piece of a
   // long one) into that many blocks of whole chunks; the intra kernel runs block after block
   // on the caller's stream while the state pass of block j (waiting on an event for block j's
@@ -94,12 +94,16 @@ struct KdaChunkArgs {
   // separate) once; the caller's stream waits for the last of them. The state carries from
   // block to block through the slot as between passes, with the same kernels and tables per
   // chunk, so o and the state are bit-identical to the plain schedule. Passes of several
-  // sequences take the plain schedule. 0 or 1: off (the default). It changes the job tables:
-  // tables_uploaded needs an earlier call with the same value.
+  // sequences take the plain schedule. 1: off; 0: pick (kKdaChunkBf16PipelineBlocks in bf16
+  // mode, where it measured faster at every shape: docs/perf.md "Leaner bf16 intra kernel";
+  // off otherwise). It changes the job tables: tables_uploaded needs an earlier call with the
+  // same value.
   int pipeline_blocks = 0;
 };
 
 inline constexpr int kKdaChunkMaxPipelineBlocks = 64;
+// pipeline_blocks' pick in bf16 mode (0: plain there too).
+inline constexpr int kKdaChunkBf16PipelineBlocks = 4;
 // bf16_workspace's pick (docs/perf.md "Packed bf16 workspace").
 inline constexpr bool kKdaChunkPackBf16 = true;
 // First chunk of block b when `chunks` chunks split into `blocks` near-equal blocks (b == blocks:

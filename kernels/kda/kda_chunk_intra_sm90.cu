@@ -33,8 +33,8 @@ __device__ __forceinline__ int at(int row, int col) {
 
 __device__ __forceinline__ float bounded_exp(float x) { return __expf(fminf(x, 80.0f)); }
 
-// PK (bf16 only): write w, qg, Aqk, kg in the packed bf16 workspace (kda_chunk_common.cuh).
-template <int D, Math P, bool PK>
+// tf32 / 3xTF32 (bf16 mode: kda_chunk_intra_bf16_sm90.cu).
+template <int D, Math P>
 __global__ void __launch_bounds__(256, 2) intra_kernel(const float* __restrict__ q, const float* __restrict__ k,
                                                        const float* __restrict__ v, const float* __restrict__ g,
                                                        const float* __restrict__ beta, int64_t H, const ChunkJob* __restrict__ jobs,
@@ -106,19 +106,10 @@ __global__ void __launch_bounds__(256, 2) intra_kernel(const float* __restrict__
         const float l0 = sG[at<D>(C - 1, c0)], l1 = sG[at<D>(C - 1, c1)];
         const float e00 = x00 * __expf(qk ? G00 : l0 - G00), e10 = x10 * __expf(qk ? G10 : l0 - G10);
         const float e01 = x01 * __expf(qk ? G01 : l1 - G01), e11 = x11 * __expf(qk ? G11 : l1 - G11);
-        if constexpr (PK) {  // qg as [C][D], kg transposed as [D][C], bf16
-          uint16_t* xb = reinterpret_cast<uint16_t*>(xg);
-          const int s_row = qk ? D : 1, s_col = qk ? 1 : C;
-          xb[r0 * s_row + c0 * s_col] = bf16_bits(e00);
-          xb[r1 * s_row + c0 * s_col] = bf16_bits(e10);
-          xb[r0 * s_row + c1 * s_col] = bf16_bits(e01);
-          xb[r1 * s_row + c1 * s_col] = bf16_bits(e11);
-        } else {
-          xg[r0 * D + c0] = e00;
-          xg[r1 * D + c0] = e10;
-          xg[r0 * D + c1] = e01;
-          xg[r1 * D + c1] = e11;
-        }
+        xg[r0 * D + c0] = e00;
+        xg[r1 * D + c0] = e10;
+        xg[r0 * D + c1] = e01;
+        xg[r1 * D + c1] = e11;
       }
       const FragA<P> aoff(x00 * bounded_exp(G00 - gf0), x10 * bounded_exp(G10 - gf0), x01 * bounded_exp(G01 - gf1),
                           x11 * bounded_exp(G11 - gf1));
@@ -156,10 +147,7 @@ __global__ void __launch_bounds__(256, 2) intra_kernel(const float* __restrict__
         if (qk) {
           v0 = col <= row ? v0 : 0.0f;
           v1 = col + 1 <= row ? v1 : 0.0f;
-          if constexpr (PK)
-            reinterpret_cast<uint32_t*>(out + L::aqk)[(row * C + col) / 2] = bf16x2(v0, v1);
-          else
-            *reinterpret_cast<float2*>(out + L::aqk + row * C + col) = make_float2(v0, v1);
+          *reinterpret_cast<float2*>(out + L::aqk + row * C + col) = make_float2(v0, v1);
         } else {
           const float b = sb[row];
           *reinterpret_cast<float2*>(sT + at<C>(row, col)) = make_float2(col < row ? b * v0 : 0.0f, col + 1 < row ? b * v1 : 0.0f);
@@ -262,45 +250,30 @@ __global__ void __launch_bounds__(256, 2) intra_kernel(const float* __restrict__
 #pragma unroll
     for (int nt = 0; nt < NT; ++nt) {
       const int col = nt * 8 + 2 * tig;
-      if (PK && !half) {  // w in bf16 (u stays fp32)
-        reinterpret_cast<uint32_t*>(dst)[(r0 * D + col) / 2] = bf16x2(acc[nt][0], acc[nt][1]);
-        reinterpret_cast<uint32_t*>(dst)[(r1 * D + col) / 2] = bf16x2(acc[nt][2], acc[nt][3]);
-      } else {
-        *reinterpret_cast<float2*>(dst + r0 * D + col) = make_float2(acc[nt][0], acc[nt][1]);
-        *reinterpret_cast<float2*>(dst + r1 * D + col) = make_float2(acc[nt][2], acc[nt][3]);
-      }
+      *reinterpret_cast<float2*>(dst + r0 * D + col) = make_float2(acc[nt][0], acc[nt][1]);
+      *reinterpret_cast<float2*>(dst + r1 * D + col) = make_float2(acc[nt][2], acc[nt][3]);
     }
   }
 }
 
 
-template <int D, Math P, bool PK>
+template <int D, Math P>
 cudaError_t launch_intra(const float* q, const float* k, const float* v, const float* g, const float* beta, int64_t H,
                          const ChunkJob* jobs, int64_t chunks, float* ws, cudaStream_t stream) {
   constexpr size_t bytes = IntraSmem<D>::bytes;
-  const cudaError_t e = cudaFuncSetAttribute(intra_kernel<D, P, PK>, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes));
+  const cudaError_t e = cudaFuncSetAttribute(intra_kernel<D, P>, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes));
   if (e != cudaSuccess) return e;
-  intra_kernel<D, P, PK><<<dim3(static_cast<unsigned>(chunks), static_cast<unsigned>(H)), 256, bytes, stream>>>(q, k, v, g, beta, H, jobs, ws);
+  intra_kernel<D, P><<<dim3(static_cast<unsigned>(chunks), static_cast<unsigned>(H)), 256, bytes, stream>>>(q, k, v, g, beta, H, jobs, ws);
   return cudaGetLastError();
 }
 
-template <int D, Math P>
-cudaError_t launch_intra_pk(bool packed, const float* q, const float* k, const float* v, const float* g, const float* beta, int64_t H,
-                            const ChunkJob* jobs, int64_t chunks, float* ws, cudaStream_t stream) {
-  if constexpr (P == kBf16) {
-    if (packed) return launch_intra<D, P, true>(q, k, v, g, beta, H, jobs, chunks, ws, stream);
-  }
-  return launch_intra<D, P, false>(q, k, v, g, beta, H, jobs, chunks, ws, stream);
-}
-
 template <Math P>
-cudaError_t intra_for(int D, bool packed, const float* q, const float* k, const float* v, const float* g, const float* beta, int64_t H,
+cudaError_t intra_for(int D, const float* q, const float* k, const float* v, const float* g, const float* beta, int64_t H,
                       const ChunkJob* jobs, int64_t chunks, float* ws, cudaStream_t stream) {
-  if (packed && P != kBf16) return cudaErrorInvalidValue;
   switch (D) {
-    case 32: return launch_intra_pk<32, P>(packed, q, k, v, g, beta, H, jobs, chunks, ws, stream);
-    case 64: return launch_intra_pk<64, P>(packed, q, k, v, g, beta, H, jobs, chunks, ws, stream);
-    case 128: return launch_intra_pk<128, P>(packed, q, k, v, g, beta, H, jobs, chunks, ws, stream);
+    case 32: return launch_intra<32, P>(q, k, v, g, beta, H, jobs, chunks, ws, stream);
+    case 64: return launch_intra<64, P>(q, k, v, g, beta, H, jobs, chunks, ws, stream);
+    case 128: return launch_intra<128, P>(q, k, v, g, beta, H, jobs, chunks, ws, stream);
     default: return cudaErrorInvalidValue;
   }
 }
@@ -309,10 +282,11 @@ cudaError_t intra_for(int D, bool packed, const float* q, const float* k, const 
 
 cudaError_t kda_chunk_intra_launch(int D, Math math, const float* q, const float* k, const float* v, const float* g, const float* beta,
                                    int64_t H, const ChunkJob* jobs, int64_t chunks, float* ws, cudaStream_t stream, bool packed) {
+  if (packed && math != kda_chunk::kBf16) return cudaErrorInvalidValue;
   switch (math) {
-    case kda_chunk::kTf32: return intra_for<kda_chunk::kTf32>(D, packed, q, k, v, g, beta, H, jobs, chunks, ws, stream);
-    case kda_chunk::k3xTf32: return intra_for<kda_chunk::k3xTf32>(D, packed, q, k, v, g, beta, H, jobs, chunks, ws, stream);
-    case kda_chunk::kBf16: return intra_for<kda_chunk::kBf16>(D, packed, q, k, v, g, beta, H, jobs, chunks, ws, stream);
+    case kda_chunk::kTf32: return intra_for<kda_chunk::kTf32>(D, q, k, v, g, beta, H, jobs, chunks, ws, stream);
+    case kda_chunk::k3xTf32: return intra_for<kda_chunk::k3xTf32>(D, q, k, v, g, beta, H, jobs, chunks, ws, stream);
+    case kda_chunk::kBf16: return kda_chunk_intra_bf16_launch(D, q, k, v, g, beta, H, jobs, chunks, ws, stream, packed);
   }
   return cudaErrorInvalidValue;
 }

@@ -1,4 +1,4 @@
-// The chunked KDA prefill's opt-in pipelined schedule (KdaChunkArgs::pipeline_blocks) against
+// The chunked KDA prefill's pipelined schedule (KdaChunkArgs::pipeline_blocks; bf16's pick) against
 // the plain schedule: the same kernels and per-chunk tables, the state carried from block to
 // block through the slot, so o and the whole pool must be bit-identical (memcmp, not a bound)
 // in every precision (3xTF32, tf32, bf16) and both output places, at lengths spanning many
@@ -88,7 +88,7 @@ void expect_identical(const Problem& p, int64_t ws_chunks, const std::vector<int
   const Inputs in = make_inputs(p, 5);
   for (Mode mode : {Mode::k3xTf32, Mode::kTf32, Mode::kBf16})
     for (KdaChunkOutput out : {KdaChunkOutput::kInState, KdaChunkOutput::kSeparate, KdaChunkOutput::kPick}) {
-      const Outcome plain = run(p, in, mode, out, 0, ws_chunks);
+      const Outcome plain = run(p, in, mode, out, 1, ws_chunks);  // 1: plain (0 picks pipelined in bf16)
       for (int blocks : blocks_list) {
         SCOPED_TRACE(::testing::Message() << name(mode) << " output " << static_cast<int>(out) << " blocks " << blocks << " T " << p.T()
                                           << " ws chunks " << ws_chunks);
@@ -126,7 +126,7 @@ TEST(KdaChunkPipelineSplit, RefusesBadBlockCounts) {
 }
 
 // One sequence of 42 chunks (the last partial), block counts from 2 to more than the chunks.
-TEST_F(KdaChunkPipeline, OneSequenceBitIdentical) { expect_identical({4, 128, {64 * 41 + 23}}, 0, {2, 5, 8, 64}); }
+TEST_F(KdaChunkPipeline, OneSequenceBitIdentical) { expect_identical({4, 128, {64 * 41 + 23}}, 0, {0, 2, 5, 8, 64}); }
 
 // A workspace of 10 chunks: the long sequence runs in passes of one piece each (each pipelined,
 // the state carried between passes too); the batch's passes of several sequences stay plain.
@@ -143,7 +143,7 @@ TEST_F(KdaChunkPipeline, CapturedGraphBitIdentical) {
   const Inputs in = make_inputs(p, 9);
   for (Mode mode : {Mode::k3xTf32, Mode::kTf32, Mode::kBf16}) {
     SCOPED_TRACE(name(mode));
-    const Outcome plain = run(p, in, mode, KdaChunkOutput::kPick, 0);
+    const Outcome plain = run(p, in, mode, KdaChunkOutput::kPick, 1);
     const std::vector<int64_t> cu = {0, p.T()};
     const std::vector<int32_t> slots = {1};
     const std::vector<float> pool0 = randn(kSlots * p.slot_floats(), 99, 0.1f);

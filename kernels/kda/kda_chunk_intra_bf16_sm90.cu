@@ -1,0 +1,368 @@
+// Chunked KDA prefill, part 1 in bf16 mode: the intra-chunk kernel of kda_chunk_intra_sm90.cu
+// (same grid, shared memory layout and outputs: kda_chunk::Layout, fp32 or packed bf16) with
+// fewer instructions a chunk (docs/perf.md "Leaner bf16 intra kernel"):
+//  - G is kept in log2 units, so every decay is one ex2.approx.ftz (one MUFU; __expf is a
+//    multiply plus a denormal-safe ex2 sequence of five instructions);
+//  - warps 2I and 2I+1 share row block I's work by tile parity instead of by operand: each
+//    builds the decayed key B fragment of its own tiles once and feeds both the key-key and the
+//    query-key mma with it (the former split built every B fragment twice), and the row-side
+//    decay factors once for both q and k;
+//  - the XOR swizzle is evaluated as (kb ^ X) + Y with per-lane X, Y (rows of one lane share
+//    row % 8), so shared loads take immediate offsets; every warp runs the same code path;
+//  - beta is folded into T's columns (w = T diag(beta) k exp(G), u = T diag(beta) v): no beta
+//    pass over k and v;
+//  - packed bf16 qg / kg^T are stored as 32-bit pairs swapped between neighbour lanes, not as
+//    scattered 16-bit stores.
+// Off-diagonal decays have exponents <= 0 by construction (G is non-increasing), so only the
+// diagonal blocks keep the clamp.
+#include "kda/kda_chunk_common.cuh"
+
+namespace pdserve::cuda {
+namespace {
+
+using namespace kda_chunk;
+
+constexpr float kLog2e = 1.4426950408889634f;
+
+__device__ __forceinline__ float ex2(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+  return y;
+}
+
+template <int D>
+struct IntraSmemBf16 {
+  static constexpr int floats = 3 * C * D + C * C + C;  // k (then k exp(G)), q then v, G (log2), A then T, beta
+  static constexpr size_t bytes = floats * sizeof(float);
+};
+
+// Swizzled offset of (row, col) in a [rows][W] array (the same swizzle as the tf32 kernel).
+template <int W>
+__device__ __forceinline__ int at(int row, int col) {
+  return row * W + (col ^ ((row & 7) << 2));
+}
+
+// Row block I's score tiles for the warp of parity S (both warp-uniform, at run time: one code
+// path for every warp; per-warp specialised copies had the warps of an SM miss the instruction
+// cache half the time, docs/perf.md): off-diagonal tiles nt = 2m + S (m < I) against the first
+// row's factors and the diagonal tile 2I + S against the middle row's, for keys (A, into sT
+// with beta, strictly lower) and queries (Aqk, to the workspace, lower incl. the diagonal); also
+// kg (S = 0) or qg (S = 1) for the block's rows.
+//
+// Swizzle: column kb + tig (+4) of a row r = gid (mod 8), kb a multiple of 8, lies at
+// (kb ^ X) + Y (+/-4) with X = 8 (gid >> 1) and Y = tig + 4 (gid & 1); of row 63 at
+// (kb ^ 24) + tig + 4 (and (kb ^ 24) + tig); rows 16I, 16I + 8 are unswizzled.
+template <int D, bool PK>
+__device__ __forceinline__ void score_block(const float* sk, const float* sq, const float* sG, float* sT, const float* sb, float* out,
+                                            int I, int S, int gid, int tig) {
+  using L = Layout<D>;
+  const int r0 = I * 16 + gid, r1 = r0 + 8;
+  float ak[3][4] = {}, aq[3][4] = {}, dk[4] = {}, dq[4] = {};
+  const int X = (gid >> 1) << 3, Y = tig + 4 * (gid & 1), Y4 = Y ^ 4;
+  const int rowI = r0 * D, rowJ = (8 * S + gid) * D, rowF = I * 16 * D + tig;  // + 16 m D: tile m's rows
+  constexpr int kSk = 0, kSq = C * D, kSG = 2 * C * D;  // sq, sG at these offsets from sk
+  (void)sq, (void)sG;
+  // kg (S = 0) or qg (S = 1) of this lane at column kb + tig (+4): packed, a 32-bit pair whose
+  // other half comes from the neighbour lane (qg [C][D]: column + 1 is lane ^ 1's; kg^T
+  // [D][C]: row + 1 is lane ^ 4's); even lanes store the c0 pairs, odd lanes the c1 pairs.
+  const bool odd = S ? (tig & 1) : (gid & 1);
+  const int shfl_mask = S ? 1 : 4;
+  uint32_t* xw = reinterpret_cast<uint32_t*>(out + (S ? L::qg : L::kg)) +
+                 (S ? (r0 * D + tig + 3 * odd) / 2 : ((tig + 4 * odd) * C + r0 - odd) / 2);
+  const int col_words = S ? 4 : 4 * C, row_words = S ? 4 * D : 4;  // words per 8 columns, r0 -> r1
+  float* xf = out + (S ? L::qg : L::kg) + r0 * D + tig;
+#pragma unroll 2
+  for (int kb = 0; kb < D; kb += 8) {
+    const int s0 = (kb ^ X) + Y, s1 = (kb ^ X) + Y4;  // swizzled columns of rows = gid (mod 8)
+    const int l0c = (kb ^ 24) + tig + 4, l1c = (kb ^ 24) + tig;
+    const float* p0 = sk + s0;
+    const float* p1 = sk + s1;
+    const float gf0 = sk[kSG + rowF + kb], gf1 = sk[kSG + rowF + kb + 4], gm0 = sk[kSG + rowF + 8 * D + kb], gm1 = sk[kSG + rowF + 8 * D + kb + 4];
+    const float G00 = p0[kSG + rowI], G10 = p0[kSG + rowI + 8 * D], G01 = p1[kSG + rowI], G11 = p1[kSG + rowI + 8 * D];
+    const float k00 = p0[kSk + rowI], k10 = p0[kSk + rowI + 8 * D], k01 = p1[kSk + rowI], k11 = p1[kSk + rowI + 8 * D];
+    const float q00 = p0[kSq + rowI], q10 = p0[kSq + rowI + 8 * D], q01 = p1[kSq + rowI], q11 = p1[kSq + rowI + 8 * D];
+    {  // kg = k exp(G_last - G) (S = 0) or qg = q exp(G) (S = 1)
+      const float l0 = S ? 0.0f : sk[kSG + 63 * D + l0c], l1 = S ? 0.0f : sk[kSG + 63 * D + l1c];
+      const float e00 = (S ? q00 : k00) * ex2(S ? G00 : l0 - G00), e10 = (S ? q10 : k10) * ex2(S ? G10 : l0 - G10);
+      const float e01 = (S ? q01 : k01) * ex2(S ? G01 : l1 - G01), e11 = (S ? q11 : k11) * ex2(S ? G11 : l1 - G11);
+      if constexpr (PK) {
+        const float got0 = __shfl_xor_sync(0xffffffffu, odd ? e00 : e01, shfl_mask);
+        const float got1 = __shfl_xor_sync(0xffffffffu, odd ? e10 : e11, shfl_mask);
+        const int w = (kb >> 3) * col_words;
+        xw[w] = odd ? bf16x2(got0, e01) : bf16x2(e00, got0);
+        xw[w + row_words] = odd ? bf16x2(got1, e11) : bf16x2(e10, got1);
+      } else {
+        xf[kb] = e00;
+        xf[8 * D + kb] = e10;
+        xf[kb + 4] = e01;
+        xf[8 * D + kb + 4] = e11;
+      }
+    }
+    // Row-side factors, shared by k and q: exp(G - G_mid) (clamped) and exp(G - G_first) (<= 1).
+    const float m00 = ex2(fminf(G00 - gm0, 120.0f)), m10 = ex2(fminf(G10 - gm0, 120.0f));
+    const float m01 = ex2(fminf(G01 - gm1, 120.0f)), m11 = ex2(fminf(G11 - gm1, 120.0f));
+    const FragA<kBf16> adk(k00 * m00, k10 * m10, k01 * m01, k11 * m11), adq(q00 * m00, q10 * m10, q01 * m01, q11 * m11);
+    {  // the diagonal tile 2I + S: rows 16I + 8S + gid
+      const int rd = rowJ + 16 * I * D;
+      const float gj0 = p0[kSG + rd], gj1 = p1[kSG + rd];
+      const FragB<kBf16> b(p0[kSk + rd] * ex2(fminf(gm0 - gj0, 120.0f)), p1[kSk + rd] * ex2(fminf(gm1 - gj1, 120.0f)));
+      mma(dk, adk, b);
+      mma(dq, adq, b);
+    }
+    if (I > 0) {
+      const float f00 = ex2(G00 - gf0), f10 = ex2(G10 - gf0), f01 = ex2(G01 - gf1), f11 = ex2(G11 - gf1);
+      const FragA<kBf16> aok(k00 * f00, k10 * f10, k01 * f01, k11 * f11), aoq(q00 * f00, q10 * f10, q01 * f01, q11 * f11);
+#pragma unroll
+      for (int m = 0; m < 3; ++m) {
+        if (m < I) {
+          const int rj = rowJ + 16 * m * D;
+          const float gj0 = p0[kSG + rj], gj1 = p1[kSG + rj];
+          const FragB<kBf16> b(p0[kSk + rj] * ex2(gf0 - gj0), p1[kSk + rj] * ex2(gf1 - gj1));
+          mma(ak[m], aok, b);
+          mma(aq[m], aoq, b);
+        }
+      }
+    }
+  }
+  // Stores: tile nt = 2m + S (m < I) from ak / aq, tile 2I + S from dk / dq, tiles 2I + 2 + S ..
+  // of this parity zero (Aqk only: sT's upper blocks are never read).
+  auto store = [&](int nt, const float (&vk)[4], const float (&vq)[4], bool diag) {
+#pragma unroll
+    for (int hh = 0; hh < 2; ++hh) {
+      const int row = hh ? r1 : r0, col = nt * 8 + 2 * tig;
+      float q0 = vq[2 * hh], q1 = vq[2 * hh + 1], k0 = vk[2 * hh], k1 = vk[2 * hh + 1];
+      if (diag) {
+        q0 = col <= row ? q0 : 0.0f, q1 = col + 1 <= row ? q1 : 0.0f;
+        k0 = col < row ? k0 : 0.0f, k1 = col + 1 < row ? k1 : 0.0f;
+      }
+      if constexpr (PK)
+        reinterpret_cast<uint32_t*>(out + L::aqk)[(row * C + col) / 2] = bf16x2(q0, q1);
+      else
+        *reinterpret_cast<float2*>(out + L::aqk + row * C + col) = make_float2(q0, q1);
+      const float b = sb[row];
+      *reinterpret_cast<float2*>(sT + at<C>(row, col)) = make_float2(b * k0, b * k1);
+    }
+  };
+#pragma unroll
+  for (int m = 0; m < 3; ++m)
+    if (m < I) store(2 * m + S, ak[m], aq[m], false);
+  store(2 * I + S, dk, dq, true);
+  for (int nt = 2 * I + 2 + S; nt < 8; nt += 2) {
+#pragma unroll
+    for (int hh = 0; hh < 2; ++hh) {
+      const int row = hh ? r1 : r0, col = nt * 8 + 2 * tig;
+      if constexpr (PK)
+        reinterpret_cast<uint32_t*>(out + L::aqk)[(row * C + col) / 2] = 0u;
+      else
+        *reinterpret_cast<float2*>(out + L::aqk + row * C + col) = make_float2(0.0f, 0.0f);
+    }
+  }
+}
+
+template <int D, bool PK>
+__global__ void __launch_bounds__(256, 2) intra_bf16_kernel(const float* __restrict__ q, const float* __restrict__ k,
+                                                            const float* __restrict__ v, const float* __restrict__ g,
+                                                            const float* __restrict__ beta, int64_t H, const ChunkJob* __restrict__ jobs,
+                                                            float* __restrict__ ws) {
+  using L = Layout<D>;
+  extern __shared__ float4 smem4[];
+  float* sk = reinterpret_cast<float*>(smem4);
+  float* sqv = sk + C * D;
+  float* sG = sqv + C * D;
+  float* sT = sG + C * D;
+  float* sb = sT + C * C;
+
+  const ChunkJob job = jobs[blockIdx.x];
+  const int64_t h = blockIdx.y;
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, gid = lane >> 2, tig = lane & 3;
+  float* out = ws + (static_cast<int64_t>(blockIdx.x) * H + h) * L::floats;
+  constexpr int D4 = D / 4, RS = 256 / D4;  // rows one sweep of the block covers
+  // A thread loads column group cl of rows i0, i0 + RS, ...: all with the same row % 8 (RS is a
+  // multiple of 8), so one swizzled column.
+  const int cl = (tid % D4) * 4, i0 = tid / D4, scl = cl ^ ((i0 & 7) << 2);
+  const int64_t row_stride = H * D;
+  const int64_t gbase = (job.row0 * H + h) * D + cl;
+
+  // 1. Load k, q, g, every copy in flight at once (rows past the sequence's end are zero).
+#pragma unroll
+  for (int it = 0; it < C / RS; ++it) {
+    const int i = i0 + it * RS;
+    const bool ok = i < job.len;
+    const int64_t off = ok ? gbase + i * row_stride : 0;
+    cp_async16_zfill(sk + i * D + scl, k + off, ok);
+    cp_async16_zfill(sqv + i * D + scl, q + off, ok);
+    cp_async16_zfill(sG + i * D + scl, g + off, ok);
+  }
+  cp_async_commit();
+  if (tid < C) sb[tid] = tid < job.len ? beta[(job.row0 + tid) * H + h] : 0.0f;
+  cp_async_wait<0>();
+  __syncthreads();
+
+  // 2. Cumulative log2 decay per channel (16 rows loaded ahead of each dependent run of adds).
+  for (int c = tid; c < D; c += 256) {
+    float acc = 0.0f;
+#pragma unroll
+    for (int r0 = 0; r0 < C; r0 += 16) {
+      float x[16];
+#pragma unroll
+      for (int e = 0; e < 16; ++e) x[e] = sG[at<D>(r0 + e, c)];
+#pragma unroll
+      for (int e = 0; e < 16; ++e) {
+        acc = fmaf(x[e], kLog2e, acc);
+        sG[at<D>(r0 + e, c)] = acc;
+      }
+    }
+    out[L::gl + c] = ex2(acc);
+  }
+  __syncthreads();
+
+  // 3. Score blocks: warp pair I owns rows [16I, 16I + 16), split by tile parity.
+  score_block<D, PK>(sk, sqv, sG, sT, sb, out, warp >> 1, warp & 1, gid, tig);
+  __syncthreads();
+
+  // 4. q is dead: bring v into its buffer (landing while the solve runs), and turn k into
+  //    k exp(G) in place (beta goes into T's columns).
+#pragma unroll
+  for (int it = 0; it < C / RS; ++it) {
+    const int i = i0 + it * RS;
+    const bool ok = i < job.len;
+    const int64_t off = ok ? gbase + i * row_stride : 0;
+    cp_async16_zfill(sqv + i * D + scl, v + off, ok);
+  }
+  cp_async_commit();
+#pragma unroll
+  for (int it = 0; it < C / RS; ++it) {
+    const int i = i0 + it * RS;
+    float4* kp = reinterpret_cast<float4*>(sk + i * D + scl);
+    const float4 gg = *reinterpret_cast<const float4*>(sG + i * D + scl);
+    float4 x = *kp;
+    x.x *= ex2(gg.x), x.y *= ex2(gg.y), x.z *= ex2(gg.z), x.w *= ex2(gg.w);
+    *kp = x;
+  }
+
+  // 5. T = (I + A)^-1 in place of A (A strictly lower), as in the tf32 kernel.
+  if (warp < 4 && lane < 16) {
+    const int b0 = warp * 16, c = lane;
+    float t[16];
+#pragma unroll
+    for (int r = 0; r < 16; ++r) {
+      float x = r == c ? 1.0f : 0.0f;
+#pragma unroll
+      for (int j = 0; j < r; ++j) x -= sT[at<C>(b0 + r, b0 + j)] * t[j];
+      t[r] = x;
+    }
+    __syncwarp(0xffffu);
+#pragma unroll
+    for (int r = 0; r < 16; ++r) sT[at<C>(b0 + r, b0 + c)] = t[r];
+  }
+  __syncthreads();
+  {
+    const int r = tid >> 4, cc = tid & 15;
+#pragma unroll
+    for (int I = 1; I < 4; ++I) {
+      float x[3];
+#pragma unroll
+      for (int J = 0; J < I; ++J) {
+        float acc[4] = {};
+#pragma unroll
+        for (int m = J * 16; m < I * 16; m += 4)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) acc[e] += sT[at<C>(I * 16 + r, m + e)] * sT[at<C>(m + e, J * 16 + cc)];
+        x[J] = (acc[0] + acc[1]) + (acc[2] + acc[3]);
+      }
+      __syncthreads();
+#pragma unroll
+      for (int J = 0; J < I; ++J) sT[at<C>(I * 16 + r, J * 16 + cc)] = x[J];
+      __syncthreads();
+#pragma unroll
+      for (int J = 0; J < I; ++J) {
+        float acc[4] = {};
+#pragma unroll
+        for (int m = 0; m < 16; ++m) acc[m & 3] += sT[at<C>(I * 16 + r, I * 16 + m)] * sT[at<C>(I * 16 + m, J * 16 + cc)];
+        x[J] = -((acc[0] + acc[1]) + (acc[2] + acc[3]));
+      }
+      __syncthreads();
+#pragma unroll
+      for (int J = 0; J < I; ++J) sT[at<C>(I * 16 + r, J * 16 + cc)] = x[J];
+      __syncthreads();
+    }
+  }
+  cp_async_wait<0>();
+  __syncthreads();
+
+  // 6. [w | u] = T diag(beta) [k exp(G) | v]: warp (mt, half) owns rows [16mt, 16mt+16) and
+  //    half the columns; T is lower triangular, so the K loop stops at the block's last row.
+  {
+    const int mt = warp & 3, half = warp >> 2;
+    const int r0 = mt * 16 + gid, r1 = r0 + 8;
+    constexpr int NT = D / 8;
+    float acc[NT][4] = {};
+    // B rows kb + tig (+8) have row % 8 == tig, rows kb + tig + 4 (+8) tig + 4; column
+    // nt * 8 + gid = 32 (nt / 4) + 8 (nt % 4) + gid, so its swizzle is per lane and nt % 4.
+    int bsw[2][4];
+#pragma unroll
+    for (int p = 0; p < 2; ++p)
+#pragma unroll
+      for (int n4 = 0; n4 < 4; ++n4) bsw[p][n4] = (8 * n4 + gid) ^ ((tig + 4 * p) << 2);
+    const float* src = (half ? sqv : sk) + tig * D;
+    const float* Tr = sT + r0 * C;
+    const int gsw = gid << 2;
+    for (int kb = 0; kb < 16 * mt + 16; kb += 16) {
+      // Columns kb + tig (+4, +8, +12) of rows = gid (mod 8), swizzled.
+      const int t00 = (kb + tig) ^ gsw, t01 = (kb + tig + 4) ^ gsw, t10 = (kb + 8 + tig) ^ gsw, t11 = (kb + 12 + tig) ^ gsw;
+      const float bt0 = sb[kb + tig], bt1 = sb[kb + tig + 4], bt2 = sb[kb + 8 + tig], bt3 = sb[kb + 12 + tig];
+      const FragA<kBf16> a0(Tr[t00] * bt0, Tr[8 * C + t00] * bt0, Tr[t01] * bt1, Tr[8 * C + t01] * bt1);
+      const FragA<kBf16> a1(Tr[t10] * bt2, Tr[8 * C + t10] * bt2, Tr[t11] * bt3, Tr[8 * C + t11] * bt3);
+      const float* s0 = src + kb * D;
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt) {
+        const int cb = 32 * (nt / 4);
+        const FragB<kBf16> b0(s0[cb + bsw[0][nt % 4]], s0[4 * D + cb + bsw[1][nt % 4]]);
+        const FragB<kBf16> b1(s0[8 * D + cb + bsw[0][nt % 4]], s0[12 * D + cb + bsw[1][nt % 4]]);
+        mma(acc[nt], a0, a1, b0, b1);
+      }
+    }
+    float* dst = out + (half ? L::u : L::w);
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt) {
+      const int col = nt * 8 + 2 * tig;
+      if (PK && !half) {  // w in bf16 (u stays fp32)
+        reinterpret_cast<uint32_t*>(dst)[(r0 * D + col) / 2] = bf16x2(acc[nt][0], acc[nt][1]);
+        reinterpret_cast<uint32_t*>(dst)[(r1 * D + col) / 2] = bf16x2(acc[nt][2], acc[nt][3]);
+      } else {
+        *reinterpret_cast<float2*>(dst + r0 * D + col) = make_float2(acc[nt][0], acc[nt][1]);
+        *reinterpret_cast<float2*>(dst + r1 * D + col) = make_float2(acc[nt][2], acc[nt][3]);
+      }
+    }
+  }
+}
+
+template <int D, bool PK>
+cudaError_t launch(const float* q, const float* k, const float* v, const float* g, const float* beta, int64_t H, const ChunkJob* jobs,
+                   int64_t chunks, float* ws, cudaStream_t stream) {
+  constexpr size_t bytes = IntraSmemBf16<D>::bytes;
+  const cudaError_t e = cudaFuncSetAttribute(intra_bf16_kernel<D, PK>, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes));
+  if (e != cudaSuccess) return e;
+  intra_bf16_kernel<D, PK><<<dim3(static_cast<unsigned>(chunks), static_cast<unsigned>(H)), 256, bytes, stream>>>(q, k, v, g, beta, H, jobs, ws);
+  return cudaGetLastError();
+}
+
+template <int D>
+cudaError_t launch_pk(bool packed, const float* q, const float* k, const float* v, const float* g, const float* beta, int64_t H,
+                      const ChunkJob* jobs, int64_t chunks, float* ws, cudaStream_t stream) {
+  return packed ? launch<D, true>(q, k, v, g, beta, H, jobs, chunks, ws, stream) : launch<D, false>(q, k, v, g, beta, H, jobs, chunks, ws, stream);
+}
+
+}  // namespace
+
+cudaError_t kda_chunk_intra_bf16_launch(int D, const float* q, const float* k, const float* v, const float* g, const float* beta, int64_t H,
+                                        const ChunkJob* jobs, int64_t chunks, float* ws, cudaStream_t stream, bool packed) {
+  switch (D) {
+    case 32: return launch_pk<32>(packed, q, k, v, g, beta, H, jobs, chunks, ws, stream);
+    case 64: return launch_pk<64>(packed, q, k, v, g, beta, H, jobs, chunks, ws, stream);
+    case 128: return launch_pk<128>(packed, q, k, v, g, beta, H, jobs, chunks, ws, stream);
+    default: return cudaErrorInvalidValue;
+  }
+}
+
+}  // namespace pdserve::cuda
