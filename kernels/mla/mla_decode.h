@@ -13,8 +13,8 @@
 //
 // Run (device, mla_decode_sm90.cu): one CTA per item, for ALL heads of its row, so each
 // cached token (latent + key, 576 floats for K3) is read from HBM once per row: tiles are
-// streamed into shared memory (16 tokens x 3 stages, or 8 x 6 for short items: MlaDecodeRing,
-// picked by the plan), and every head's online softmax
+// streamed into shared memory (16 tokens x 3 stages, or 8 x 6: MlaDecodeRing, with the lean
+// scoring loop or not, picked by the plan), and every head's online softmax
 // runs over the shared tile (two variants, MlaDecodeVariant below). The merge of split rows
 // (MlaDecodeMerge): a second kernel, or folded into the run: the last CTA of a group of a
 // row's items (an atomic counter per group in a workspace the kernel leaves zeroed, so a graph
