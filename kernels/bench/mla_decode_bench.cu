@@ -5,7 +5,7 @@
 // enough copies of the page tables (distinct pages) that the 50 MB L2 never holds a step.
 //   mla_decode_bench [quick | focus | tune] [noold]   (quick: a smoke run; focus: the 3-head shapes; noold: skip the
 //   old kernel; tune: only the merge/tile options table, graphs, at the 3-head shapes; ring: only the
-//   copy-ring table, shallow vs deep ring (MlaDecodeRing), at the small-batch / long-context shapes)
+//   copy-ring table, shallow vs lean vs deep ring (MlaDecodeRing), at the small-batch / long-context shapes)
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -13,6 +13,7 @@
 #include <numeric>
 
 #include "bench/bench_util.h"
+#include "common/pdl_bulk.cuh"
 #include "mla/mla_decode.h"
 
 using namespace pdserve::cuda;
@@ -22,8 +23,47 @@ namespace {
 
 bool g_no_old = false;  // "noold": skip the old kernel (seconds at long context)
 bool g_tune = false;    // "tune": only the options table
-bool g_ring = false;    // "ring": only the copy-ring table (shallow vs deep, seventh version)
+bool g_ring = false;    // "ring": only the copy-ring table (shallow / lean / deep, eighth version)
 constexpr int64_t kLat = 512, kRope = 64, kEntry = kLat + kRope, kPage = 64;
+
+// The copy ring alone (diagnostic, "ring" table): the run's plan, page tables, 16-token bulk
+// tiles, 3 stages, one block barrier a tile, and NO scoring: what the access pattern and the
+// ring give without any per-SM work. Writes one float per CTA so the copies are not idle.
+__global__ void __launch_bounds__(256, 2) copy_ring_kernel(const float* __restrict__ cache, const int32_t* __restrict__ table_all,
+                                                           int64_t max_pages, const int32_t* __restrict__ plan, float* out) {
+  using namespace pdserve::cuda::pdl_bulk;
+  constexpr int kTile = 16, kStages = 3;
+  extern __shared__ float4 smem_raw[];
+  float* tiles = reinterpret_cast<float*>(smem_raw);
+  __shared__ __align__(8) uint64_t full[kStages];
+  const int item = blockIdx.x;
+  if (item >= plan[0]) return;
+  const int4 it = reinterpret_cast<const int4*>(plan + 4)[item];
+  const int32_t* table = table_all + static_cast<int64_t>(it.x) * max_pages;
+  if (threadIdx.x == 0) {
+    for (int st = 0; st < kStages; ++st) mbar_init(&full[st], 1);
+    mbar_init_fence();
+  }
+  __syncthreads();
+  const int begin = it.y, end = it.z, ntiles = (end - begin + kTile - 1) / kTile;
+  auto issue = [&](int t0, int st) {
+    if (threadIdx.x != 0) return;
+    const int page = table[t0 / kPage];
+    const unsigned bytes = page < 0 ? 0u : static_cast<unsigned>(min(kTile, end - t0) * kEntry * 4);
+    if (bytes == 0) return mbar_arrive(&full[st]);
+    mbar_arrive_expect_tx(&full[st], bytes);
+    bulk_copy(tiles + st * kTile * kEntry, cache + (static_cast<int64_t>(page) * kPage + t0 % kPage) * kEntry, bytes, &full[st]);
+  };
+  for (int st = 0; st < kStages - 1 && st < ntiles; ++st) issue(begin + st * kTile, st);
+  float acc = 0.0f;
+  for (int i = 0; i < ntiles; ++i) {
+    mbar_wait(&full[i % kStages], (i / kStages) & 1);
+    __syncthreads();
+    if (i + kStages - 1 < ntiles) issue(begin + (i + kStages - 1) * kTile, (i + kStages - 1) % kStages);
+    acc += tiles[(i % kStages) * kTile * kEntry + threadIdx.x];
+  }
+  if (threadIdx.x == 0) out[item] = acc;
+}
 
 struct Shape {
   int64_t heads, batch, ctx;
@@ -132,10 +172,12 @@ void bench_shape(const Shape& s, bool run_old) {
   };
   if (g_ring) {
     // The copy rings side by side, same plan, the defaults otherwise (separate merge, pdl, late
-    // trigger): shallow, deep, and the plan's pick (the default path): graphs, three interleaved
-    // rounds, the median round; then one launch each between events (median of 20).
-    constexpr int kRings = 3;
-    const MlaDecodeRing rings[kRings] = {MlaDecodeRing::kShallow, MlaDecodeRing::kDeep, plan.ring};
+    // trigger): shallow, lean (the shallow ring's leaner scoring loop), deep, lean on the deep
+    // ring, and the plan's pick (the default path): graphs, three interleaved rounds, the median round; then one
+    // launch each between events (median of 20).
+    constexpr int kRings = 5;
+    const MlaDecodeRing rings[kRings] = {MlaDecodeRing::kShallow, MlaDecodeRing::kLean, MlaDecodeRing::kDeep, MlaDecodeRing::kLeanDeep,
+                                         plan.ring};
     MlaDecodeWork rw[kRings];
     for (int o = 0; o < kRings; ++o) rw[o] = w, rw[o].ring = rings[o], rw[o].trigger = MlaDecodeTrigger::kLate, rw[o].counters = nullptr;
     std::vector<double> rounds[kRings];
@@ -147,16 +189,26 @@ void bench_shape(const Shape& s, bool run_old) {
         a.page_table = tables[i % copies].get();
         check(mla_decode_run(a, rw[o], nullptr), "mla_decode_run (ring)");
       });
-    const char* names[] = {"auto", "shallow", "deep"};
+    // The copy ring alone, one launch between events (median of 20).
+    DeviceBuffer<float> sink;
+    check(sink.resize(cap), "sink");
+    const size_t ring_smem = 3 * 16 * kEntry * sizeof(float);
+    check(cuda_status(cudaFuncSetAttribute(copy_ring_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(ring_smem)),
+                      "copy ring smem"), "copy ring smem");
+    const double copy_us = median_us([&](int i) {
+      copy_ring_kernel<<<static_cast<unsigned>(plan.num_items), 256, ring_smem>>>(cache.get(), tables[i % copies].get(), pages_per_row,
+                                                                               dplan.get(), sink.get());
+    });
+    const char* names[] = {"auto", "shallow", "deep", "lean", "lean-deep"};
     std::printf("ring | %4ld | %6ld | %4ld | %s | %7.2f |", static_cast<long>(s.batch), static_cast<long>(s.ctx),
                 static_cast<long>(plan.num_items), names[static_cast<int>(plan.ring)], floor_us);
     for (int o = 0; o < kRings; ++o) {
       std::sort(rounds[o].begin(), rounds[o].end());
       std::printf(" %8.2f (%4.2f) |", rounds[o][1], bytes / rounds[o][1] * 1e-6);
     }
-    std::printf(" %5.3f |", rounds[0][1] / rounds[1][1]);
+    std::printf(" %5.3f |", rounds[0][1] / rounds[1][1]);  // shallow / lean
     for (int o = 0; o + 1 < kRings; ++o) std::printf(" %8.2f |", launch_us[o]);
-    std::printf("\n");
+    std::printf(" %8.2f (%4.2f) |\n", copy_us, bytes / copy_us * 1e-6);
     std::fflush(stdout);
     return;
   }
@@ -270,7 +322,7 @@ int main(int argc, char** argv) {
     shapes = {{3, 1, 1024},    {3, 1, 16384},   {3, 1, 65536},   {3, 8, 1024},   {3, 8, 16384},   {3, 8, 65536},
               {3, 32, 16384},  {3, 128, 16384}, {3, 256, 16384}, {3, 32, 1024},  {3, 256, 4096},  {3, 1, 4096}};
     std::printf("ring rows (graph us/step (TB/s), separate merge, pdl + late trigger): | batch | ctx | items | plan's ring | floor us | "
-                "shallow | deep | the plan's ring (default) | shallow / deep | one launch shallow us | one launch deep us |\n");
+                "shallow | lean | deep | lean-deep | the plan's ring (default) | shallow / lean | one launch shallow us | one launch lean us | one launch deep us | one launch lean-deep us | copy ring alone, one launch us (TB/s) |\n");
   } else if (quick) {
     shapes = {{3, 1, 1024}, {3, 64, 4096}};
   } else if (g_tune) {  // small batches at long context first (the open target), then the large steps

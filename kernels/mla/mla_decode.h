@@ -13,8 +13,8 @@
 //
 // Run (device, mla_decode_sm90.cu): one CTA per item, for ALL heads of its row, so each
 // cached token (latent + key, 576 floats for K3) is read from HBM once per row: tiles are
-// streamed into shared memory (16 tokens x 3 stages, or 8 x 6 for short items: MlaDecodeRing,
-// picked by the plan), and every head's online softmax
+// streamed into shared memory (16 tokens x 3 stages, or 8 x 6: MlaDecodeRing, with the lean
+// scoring loop or not, picked by the plan), and every head's online softmax
 // runs over the shared tile (two variants, MlaDecodeVariant below). The merge of split rows
 // (MlaDecodeMerge): a second kernel, or folded into the run: the last CTA of a group of a
 // row's items (an atomic counter per group in a workspace the kernel leaves zeroed, so a graph
@@ -44,8 +44,13 @@ namespace pdserve::cuda {
 // tokens, 6 stages (five tiles, 90 KiB, in flight): by Little's law the stream's bandwidth
 // tracks the bytes in flight (docs/perf.md, MLA decode, sixth and seventh versions).
 // kDeep needs the bulk loader (with kCpAsync, or with dynamic tiles, the run uses kShallow).
+// kLean: kShallow's ring with a leaner scoring loop (K3's latent 512 + key 64 fixed at compile
+// time, tile validity from the issuing thread instead of a page-table load and a division per
+// token, the scores of a tile reduced together): 14-38% faster than kShallow on the H200 at
+// every measured shape (docs/perf.md, MLA decode, eighth version). kLeanDeep: the same loop on
+// kDeep's ring. Other shapes (and dynamic tiles) run kShallow / kDeep instead; kCpAsync, kShallow.
 // kAuto: the run's default, kShallow; the plan's pick (MlaDecodePlan::ring) is what callers pass.
-enum class MlaDecodeRing { kAuto, kShallow, kDeep };
+enum class MlaDecodeRing { kAuto, kShallow, kDeep, kLean, kLeanDeep };
 
 struct MlaDecodePlan {
   int64_t rows = 0, capacity = 0, num_items = 0;
@@ -146,12 +151,15 @@ struct MlaDecodeWork {
 
 // Shapes the split-KV kernel takes (else use mla_attend_latent): heads <= 32, latent_dim even
 // and <= 512, (latent_dim + rope_dim) % 4 == 0 and <= 576.
-// The plan's ring for a step whose items hold at most `chunk_tokens` tokens: kDeep for short
-// items (<= kMlaDeepRingMaxChunk tokens), where the deep ring's first burst (six 8-token tiles
-// issued at once) is a large share of each item and measured 6-15% faster on the H200; the
-// shallow ring for longer items, where the deep one measured 0-2.5% slower (docs/perf.md, MLA
-// decode, seventh version).
+// The plan's ring for a step whose items hold at most `chunk_tokens` tokens: kMlaShortItemRing
+// for short items (<= kMlaDeepRingMaxChunk tokens), where the deep ring's first burst (six
+// 8-token tiles issued at once) is a large share of each item (kDeep measured 6-15% faster than
+// kShallow on the H200, seventh version), kMlaLongItemRing for longer ones; both from the
+// eighth version's measurement (docs/perf.md, MLA decode), where the lean scoring loop beat
+// every other ring at every shape.
 inline constexpr int64_t kMlaDeepRingMaxChunk = 128;
+inline constexpr MlaDecodeRing kMlaShortItemRing = MlaDecodeRing::kLean;
+inline constexpr MlaDecodeRing kMlaLongItemRing = MlaDecodeRing::kLean;
 MlaDecodeRing mla_decode_pick_ring(int64_t chunk_tokens);
 
 bool mla_decode_supported(int64_t heads, int64_t latent_dim, int64_t rope_dim);

@@ -92,7 +92,7 @@ Status build_mla_decode_plan(const int32_t* ctx_len, int64_t rows, int64_t page_
 }
 
 MlaDecodeRing mla_decode_pick_ring(int64_t chunk_tokens) {
-  return chunk_tokens <= kMlaDeepRingMaxChunk ? MlaDecodeRing::kDeep : MlaDecodeRing::kShallow;
+  return chunk_tokens <= kMlaDeepRingMaxChunk ? kMlaShortItemRing : kMlaLongItemRing;
 }
 
 bool mla_decode_supported(int64_t heads, int64_t latent_dim, int64_t rope_dim) {

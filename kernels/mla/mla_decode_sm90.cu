@@ -47,6 +47,35 @@ __device__ __forceinline__ float warp_max(float v) {
   return v;
 }
 
+// All-reduce of N values over the warp in 2 log2(P) - ... shuffles instead of 5 N (P = N
+// rounded up to a power of two <= 8): each butterfly step first halves the values a lane
+// keeps (lanes of the upper half keep the upper values and send the lower ones), so after
+// log2(P) steps lane l holds one partial of value l / (32 / P), finished by the remaining
+// plain steps and broadcast back (N shuffles). Every lane ends with the same bits of each sum.
+template <int N>
+__device__ __forceinline__ void warp_sum_many(float (&v)[N]) {
+  static_assert(N >= 1 && N <= 8, "up to 8 values");
+  constexpr int P = N == 1 ? 1 : N == 2 ? 2 : N <= 4 ? 4 : 8;
+  const int lane = threadIdx.x & 31;
+  float x[P];
+#pragma unroll
+  for (int j = 0; j < P; ++j) x[j] = j < N ? v[j] : 0.0f;
+  int offset = 16;
+#pragma unroll
+  for (int cnt = P; cnt > 1; cnt /= 2, offset /= 2) {
+    const bool upper = (lane & offset) != 0;
+#pragma unroll
+    for (int j = 0; j < cnt / 2; ++j) {
+      const float keep = upper ? x[j + cnt / 2] : x[j], send = upper ? x[j] : x[j + cnt / 2];
+      x[j] = keep + __shfl_xor_sync(0xffffffffu, send, offset);
+    }
+  }
+#pragma unroll
+  for (; offset > 0; offset /= 2) x[0] += __shfl_xor_sync(0xffffffffu, x[0], offset);
+#pragma unroll
+  for (int j = 0; j < N; ++j) v[j] = __shfl_sync(0xffffffffu, x[0], j * (32 / P));
+}
+
 // Tile [t0, t0 + kTile) of a row into shared memory (one commit group). Tokens past `end` or
 // on a negative page are zero-filled (src size 0) and masked by the caller. Items start on a
 // tile boundary (mla_decode_granule), so with pages a multiple of the tile a tile is one run
@@ -382,7 +411,12 @@ __global__ void __launch_bounds__(kThreads, HMAX <= 8 ? 2 : 1)
 // end or on a negative page are not copied (their stale rows are masked like in kCpAsync).
 // TILE tokens a stage (TILE / 8 per warp), STAGES stages: STAGES - 1 tiles in flight while one
 // is scored (MlaDecodeRing: 16 x 3 = kShallow, 8 x 6 = kDeep; both 48 tokens of shared memory).
-template <int NH, bool BULK, int TILE, int STAGES>
+// LEAN (MlaDecodeRing::kLean / kLeanDeep; bulk loader, fixed tiles, K3's latent 512 + key 64 only): the
+// entry's width fixed at compile time (no per-slot bounds tests, constant row strides), each
+// tile's valid tokens published by the issuing thread in shared memory (no page lookup or
+// division per token), and the 2 x NH scores of a tile reduced together (warp_sum_many: 15
+// shuffles for 3 heads instead of 30 in one dependent chain each).
+template <int NH, bool BULK, int TILE, int STAGES, bool LEAN = false>
 __global__ void __launch_bounds__(kThreads, 2)
     mla_decode_warp_kernel(const __grid_constant__ MlaDecodeArgs a, const int32_t* __restrict__ plan, float* part_o, float* part_lse,
                            int32_t* counters, bool dynamic_tiles, bool late_trigger) {
@@ -393,6 +427,8 @@ __global__ void __launch_bounds__(kThreads, 2)
   __shared__ float s_m[kWarps][NH], s_l[kWarps][NH];
   __shared__ __align__(8) uint64_t s_full[STAGES];  // BULK: stage s's tile has landed
   __shared__ int s_t0[STAGES];                      // dynamic tiles: the token stage s starts at (-1: none left)
+  __shared__ int s_valid[STAGES];                   // LEAN: stage s's tokens to score (0: a negative page)
+  static_assert(!LEAN || BULK, "the lean kernel takes the bulk loader");
   const int item = blockIdx.x;
   if (item >= plan[0]) return;
   const int4 it = reinterpret_cast<const int4*>(plan + 4)[item];
@@ -412,7 +448,8 @@ __global__ void __launch_bounds__(kThreads, 2)
     end = plan[4 + 4 * (info.x + info.y - 1) + 2];  // the row's last token + 1
     queue = counters + capacity + plan[1] + row;
   }
-  const int lat = static_cast<int>(a.latent_dim), rope = static_cast<int>(a.rope_dim), entry = lat + rope;
+  // LEAN: K3's widths as constants (the launcher checks the shape).
+  const int lat = LEAN ? 512 : static_cast<int>(a.latent_dim), rope = LEAN ? 64 : static_cast<int>(a.rope_dim), entry = lat + rope;
   const int ps = static_cast<int>(a.page_size);
   const int32_t* table = a.page_table + static_cast<int64_t>(row) * a.max_pages;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -434,6 +471,9 @@ __global__ void __launch_bounds__(kThreads, 2)
       if (threadIdx.x == 0) {
         const int page = table[t0 / ps];
         const unsigned bytes = page < 0 ? 0u : static_cast<unsigned>(min(TILE, end - t0) * entry * 4);
+        // Read by the scoring warps after the barrier of the tile's arrival (the stage's last
+        // reader passed the barrier before this issue).
+        if constexpr (LEAN) s_valid[st] = page < 0 ? 0 : min(TILE, end - t0);
         if (bytes > 0) {
           mbar_arrive_expect_tx(&s_full[st], bytes);
           bulk_copy(dst, a.cache + (static_cast<int64_t>(page) * ps + t0 % ps) * entry, bytes, &s_full[st]);
@@ -540,13 +580,17 @@ __global__ void __launch_bounds__(kThreads, 2)
     }
     float s[kPerWarp][NH];
     bool valid[kPerWarp];
+    int tile_valid = 0;
+    if constexpr (LEAN) tile_valid = s_valid[i % STAGES];
 #pragma unroll
     for (int u = 0; u < kPerWarp; ++u) {
       const int t = warp + u * kWarps, tok = t0 + t;
-      valid[u] = tok < end && table[tok / ps] >= 0;
+      if constexpr (LEAN) valid[u] = t < tile_valid;
+      else valid[u] = tok < end && table[tok / ps] >= 0;
       const float* r = tile + t * entry;
 #pragma unroll
       for (int h = 0; h < NH; ++h) s[u][h] = 0.0f;
+      if constexpr (LEAN) continue;  // scored below, the warp's tokens side by side
 #pragma unroll
       for (int k = 0; k < kSlots; ++k) {
         const int e = 64 * k + 2 * lane;
@@ -557,11 +601,34 @@ __global__ void __launch_bounds__(kThreads, 2)
         }
       }
     }
+    if constexpr (LEAN) {
+      // Slot-major: both tokens' loads of a slot are issued together (two in flight, not one).
+      const float* r = tile + warp * entry + 2 * lane;
+#pragma unroll
+      for (int k = 0; k < kSlots; ++k) {
+        float2 v[kPerWarp];
+#pragma unroll
+        for (int u = 0; u < kPerWarp; ++u) v[u] = *reinterpret_cast<const float2*>(r + u * kWarps * entry + 64 * k);
+#pragma unroll
+        for (int u = 0; u < kPerWarp; ++u)
+#pragma unroll
+          for (int h = 0; h < NH; ++h) s[u][h] = fmaf(q[h][k].x, v[u].x, fmaf(q[h][k].y, v[u].y, s[u][h]));
+      }
+    }
     // The xor butterfly leaves the same bits in every lane, so the branches below are uniform.
+    if constexpr (LEAN) {
+      float flat[kPerWarp * NH];
 #pragma unroll
-    for (int u = 0; u < kPerWarp; ++u)
+      for (int j = 0; j < kPerWarp * NH; ++j) flat[j] = s[j / NH][j % NH];
+      warp_sum_many(flat);
 #pragma unroll
-      for (int h = 0; h < NH; ++h) s[u][h] = warp_sum(s[u][h]);
+      for (int j = 0; j < kPerWarp * NH; ++j) s[j / NH][j % NH] = flat[j];
+    } else {
+#pragma unroll
+      for (int u = 0; u < kPerWarp; ++u)
+#pragma unroll
+        for (int h = 0; h < NH; ++h) s[u][h] = warp_sum(s[u][h]);
+    }
 #pragma unroll
     for (int u = 0; u < kPerWarp; ++u) {
       if (!valid[u]) continue;
@@ -726,10 +793,10 @@ size_t run_shared_bytes(const MlaDecodeArgs& a) {
   return std::max<size_t>(kStages * kTile * (a.latent_dim + a.rope_dim), kMlaMaxMergeFanIn * a.heads) * sizeof(float);
 }
 
-template <int NH, bool BULK, int TILE, int STAGES>
+template <int NH, bool BULK, int TILE, int STAGES, bool LEAN = false>
 Status launch_warp_run(const MlaDecodeArgs& a, const MlaDecodeWork& w, int32_t* counters, cudaStream_t stream) {
   const size_t smem = run_shared_bytes(a);
-  constexpr auto kernel = mla_decode_warp_kernel<NH, BULK, TILE, STAGES>;
+  constexpr auto kernel = mla_decode_warp_kernel<NH, BULK, TILE, STAGES, LEAN>;
   static const cudaError_t opt_in = opt_in_shared(kernel);  // first (eager) call, never in a capture
   if (opt_in != cudaSuccess) return cuda_status(opt_in, "mla_decode_run (shared memory opt-in)");
   const cudaError_t e = launch_pdl(w.pdl, kernel, dim3(static_cast<unsigned>(w.launch_items)), dim3(kThreads),
@@ -745,7 +812,12 @@ template <int NH>
 Status launch_warp_run(const MlaDecodeArgs& a, const MlaDecodeWork& w, bool bulk, MlaDecodeRing ring, int32_t* counters,
                        cudaStream_t stream) {
   if (!bulk) return launch_warp_run<NH, false, kTile, kStages>(a, w, counters, stream);
-  if (ring == MlaDecodeRing::kDeep) return launch_warp_run<NH, true, kTile / 2, 2 * kStages>(a, w, counters, stream);
+  // The lean kernel: K3's widths only, fixed tile ranges; else the same ring without it.
+  const bool lean = a.latent_dim == 512 && a.rope_dim == 64 && !(w.dynamic_tiles && counters);
+  if (ring == MlaDecodeRing::kLeanDeep && lean) return launch_warp_run<NH, true, kTile / 2, 2 * kStages, true>(a, w, counters, stream);
+  if (ring == MlaDecodeRing::kDeep || ring == MlaDecodeRing::kLeanDeep)
+    return launch_warp_run<NH, true, kTile / 2, 2 * kStages>(a, w, counters, stream);
+  if (ring == MlaDecodeRing::kLean && lean) return launch_warp_run<NH, true, kTile, kStages, true>(a, w, counters, stream);
   return launch_warp_run<NH, true, kTile, kStages>(a, w, counters, stream);
 }
 

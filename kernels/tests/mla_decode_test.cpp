@@ -173,7 +173,7 @@ TEST(MlaDecodePlan, LongRowsMergeInTwoStepsOfAboutSqrtItems) {
   EXPECT_FALSE(build_mla_decode_plan(huge.data(), 1, 64, mla_decode_plan_capacity(1, 16), &plan, 16).is_ok());
 }
 
-TEST(MlaDecodePlan, ShortItemsPickTheDeepRingLongItemsTheShallowOne) {
+TEST(MlaDecodePlan, ShortAndLongItemsPickTheirRings) {
   // The pick follows the plan's chunk: 1 x 16K (256 items of 64 tokens), 8 x 1K (32) and
   // 32 x 1K (128) are short items; 1 x 64K (256 tokens), 8 x 16K (512) and 256 x 4K (whole
   // rows) are long ones.
@@ -183,15 +183,15 @@ TEST(MlaDecodePlan, ShortItemsPickTheDeepRingLongItemsTheShallowOne) {
   for (const auto& [rows, ctx] : deep) {
     const std::vector<int32_t> c(rows, ctx);
     ASSERT_TRUE(build_mla_decode_plan(c.data(), rows, 64, mla_decode_plan_capacity(rows), &plan).is_ok());
-    EXPECT_EQ(plan.ring, MlaDecodeRing::kDeep) << rows << " x " << ctx;
+    EXPECT_EQ(plan.ring, kMlaShortItemRing) << rows << " x " << ctx;
   }
   for (const auto& [rows, ctx] : shallow) {
     const std::vector<int32_t> c(rows, ctx);
     ASSERT_TRUE(build_mla_decode_plan(c.data(), rows, 64, mla_decode_plan_capacity(rows), &plan).is_ok());
-    EXPECT_EQ(plan.ring, MlaDecodeRing::kShallow) << rows << " x " << ctx;
+    EXPECT_EQ(plan.ring, kMlaLongItemRing) << rows << " x " << ctx;
   }
-  EXPECT_EQ(mla_decode_pick_ring(kMlaDeepRingMaxChunk), MlaDecodeRing::kDeep);
-  EXPECT_EQ(mla_decode_pick_ring(kMlaDeepRingMaxChunk + kMlaTileTokens), MlaDecodeRing::kShallow);
+  EXPECT_EQ(mla_decode_pick_ring(kMlaDeepRingMaxChunk), kMlaShortItemRing);
+  EXPECT_EQ(mla_decode_pick_ring(kMlaDeepRingMaxChunk + kMlaTileTokens), kMlaLongItemRing);
 }
 
 class MlaDecode : public ktest::GpuTest {};
@@ -266,7 +266,7 @@ void run_case(const Case& c, uint32_t seed) {
       bool dynamic_tiles = true;  // kFused + bulk: the row's CTAs share its tiles (else fixed ranges)
       MlaDecodeRing ring = MlaDecodeRing::kShallow;  // the warp variant's copy ring (kAuto: the plan's pick)
     };
-    constexpr auto kDeep = MlaDecodeRing::kDeep;
+    constexpr auto kDeep = MlaDecodeRing::kDeep, kLean = MlaDecodeRing::kLean, kLeanDeep = MlaDecodeRing::kLeanDeep;
     constexpr auto kLate = MlaDecodeTrigger::kLate, kEarly = MlaDecodeTrigger::kEarly;
     constexpr auto kFused = MlaDecodeMerge::kFused;
     const Opt opts[] = {{MlaDecodeVariant::kBlock, MlaDecodeLoader::kAuto, false},
@@ -288,6 +288,17 @@ void run_case(const Case& c, uint32_t seed) {
                         {MlaDecodeVariant::kAuto, MlaDecodeLoader::kBulk, true, kLate, MlaDecodeMerge::kSeparate, false, kDeep},
                         {MlaDecodeVariant::kAuto, MlaDecodeLoader::kBulk, true, kLate, kFused, false, kDeep},
                         {MlaDecodeVariant::kAuto, MlaDecodeLoader::kCpAsync, false, kEarly, MlaDecodeMerge::kSeparate, false, kDeep},
+                        // The lean scoring loop (kShallow's ring; K3's widths, else kShallow itself):
+                        // bulk with and without pdl, separate and fused merge; kCpAsync keeps kShallow.
+                        {MlaDecodeVariant::kAuto, MlaDecodeLoader::kBulk, false, kEarly, MlaDecodeMerge::kSeparate, false, kLean},
+                        {MlaDecodeVariant::kAuto, MlaDecodeLoader::kBulk, true, kLate, MlaDecodeMerge::kSeparate, false, kLean},
+                        {MlaDecodeVariant::kAuto, MlaDecodeLoader::kBulk, true, kLate, kFused, false, kLean},
+                        {MlaDecodeVariant::kAuto, MlaDecodeLoader::kCpAsync, false, kEarly, MlaDecodeMerge::kSeparate, false, kLean},
+                        // ... and on the deep ring.
+                        {MlaDecodeVariant::kAuto, MlaDecodeLoader::kBulk, false, kEarly, MlaDecodeMerge::kSeparate, false, kLeanDeep},
+                        {MlaDecodeVariant::kAuto, MlaDecodeLoader::kBulk, true, kLate, MlaDecodeMerge::kSeparate, false, kLeanDeep},
+                        {MlaDecodeVariant::kAuto, MlaDecodeLoader::kBulk, true, kLate, kFused, false, kLeanDeep},
+                        {MlaDecodeVariant::kAuto, MlaDecodeLoader::kCpAsync, false, kEarly, MlaDecodeMerge::kSeparate, false, kLeanDeep},
                         {MlaDecodeVariant::kAuto, MlaDecodeLoader::kAuto, true, kLate, kFused},
                         {MlaDecodeVariant::kBlock, MlaDecodeLoader::kAuto, true, kLate, kFused}};
     // A blocking stream: the uploads below are cudaMemcpy from pageable memory on the legacy
