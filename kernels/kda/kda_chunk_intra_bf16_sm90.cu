@@ -13,6 +13,10 @@
 //    pass over k and v;
 //  - packed bf16 qg / kg^T are stored as 32-bit pairs swapped between neighbour lanes, not as
 //    scattered 16-bit stores.
+//  - the [w | u] step reads k exp(G) and v as bf16 from G's buffer (free by then) through
+//    ldmatrix.trans, and T diag(beta) as float2 pairs in mma's own k order: a quarter of the
+//    shared-memory instructions of scalar fp32 fragment loads, half the bytes; the solve reads
+//    T's row operand as float4 (docs/perf.md "bf16 [w | u] operands by ldmatrix").
 // Off-diagonal decays have exponents <= 0 by construction (G is non-increasing), so only the
 // diagonal blocks keep the clamp.
 #include "kda/kda_chunk_common.cuh"
@@ -30,9 +34,36 @@ __device__ __forceinline__ float ex2(float x) {
   return y;
 }
 
+// Phase 6's B operands, k exp(G) and v, staged as bf16 [C][D] in G's buffer once G is dead:
+// rows of D bf16, 16-byte chunks XOR-swizzled so the 8 rows an ldmatrix phase reads (k rows
+// kb..kb+7, one chunk) fall in distinct bank groups (D = 32: two rows per 128 bytes, so the
+// swizzle takes row / 2).
+template <int D>
+__device__ __forceinline__ int bx_chunk(int row, int chunk) {
+  return chunk ^ (D >= 64 ? (row & 7) : ((row >> 1) & 3));
+}
+// Element offset of (row, col) for a 4-aligned col (8-byte stores of 4 bf16).
+template <int D>
+__device__ __forceinline__ int bx_at(int row, int col) {
+  return row * D + bx_chunk<D>(row, col >> 3) * 8 + (col & 7);
+}
+__device__ __forceinline__ void ldsm_x4_trans(uint32_t (&r)[4], uint32_t addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr));
+}
+// d += a * b, m16n8k16 bf16 in mma's own k order (a: rows gid / gid+8 at k 2tig.., then k
+// 2tig+8..; b: k 2tig.. and 2tig+8.. at column gid).
+__device__ __forceinline__ void mma16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
 template <int D>
 struct IntraSmemBf16 {
-  static constexpr int floats = 3 * C * D + C * C + C;  // k (then k exp(G)), q then v, G (log2), A then T, beta
+  static constexpr int floats = 3 * C * D + C * C + C;  // k, q then v, G (log2; then bf16 k exp(G) and v), A then T, beta
   static constexpr size_t bytes = floats * sizeof(float);
 };
 
@@ -220,8 +251,8 @@ __global__ void __launch_bounds__(256, 2) intra_bf16_kernel(const float* __restr
   score_block<D, PK>(sk, sqv, sG, sT, sb, out, warp >> 1, warp & 1, gid, tig);
   __syncthreads();
 
-  // 4. q is dead: bring v into its buffer (landing while the solve runs), and turn k into
-  //    k exp(G) in place (beta goes into T's columns).
+  // 4. q is dead: bring v into its buffer (landing while the solve runs), and compute k exp(G)
+  //    (beta goes into T's columns) as bf16, kept in registers until G's buffer is free.
 #pragma unroll
   for (int it = 0; it < C / RS; ++it) {
     const int i = i0 + it * RS;
@@ -230,15 +261,15 @@ __global__ void __launch_bounds__(256, 2) intra_bf16_kernel(const float* __restr
     cp_async16_zfill(sqv + i * D + scl, v + off, ok);
   }
   cp_async_commit();
+  uint2 kx[C / RS];
 #pragma unroll
   for (int it = 0; it < C / RS; ++it) {
     const int i = i0 + it * RS;
-    float4* kp = reinterpret_cast<float4*>(sk + i * D + scl);
     const float4 gg = *reinterpret_cast<const float4*>(sG + i * D + scl);
-    float4 x = *kp;
-    x.x *= ex2(gg.x), x.y *= ex2(gg.y), x.z *= ex2(gg.z), x.w *= ex2(gg.w);
-    *kp = x;
+    const float4 x = *reinterpret_cast<const float4*>(sk + i * D + scl);
+    kx[it] = make_uint2(bf16x2(x.x * ex2(gg.x), x.y * ex2(gg.y)), bf16x2(x.z * ex2(gg.z), x.w * ex2(gg.w)));
   }
+  uint16_t* sbx = reinterpret_cast<uint16_t*>(sG);  // k exp(G) then v, bf16 [C][D] each
 
   // 5. T = (I + A)^-1 in place of A (A strictly lower), as in the tf32 kernel.
   if (warp < 4 && lane < 16) {
@@ -256,30 +287,51 @@ __global__ void __launch_bounds__(256, 2) intra_bf16_kernel(const float* __restr
     for (int r = 0; r < 16; ++r) sT[at<C>(b0 + r, b0 + c)] = t[r];
   }
   __syncthreads();
+  // Every thread has read G (phase 4): its buffer takes the bf16 operands.
+#pragma unroll
+  for (int it = 0; it < C / RS; ++it) *reinterpret_cast<uint2*>(sbx + bx_at<D>(i0 + it * RS, cl)) = kx[it];
   {
+    // Row I * 16 + r's T entries are read as float4 (the swizzle keeps 4 aligned columns together)
+    // once for every J; each acc[J][e] sums the same terms in the same order as one scalar
+    // loop per J would, so T is bit-identical to it.
     const int r = tid >> 4, cc = tid & 15;
 #pragma unroll
     for (int I = 1; I < 4; ++I) {
+      const float* Trow = sT + (I * 16 + r) * C;
+      const int rsw = ((I * 16 + r) & 7) << 2;
       float x[3];
+      {
+        float acc[3][4] = {};
 #pragma unroll
-      for (int J = 0; J < I; ++J) {
-        float acc[4] = {};
+        for (int m = 0; m < I * 16; m += 4) {
+          const float4 t = *reinterpret_cast<const float4*>(Trow + (m ^ rsw));
+          const float te[4] = {t.x, t.y, t.z, t.w};
 #pragma unroll
-        for (int m = J * 16; m < I * 16; m += 4)
+          for (int J = 0; J < I; ++J)
+            if (m >= J * 16)
 #pragma unroll
-          for (int e = 0; e < 4; ++e) acc[e] += sT[at<C>(I * 16 + r, m + e)] * sT[at<C>(m + e, J * 16 + cc)];
-        x[J] = (acc[0] + acc[1]) + (acc[2] + acc[3]);
+              for (int e = 0; e < 4; ++e) acc[J][e] += te[e] * sT[at<C>(m + e, J * 16 + cc)];
+        }
+#pragma unroll
+        for (int J = 0; J < I; ++J) x[J] = (acc[J][0] + acc[J][1]) + (acc[J][2] + acc[J][3]);
       }
       __syncthreads();
 #pragma unroll
       for (int J = 0; J < I; ++J) sT[at<C>(I * 16 + r, J * 16 + cc)] = x[J];
       __syncthreads();
+      {
+        float acc[3][4] = {};
 #pragma unroll
-      for (int J = 0; J < I; ++J) {
-        float acc[4] = {};
+        for (int m = 0; m < 16; m += 4) {
+          const float4 t = *reinterpret_cast<const float4*>(Trow + ((I * 16 + m) ^ rsw));
+          const float te[4] = {t.x, t.y, t.z, t.w};
 #pragma unroll
-        for (int m = 0; m < 16; ++m) acc[m & 3] += sT[at<C>(I * 16 + r, I * 16 + m)] * sT[at<C>(I * 16 + m, J * 16 + cc)];
-        x[J] = -((acc[0] + acc[1]) + (acc[2] + acc[3]));
+          for (int J = 0; J < I; ++J)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) acc[J][e] += te[e] * sT[at<C>(I * 16 + m + e, J * 16 + cc)];
+        }
+#pragma unroll
+        for (int J = 0; J < I; ++J) x[J] = -((acc[J][0] + acc[J][1]) + (acc[J][2] + acc[J][3]));
       }
       __syncthreads();
 #pragma unroll
@@ -288,6 +340,12 @@ __global__ void __launch_bounds__(256, 2) intra_bf16_kernel(const float* __restr
     }
   }
   cp_async_wait<0>();
+#pragma unroll
+  for (int it = 0; it < C / RS; ++it) {  // this thread's own v copies, as bf16
+    const int i = i0 + it * RS;
+    const float4 x = *reinterpret_cast<const float4*>(sqv + i * D + scl);
+    *reinterpret_cast<uint2*>(sbx + C * D + bx_at<D>(i, cl)) = make_uint2(bf16x2(x.x, x.y), bf16x2(x.z, x.w));
+  }
   __syncthreads();
 
   // 6. [w | u] = T diag(beta) [k exp(G) | v]: warp (mt, half) owns rows [16mt, 16mt+16) and
@@ -295,31 +353,34 @@ __global__ void __launch_bounds__(256, 2) intra_bf16_kernel(const float* __restr
   {
     const int mt = warp & 3, half = warp >> 2;
     const int r0 = mt * 16 + gid, r1 = r0 + 8;
-    constexpr int NT = D / 8;
+    constexpr int NT = D / 8, NP = D / 16;
     float acc[NT][4] = {};
-    // B rows kb + tig (+8) have row % 8 == tig, rows kb + tig + 4 (+8) tig + 4; column
-    // nt * 8 + gid = 32 (nt / 4) + 8 (nt % 4) + gid, so its swizzle is per lane and nt % 4.
-    int bsw[2][4];
+    // B by ldmatrix.x4.trans from the bf16 [C][D] operand: lane l addresses row kb + l % 16
+    // (matrices 0 / 1: k rows 0-7 / 8-15) of chunk 2 np + l / 16 (n columns 16 np + 8 (l / 16)),
+    // giving b0, b1 of n-tile 2 np and b0, b1 of 2 np + 1. Chunks 8.. repeat the swizzle of 0..
+    // 7 one 128-byte step on, so four per-lane offsets serve every np.
+    const int lr = lane & 15, lhi = lane >> 4;
+    const uint32_t bbase = static_cast<uint32_t>(__cvta_generic_to_shared(sbx + (half ? C * D : 0) + lr * D));
+    uint32_t boff[NP < 4 ? NP : 4];
 #pragma unroll
-    for (int p = 0; p < 2; ++p)
-#pragma unroll
-      for (int n4 = 0; n4 < 4; ++n4) bsw[p][n4] = (8 * n4 + gid) ^ ((tig + 4 * p) << 2);
-    const float* src = (half ? sqv : sk) + tig * D;
+    for (int np = 0; np < (NP < 4 ? NP : 4); ++np) boff[np] = bbase + 2 * 8 * bx_chunk<D>(lr, 2 * np + lhi);
     const float* Tr = sT + r0 * C;
     const int gsw = gid << 2;
     for (int kb = 0; kb < 16 * mt + 16; kb += 16) {
-      // Columns kb + tig (+4, +8, +12) of rows = gid (mod 8), swizzled.
-      const int t00 = (kb + tig) ^ gsw, t01 = (kb + tig + 4) ^ gsw, t10 = (kb + 8 + tig) ^ gsw, t11 = (kb + 12 + tig) ^ gsw;
-      const float bt0 = sb[kb + tig], bt1 = sb[kb + tig + 4], bt2 = sb[kb + 8 + tig], bt3 = sb[kb + 12 + tig];
-      const FragA<kBf16> a0(Tr[t00] * bt0, Tr[8 * C + t00] * bt0, Tr[t01] * bt1, Tr[8 * C + t01] * bt1);
-      const FragA<kBf16> a1(Tr[t10] * bt2, Tr[8 * C + t10] * bt2, Tr[t11] * bt3, Tr[8 * C + t11] * bt3);
-      const float* s0 = src + kb * D;
+      // A = T diag(beta) at k kb + 2 tig (+1) and kb + 8 + 2 tig (+1), rows r0 / r1 (row % 8 = gid).
+      const int c0 = (kb + 2 * tig) ^ gsw, c1 = (kb + 8 + 2 * tig) ^ gsw;
+      const float2 be0 = *reinterpret_cast<const float2*>(sb + kb + 2 * tig), be1 = *reinterpret_cast<const float2*>(sb + kb + 8 + 2 * tig);
+      const float2 t00 = *reinterpret_cast<const float2*>(Tr + c0), t10 = *reinterpret_cast<const float2*>(Tr + 8 * C + c0);
+      const float2 t01 = *reinterpret_cast<const float2*>(Tr + c1), t11 = *reinterpret_cast<const float2*>(Tr + 8 * C + c1);
+      const uint32_t a[4] = {bf16x2(t00.x * be0.x, t00.y * be0.y), bf16x2(t10.x * be0.x, t10.y * be0.y),
+                             bf16x2(t01.x * be1.x, t01.y * be1.y), bf16x2(t11.x * be1.x, t11.y * be1.y)};
+      const uint32_t krow = 2 * kb * D;  // bytes to k row kb
 #pragma unroll
-      for (int nt = 0; nt < NT; ++nt) {
-        const int cb = 32 * (nt / 4);
-        const FragB<kBf16> b0(s0[cb + bsw[0][nt % 4]], s0[4 * D + cb + bsw[1][nt % 4]]);
-        const FragB<kBf16> b1(s0[8 * D + cb + bsw[0][nt % 4]], s0[12 * D + cb + bsw[1][nt % 4]]);
-        mma(acc[nt], a0, a1, b0, b1);
+      for (int np = 0; np < NP; ++np) {
+        uint32_t b[4];
+        ldsm_x4_trans(b, boff[np % 4] + krow + 2 * 64 * (np / 4));
+        mma16(acc[2 * np], a, b[0], b[1]);
+        mma16(acc[2 * np + 1], a, b[2], b[3]);
       }
     }
     float* dst = out + (half ? L::u : L::w);
