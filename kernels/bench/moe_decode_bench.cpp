@@ -13,7 +13,7 @@
 //
 // --kernels picks the timed kernels by name (comma-separated; default all): staged, streamed,
 // wa, wa-noprefetch, wa-strided, fused, fused-split, fused-split-pdl, fused-split24,
-// fused-split24-stagger; kAuto is always timed.
+// fused-split24-stagger, fused-split-stagger; kAuto is always timed.
 //
 //   moe_decode_bench [--bw BYTES_PER_S] [--reps N] [--routes FILE] [--only BATCH] [--kernels LIST]
 #include <algorithm>
@@ -154,6 +154,7 @@ void run_bench(const char* routes_path) {
     const double tfp = time_kernel("fused-split-pdl", MoeDecodeKernel::kFusedSplitPdl);
     const double tf24 = time_kernel("fused-split24", MoeDecodeKernel::kFusedSplit24Warps);
     const double tf24s = time_kernel("fused-split24-stagger", MoeDecodeKernel::kFusedSplit24WarpsStaggered);
+    const double tfss = time_kernel("fused-split-stagger", MoeDecodeKernel::kFusedSplitStaggered);
     const double tauto = median_us([&](int i) { decode(i, nullptr); });
     const MoeDecodeKernel chosen = moe_decode_choice(wd[0], local, cap, true);
     const char* chosen_name = chosen == MoeDecodeKernel::kFused                ? "fused"
@@ -161,6 +162,7 @@ void run_bench(const char* routes_path) {
                               : chosen == MoeDecodeKernel::kFusedSplitPdl      ? "fused split pdl"
                               : chosen == MoeDecodeKernel::kFusedSplit24Warps  ? "fused split, 24 warps"
                               : chosen == MoeDecodeKernel::kFusedSplit24WarpsStaggered ? "fused split, 24 warps, staggered"
+                              : chosen == MoeDecodeKernel::kFusedSplitStaggered ? "fused split, staggered"
                               : chosen == MoeDecodeKernel::kWeightsANoPrefetch ? "weights on A, no L2 prefetch"
                               : chosen == MoeDecodeKernel::kWeightsAStrided    ? "weights on A, strided"
                                                                                : "other";
@@ -205,6 +207,7 @@ void run_bench(const char* routes_path) {
     krow("fused, split by operand, PDL", tfp, ratio(tf, tfp) + "x fused");
     krow("fused, split, 24 MMA warps", tf24, ratio(tfs, tf24) + "x fused split");
     krow("fused, split, 24 MMA warps, staggered start", tf24s, ratio(tfs, tf24s) + "x fused split");
+    krow("fused, split, staggered start", tfss, ratio(tfs, tfss) + "x fused split");
     row(b + " decode expert MLP, kAuto -> " + chosen_name, tauto, bytes, floor_us, "with a workspace, as the backend");
     row(b + " anchor moe_expert_mlp", ta, bytes, floor_us, "kAuto is " + ratio(ta, tauto) + "x faster");
     row(b + " permute+decode+combine", tall, bytes, floor_us, "eager");

@@ -169,7 +169,8 @@ void run(int argc, char** argv) {
     const MoeDecodeKernel chosen = moe_decode_choice(w, kExperts, rows, true);
     const bool fused = chosen == MoeDecodeKernel::kFused || chosen == MoeDecodeKernel::kFusedSplit ||
                        chosen == MoeDecodeKernel::kFusedSplitPdl || chosen == MoeDecodeKernel::kFusedSplit24Warps ||
-                       chosen == MoeDecodeKernel::kFusedSplit24WarpsStaggered;  // any one-launch form
+                       chosen == MoeDecodeKernel::kFusedSplit24WarpsStaggered ||
+                       chosen == MoeDecodeKernel::kFusedSplitStaggered;  // any one-launch form
     std::printf("crossover %3lld rows a expert (%6lld rows): prefill %8.1f us  decode(kAuto -> %s) %8.1f us  prefill %.2fx faster\n",
                 (long long)per, (long long)rows, us_p, fused ? "fused" : "two-launch", us_d, us_d / us_p);
   }

@@ -28,12 +28,15 @@
 // j%2) = (input 2j, input 2j+1) in (low, high) half, each as a bf16 whose bits 6..8 hold
 // the code's magnitude bits and bit 15 its sign. That bf16 is the E2M1 value times 2^-126
 // (exactly, a subnormal for codes 0 and 1), so one bf16x2 multiply by 2^(s-1) = 2^126 *
-// 2^(s-127) gives the dequantised weight exactly. Stored positions (per half, +16 for the
-// high one; v0..v3 = the code's bits, v3 the sign):
-//   out0: v0..v2 at 6..8, v3 at 15  -> out0 = q & mask
-//   out1: at 3..5, 12               -> out1 = (q << 3) & mask
-//   out2: at 0..2, 9                -> out2 = (q << 6) & mask
-//   out3: v0, v1 at 10, 11; v2 at 14; v3 at 13 (three shifts)
+// 2^(s-127) gives the dequantised weight exactly. Stored positions (per half, +16 mod 32
+// for the high one; v0..v3 = the code's bits, v3 the sign; rotl = rotate left):
+//   out0: v0..v2 at 6..8, v3 at 15    -> out0 = q & mask
+//   out1: at 2..4, 11                 -> out1 = (q << 4) & mask
+//   out2: at 28..30, 5                -> out2 = rotl(q, 10) & mask
+//   out3: v0 at 16; v1, v2 at 9, 10; v3 at 17
+//                                     -> out3 = (rotl(q, 22) & v0's bits) | (rotl(q, 30) & the rest)
+// 9 bit operations a word (the layout before moedq took 11: out3 from three shifts); no
+// layout of a 32-bit word (shifts, rotates or byte permutes) gets every output from one move.
 // The scale 2^(s-1) is a bf16 for s <= 128; larger scales (|w| > 12, not seen in trained
 // weights) take a two-multiply path chosen at repack time (Mxfp4Decode::wide_scales).
 #pragma once
@@ -109,6 +112,9 @@ Status mxfp4_unpack_decode(const uint8_t* packed, const uint8_t* scales, int64_t
 // warps win back; docs/perf.md, branch moedec6). kFusedSplit24WarpsStaggered: that, with each
 // CTA's second ring slot requested only once its first has landed (the launch's first wave
 // of copies is one slot an SM, not two): 1.02-1.05x kFusedSplit24Warps at B <= 8.
+// kFusedSplitStaggered: the same staggered start on the 16-warp kFusedSplit (branch moedq):
+// 1.01-1.05x kFusedSplit at B <= 48, where kAuto runs the blocked kernel (as fast or faster),
+// 0.996-1.000x from B = 64, so kAuto does not take it.
 enum class MoeDecodeKernel {
   kAuto,
   kStreamed,
@@ -120,7 +126,8 @@ enum class MoeDecodeKernel {
   kFusedSplit,
   kFusedSplitPdl,
   kFusedSplit24Warps,
-  kFusedSplit24WarpsStaggered
+  kFusedSplit24WarpsStaggered,
+  kFusedSplitStaggered
 };
 
 // kAuto takes a fused form (kFusedSplit since moedec6, whose call ran its K3-shape test at

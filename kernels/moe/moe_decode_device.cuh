@@ -54,12 +54,15 @@ __device__ __forceinline__ uint32_t word_of(const uint4& q, int i) { return i ==
 
 // The four bf16x2 registers of one word (moe_decode.h's bit shuffle), scaled by E8M0 byte s.
 // The unscaled part: the codes as bf16x2 times 2^-126.
+// 9 bit operations a word: out0 a mask, out1 and out2 a shift or rotate and a mask, out3 two
+// rotates and two masks (no 32-bit layout gives all four outputs by one move each).
+__device__ __forceinline__ uint32_t rotl(uint32_t q, int n) { return __funnelshift_l(q, q, n); }
 __device__ __forceinline__ void dequant_bits(uint32_t q, uint32_t (&b)[4]) {
   constexpr uint32_t kMask = 0x81C081C0u;
   b[0] = q & kMask;
-  b[1] = (q << 3) & kMask;
-  b[2] = (q << 6) & kMask;
-  b[3] = ((q >> 4) & 0x00C000C0u) | ((q >> 6) & 0x01000100u) | ((q << 2) & 0x80008000u);
+  b[1] = (q << 4) & kMask;
+  b[2] = rotl(q, 10) & kMask;
+  b[3] = (rotl(q, 22) & 0x00400040u) | (rotl(q, 30) & 0x81808180u);
 }
 
 template <bool kWide>

@@ -9,10 +9,11 @@ namespace pdserve::cuda {
 namespace {
 
 // Stored bit position of bit b (0..2 magnitude, 3 sign) of the weight with word-local
-// index w (0..7): out_j = (w / 2), half = w % 2 (+16 for the high half).
+// index w (0..7): out_j = (w / 2), half = w % 2 (+16 for the high half, mod 32: out2 and
+// out3 come from rotations of the word).
 int stored_bit(int w, int b) {
-  static constexpr int kPos[4][4] = {{6, 7, 8, 15}, {3, 4, 5, 12}, {0, 1, 2, 9}, {10, 11, 14, 13}};
-  return kPos[w / 2][b] + 16 * (w % 2);
+  static constexpr int kPos[4][4] = {{6, 7, 8, 15}, {2, 3, 4, 11}, {28, 29, 30, 5}, {16, 9, 10, 17}};
+  return (kPos[w / 2][b] + 16 * (w % 2)) % 32;
 }
 
 uint32_t shuffle_word(const uint8_t codes[8]) {

@@ -462,7 +462,8 @@ Fits shape_fits(const MoeDecodeWeights& w, int64_t local_experts) {
 
 bool is_fused(MoeDecodeKernel k) {
   return k == MoeDecodeKernel::kFused || k == MoeDecodeKernel::kFusedSplit || k == MoeDecodeKernel::kFusedSplitPdl ||
-         k == MoeDecodeKernel::kFusedSplit24Warps || k == MoeDecodeKernel::kFusedSplit24WarpsStaggered;
+         k == MoeDecodeKernel::kFusedSplit24Warps || k == MoeDecodeKernel::kFusedSplit24WarpsStaggered ||
+         k == MoeDecodeKernel::kFusedSplitStaggered;
 }
 
 // kAuto, from the H200 measurements (docs/perf.md): the fused kernel from

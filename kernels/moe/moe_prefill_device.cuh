@@ -43,10 +43,10 @@ __device__ __forceinline__ void dequant_half(uint32_t q, uint32_t s, int half, u
   constexpr uint32_t kMask = 0x81C081C0u;
   if (half == 0) {
     o[0] = q & kMask;
-    o[1] = (q << 3) & kMask;
+    o[1] = (q << 4) & kMask;
   } else {
-    o[0] = (q << 6) & kMask;
-    o[1] = ((q >> 4) & 0x00C000C0u) | ((q >> 6) & 0x01000100u) | ((q << 2) & 0x80008000u);
+    o[0] = __funnelshift_l(q, q, 10) & kMask;
+    o[1] = (__funnelshift_l(q, q, 22) & 0x00400040u) | (__funnelshift_l(q, q, 30) & 0x81808180u);
   }
   if constexpr (!kWide) {
     const uint32_t c = ((s + 126u) << 7) * 0x10001u;

@@ -7,8 +7,8 @@
 // random inputs: K3 expert shape with top-16 routing at batch 1, 4 and 64, skewed routing
 // (one expert with 40 rows, the rest empty), a single row, scales above 2^1 (the
 // two-multiply path), both activations; each case on every kernel (kStreamed, kStaged,
-// kWeightsA and its two schedule variants, kFused, kFusedSplit, kFusedSplitPdl and the two
-// 24-warp split forms) and on kAuto (with a queue workspace, as the backend calls it). Each
+// kWeightsA and its two schedule variants, kFused, kFusedSplit, kFusedSplitPdl, the two
+// 24-warp split forms and kFusedSplitStaggered) and on kAuto (with a queue workspace, as the backend calls it). Each
 // fused form also: repeated launches and CUDA-graph replays (of permute -> decode, from
 // cleared permute outputs) give the first launch's bits and leave the workspace zero; two
 // calls (kFused, then kFusedSplit24Warps) on two streams with separate
@@ -73,8 +73,8 @@ float bf16_bits_to_float(uint32_t h) {
 // the word's inputs 2j (low) and 2j + 1 (high).
 void decode_word_host(uint32_t q, uint32_t s, float out[8]) {
   constexpr uint32_t kMask = 0x81C081C0u;
-  const uint32_t b[4] = {q & kMask, (q << 3) & kMask, (q << 6) & kMask,
-                         ((q >> 4) & 0x00C000C0u) | ((q >> 6) & 0x01000100u) | ((q << 2) & 0x80008000u)};
+  auto rotl = [](uint32_t v, int n) { return (v << n) | (v >> (32 - n)); };
+  const uint32_t b[4] = {q & kMask, (q << 4) & kMask, rotl(q, 10) & kMask, (rotl(q, 22) & 0x00400040u) | (rotl(q, 30) & 0x81808180u)};
   const float scale = std::ldexp(1.0f, static_cast<int>(s) - 127) * std::ldexp(1.0f, 126);
   for (int j = 0; j < 4; ++j) {
     out[2 * j] = bf16_bits_to_float(b[j] & 0xffffu) * scale;
@@ -154,6 +154,7 @@ const char* kernel_name(MoeDecodeKernel k) {
     case MoeDecodeKernel::kFusedSplitPdl: return "fused split pdl";
     case MoeDecodeKernel::kFusedSplit24Warps: return "fused split 24 warps";
     case MoeDecodeKernel::kFusedSplit24WarpsStaggered: return "fused split 24 warps staggered";
+    case MoeDecodeKernel::kFusedSplitStaggered: return "fused split staggered";
   }
   return "?";
 }
@@ -195,7 +196,7 @@ double run_decode(const Routing& r, int64_t tokens, int64_t k, int64_t begin, co
   double err = 0.0;
   for (MoeDecodeKernel kern : {MoeDecodeKernel::kStreamed, MoeDecodeKernel::kStaged, MoeDecodeKernel::kWeightsA, MoeDecodeKernel::kWeightsANoPrefetch, MoeDecodeKernel::kWeightsAStrided,
                                MoeDecodeKernel::kFused, MoeDecodeKernel::kFusedSplit, MoeDecodeKernel::kFusedSplitPdl, MoeDecodeKernel::kFusedSplit24Warps,
-                               MoeDecodeKernel::kFusedSplit24WarpsStaggered, MoeDecodeKernel::kAuto})
+                               MoeDecodeKernel::kFusedSplit24WarpsStaggered, MoeDecodeKernel::kFusedSplitStaggered, MoeDecodeKernel::kAuto})
     err = std::max(err, run_decode_with(r, tokens, k, begin, h, dw, x, ref, what, kern));
   return err;
 }
@@ -247,7 +248,8 @@ void fused_repeats_and_replays(MoeDecodeKernel kern);
 
 TEST_F(MoeDecode, FusedKernelRepeatsAndReplaysFromAGraph) {
   for (MoeDecodeKernel kern : {MoeDecodeKernel::kFused, MoeDecodeKernel::kFusedSplit, MoeDecodeKernel::kFusedSplitPdl,
-                               MoeDecodeKernel::kFusedSplit24Warps, MoeDecodeKernel::kFusedSplit24WarpsStaggered}) {
+                               MoeDecodeKernel::kFusedSplit24Warps, MoeDecodeKernel::kFusedSplit24WarpsStaggered,
+                               MoeDecodeKernel::kFusedSplitStaggered}) {
     SCOPED_TRACE(kernel_name(kern));
     fused_repeats_and_replays(kern);
   }
@@ -403,7 +405,8 @@ TEST_F(MoeDecode, FusedNeedsAWorkspaceAndAutoPicksItByCapacity) {
   ASSERT_TRUE(moe_permute(di.get(), tokens, k, 0, local, dx.get(), 256, plan, xs.get(), nullptr).is_ok());
   auto ws = zeroed_workspace(local);
   for (MoeDecodeKernel kern : {MoeDecodeKernel::kFused, MoeDecodeKernel::kFusedSplit, MoeDecodeKernel::kFusedSplitPdl,
-                               MoeDecodeKernel::kFusedSplit24Warps, MoeDecodeKernel::kFusedSplit24WarpsStaggered}) {
+                               MoeDecodeKernel::kFusedSplit24Warps, MoeDecodeKernel::kFusedSplit24WarpsStaggered,
+                               MoeDecodeKernel::kFusedSplitStaggered}) {
     SCOPED_TRACE(kernel_name(kern));
     auto call = [&](MoeDecodeWorkspace w) {
       return moe_expert_mlp_decode(dw.w, off.get(), local, cap, xs.get(), a.get(), os.get(), nullptr, kern, w);
@@ -416,7 +419,8 @@ TEST_F(MoeDecode, FusedNeedsAWorkspaceAndAutoPicksItByCapacity) {
   // that it needs the workspace and the capacity is this test's.
   auto fused = [](MoeDecodeKernel k) {
     return k == MoeDecodeKernel::kFused || k == MoeDecodeKernel::kFusedSplit || k == MoeDecodeKernel::kFusedSplitPdl ||
-           k == MoeDecodeKernel::kFusedSplit24Warps || k == MoeDecodeKernel::kFusedSplit24WarpsStaggered;
+           k == MoeDecodeKernel::kFusedSplit24Warps || k == MoeDecodeKernel::kFusedSplit24WarpsStaggered ||
+           k == MoeDecodeKernel::kFusedSplitStaggered;
   };
   EXPECT_TRUE(fused(moe_decode_choice(dw.w, local, kMoeDecodeFusedMinCapacity, true)));
   EXPECT_FALSE(fused(moe_decode_choice(dw.w, local, kMoeDecodeFusedMinCapacity, false)));
