@@ -60,6 +60,16 @@ Status recv_exact(int fd, void* buf, uint64_t n, RecvMode mode, StopFn stop) {
   }
 }
 
+// One contiguous buffer, every byte, as send_all / recv_exact_once (a stall is an error).
+inline Status send_bytes(int fd, const void* p, size_t n) {
+  iovec v{const_cast<void*>(p), n};
+  return send_all(fd, &v, 1);
+}
+inline Status recv_bytes(int fd, void* p, size_t n) {
+  bool idle = false;
+  return recv_exact_once(fd, p, n, false, &idle);
+}
+
 std::string errno_text(int err);
 
 }  // namespace pdserve::transfer::net

@@ -21,15 +21,8 @@ namespace {
 using Clock = std::chrono::steady_clock;
 enum : uint64_t { kAllReduce = 1, kAllGather = 2 };
 
-Status send_bytes(int fd, const void* p, size_t n) {
-  iovec v{const_cast<void*>(p), n};
-  return net::send_all(fd, &v, 1);
-}
-
-Status recv_bytes(int fd, void* p, size_t n) {
-  bool idle = false;
-  return net::recv_exact_once(fd, p, n, false, &idle);
-}
+using net::recv_bytes;
+using net::send_bytes;
 
 class TcpStarCommunicator final : public Communicator {
  public:

@@ -19,15 +19,8 @@ constexpr size_t kOpening = 16 + 4 + 4 + 1;  // token, boundary u32, rank u32, s
 constexpr size_t kHeader = 4 + 4 + 8;        // code i32, text length u32, float count u64
 constexpr uint32_t kMaxText = 1u << 16;
 
-Status send_bytes(int fd, const void* p, size_t n) {
-  iovec v{const_cast<void*>(p), n};
-  return net::send_all(fd, &v, 1);
-}
-
-Status recv_bytes(int fd, void* p, size_t n) {
-  bool idle = false;
-  return net::recv_exact_once(fd, p, n, false, &idle);
-}
+using net::recv_bytes;
+using net::send_bytes;
 
 void put_le(uint8_t* p, uint64_t v, int n) {
   for (int i = 0; i < n; ++i) p[i] = static_cast<uint8_t>((v >> (8 * i)) & 0xff);
