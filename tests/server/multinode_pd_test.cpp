@@ -265,16 +265,19 @@ TEST(MultiNodePrefill, PrefillOverTwoNodesAnswersLikeOneNode) {
   EXPECT_EQ(p.follower->wait_exit(std::chrono::seconds(60)), 0) << p.follower->drain_output();
 }
 
-// A prefill follower killed while a long prompt is being folded in (chunks of 8 tokens): the
-// request fails with the reason, the prefill leader and decode keep no page or slot, and
-// /health on the prefill leader says why.
-TEST(MultiNodePrefill, AFollowerKilledMidPromptFailsItClearlyAndLeaksNothing) {
-  TwoNodes p("prefill", "2", "prefill", "60", {"--chunk-size", "8"});
-  ASSERT_GT(p.leader->port(), 0) << p.leader->log() << "\nfollower:\n" << p.follower->drain_output();
-  const int bootstrap = p.leader->bootstrap_port();
-  ChildServer decode(role_args("decode", "1"));
+// Puts decode and a PD router behind the prefill leader of p, kills p's follower while a long
+// prompt runs, and checks that the prompt fails with the reason, /health answers 503 and
+// neither side keeps a page or slot. Later requests go through the returned router.
+struct AfterLoss {
+  std::unique_ptr<ChildServer> decode;
+  std::unique_ptr<router::Router> router;
+};
+void kill_follower_mid_prompt(TwoNodes& p, AfterLoss* out) {
+  out->decode = std::make_unique<ChildServer>(role_args("decode", "1"));
+  ChildServer& decode = *out->decode;
   ASSERT_GT(decode.port(), 0) << decode.log();
-  auto r = pd_router(p.leader->port(), bootstrap, decode.port());
+  out->router = pd_router(p.leader->port(), p.leader->bootstrap_port(), decode.port());
+  auto& r = out->router;
   ASSERT_TRUE(r);
   ASSERT_EQ(http_post(r->port(), request("Hi")).first, 200);
   std::string prompt;
@@ -293,6 +296,16 @@ TEST(MultiNodePrefill, AFollowerKilledMidPromptFailsItClearlyAndLeaksNothing) {
   EXPECT_NE(health.second.find("lost one of its nodes"), std::string::npos) << health.second;
   EXPECT_TRUE(wait_for([&] { return pools_free(p.leader->port()) && pools_free(decode.port()); }))
       << server_info(p.leader->port()).dump() << "\n" << server_info(decode.port()).dump();
+}
+
+// A prefill follower killed while a long prompt is being folded in (chunks of 8 tokens): the
+// request fails with the reason, the prefill leader and decode keep no page or slot, and
+// /health on the prefill leader says why.
+TEST(MultiNodePrefill, AFollowerKilledMidPromptFailsItClearlyAndLeaksNothing) {
+  TwoNodes p("prefill", "2", "prefill", "60", {"--chunk-size", "8"});
+  ASSERT_GT(p.leader->port(), 0) << p.leader->log() << "\nfollower:\n" << p.follower->drain_output();
+  AfterLoss after;
+  kill_follower_mid_prompt(p, &after);
 }
 
 // Pipeline stages on two nodes (--pp 2 --nnodes 2: stage 0 on node 0, stage 1 on node 1, each
@@ -336,27 +349,11 @@ TEST(MultiNodePipeline, PrefillStagesOverTwoNodesAnswerLikeOneProcess) {
 TEST(MultiNodePipeline, AStageNodeKilledMidPromptFailsItClearlyAndLeaksNothing) {
   TwoNodes p("prefill", "1", "prefill", "60", {"--pp", "2", "--chunk-size", "8"});
   ASSERT_GT(p.leader->port(), 0) << p.leader->log() << "\nfollower:\n" << p.follower->drain_output();
-  ChildServer decode(role_args("decode", "1"));
-  ASSERT_GT(decode.port(), 0) << decode.log();
-  auto r = pd_router(p.leader->port(), p.leader->bootstrap_port(), decode.port());
-  ASSERT_TRUE(r);
-  ASSERT_EQ(http_post(r->port(), request("Hi")).first, 200);
-  std::string prompt;
-  for (int i = 0; i < 1500; ++i) prompt += std::to_string(i) + " ";
-  auto long_request = std::async(std::launch::async, [&] { return http_post(r->port(), request(prompt, 4)); });
-  ASSERT_TRUE(wait_for([&] {
-    Json j = server_info(p.leader->port());
-    return j.is_object() && j["requests"]["running"].get<int64_t>() >= 1;
-  })) << "the prompt never started";
-  p.follower->kill();
-  auto [status, body] = long_request.get();
-  EXPECT_NE(status, 200) << body;
-  EXPECT_NE(body.find("lost one of its nodes"), std::string::npos) << body;
-  auto health = http_get(p.leader->port(), "/health");
-  EXPECT_EQ(health.first, 503) << health.second;
-  EXPECT_NE(health.second.find("lost one of its nodes"), std::string::npos) << health.second;
-  EXPECT_TRUE(wait_for([&] { return pools_free(p.leader->port()) && pools_free(decode.port()); }))
-      << server_info(p.leader->port()).dump() << "\n" << server_info(decode.port()).dump();
+  AfterLoss after;
+  kill_follower_mid_prompt(p, &after);
+  if (::testing::Test::HasFatalFailure()) return;
+  const auto& r = after.router;
+  ChildServer& decode = *after.decode;
   auto later = http_post(r->port(), request("Hello"));
   EXPECT_NE(later.first, 200) << later.second;
   EXPECT_NE(later.second.find("lost one of its nodes"), std::string::npos) << later.second;
