@@ -94,6 +94,7 @@ Status kda_chunk_prefill(const KdaChunkArgs& a, cudaStream_t stream) {
   if (a.output != KdaChunkOutput::kPick && a.output != KdaChunkOutput::kInState && a.output != KdaChunkOutput::kSeparate)
     return invalid_argument("kda_chunk_prefill: bad output mode");
   if (a.bf16_workspace < 0 || a.bf16_workspace > 2) return invalid_argument("kda_chunk_prefill: bf16_workspace must be 0, 1 or 2");
+  if (a.bf16_intra < 0 || a.bf16_intra > 2) return invalid_argument("kda_chunk_prefill: bf16_intra must be 0, 1 or 2");
   if (a.pipeline_blocks < 0 || a.pipeline_blocks > kKdaChunkMaxPipelineBlocks)
     return invalid_argument("kda_chunk_prefill: pipeline_blocks must be 0 .. 64");
   if (H <= 0 || H > 65535 || a.num_seqs < 0) return invalid_argument("kda_chunk_prefill: bad head or sequence count");
@@ -206,7 +207,7 @@ Status kda_chunk_prefill(const KdaChunkArgs& a, cudaStream_t stream) {
     const bool double_buffer = a.state_buffers == 0 ? kKdaChunkStateDoubleBuffer && !(packed && p.blocks > 1) : a.state_buffers == 2;
     auto intra = [&](int64_t c0, int64_t n, cudaStream_t s) {
       return cuda_status(kda_chunk_intra_launch(static_cast<int>(D), math, a.q, a.k, a.v, a.g, a.beta, H, cj + c0, n,
-                                                inter + c0 * H * chunk_floats(D), s, packed),
+                                                inter + c0 * H * chunk_floats(D), s, packed, a.bf16_intra != 1),
                          "kda_chunk_intra");
     };
     auto state = [&](const SeqJob* jobs, int64_t n, cudaStream_t s) {

@@ -179,14 +179,15 @@ __device__ __forceinline__ void cp_async_wait() {
 namespace pdserve::cuda {
 // Launchers of the two kernels for one pass (kda_chunk_intra_sm90.cu, kda_chunk_state_sm90.cu).
 // packed (bf16 math only): the packed bf16 workspace (Layout) for the in-state kernel.
+// bf16_kq16 (bf16 math only): k and q staged as bf16 (false: the former fp32 staging).
 cudaError_t kda_chunk_intra_launch(int D, kda_chunk::Math math, const float* q, const float* k, const float* v, const float* g, const float* beta,
                                    int64_t H, const kda_chunk::ChunkJob* jobs, int64_t chunks, float* ws, cudaStream_t stream,
-                                   bool packed = false);
+                                   bool packed = false, bool bf16_kq16 = true);
 // The bf16 mode's intra kernel (kda_chunk_intra_bf16_sm90.cu; kda_chunk_intra_launch forwards
 // kBf16 to it): the same outputs, fewer instructions a chunk.
 cudaError_t kda_chunk_intra_bf16_launch(int D, const float* q, const float* k, const float* v, const float* g, const float* beta,
                                         int64_t H, const kda_chunk::ChunkJob* jobs, int64_t chunks, float* ws, cudaStream_t stream,
-                                        bool packed);
+                                        bool packed, bool kq16);
 // double_buffer: two buffers for each chunk's w and qg where shared memory allows; warps: 8, or
 // 16 at D = 128 with vt 32 / 64 (kda_chunk_state_sm90.cu).
 cudaError_t kda_chunk_state_launch(int D, int vt, int warps, kda_chunk::Math math, bool double_buffer, const float* ws, int64_t H,

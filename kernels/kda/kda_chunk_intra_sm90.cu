@@ -281,12 +281,13 @@ cudaError_t intra_for(int D, const float* q, const float* k, const float* v, con
 }  // namespace
 
 cudaError_t kda_chunk_intra_launch(int D, Math math, const float* q, const float* k, const float* v, const float* g, const float* beta,
-                                   int64_t H, const ChunkJob* jobs, int64_t chunks, float* ws, cudaStream_t stream, bool packed) {
+                                   int64_t H, const ChunkJob* jobs, int64_t chunks, float* ws, cudaStream_t stream, bool packed,
+                                   bool bf16_kq16) {
   if (packed && math != kda_chunk::kBf16) return cudaErrorInvalidValue;
   switch (math) {
     case kda_chunk::kTf32: return intra_for<kda_chunk::kTf32>(D, q, k, v, g, beta, H, jobs, chunks, ws, stream);
     case kda_chunk::k3xTf32: return intra_for<kda_chunk::k3xTf32>(D, q, k, v, g, beta, H, jobs, chunks, ws, stream);
-    case kda_chunk::kBf16: return kda_chunk_intra_bf16_launch(D, q, k, v, g, beta, H, jobs, chunks, ws, stream, packed);
+    case kda_chunk::kBf16: return kda_chunk_intra_bf16_launch(D, q, k, v, g, beta, H, jobs, chunks, ws, stream, packed, bf16_kq16);
   }
   return cudaErrorInvalidValue;
 }

@@ -90,6 +90,7 @@ struct DeviceRun {
   DeviceBuffer<float> q, k, v, g, beta, o;
   DeviceBuffer<uint8_t> ws;
   DeviceBuffer<uint8_t>* other_ws = nullptr;  // set: run in another run's workspace (and tables)
+  int bf16_intra = 0;                          // KdaChunkArgs::bf16_intra
   explicit DeviceRun(const Inputs& in, size_t ws_bytes) {
     EXPECT_TRUE(q.upload(in.q).is_ok() && k.upload(in.k).is_ok() && v.upload(in.v).is_ok() && g.upload(in.g).is_ok() &&
                 beta.upload(in.beta).is_ok() && o.resize(in.q.size()).is_ok() && ws.resize(ws_bytes).is_ok());
@@ -108,7 +109,7 @@ struct DeviceRun {
     DeviceBuffer<uint8_t>& w = other_ws ? *other_ws : ws;
     a.workspace = w.get(), a.workspace_bytes = w.size() * sizeof(uint8_t), a.state_tile = state_tile, a.precise = precise;
     a.state_buffers = state_buffers, a.output = output, a.tables_uploaded = tables_uploaded, a.bf16 = bf16;
-    a.state_warps = state_warps, a.bf16_workspace = bf16_workspace;
+    a.state_warps = state_warps, a.bf16_workspace = bf16_workspace, a.bf16_intra = bf16_intra;
     return kda_chunk_prefill(a, nullptr);
   }
 };
@@ -225,6 +226,42 @@ TEST_F(KdaChunk, PackedBf16WorkspaceMatchesFp32Workspace) {
   const Problem p{2, 128, {1, 200, 63, 400}};
   packed_vs_fp32(p, 86, 0, 1, kda_chunk_workspace_bytes(p.H, p.D, 3));
   packed_vs_fp32({2, 128, {65, 300}}, 87, 32, 0, 0, 16);
+}
+
+// bf16 mode's two intra kernels (KdaChunkArgs::bf16_intra: k and q staged as fp32, as bf16) on
+// the same inputs: each within the bf16 bound of the CPU recurrence and close to each other
+// (they differ by k and q's bf16 rounding before their decays); both workspace formats, D = 128
+// / 64 / 32, gates at the bound, a partial last chunk in every sequence but one.
+void bf16_intra_kernels_agree(const Problem& p, uint32_t seed, int bf16_workspace) {
+  SCOPED_TRACE(::testing::Message() << "H=" << p.H << " D=" << p.D << " ws=" << bf16_workspace);
+  const Inputs in = make_inputs(p, seed);
+  const std::vector<int32_t> slots = scattered_slots(p, seed + 7);
+  std::vector<float> pool = randn(p.slots * p.slot_floats(), seed + 8, 0.1f);
+  auto pool_old = dev(pool), pool_new = dev(pool);
+  DeviceRun d_old(in, full_workspace(p)), d_new(in, full_workspace(p));
+  d_old.bf16_intra = 1, d_new.bf16_intra = 2;
+  ASSERT_TRUE(d_old.run(p, p.lens, 0, slots, pool_old.get(), 0, false, 0, KdaChunkOutput::kInState, false, true, 0, bf16_workspace).is_ok());
+  ASSERT_TRUE(d_new.run(p, p.lens, 0, slots, pool_new.get(), 0, false, 0, KdaChunkOutput::kInState, false, true, 0, bf16_workspace).is_ok());
+  const std::vector<float> o = cpu_prefill(p, in, slots, pool);
+  const double eo_old = nerr(host(d_old.o), o), es_old = nerr(host(pool_old), pool);
+  const double eo_new = nerr(host(d_new.o), o), es_new = nerr(host(pool_new), pool);
+  const double eo = nerr(host(d_new.o), host(d_old.o)), es = nerr(host(pool_new), host(pool_old));
+  std::printf("  bf16 intra H=%ld D=%ld ws=%d: fp32 k/q output / pool nerr %.2e / %.2e, bf16 k/q %.2e / %.2e, between %.2e / %.2e\n",
+              static_cast<long>(p.H), static_cast<long>(p.D), bf16_workspace, eo_old, es_old, eo_new, es_new, eo, es);
+  for (double e : {eo_old, es_old, eo_new, es_new}) EXPECT_LE(e, kBoundBf16);
+  EXPECT_LE(eo, kBoundBf16 / 2);
+  EXPECT_LE(es, kBoundBf16 / 2);
+}
+
+TEST_F(KdaChunk, Bf16IntraKernelsAgree) {
+  for (int ws : {1, 2}) {
+    bf16_intra_kernels_agree({4, 128, {1, 63, 64, 65, 200, 1000}}, 91, ws);
+    bf16_intra_kernels_agree({2, 64, {1, 65, 300}}, 92, ws);
+    bf16_intra_kernels_agree({2, 32, {7, 64, 65, 333}}, 93, ws);
+    Problem strong{2, 128, {100, 257}};
+    strong.min_log_decay = kKdaChunkMinLogDecay;
+    bf16_intra_kernels_agree(strong, 94, ws);
+  }
 }
 
 TEST_F(KdaChunk, EveryStateTileMatches) {
@@ -361,6 +398,9 @@ TEST(KdaChunkContract, RefusesUnsupportedShapes) {
   EXPECT_FALSE(kda_chunk_prefill(a, nullptr).is_ok());
   a.output = KdaChunkOutput::kPick;
   a.bf16_workspace = 3;
+  EXPECT_FALSE(kda_chunk_prefill(a, nullptr).is_ok());
+  a.bf16_workspace = 0;
+  a.bf16_intra = 3;
   EXPECT_FALSE(kda_chunk_prefill(a, nullptr).is_ok());
   const int64_t cu[3] = {0, 64, 129};
   EXPECT_EQ(kda_chunk_count(cu, 2), 1 + 2);
