@@ -14,7 +14,7 @@
 //   2: bf16; output 1: in the state kernel, 2: its own pass; warps of the in-state kernel, 8 or
 //   16; blocks: pipelined block counts to time beside the plain schedule, e.g. 4,8; ws: bf16
 //   mode's workspace, 0 pick, 1 fp32, 2 packed bf16; intra: bf16 mode's intra kernel,
-//   KdaChunkArgs::bf16_intra, 0 pick, 1 the former fp32 k / q staging, 2 bf16 k / q; no
+//   KdaChunkArgs::bf16_intra, 0 pick (1), 1 fp32 k / q staging, 2 bf16 k / q; no
 //   arguments: the issue's shapes (T 16K / 64K, H 32 / 24), every precision, the output in the
 //   state kernel (8 and 16 warps) and in its own pass at tile 32 with two buffers;
 //   kda_chunk_bench --accuracy DIR: ours and fla's error on the inputs kda_chunk_fla.py dumped;
@@ -106,7 +106,7 @@ void run_shape(int64_t T, int64_t H, int tile, kda_chunk::Math math, int buffers
   const int vt = tile ? tile : 32;
   const double us_intra = bench::median_us([&](int) {
     check(cuda_status(kda_chunk_intra_launch(128, math, a.q, a.k, a.v, a.g, a.beta, H,
-                                             dchunks.get(), nch, inter.get(), nullptr, packed, bf16_intra != 1),
+                                             dchunks.get(), nch, inter.get(), nullptr, packed, bf16_intra == 2),
                       "intra"),
           "intra");
   });
@@ -129,7 +129,7 @@ void run_shape(int64_t T, int64_t H, int tile, kda_chunk::Math math, int buffers
   const double bytes = 4.0 * (5.0 * n + T * H + 2.0 * H * D * D);
   const double floor_us = std::max(bytes / bench::g_bw, flops / bench::g_flops) * 1e6;
   std::printf("chunk %s%s %s %s w%-2d buf=%d T=%6ld H=%2ld D=%ld tile=%2d  %9.1f us (intra %8.1f, state %8.1f, output %7.1f)  floor %7.1f us (%s)  x%.2f floor  %6.1f TF/s  %6.0f GB/s  ws %.0f MB\n",
-              math_name(math), math != kda_chunk::kBf16 ? "" : bf16_intra == 1 ? " intra=fp32kq" : " intra=bf16kq", packed ? "ws16" : "ws32", separate ? "sep" : "ins", separate ? 8 : warps, buffers, static_cast<long>(T), static_cast<long>(H), static_cast<long>(D), tile, us, us_intra, us_state, us_out, floor_us,
+              math_name(math), math != kda_chunk::kBf16 ? "" : bf16_intra != 2 ? " intra=fp32kq" : " intra=bf16kq", packed ? "ws16" : "ws32", separate ? "sep" : "ins", separate ? 8 : warps, buffers, static_cast<long>(T), static_cast<long>(H), static_cast<long>(D), tile, us, us_intra, us_state, us_out, floor_us,
               bytes / bench::g_bw > flops / bench::g_flops ? "bytes" : "flops", us / floor_us, flops / us * 1e-6, bytes / us * 1e-3,
               ws.size() / 1e6);
   if (!pipeline.empty()) {

@@ -207,7 +207,7 @@ Status kda_chunk_prefill(const KdaChunkArgs& a, cudaStream_t stream) {
     const bool double_buffer = a.state_buffers == 0 ? kKdaChunkStateDoubleBuffer && !(packed && p.blocks > 1) : a.state_buffers == 2;
     auto intra = [&](int64_t c0, int64_t n, cudaStream_t s) {
       return cuda_status(kda_chunk_intra_launch(static_cast<int>(D), math, a.q, a.k, a.v, a.g, a.beta, H, cj + c0, n,
-                                                inter + c0 * H * chunk_floats(D), s, packed, a.bf16_intra != 1),
+                                                inter + c0 * H * chunk_floats(D), s, packed, a.bf16_intra == 2),
                          "kda_chunk_intra");
     };
     auto state = [&](const SeqJob* jobs, int64_t n, cudaStream_t s) {

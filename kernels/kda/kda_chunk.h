@@ -82,9 +82,10 @@ struct KdaChunkArgs {
   // (docs/perf.md "Packed bf16 workspace"). 0: pick (kKdaChunkPackBf16), 1: fp32 workspace, 2:
   // packed. Other modes ignore it.
   int bf16_workspace = 0;
-  // bf16 mode's intra kernel: 0: pick (2), 1: the former one (k and q staged as fp32, 112 KB
-  // shared memory at D = 128), 2: k and q staged as bf16 (80 KB; docs/perf.md "bf16 k and q
-  // staging"). The same arithmetic but for k and q's bf16 rounding before their decays.
+  // bf16 mode's intra kernel: 0: pick (1), 1: k and q staged as fp32 (112 KB shared memory at
+  // D = 128), 2: k and q staged as bf16 (80 KB; docs/perf.md "bf16 k and q staging"; 3-5%
+  // slower on the H200, so not the pick). The same arithmetic but for k and q's bf16 rounding
+  // before their decays.
   int bf16_intra = 0;
   // true: the workspace already holds this batch's job tables, uploaded by an earlier call on
   // this stream with the same cu_seqlens, slots, slot_stride, heads, head_dim and workspace
