@@ -44,7 +44,7 @@ grep -E "^\[  (PASSED|FAILED) |^\[  FAILED|Failure" "$out/pipeline_test.log" | h
 wait "$mca" "$mcb" "$mcc"
 for f in intra ws pipe; do tail -4 "$out/memcheck_$f.log"; done
 echo "== bench T=16K / 64K H32, launcher's picks, plain and 4 blocks: intra 1 (former), 2 (new), 1, 2 (GPU 0)"
-for run in 1 2; do
+for _ in 1 2; do
   for intra in 1 2; do
     for T in 16384 65536; do
       date -u
