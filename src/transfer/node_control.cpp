@@ -219,8 +219,10 @@ Result<Hello> decode_hello(const uint8_t* p, size_t n) {
   m.role = r.u8();
   m.pp = r.u32();
   // Stages are whole on a node (pp a multiple of nnodes), or else TP splits over the nodes.
-  const bool split = m.pp > 1 ? m.pp % m.nnodes == 0 && m.pp <= 64 : m.tp % m.nnodes == 0;
-  if (m.nnodes < 2 || m.tp < 1 || m.pp < 1 || !split || m.role > kMaxRole) r.fail();
+  // nnodes is checked first: a hostile frame's 0 must not reach the modulo.
+  const bool sizes = m.nnodes >= 2 && m.tp >= 1 && m.pp >= 1;
+  const bool split = sizes && (m.pp > 1 ? m.pp % m.nnodes == 0 && m.pp <= 64 : m.tp % m.nnodes == 0);
+  if (!split || m.role > kMaxRole) r.fail();
   PDS_RETURN_IF_ERROR(r.done("hello"));
   return m;
 }

@@ -149,6 +149,15 @@ TEST(NodeControl, PipelineFramesRoundTripAndBadOnesAreRefused) {
   h.pp = 1;  // then TP 1 cannot split over two nodes
   hp = payload_of(encode(h), MsgType::kHello);
   EXPECT_FALSE(decode_hello(bytes(hp), hp.size()).is_ok());
+  // Zero nodes (a hostile or corrupt frame; the fuzzer's find) is refused, not a division by
+  // zero, with pipeline stages and without.
+  h.nnodes = 0;
+  for (uint32_t pp : {1u, 4u}) {
+    h.pp = pp;
+    hp = payload_of(encode(h), MsgType::kHello);
+    EXPECT_FALSE(decode_hello(bytes(hp), hp.size()).is_ok()) << "pp " << pp;
+  }
+  h.nnodes = 2;
 
   Round r;
   r.seqs = {Status::ok(), Status(ErrorCode::kAborted, "stage 1 failed it")};
