@@ -122,7 +122,8 @@ void LeaderLink::watch(std::function<void(const Status&)> on_lost) {
       if (::poll(p.data(), p.size(), 100) <= 0) continue;
       for (size_t i = 0; i < p.size(); ++i) {
         if (p[i].revents == 0) continue;
-        if (replies_.load() && (p[i].revents & (POLLRDHUP | POLLHUP | POLLERR)) == 0) {
+        const bool hangup = (p[i].revents & (POLLRDHUP | POLLHUP | POLLERR)) != 0;
+        if (!hangup && (replies_.load() || !unread_out_of_turn(fds_[i]))) {
           std::this_thread::sleep_for(std::chrono::milliseconds(1));  // a reply the engine thread is reading
           continue;
         }
@@ -133,6 +134,17 @@ void LeaderLink::watch(std::function<void(const Status&)> on_lost) {
       }
     }
   });
+}
+
+// poll() saw bytes while no reply window was open. That alone proves nothing: the engine may
+// have read them and closed its window between the poll and the check (seen under load). Out
+// of turn only if bytes still wait unread after a pause in which no window opened or closed.
+bool LeaderLink::unread_out_of_turn(int fd) {
+  const uint64_t epoch = reply_epoch_.load();
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  char c;
+  const bool unread = ::recv(fd, &c, 1, MSG_PEEK | MSG_DONTWAIT) > 0;
+  return unread && !replies_.load() && reply_epoch_.load() == epoch;
 }
 
 void LeaderLink::stop_watching() {

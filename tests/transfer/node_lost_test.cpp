@@ -146,6 +146,52 @@ TEST(NodeLost, AFollowersWatcherNoticesTheLeaderHangingUpButNotItsFrames) {
   EXPECT_NE(lost[0].message().find("leader's control stream ended"), std::string::npos) << lost[0].message();
 }
 
+// The leader's watcher: replies read inside a reply window are never a loss, even when the
+// engine reads them and closes the window between the watcher's poll and its check (a race
+// seen under load as "sent data out of turn" on a healthy follower); bytes that arrive with
+// no window open and stay unread are.
+TEST(NodeLost, ALeadersWatcherTakesRepliesAsRepliesAndUnaskedBytesAsALoss) {
+  using namespace transfer::node;
+  auto l = LeaderLink::listen("127.0.0.1", 0, 2, "");
+  ASSERT_TRUE(l.is_ok()) << l.status().message();
+  std::unique_ptr<LeaderLink> leader = std::move(*l);
+  auto follower = std::async(std::launch::async, [&] { return FollowerLink::connect("127.0.0.1", leader->port(), 1, "", std::chrono::seconds(10)); });
+  ASSERT_TRUE(leader->accept_followers(std::chrono::seconds(10)).is_ok());
+  auto f = follower.get();
+  ASSERT_TRUE(f.is_ok()) << f.status().message();
+  std::mutex mu;
+  std::vector<Status> lost;
+  leader->watch([&](const Status& why) {
+    std::lock_guard<std::mutex> g(mu);
+    lost.push_back(why);
+  });
+  const std::string reply = encode(FetchDone{3});
+  for (int i = 0; i < 500; ++i) {
+    leader->expect_replies(true);
+    ASSERT_TRUE((*f)->send(reply).is_ok());
+    auto got = leader->receive_from(1, std::chrono::seconds(10));
+    leader->expect_replies(false);
+    ASSERT_TRUE(got.is_ok()) << "round " << i << ": " << got.status().message();
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  {
+    std::lock_guard<std::mutex> g(mu);
+    ASSERT_TRUE(lost.empty()) << lost[0].message();
+  }
+  ASSERT_TRUE((*f)->send(reply).is_ok());  // nobody asked
+  for (int i = 0; i < 3000; ++i) {
+    {
+      std::lock_guard<std::mutex> g(mu);
+      if (!lost.empty()) break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  leader->stop_watching();
+  std::lock_guard<std::mutex> g(mu);
+  ASSERT_EQ(lost.size(), 1u) << "unasked bytes were never noticed";
+  EXPECT_NE(lost[0].message().find("node 1 of 2 left the instance (it sent data out of turn)"), std::string::npos) << lost[0].message();
+}
+
 TEST(NodeLost, AFollowersWatcherTakesShutdownThenHangUpAsAGoodbyeNotALoss) {
   using namespace transfer::node;
   auto l = LeaderLink::listen("127.0.0.1", 0, 2, "");

@@ -48,7 +48,10 @@ class LeaderLink {
   // the last reply was read: meanwhile the watcher takes readable bytes as replies, not as a
   // node speaking out of turn (an end of stream still counts as the node gone).
   Result<Frame> receive_from(int node, std::chrono::milliseconds timeout);
-  void expect_replies(bool on) { replies_.store(on); }
+  void expect_replies(bool on) {
+    replies_.store(on);
+    reply_epoch_.fetch_add(1);
+  }
   int refused() const { return refused_; }
   uint16_t port() const { return port_; }  // the bound port (listen on port 0 picks one)
   // After the followers are ready they send nothing more, so any end-of-stream (or byte) on
@@ -70,6 +73,8 @@ class LeaderLink {
   Status broken_ = Status::ok();
   std::atomic<bool> watching_{false};
   std::atomic<bool> replies_{false};
+  std::atomic<uint64_t> reply_epoch_{0};  // bumped by every expect_replies: a reply window opened or closed
+  bool unread_out_of_turn(int fd);
   std::thread watcher_;
 };
 
