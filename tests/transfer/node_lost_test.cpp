@@ -108,19 +108,30 @@ TEST(NodeLost, AForwardBlockedInACollectiveFailsWithTheLossOnceAborted) {
   EXPECT_EQ(r.rank->aborts(), 1);
 }
 
-TEST(NodeLost, AFollowersWatcherNoticesTheLeaderHangingUpButNotItsFrames) {
+// A leader of two nodes on loopback with its one follower joined (no secret).
+void connect_one_follower(std::unique_ptr<transfer::node::LeaderLink>* leader, std::unique_ptr<transfer::node::FollowerLink>* follower) {
   using namespace transfer::node;
   auto l = LeaderLink::listen("127.0.0.1", 0, 2, "");
   ASSERT_TRUE(l.is_ok()) << l.status().message();
-  std::unique_ptr<LeaderLink> leader = std::move(*l);
-  auto follower = std::async(std::launch::async, [&] { return FollowerLink::connect("127.0.0.1", leader->port(), 1, "", std::chrono::seconds(10)); });
-  ASSERT_TRUE(leader->accept_followers(std::chrono::seconds(10)).is_ok());
-  auto f = follower.get();
+  *leader = std::move(*l);
+  const uint16_t port = (*leader)->port();
+  auto joining = std::async(std::launch::async, [port] { return FollowerLink::connect("127.0.0.1", port, 1, "", std::chrono::seconds(10)); });
+  ASSERT_TRUE((*leader)->accept_followers(std::chrono::seconds(10)).is_ok());
+  auto f = joining.get();
   ASSERT_TRUE(f.is_ok()) << f.status().message();
+  *follower = std::move(*f);
+}
+
+TEST(NodeLost, AFollowersWatcherNoticesTheLeaderHangingUpButNotItsFrames) {
+  using namespace transfer::node;
+  std::unique_ptr<LeaderLink> leader;
+  std::unique_ptr<FollowerLink> f;
+  connect_one_follower(&leader, &f);
+  if (::testing::Test::HasFatalFailure()) return;
   std::mutex mu;
   std::vector<Status> lost;
   std::promise<void> once;
-  (*f)->watch([&](const Status& why) {
+  f->watch([&](const Status& why) {
     std::lock_guard<std::mutex> g(mu);
     lost.push_back(why);
     once.set_value();
@@ -129,7 +140,7 @@ TEST(NodeLost, AFollowersWatcherNoticesTheLeaderHangingUpButNotItsFrames) {
   s.step = 0;
   s.seqs.push_back({0, 0, false, {1, 2}, {0}});
   ASSERT_TRUE(leader->broadcast(encode(s)).is_ok());
-  auto got = (*f)->receive();  // a frame is the main loop's, not a loss
+  auto got = f->receive();  // a frame is the main loop's, not a loss
   ASSERT_TRUE(got.is_ok()) << got.status().message();
   EXPECT_EQ(got->type, MsgType::kStep);
   {
@@ -139,7 +150,7 @@ TEST(NodeLost, AFollowersWatcherNoticesTheLeaderHangingUpButNotItsFrames) {
   leader.reset();  // the leader's process dies mid-step
   auto done = once.get_future();
   ASSERT_EQ(done.wait_for(std::chrono::seconds(30)), std::future_status::ready);
-  (*f)->stop_watching();
+  f->stop_watching();
   std::lock_guard<std::mutex> g(mu);
   ASSERT_EQ(lost.size(), 1u);
   EXPECT_EQ(lost[0].code(), ErrorCode::kUnavailable);
@@ -152,13 +163,10 @@ TEST(NodeLost, AFollowersWatcherNoticesTheLeaderHangingUpButNotItsFrames) {
 // no window open and stay unread are.
 TEST(NodeLost, ALeadersWatcherTakesRepliesAsRepliesAndUnaskedBytesAsALoss) {
   using namespace transfer::node;
-  auto l = LeaderLink::listen("127.0.0.1", 0, 2, "");
-  ASSERT_TRUE(l.is_ok()) << l.status().message();
-  std::unique_ptr<LeaderLink> leader = std::move(*l);
-  auto follower = std::async(std::launch::async, [&] { return FollowerLink::connect("127.0.0.1", leader->port(), 1, "", std::chrono::seconds(10)); });
-  ASSERT_TRUE(leader->accept_followers(std::chrono::seconds(10)).is_ok());
-  auto f = follower.get();
-  ASSERT_TRUE(f.is_ok()) << f.status().message();
+  std::unique_ptr<LeaderLink> leader;
+  std::unique_ptr<FollowerLink> f;
+  connect_one_follower(&leader, &f);
+  if (::testing::Test::HasFatalFailure()) return;
   std::mutex mu;
   std::vector<Status> lost;
   leader->watch([&](const Status& why) {
@@ -168,7 +176,7 @@ TEST(NodeLost, ALeadersWatcherTakesRepliesAsRepliesAndUnaskedBytesAsALoss) {
   const std::string reply = encode(FetchDone{3});
   for (int i = 0; i < 500; ++i) {
     leader->expect_replies(true);
-    ASSERT_TRUE((*f)->send(reply).is_ok());
+    ASSERT_TRUE(f->send(reply).is_ok());
     auto got = leader->receive_from(1, std::chrono::seconds(10));
     leader->expect_replies(false);
     ASSERT_TRUE(got.is_ok()) << "round " << i << ": " << got.status().message();
@@ -178,7 +186,7 @@ TEST(NodeLost, ALeadersWatcherTakesRepliesAsRepliesAndUnaskedBytesAsALoss) {
     std::lock_guard<std::mutex> g(mu);
     ASSERT_TRUE(lost.empty()) << lost[0].message();
   }
-  ASSERT_TRUE((*f)->send(reply).is_ok());  // nobody asked
+  ASSERT_TRUE(f->send(reply).is_ok());  // nobody asked
   for (int i = 0; i < 3000; ++i) {
     {
       std::lock_guard<std::mutex> g(mu);
@@ -194,21 +202,18 @@ TEST(NodeLost, ALeadersWatcherTakesRepliesAsRepliesAndUnaskedBytesAsALoss) {
 
 TEST(NodeLost, AFollowersWatcherTakesShutdownThenHangUpAsAGoodbyeNotALoss) {
   using namespace transfer::node;
-  auto l = LeaderLink::listen("127.0.0.1", 0, 2, "");
-  ASSERT_TRUE(l.is_ok()) << l.status().message();
-  std::unique_ptr<LeaderLink> leader = std::move(*l);
-  auto follower = std::async(std::launch::async, [&] { return FollowerLink::connect("127.0.0.1", leader->port(), 1, "", std::chrono::seconds(10)); });
-  ASSERT_TRUE(leader->accept_followers(std::chrono::seconds(10)).is_ok());
-  auto f = follower.get();
-  ASSERT_TRUE(f.is_ok()) << f.status().message();
+  std::unique_ptr<LeaderLink> leader;
+  std::unique_ptr<FollowerLink> f;
+  connect_one_follower(&leader, &f);
+  if (::testing::Test::HasFatalFailure()) return;
   std::atomic<int> lost{0};
-  (*f)->watch([&](const Status&) { ++lost; });
+  f->watch([&](const Status&) { ++lost; });
   ASSERT_TRUE(leader->broadcast(encode(Shutdown{"the leader is stopping"})).is_ok());
   leader.reset();  // Shutdown, then the end of the stream, while this node finishes a step
-  for (int i = 0; i < 3000 && !(*f)->watcher_done(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  ASSERT_TRUE((*f)->watcher_done()) << "the watcher never saw the hang-up";
+  for (int i = 0; i < 3000 && !f->watcher_done(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  ASSERT_TRUE(f->watcher_done()) << "the watcher never saw the hang-up";
   EXPECT_EQ(lost.load(), 0);
-  auto got = (*f)->receive();  // the frame is still there for the main loop
+  auto got = f->receive();  // the frame is still there for the main loop
   ASSERT_TRUE(got.is_ok()) << got.status().message();
   EXPECT_EQ(got->type, MsgType::kShutdown);
 }
