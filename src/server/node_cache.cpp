@@ -179,28 +179,32 @@ Status apply_cache(TpModelGroup& g, int first, const node::CacheData& m, CacheRe
   return Status::ok();
 }
 
-Status answer_fetch(node::FollowerLink& link, TpModelGroup& g, int first, const node::Fetch& f) {
+namespace {
+
+// A follower's answer to a kFetch: its pools -> host (device, stages), then every local rank's
+// share as kCache frames (rank first + i; the layers `held`, or all of them) and kFetchDone.
+Status answer_with(node::FollowerLink& link, TpModelGroup& g, int first, const node::Fetch& f, const CacheLayers* held) {
   const CacheRegion region{f.pages, f.slot};
-  PDS_RETURN_IF_ERROR(g.cache_to_host(region));  // the device's pools -> the host's (cpu: nothing)
+  PDS_RETURN_IF_ERROR(g.cache_to_host(region));
   uint32_t frames = 0;
   for (int i = 0; i < g.size(); ++i) {
-    PDS_ASSIGN_OR_RETURN(uint32_t n, send_rank_cache(first + i, g.kv(i), g.state(i), region, all_layers(g.kv(i), g.state(i)),
+    PDS_ASSIGN_OR_RETURN(uint32_t n, send_rank_cache(first + i, g.kv(i), g.state(i), region, held ? *held : all_layers(g.kv(i), g.state(i)),
                                                      [&](const std::string& fr) { return link.send(fr); }));
     frames += n;
   }
   return link.send(node::encode(node::FetchDone{frames}));
 }
 
+}  // namespace
+
+Status answer_fetch(node::FollowerLink& link, TpModelGroup& g, int first, const node::Fetch& f) {
+  return answer_with(link, g, first, f, nullptr);
+}
+
 Status answer_stage_fetch(node::FollowerLink& link, TpModelGroup& g, const node::Fetch& f) {
-  const CacheRegion region{f.pages, f.slot};
-  PDS_RETURN_IF_ERROR(g.cache_to_host(region));  // this node's stages -> its whole-model pools
+  // Stages whole on a node: its TP ranks are 0..tp-1, holding this node's stages' layers.
   const CacheLayers held = cache_layers(g.config(), g.stage_model(0, 0).layers().begin, g.stage_model(g.pp() - 1, 0).layers().end);
-  uint32_t frames = 0;
-  for (int r = 0; r < g.size(); ++r) {
-    PDS_ASSIGN_OR_RETURN(uint32_t n, send_rank_cache(r, g.kv(r), g.state(r), region, held, [&](const std::string& fr) { return link.send(fr); }));
-    frames += n;
-  }
-  return link.send(node::encode(node::FetchDone{frames}));
+  return answer_with(link, g, 0, f, &held);
 }
 
 }  // namespace pdserve::server
