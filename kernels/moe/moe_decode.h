@@ -115,6 +115,14 @@ Status mxfp4_unpack_decode(const uint8_t* packed, const uint8_t* scales, int64_t
 // kFusedSplitStaggered: the same staggered start on the 16-warp kFusedSplit (branch moedq):
 // 1.01-1.05x kFusedSplit at B <= 48, where kAuto runs the blocked kernel (as fast or faster),
 // 0.996-1.000x from B = 64, so kAuto does not take it.
+// kWeightsAPdl (branch moedec9): kWeightsANoPrefetch's two launches with the down launch a
+// programmatic dependent one: its CTAs take SMs as gate/up CTAs leave and load their first
+// two units' weights before waiting for the activations. kWeightsAPdlL2: that, with each
+// gate/up CTA, once its last weight load is out, having the TMA unit pull the first two units
+// of the down CTA of its index into L2 (at most 2 units a CTA: 14 MB at K3's shape, any batch).
+// kWeightsAPdlL2All: all of that CTA's units where the touched experts' down weights are at
+// most 24 MiB (K3: up to 4 experts), else the first two.
+// Same shape rules as kWeightsA; no workspace.
 enum class MoeDecodeKernel {
   kAuto,
   kStreamed,
@@ -127,7 +135,10 @@ enum class MoeDecodeKernel {
   kFusedSplitPdl,
   kFusedSplit24Warps,
   kFusedSplit24WarpsStaggered,
-  kFusedSplitStaggered
+  kFusedSplitStaggered,
+  kWeightsAPdl,
+  kWeightsAPdlL2,
+  kWeightsAPdlL2All
 };
 
 // kAuto takes a fused form (kFusedSplit since moedec6, whose call ran its K3-shape test at
