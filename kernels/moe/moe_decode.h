@@ -91,9 +91,9 @@ Status mxfp4_unpack_decode(const uint8_t* packed, const uint8_t* scales, int64_t
 // kept in registers across passes and the next unit's loaded during this one's MMAs;
 // needs dim, inter <= 4096. kAuto (the H200 measurements; docs/perf.md): where kFused fits
 // and the call has a workspace, kFusedSplit from capacity kMoeDecodeFusedMinCapacity; else where
-// kWeightsA's shape rules hold, kWeightsANoPrefetch up to capacity 1024 and
-// kWeightsAStrided beyond; elsewhere kStaged where it fits and capacity <= 1024, else
-// kStreamed.
+// kWeightsA's shape rules hold, kWeightsAPdlL2 up to capacity kMoeDecodeL2MaxCapacity,
+// kWeightsAPdl up to 1024 and kWeightsAStrided beyond; elsewhere kStaged where it fits and
+// capacity <= 1024, else kStreamed.
 // kFused (moe_decode_fused_sm90.cu): the weights-on-A step in ONE launch for gate/up, the
 // activation and down; a producer warp per CTA claims units from a queue in the caller's
 // MoeDecodeWorkspace and has the TMA unit copy their tiles into a two-slot shared-memory
@@ -149,6 +149,14 @@ enum class MoeDecodeKernel {
 // few rows per expert, as the backend guarantees): at 32-64 rows per expert the fused
 // kernel was 1.1-1.6x slower than strided, and the prefill GEMM 5-8x faster than both.
 constexpr int64_t kMoeDecodeFusedMinCapacity = 1024;
+
+// Below that, kAuto takes the two-launch PDL form (moedec9): with the down weights' first
+// units pulled into L2 (kWeightsAPdlL2) up to this many pairs (B <= 8 at top-16, at most 4
+// touched experts at K3's EP32 rank: 0-0.8 us faster than without), kWeightsAPdl above it
+// (the prefetch cost 0.9-1.2 us at B = 16-48). Against the blocked kernel kAuto took before:
+// 1.04-1.17x eager (main's binary, same run), 1.03-1.08x replayed from a graph (same binary),
+// at B = 1-48 (docs/perf.md).
+constexpr int64_t kMoeDecodeL2MaxCapacity = 128;
 
 // The fused kernel's queue state: a unit counter, a finished-CTA counter and a finished
 // gate/up unit counter per local expert, in device memory the caller owns. It must be zero

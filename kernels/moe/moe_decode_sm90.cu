@@ -385,7 +385,7 @@ __device__ __forceinline__ void wa_compute(const Mxfp4Decode& a, const WaSpace& 
   }
 }
 
-// kPhases (kWeightsAPdl, kWeightsAPdlL2; blocked, no prefetch): the gate/up launch lets the
+// kPhases (kWeightsAPdl, kWeightsAPdlL2*; blocked, no prefetch): the gate/up launch lets the
 // down launch start at once (griddepcontrol.launch_dependents) and the down launch is a
 // programmatic dependent one: its CTAs take SMs as gate/up CTAs leave, list the experts
 // (offsets come from a kernel that finished before gate/up began), issue the register loads
@@ -394,7 +394,8 @@ __device__ __forceinline__ void wa_compute(const Mxfp4Decode& a, const WaSpace& 
 // issued its last weight load it asks the TMA unit to pull the first two units of the down
 // CTA with its index into L2 (`next`, `next_grid`: the down matrix and grid), so the down
 // launch's first wave, what its CTAs wait on, reads L2 while DRAM would otherwise idle through
-// gate/up's last units. That is at most 2 x 52 KB a CTA (K3), 14 MB in all, whatever the batch.
+// gate/up's last units. That is at most 2 x 52 KB a CTA (K3), 14 MB in all, whatever the batch
+// (kL2All: up to all of the CTA's units, 24 MiB in all).
 enum WaPhases { kPlain = 0, kPhases = 1 };
 
 // kL2 = kL2First: units 0 and 1 of down CTA blockIdx.x; kL2All: all its units where the touched
@@ -544,14 +545,19 @@ bool is_fused(MoeDecodeKernel k) {
 
 // kAuto, from the H200 measurements (docs/perf.md): the fused kernel from
 // kMoeDecodeFusedMinCapacity pairs where it fits and the caller gave it a queue workspace;
-// else weights on A wherever its shape rules hold, blocked without the L2 prefetch up to
-// 1024 pairs (B <= 64 at top-16; 1.2-1.6x the older kernels, the prefetch within noise),
-// beyond that strided. Elsewhere staged up to 1024 pairs, else streamed.
+// else weights on A wherever its shape rules hold: up to 1024 pairs (B <= 64 at top-16) the
+// blocked two launches with the down launch a programmatic dependent one (moedec9: 1.04-1.14x
+// the plain blocked form at B 1-48), the down weights' first units pulled into L2 during
+// gate/up's last units up to kMoeDecodeL2MaxCapacity pairs; beyond 1024 strided. Elsewhere
+// staged up to 1024 pairs, else streamed.
 MoeDecodeKernel resolve(const Fits& f, int64_t capacity, bool has_workspace) {
   // kFusedSplit: 1.015-1.028x kFused at B = 64-256 (moedec4), 1.019-1.023x in moedec6's call,
   // whose test ran it at K3's shape at B = 1, 4 and 64 on the GPU.
   if (f.fused && has_workspace && capacity >= kMoeDecodeFusedMinCapacity) return MoeDecodeKernel::kFusedSplit;
-  if (f.wa) return capacity <= 1024 ? MoeDecodeKernel::kWeightsAPdlL2 : MoeDecodeKernel::kWeightsAStrided;
+  if (f.wa) {
+    if (capacity <= kMoeDecodeL2MaxCapacity) return MoeDecodeKernel::kWeightsAPdlL2;
+    return capacity <= 1024 ? MoeDecodeKernel::kWeightsAPdl : MoeDecodeKernel::kWeightsAStrided;
+  }
   return f.fits && capacity <= 1024 ? MoeDecodeKernel::kStaged : MoeDecodeKernel::kStreamed;
 }
 
