@@ -13,7 +13,8 @@
 //
 // --kernels picks the timed kernels by name (comma-separated; default all): staged, streamed,
 // wa, wa-noprefetch, wa-strided, fused, fused-split, fused-split-pdl, fused-split24,
-// fused-split24-stagger, fused-split-stagger; kAuto is always timed.
+// fused-split24-stagger, fused-split-stagger, wa-pdl, wa-pdl-l2,
+// wa-pdl-l2all; kAuto is always timed.
 //
 //   moe_decode_bench [--bw BYTES_PER_S] [--reps N] [--routes FILE] [--only BATCH] [--kernels LIST]
 #include <algorithm>
@@ -155,6 +156,33 @@ void run_bench(const char* routes_path) {
     const double tf24 = time_kernel("fused-split24", MoeDecodeKernel::kFusedSplit24Warps);
     const double tf24s = time_kernel("fused-split24-stagger", MoeDecodeKernel::kFusedSplit24WarpsStaggered);
     const double tfss = time_kernel("fused-split-stagger", MoeDecodeKernel::kFusedSplitStaggered);
+    const double twp = time_kernel("wa-pdl", MoeDecodeKernel::kWeightsAPdl);
+    const double twp2 = time_kernel("wa-pdl-l2", MoeDecodeKernel::kWeightsAPdlL2);
+    const double twp3 = time_kernel("wa-pdl-l2all", MoeDecodeKernel::kWeightsAPdlL2All);
+    // The decode call alone captured per weight set on a non-blocking stream and replayed (the
+    // backend's decode graphs; a programmatic dependent launch becomes a programmatic edge).
+    auto time_graph = [&](const char* name, MoeDecodeKernel kern) {
+      if (!wanted(name)) return kSkipped;
+      cudaStream_t gs;
+      check(cudaStreamCreateWithFlags(&gs, cudaStreamNonBlocking), "stream");
+      std::vector<cudaGraphExec_t> ge(sets);
+      for (int64_t s = 0; s < sets; ++s) {
+        cudaGraph_t graph;
+        check(cudaStreamBeginCapture(gs, cudaStreamCaptureModeGlobal), "capture");
+        decode_with(static_cast<int>(s), gs, kern);
+        check(cudaStreamEndCapture(gs, &graph), "end capture");
+        check(cudaGraphInstantiate(&ge[s], graph, 0), "instantiate");
+        cudaGraphDestroy(graph);
+      }
+      const double us = median_us([&](int i) { check(cudaGraphLaunch(ge[i % sets], nullptr), "graph launch"); });
+      for (auto e : ge) cudaGraphExecDestroy(e);
+      cudaStreamDestroy(gs);
+      return us;
+    };
+    const double gwn = time_graph("wa-noprefetch", MoeDecodeKernel::kWeightsANoPrefetch);
+    const double gwp = time_graph("wa-pdl", MoeDecodeKernel::kWeightsAPdl);
+    const double gwp2 = time_graph("wa-pdl-l2", MoeDecodeKernel::kWeightsAPdlL2);
+    const double gwp3 = time_graph("wa-pdl-l2all", MoeDecodeKernel::kWeightsAPdlL2All);
     const double tauto = median_us([&](int i) { decode(i, nullptr); });
     const MoeDecodeKernel chosen = moe_decode_choice(wd[0], local, cap, true);
     const char* chosen_name = chosen == MoeDecodeKernel::kFused                ? "fused"
@@ -164,6 +192,9 @@ void run_bench(const char* routes_path) {
                               : chosen == MoeDecodeKernel::kFusedSplit24WarpsStaggered ? "fused split, 24 warps, staggered"
                               : chosen == MoeDecodeKernel::kFusedSplitStaggered ? "fused split, staggered"
                               : chosen == MoeDecodeKernel::kWeightsANoPrefetch ? "weights on A, no L2 prefetch"
+                              : chosen == MoeDecodeKernel::kWeightsAPdl        ? "weights on A, PDL down"
+                              : chosen == MoeDecodeKernel::kWeightsAPdlL2      ? "weights on A, PDL down, down to L2"
+                              : chosen == MoeDecodeKernel::kWeightsAPdlL2All   ? "weights on A, PDL down, all down to L2"
                               : chosen == MoeDecodeKernel::kWeightsAStrided    ? "weights on A, strided"
                                                                                : "other";
     const double ta = median_us([&](int i) {
@@ -208,6 +239,13 @@ void run_bench(const char* routes_path) {
     krow("fused, split, 24 MMA warps", tf24, ratio(tfs, tf24) + "x fused split");
     krow("fused, split, 24 MMA warps, staggered start", tf24s, ratio(tfs, tf24s) + "x fused split");
     krow("fused, split, staggered start", tfss, ratio(tfs, tfss) + "x fused split");
+    krow("weights on A, PDL down", twp, ratio(twn, twp) + "x no L2 prefetch");
+    krow("weights on A, PDL down, down to L2", twp2, ratio(twn, twp2) + "x no L2 prefetch");
+    krow("weights on A, PDL down, all down to L2", twp3, ratio(twn, twp3) + "x no L2 prefetch");
+    krow("graph: weights on A, no L2 prefetch", gwn);
+    krow("graph: weights on A, PDL down", gwp, ratio(gwn, gwp) + "x no L2 prefetch, graph");
+    krow("graph: weights on A, PDL down, down to L2", gwp2, ratio(gwn, gwp2) + "x no L2 prefetch, graph");
+    krow("graph: weights on A, PDL down, all down to L2", gwp3, ratio(gwn, gwp3) + "x no L2 prefetch, graph");
     row(b + " decode expert MLP, kAuto -> " + chosen_name, tauto, bytes, floor_us, "with a workspace, as the backend");
     row(b + " anchor moe_expert_mlp", ta, bytes, floor_us, "kAuto is " + ratio(ta, tauto) + "x faster");
     row(b + " permute+decode+combine", tall, bytes, floor_us, "eager");

@@ -91,9 +91,9 @@ Status mxfp4_unpack_decode(const uint8_t* packed, const uint8_t* scales, int64_t
 // kept in registers across passes and the next unit's loaded during this one's MMAs;
 // needs dim, inter <= 4096. kAuto (the H200 measurements; docs/perf.md): where kFused fits
 // and the call has a workspace, kFusedSplit from capacity kMoeDecodeFusedMinCapacity; else where
-// kWeightsA's shape rules hold, kWeightsANoPrefetch up to capacity 1024 and
-// kWeightsAStrided beyond; elsewhere kStaged where it fits and capacity <= 1024, else
-// kStreamed.
+// kWeightsA's shape rules hold, kWeightsAPdlL2 up to capacity kMoeDecodeL2MaxCapacity,
+// kWeightsAPdl up to 1024 and kWeightsAStrided beyond; elsewhere kStaged where it fits and
+// capacity <= 1024, else kStreamed.
 // kFused (moe_decode_fused_sm90.cu): the weights-on-A step in ONE launch for gate/up, the
 // activation and down; a producer warp per CTA claims units from a queue in the caller's
 // MoeDecodeWorkspace and has the TMA unit copy their tiles into a two-slot shared-memory
@@ -115,6 +115,14 @@ Status mxfp4_unpack_decode(const uint8_t* packed, const uint8_t* scales, int64_t
 // kFusedSplitStaggered: the same staggered start on the 16-warp kFusedSplit (branch moedq):
 // 1.01-1.05x kFusedSplit at B <= 48, where kAuto runs the blocked kernel (as fast or faster),
 // 0.996-1.000x from B = 64, so kAuto does not take it.
+// kWeightsAPdl (branch moedec9): kWeightsANoPrefetch's two launches with the down launch a
+// programmatic dependent one: its CTAs take SMs as gate/up CTAs leave and load their first
+// two units' weights before waiting for the activations. kWeightsAPdlL2: that, with each
+// gate/up CTA, once its last weight load is out, having the TMA unit pull the first two units
+// of the down CTA of its index into L2 (at most 2 units a CTA: 14 MB at K3's shape, any batch).
+// kWeightsAPdlL2All: all of that CTA's units where the touched experts' down weights are at
+// most 24 MiB (K3: up to 4 experts), else the first two.
+// Same shape rules as kWeightsA; no workspace.
 enum class MoeDecodeKernel {
   kAuto,
   kStreamed,
@@ -127,7 +135,10 @@ enum class MoeDecodeKernel {
   kFusedSplitPdl,
   kFusedSplit24Warps,
   kFusedSplit24WarpsStaggered,
-  kFusedSplitStaggered
+  kFusedSplitStaggered,
+  kWeightsAPdl,
+  kWeightsAPdlL2,
+  kWeightsAPdlL2All
 };
 
 // kAuto takes a fused form (kFusedSplit since moedec6, whose call ran its K3-shape test at
@@ -138,6 +149,14 @@ enum class MoeDecodeKernel {
 // few rows per expert, as the backend guarantees): at 32-64 rows per expert the fused
 // kernel was 1.1-1.6x slower than strided, and the prefill GEMM 5-8x faster than both.
 constexpr int64_t kMoeDecodeFusedMinCapacity = 1024;
+
+// Below that, kAuto takes the two-launch PDL form (moedec9): with the down weights' first
+// units pulled into L2 (kWeightsAPdlL2) up to this many pairs (B <= 8 at top-16, at most 4
+// touched experts at K3's EP32 rank: 0-0.8 us faster than without), kWeightsAPdl above it
+// (the prefetch cost 0.9-1.2 us at B = 16-48). Against the blocked kernel kAuto took before:
+// 1.04-1.17x eager (main's binary, same run), 1.03-1.08x replayed from a graph (same binary),
+// at B = 1-48 (docs/perf.md).
+constexpr int64_t kMoeDecodeL2MaxCapacity = 128;
 
 // The fused kernel's queue state: a unit counter, a finished-CTA counter and a finished
 // gate/up unit counter per local expert, in device memory the caller owns. It must be zero

@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <string>
 
+#include "common/pdl_bulk.cuh"
 #include "moe/moe_decode_device.cuh"
 
 namespace pdserve::cuda {
@@ -384,14 +385,47 @@ __device__ __forceinline__ void wa_compute(const Mxfp4Decode& a, const WaSpace& 
   }
 }
 
-template <bool kGated, bool kWide, bool kBlocked, bool kPrefetch>
+// kPhases (kWeightsAPdl, kWeightsAPdlL2*; blocked, no prefetch): the gate/up launch lets the
+// down launch start at once (griddepcontrol.launch_dependents) and the down launch is a
+// programmatic dependent one: its CTAs take SMs as gate/up CTAs leave, list the experts
+// (offsets come from a kernel that finished before gate/up began), issue the register loads
+// of their first two units, and only then wait (griddepcontrol.wait) for gate/up's
+// activations; every down CTA waits, work or not. kL2 (gate/up only): when a gate/up CTA has
+// issued its last weight load it asks the TMA unit to pull the first two units of the down
+// CTA with its index into L2 (`next`, `next_grid`: the down matrix and grid), so the down
+// launch's first wave, what its CTAs wait on, reads L2 while DRAM would otherwise idle through
+// gate/up's last units. That is at most 2 x 52 KB a CTA (K3), 14 MB in all, whatever the batch
+// (kL2All: up to all of the CTA's units, 24 MiB in all).
+enum WaPhases { kPlain = 0, kPhases = 1 };
+
+// kL2 = kL2First: units 0 and 1 of down CTA blockIdx.x; kL2All: all its units where the touched
+// experts' down weights take at most kL2AllBytes, else the first two. Thread i < 2 x units
+// issues unit i / 2's packed (i even) or scale bytes.
+enum WaL2 { kL2None = 0, kL2First = 1, kL2All = 2 };
+constexpr uint64_t kL2AllBytes = 24ull << 20;  // under half the H200's 50 MB L2
+
+template <int kL2>
+__device__ __forceinline__ void wa_prefetch_next_start(const Mxfp4Decode& next, const int* list, int count, uint32_t next_grid, int i) {
+  if (blockIdx.x >= next_grid) return;
+  const uint32_t tiles = static_cast<uint32_t>(next.rows / 8);
+  const WaSpace sp{list, tiles, static_cast<uint32_t>(next.cols / 128), tiles / 4};
+  const uint32_t all = uint32_t(count) * sp.per_expert, per = (all + next_grid - 1) / next_grid;
+  const uint64_t bytes = uint64_t(count) * uint64_t(next.rows) * uint64_t(next.cols) * 17u / 32u;  // packed + scales
+  const uint32_t n = kL2 == kL2All && bytes <= kL2AllBytes ? per : min(per, 2u);
+  const uint32_t v = blockIdx.x * per + uint32_t(i >> 1);
+  if (uint32_t(i >> 1) < n && v < all) wa_prefetch<false>(next, next, sp, v, i & 1);
+}
+
+template <bool kGated, bool kWide, bool kBlocked, bool kPrefetch, int kPdl = kPlain, int kL2 = kL2None>
 __global__ void __launch_bounds__(kWaThreads, 1) decode_gemm_wa(Mxfp4Decode a, Mxfp4Decode b, const int32_t* __restrict__ offsets,
-                                                                int experts, const float* __restrict__ x, float* __restrict__ y, MoeAct act) {
+                                                                int experts, const float* __restrict__ x, float* __restrict__ y, MoeAct act,
+                                                                Mxfp4Decode next, uint32_t next_grid) {
   extern __shared__ __align__(16) uint16_t x_s[];
   __shared__ int s_list[kMaxExperts];
   __shared__ int s_count;
   __shared__ float s_red[2][kWaWarps][4][kWaTokens][8];
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  if (kPdl == kPhases && kGated) pdl_bulk::pdl_trigger();  // the down launch may be scheduled now
   list_touched_experts(offsets, experts, s_list, &s_count);
   __syncthreads();
   const uint32_t tiles = static_cast<uint32_t>(a.rows / 8);
@@ -400,13 +434,21 @@ __global__ void __launch_bounds__(kWaThreads, 1) decode_gemm_wa(Mxfp4Decode a, M
   const uint32_t step = kBlocked ? 1u : gridDim.x;
   uint32_t u = kBlocked ? blockIdx.x * per : blockIdx.x;
   const uint32_t units = kBlocked ? min(all, u + per) : all;
+  constexpr bool kWaits = kPdl == kPhases && !kGated;
+  if (kL2 != kL2None && kGated && u >= units) wa_prefetch_next_start<kL2>(next, s_list, s_count, next_grid, threadIdx.x);  // idle CTA
+  bool waited = false;
   int staged_e = -1, staged_r0 = -1, buf = 0;  // the (expert, first row) in x_s; the s_red half to use
   ping_pong<WaRegs>(
       u, units, step, [&](uint32_t v, WaRegs& r) { wa_load<kGated>(a, b, sp, v, lane, warp, r); },
-      [&](uint32_t v, const WaRegs& r) { wa_compute<kGated, kWide>(a, sp, v, offsets, x, y, act, r, x_s, s_red, staged_e, staged_r0, buf); },
+      [&](uint32_t v, const WaRegs& r) {
+        if (kWaits && !waited) pdl_bulk::pdl_wait(), waited = true;  // both units' loads are out: now x may be read
+        wa_compute<kGated, kWide>(a, sp, v, offsets, x, y, act, r, x_s, s_red, staged_e, staged_r0, buf);
+      },
       [&](uint32_t v) {
         if (kPrefetch && threadIdx.x < 4 && v + 2 * step < units) wa_prefetch<kGated>(a, b, sp, v + 2 * step, threadIdx.x);
+        if (kL2 != kL2None && kGated && v + step >= units) wa_prefetch_next_start<kL2>(next, s_list, s_count, next_grid, threadIdx.x);
       });
+  if (kWaits && !waited) pdl_bulk::pdl_wait();  // no work: still complete only after gate/up
 }
 
 Status check(const Mxfp4Decode& m, int64_t rows, int64_t cols, const char* what) {
@@ -429,9 +471,14 @@ Status launch(const Mxfp4Decode& a, const Mxfp4Decode& b, const int32_t* offsets
   if (kind == MoeDecodeKernel::kWeightsA || kind == MoeDecodeKernel::kWeightsANoPrefetch || kind == MoeDecodeKernel::kWeightsAStrided) {
     const size_t smem = size_t(kWaTokens) * (a.cols + kStagedPad) * sizeof(uint16_t);
     const int64_t units = experts * (kGated ? tiles / 2 : tiles / 4);
-    if (kind == MoeDecodeKernel::kWeightsA) return run(decode_gemm_wa<kGated, kWide, true, true>, kWaThreads, smem, units, a, b);
-    if (kind == MoeDecodeKernel::kWeightsANoPrefetch) return run(decode_gemm_wa<kGated, kWide, true, false>, kWaThreads, smem, units, a, b);
-    return run(decode_gemm_wa<kGated, kWide, false, false>, kWaThreads, smem, units, a, b);
+    auto run_wa = [&](auto kernel) -> Status {
+      PDS_ASSIGN_OR_RETURN(unsigned grid, grid_for(kernel, smem, units, kWaThreads));
+      kernel<<<grid, kWaThreads, smem, stream>>>(a, b, offsets, static_cast<int>(experts), x, y, act, a, 0u);
+      return last_launch_status(what);
+    };
+    if (kind == MoeDecodeKernel::kWeightsA) return run_wa(decode_gemm_wa<kGated, kWide, true, true>);
+    if (kind == MoeDecodeKernel::kWeightsANoPrefetch) return run_wa(decode_gemm_wa<kGated, kWide, true, false>);
+    return run_wa(decode_gemm_wa<kGated, kWide, false, false>);
   }
   if (kind == MoeDecodeKernel::kStaged) {
     const size_t smem = size_t(kStagedRows) * (a.cols + kStagedPad) * sizeof(uint16_t);
@@ -439,6 +486,36 @@ Status launch(const Mxfp4Decode& a, const Mxfp4Decode& b, const int32_t* offsets
     return run(decode_gemm_staged<kPair, kWide>, kThreads, smem, experts * tiles / 2, a, a);  // down: rows % 128 == 0, tiles pair up
   }
   return run(decode_gemm<kGated, kWide>, kThreads, 0, experts * tiles, a, b);
+}
+
+// kWeightsAPdl / kWeightsAPdlL2: the blocked gate/up launch, then down as a programmatic
+// dependent launch (decode_gemm_wa's kPhases). The down grid is sized first: with kL2 the
+// gate/up CTAs prefetch the down CTAs' first units by index.
+template <bool kWideGate, bool kWideDown, int kL2>
+Status launch_wa_phases(const MoeDecodeWeights& w, const int32_t* offsets, int64_t experts, const float* x, float* act, float* out,
+                        const MoeAct& fn, cudaStream_t stream) {
+  const auto gate = decode_gemm_wa<true, kWideGate, true, false, kPhases, kL2>;
+  const auto down = decode_gemm_wa<false, kWideDown, true, false, kPhases, kL2None>;
+  const size_t smem_g = size_t(kWaTokens) * (w.w1.cols + kStagedPad) * sizeof(uint16_t);
+  const size_t smem_d = size_t(kWaTokens) * (w.w2.cols + kStagedPad) * sizeof(uint16_t);
+  PDS_ASSIGN_OR_RETURN(unsigned grid_g, grid_for(gate, smem_g, experts * (w.w1.rows / 16), kWaThreads));
+  PDS_ASSIGN_OR_RETURN(unsigned grid_d, grid_for(down, smem_d, experts * (w.w2.rows / 32), kWaThreads));
+  gate<<<grid_g, kWaThreads, smem_g, stream>>>(w.w1, w.w3, offsets, static_cast<int>(experts), x, act, fn, w.w2, grid_d);
+  PDS_RETURN_IF_ERROR(last_launch_status("moe decode gate/up"));
+  PDS_RETURN_IF_ERROR(cuda_status(pdl_bulk::launch_pdl(true, down, dim3(grid_d), dim3(kWaThreads), smem_d, stream, w.w2, w.w2, offsets,
+                                                       static_cast<int>(experts), static_cast<const float*>(act), out, fn, w.w2, 0u),
+                                  "moe decode down launch"));
+  return last_launch_status("moe decode down");
+}
+
+template <int kL2>
+Status launch_wa_phases_any(const MoeDecodeWeights& w, const int32_t* offsets, int64_t experts, const float* x, float* act, float* out,
+                            const MoeAct& fn, cudaStream_t stream) {
+  const bool wg = w.w1.wide_scales || w.w3.wide_scales, wd = w.w2.wide_scales;
+  if (wg) return wd ? launch_wa_phases<true, true, kL2>(w, offsets, experts, x, act, out, fn, stream)
+                    : launch_wa_phases<true, false, kL2>(w, offsets, experts, x, act, out, fn, stream);
+  return wd ? launch_wa_phases<false, true, kL2>(w, offsets, experts, x, act, out, fn, stream)
+            : launch_wa_phases<false, false, kL2>(w, offsets, experts, x, act, out, fn, stream);
 }
 
 }  // namespace
@@ -468,14 +545,19 @@ bool is_fused(MoeDecodeKernel k) {
 
 // kAuto, from the H200 measurements (docs/perf.md): the fused kernel from
 // kMoeDecodeFusedMinCapacity pairs where it fits and the caller gave it a queue workspace;
-// else weights on A wherever its shape rules hold, blocked without the L2 prefetch up to
-// 1024 pairs (B <= 64 at top-16; 1.2-1.6x the older kernels, the prefetch within noise),
-// beyond that strided. Elsewhere staged up to 1024 pairs, else streamed.
+// else weights on A wherever its shape rules hold: up to 1024 pairs (B <= 64 at top-16) the
+// blocked two launches with the down launch a programmatic dependent one (moedec9: 1.04-1.14x
+// the plain blocked form at B 1-48), the down weights' first units pulled into L2 during
+// gate/up's last units up to kMoeDecodeL2MaxCapacity pairs; beyond 1024 strided. Elsewhere
+// staged up to 1024 pairs, else streamed.
 MoeDecodeKernel resolve(const Fits& f, int64_t capacity, bool has_workspace) {
   // kFusedSplit: 1.015-1.028x kFused at B = 64-256 (moedec4), 1.019-1.023x in moedec6's call,
   // whose test ran it at K3's shape at B = 1, 4 and 64 on the GPU.
   if (f.fused && has_workspace && capacity >= kMoeDecodeFusedMinCapacity) return MoeDecodeKernel::kFusedSplit;
-  if (f.wa) return capacity <= 1024 ? MoeDecodeKernel::kWeightsANoPrefetch : MoeDecodeKernel::kWeightsAStrided;
+  if (f.wa) {
+    if (capacity <= kMoeDecodeL2MaxCapacity) return MoeDecodeKernel::kWeightsAPdlL2;
+    return capacity <= 1024 ? MoeDecodeKernel::kWeightsAPdl : MoeDecodeKernel::kWeightsAStrided;
+  }
   return f.fits && capacity <= 1024 ? MoeDecodeKernel::kStaged : MoeDecodeKernel::kStreamed;
 }
 
@@ -500,8 +582,10 @@ Status moe_expert_mlp_decode(const MoeDecodeWeights& w, const int32_t* offsets, 
   if (capacity == 0) return Status::ok();
   const Fits f = shape_fits(w, local_experts);
   if (kernel == MoeDecodeKernel::kStaged && !f.fits) return invalid_argument("moe_expert_mlp_decode: the staged kernel takes cols <= 4096");
+  const bool phases = kernel == MoeDecodeKernel::kWeightsAPdl || kernel == MoeDecodeKernel::kWeightsAPdlL2 ||
+                      kernel == MoeDecodeKernel::kWeightsAPdlL2All;
   const bool wants_wa = kernel == MoeDecodeKernel::kWeightsA || kernel == MoeDecodeKernel::kWeightsANoPrefetch ||
-                        kernel == MoeDecodeKernel::kWeightsAStrided;
+                        kernel == MoeDecodeKernel::kWeightsAStrided || phases;
   if (wants_wa && !f.wa)
     return invalid_argument("moe_expert_mlp_decode: the weights-on-A kernel takes cols <= 4096, inter % 16 == 0, dim % 32 == 0");
   const bool wants_fused = is_fused(kernel);
@@ -513,6 +597,10 @@ Status moe_expert_mlp_decode(const MoeDecodeWeights& w, const int32_t* offsets, 
   const MoeAct a{w.activation, w.situ_beta, w.situ_linear_beta};
   if (is_fused(kind))
     return launch_decode_fused(w, offsets, local_experts, x_sorted, act, out_sorted, a, static_cast<uint32_t*>(workspace.data), stream, kind);
+  if (kind == MoeDecodeKernel::kWeightsAPdl) return launch_wa_phases_any<kL2None>(w, offsets, local_experts, x_sorted, act, out_sorted, a, stream);
+  if (kind == MoeDecodeKernel::kWeightsAPdlL2) return launch_wa_phases_any<kL2First>(w, offsets, local_experts, x_sorted, act, out_sorted, a, stream);
+  if (kind == MoeDecodeKernel::kWeightsAPdlL2All)
+    return launch_wa_phases_any<kL2All>(w, offsets, local_experts, x_sorted, act, out_sorted, a, stream);
   if (w.w1.wide_scales || w.w3.wide_scales)
     PDS_RETURN_IF_ERROR((launch<true, true>(w.w1, w.w3, offsets, local_experts, x_sorted, act, a, kind, stream, "moe decode gate/up")));
   else

@@ -155,6 +155,9 @@ const char* kernel_name(MoeDecodeKernel k) {
     case MoeDecodeKernel::kFusedSplit24Warps: return "fused split 24 warps";
     case MoeDecodeKernel::kFusedSplit24WarpsStaggered: return "fused split 24 warps staggered";
     case MoeDecodeKernel::kFusedSplitStaggered: return "fused split staggered";
+    case MoeDecodeKernel::kWeightsAPdl: return "weights-A pdl";
+    case MoeDecodeKernel::kWeightsAPdlL2: return "weights-A pdl l2";
+    case MoeDecodeKernel::kWeightsAPdlL2All: return "weights-A pdl l2 all";
   }
   return "?";
 }
@@ -196,7 +199,8 @@ double run_decode(const Routing& r, int64_t tokens, int64_t k, int64_t begin, co
   double err = 0.0;
   for (MoeDecodeKernel kern : {MoeDecodeKernel::kStreamed, MoeDecodeKernel::kStaged, MoeDecodeKernel::kWeightsA, MoeDecodeKernel::kWeightsANoPrefetch, MoeDecodeKernel::kWeightsAStrided,
                                MoeDecodeKernel::kFused, MoeDecodeKernel::kFusedSplit, MoeDecodeKernel::kFusedSplitPdl, MoeDecodeKernel::kFusedSplit24Warps,
-                               MoeDecodeKernel::kFusedSplit24WarpsStaggered, MoeDecodeKernel::kFusedSplitStaggered, MoeDecodeKernel::kAuto})
+                               MoeDecodeKernel::kFusedSplit24WarpsStaggered, MoeDecodeKernel::kFusedSplitStaggered, MoeDecodeKernel::kWeightsAPdl,
+                               MoeDecodeKernel::kWeightsAPdlL2, MoeDecodeKernel::kWeightsAPdlL2All, MoeDecodeKernel::kAuto})
     err = std::max(err, run_decode_with(r, tokens, k, begin, h, dw, x, ref, what, kern));
   return err;
 }
@@ -246,10 +250,14 @@ TEST_F(MoeDecode, ScalesAboveTwoTakeTheTwoMultiplyPath) {
 // programmatic dependent launch that read them before the permute finished would miss rows.
 void fused_repeats_and_replays(MoeDecodeKernel kern);
 
+// The two-launch PDL forms (kWeightsAPdl*) too: their down launch may start before gate/up
+// ends, so the replays also clear the activations, which a down CTA reading them before its
+// griddepcontrol.wait would take from the last run.
 TEST_F(MoeDecode, FusedKernelRepeatsAndReplaysFromAGraph) {
   for (MoeDecodeKernel kern : {MoeDecodeKernel::kFused, MoeDecodeKernel::kFusedSplit, MoeDecodeKernel::kFusedSplitPdl,
                                MoeDecodeKernel::kFusedSplit24Warps, MoeDecodeKernel::kFusedSplit24WarpsStaggered,
-                               MoeDecodeKernel::kFusedSplitStaggered}) {
+                               MoeDecodeKernel::kFusedSplitStaggered, MoeDecodeKernel::kWeightsAPdl, MoeDecodeKernel::kWeightsAPdlL2,
+                               MoeDecodeKernel::kWeightsAPdlL2All}) {
     SCOPED_TRACE(kernel_name(kern));
     fused_repeats_and_replays(kern);
   }
@@ -302,6 +310,7 @@ void fused_repeats_and_replays(MoeDecodeKernel kern) {
     ASSERT_EQ(cudaMemsetAsync(os.get(), 0, cap * dim * sizeof(float), st), cudaSuccess);
     ASSERT_EQ(cudaMemsetAsync(off.get(), 0, (local + 1) * sizeof(int32_t), st), cudaSuccess);
     ASSERT_EQ(cudaMemsetAsync(xs.get(), 0, cap * dim * sizeof(float), st), cudaSuccess);
+    ASSERT_EQ(cudaMemsetAsync(a.get(), 0, cap * inter * sizeof(float), st), cudaSuccess);
     ASSERT_EQ(cudaGraphLaunch(exec, st), cudaSuccess);
     ASSERT_EQ(cudaStreamSynchronize(st), cudaSuccess);
     EXPECT_EQ(host(os), first) << "graph replay " << i + 1;
