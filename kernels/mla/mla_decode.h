@@ -49,8 +49,10 @@ namespace pdserve::cuda {
 // token, the scores of a tile reduced together): 14-38% faster than kShallow on the H200 at
 // every measured shape (docs/perf.md, MLA decode, eighth version). kLeanDeep: the same loop on
 // kDeep's ring. Other shapes (and dynamic tiles) run kShallow / kDeep instead; kCpAsync, kShallow.
+// kLeanBurst: kLean whose prologue fills all three stages (a larger first burst; the steady
+// state is kLean's), for items of a few tiles (docs/perf.md, MLA decode, ninth version).
 // kAuto: the run's default, kShallow; the plan's pick (MlaDecodePlan::ring) is what callers pass.
-enum class MlaDecodeRing { kAuto, kShallow, kDeep, kLean, kLeanDeep };
+enum class MlaDecodeRing { kAuto, kShallow, kDeep, kLean, kLeanDeep, kLeanBurst };
 
 struct MlaDecodePlan {
   int64_t rows = 0, capacity = 0, num_items = 0;
@@ -115,7 +117,10 @@ inline constexpr MlaDecodeTrigger kMlaDefaultTrigger = MlaDecodeTrigger::kLate;
 // kAuto: kSeparate, the measured default (docs/perf.md, MLA decode, sixth version: the fused
 // tail's chain of atomics and L2 round trips in one CTA costs more than a second kernel whose
 // launch pdl hides); kFused where kMlaDefaultMergeFused and counters are given.
-enum class MlaDecodeMerge { kAuto, kSeparate, kFused };
+// kSeparate issues each warp's first 32 partials' loads before the weights' round trip (one L2
+// round trip after the run for rows of up to 256 items); kSeparateChained is the eighth
+// version's separate merge (weights first, then 8 partials a warp at a time), kept to compare.
+enum class MlaDecodeMerge { kAuto, kSeparate, kFused, kSeparateChained };
 inline constexpr bool kMlaDefaultMergeFused = false;
 
 // Device side of one step's plan. part_o: [capacity][heads][latent_dim], part_lse:
