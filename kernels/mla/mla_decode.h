@@ -50,7 +50,8 @@ namespace pdserve::cuda {
 // every measured shape (docs/perf.md, MLA decode, eighth version). kLeanDeep: the same loop on
 // kDeep's ring. Other shapes (and dynamic tiles) run kShallow / kDeep instead; kCpAsync, kShallow.
 // kLeanBurst: kLean whose prologue fills all three stages (a larger first burst; the steady
-// state is kLean's), for items of a few tiles (docs/perf.md, MLA decode, ninth version).
+// state is kLean's) and prefetches their page-table lines to L2 before the pdl wait, for items
+// of a few tiles (docs/perf.md, MLA decode, ninth version).
 // kAuto: the run's default, kShallow; the plan's pick (MlaDecodePlan::ring) is what callers pass.
 enum class MlaDecodeRing { kAuto, kShallow, kDeep, kLean, kLeanDeep, kLeanBurst };
 

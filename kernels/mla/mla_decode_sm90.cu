@@ -417,7 +417,8 @@ __global__ void __launch_bounds__(kThreads, HMAX <= 8 ? 2 : 1)
 // division per token), and the 2 x NH scores of a tile reduced together (warp_sum_many: 15
 // shuffles for 3 heads instead of 30 in one dependent chain each).
 // FILL (MlaDecodeRing::kLeanBurst): the prologue issues a tile into every stage (three, not
-// two: a larger first burst), the steady state is unchanged.
+// two: a larger first burst), its page-table lines prefetched to L2 before the pdl wait; the
+// steady state is unchanged.
 template <int NH, bool BULK, int TILE, int STAGES, bool LEAN = false, bool FILL = false>
 __global__ void __launch_bounds__(kThreads, 2)
     mla_decode_warp_kernel(const __grid_constant__ MlaDecodeArgs a, const int32_t* __restrict__ plan, float* part_o, float* part_lse,
@@ -462,6 +463,15 @@ __global__ void __launch_bounds__(kThreads, 2)
       mbar_init_fence();
     }
     __syncthreads();
+  }
+  // FILL: warm L2 with the page-table entries of the prologue's tiles while the kernel before
+  // drains. A prefetch returns nothing to the thread (L2 is the point of coherence), so it
+  // cannot read a stale value even if that kernel still writes the table.
+  if constexpr (FILL) {
+    if (threadIdx.x == 0 && end > begin) {
+      asm volatile("prefetch.global.L2 [%0];\n" ::"l"(table + begin / ps));
+      asm volatile("prefetch.global.L2 [%0];\n" ::"l"(table + (min(begin + STAGES * TILE, end) - 1) / ps));
+    }
   }
   pdl_wait();  // q and the cache may come from the kernels before (only the plan is read above)
   if (!late_trigger) pdl_trigger();  // MlaDecodeTrigger::kEarly
