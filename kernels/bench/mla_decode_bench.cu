@@ -131,6 +131,7 @@ void bench_shape(const Shape& s, bool run_old) {
   // The defaults as the backend runs them: kAuto merge (the separate kernel), pdl, late trigger.
   w.counters = counters.get(), w.pdl = true;
   w.ring = plan.ring;  // the plan's copy ring, as the backend passes it
+  w.merge_mode = plan.merge;  // and the plan's merge form
 
   const double floor_us = bytes / g_bw * 1e6;
   g_reps = 20;
@@ -178,17 +179,17 @@ void bench_shape(const Shape& s, bool run_old) {
     // Ninth version, same plan, pdl + late trigger, graphs (three interleaved rounds, the median
     // round): c0 = the eighth version's default (kLean, the chained separate merge); c1 = kLean,
     // the early-load separate merge; c2 = kLeanBurst, early merge; c3 = kLean, fused merge;
-    // c4 = the plan's ring with the default merge (the default path); c5 = c1's run alone (no
+    // c4 = the plan's ring and merge form (the default path; in the mladec9 call still kAuto = early); c5 = c1's run alone (no
     // merge: wrong output, the merge's share of the step). Then one launch (median of 20) of
     // c0-c2, and the copy ring alone (prologue of two tiles, then of three).
     constexpr int kCfg = 6;
     MlaDecodeWork rw[kCfg];
     for (int o = 0; o < kCfg; ++o) rw[o] = w, rw[o].trigger = MlaDecodeTrigger::kLate, rw[o].counters = nullptr;
     rw[0].ring = MlaDecodeRing::kLean, rw[0].merge_mode = MlaDecodeMerge::kSeparateChained;
-    rw[1].ring = MlaDecodeRing::kLean, rw[1].merge_mode = MlaDecodeMerge::kSeparate;
+    rw[1].ring = MlaDecodeRing::kLean, rw[1].merge_mode = MlaDecodeMerge::kSeparate;  // early loads
     rw[2].ring = MlaDecodeRing::kLeanBurst, rw[2].merge_mode = MlaDecodeMerge::kSeparate;
     rw[3].ring = MlaDecodeRing::kLean, rw[3].merge_mode = MlaDecodeMerge::kFused, rw[3].counters = counters.get();
-    rw[4].ring = plan.ring, rw[4].merge_mode = MlaDecodeMerge::kAuto;
+    rw[4].ring = plan.ring, rw[4].merge_mode = plan.merge;
     rw[5].ring = MlaDecodeRing::kLean, rw[5].merge = false;
     std::vector<double> rounds[kCfg];
     for (int r = 0; r < 3; ++r)
@@ -241,11 +242,11 @@ void bench_shape(const Shape& s, bool run_old) {
     int64_t capacity, fan_in;
   };
   const int64_t cap1 = mla_decode_plan_capacity(s.batch);
-  const Option opts[] = {{MlaDecodeMerge::kSeparate, false, cap1, kMlaMergeFanIn},
+  const Option opts[] = {{MlaDecodeMerge::kAuto, false, cap1, kMlaMergeFanIn},  // kAuto: the plan's separate form
                          {MlaDecodeMerge::kFused, false, cap1, kMlaMergeFanIn},
                          {MlaDecodeMerge::kFused, true, cap1, kMlaMergeFanIn},
                          {MlaDecodeMerge::kFused, false, cap1, kMlaMaxMergeFanIn},
-                         {MlaDecodeMerge::kSeparate, false, s.batch + kMlaTargetItems / 2, kMlaMergeFanIn},
+                         {MlaDecodeMerge::kAuto, false, s.batch + kMlaTargetItems / 2, kMlaMergeFanIn},
                          {MlaDecodeMerge::kFused, false, std::min(cap1, 16 * s.batch), kMlaMergeFanIn}};
   constexpr int kOpts = sizeof(opts) / sizeof(opts[0]);
   std::vector<DeviceBuffer<int32_t>> oplans;
@@ -259,9 +260,10 @@ void bench_shape(const Shape& s, bool run_old) {
     oplans.push_back(upload(op.image));
     ow[o] = w;
     ow[o].plan = oplans.back().get(), ow[o].capacity = ocap, ow[o].launch_items = op.num_items;
-    ow[o].merge = op.any_split || op.any_empty, ow[o].merge_mode = opts[o].merge, ow[o].dynamic_tiles = opts[o].dynamic;
+    ow[o].merge = op.any_split || op.any_empty, ow[o].dynamic_tiles = opts[o].dynamic;
+    ow[o].merge_mode = opts[o].merge == MlaDecodeMerge::kAuto ? op.merge : opts[o].merge;
     ow[o].pdl = true, ow[o].trigger = MlaDecodeTrigger::kLate;
-    if (opts[o].merge == MlaDecodeMerge::kSeparate) ow[o].counters = nullptr;
+    if (opts[o].merge != MlaDecodeMerge::kFused) ow[o].counters = nullptr;
   }
   std::vector<double> rounds[kOpts];
   for (int r = 0; r < 3; ++r)

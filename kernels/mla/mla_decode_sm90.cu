@@ -727,11 +727,11 @@ constexpr int kMergeStaged = 1024;  // the merge kernel keeps up to this many it
 // several combine their partials weighted by 2^(lse - max). All 256 threads read the lse
 // values at once into shared memory (one round trip to L2, then block reductions); the 8 warps
 // split the items (a warp reads 256 contiguous bytes of each), lane = two dims.
-// EARLY (the default, MlaDecodeMerge::kSeparate): each warp issues the loads of its first
+// EARLY (MlaDecodeMerge::kSeparate, the plan's pick for rows of many items): each warp issues the loads of its first
 // kMergeEarly items into registers BEFORE the weights' round trip (they do not depend on it),
 // so a row of up to 8 x kMergeEarly items costs one L2 round trip after the run, not one for
 // the weights plus one per 8 items a warp (4 more at 256 items: 1 x 16K, 1 x 64K).
-// !EARLY (kSeparateChained, the eighth version's merge): weights first, then 8 items a warp in flight.
+// !EARLY (kSeparateChained and kAuto, the eighth version's merge): weights first, then 8 items a warp in flight.
 constexpr int kMergeEarly = 32;
 template <bool EARLY>
 __global__ void __launch_bounds__(kThreads) mla_merge_kernel(const __grid_constant__ MlaDecodeArgs a, const int32_t* __restrict__ plan,
@@ -915,9 +915,10 @@ Status mla_decode_run(const MlaDecodeArgs& a, const MlaDecodeWork& w, cudaStream
   }
   if (fused || !w.merge) return Status::ok();
   const dim3 grid(static_cast<unsigned>(a.rows), static_cast<unsigned>(a.heads), static_cast<unsigned>((a.latent_dim + 63) / 64));
-  const cudaError_t e = w.merge_mode == MlaDecodeMerge::kSeparateChained
-                            ? launch_pdl(w.pdl, mla_merge_kernel<false>, grid, dim3(kThreads), 0, stream, a, w.plan, w.part_o, w.part_lse)
-                            : launch_pdl(w.pdl, mla_merge_kernel<true>, grid, dim3(kThreads), 0, stream, a, w.plan, w.part_o, w.part_lse);
+  // kSeparate: the early-load form; kAuto and kSeparateChained: the chained one.
+  const cudaError_t e = w.merge_mode == MlaDecodeMerge::kSeparate
+                            ? launch_pdl(w.pdl, mla_merge_kernel<true>, grid, dim3(kThreads), 0, stream, a, w.plan, w.part_o, w.part_lse)
+                            : launch_pdl(w.pdl, mla_merge_kernel<false>, grid, dim3(kThreads), 0, stream, a, w.plan, w.part_o, w.part_lse);
   if (e != cudaSuccess) return cuda_status(e, "mla_decode_run (merge)");
   return last_launch_status("mla_decode_run (merge)");
 }

@@ -194,6 +194,28 @@ TEST(MlaDecodePlan, ShortAndLongItemsPickTheirRings) {
   EXPECT_EQ(mla_decode_pick_ring(kMlaDeepRingMaxChunk + kMlaTileTokens), kMlaLongItemRing);
 }
 
+TEST(MlaDecodePlan, RowsOfManyItemsPickTheEarlyMerge) {
+  // 1 x 4K / 16K / 64K: one row of 256 items (the early-load merge); 1 x 1K (64 items), 8 x
+  // 16K (32 a row), 128 x 16K (2 a row), 256 x 4K (1): the chained one (kAuto).
+  const std::pair<int64_t, int32_t> early[] = {{1, 4096}, {1, 16384}, {1, 65536}};
+  const std::pair<int64_t, int32_t> chained[] = {{1, 1024}, {8, 16384}, {128, 16384}, {256, 4096}};
+  MlaDecodePlan plan;
+  for (const auto& [rows, ctx] : early) {
+    const std::vector<int32_t> c(rows, ctx);
+    ASSERT_TRUE(build_mla_decode_plan(c.data(), rows, 64, mla_decode_plan_capacity(rows), &plan).is_ok());
+    EXPECT_EQ(plan.merge, MlaDecodeMerge::kSeparate) << rows << " x " << ctx;
+  }
+  for (const auto& [rows, ctx] : chained) {
+    const std::vector<int32_t> c(rows, ctx);
+    ASSERT_TRUE(build_mla_decode_plan(c.data(), rows, 64, mla_decode_plan_capacity(rows), &plan).is_ok());
+    EXPECT_EQ(plan.merge, MlaDecodeMerge::kAuto) << rows << " x " << ctx;
+  }
+  // A ragged batch: one long row is enough.
+  const std::vector<int32_t> ragged = {100, 65536, 3};
+  ASSERT_TRUE(build_mla_decode_plan(ragged.data(), 3, 64, mla_decode_plan_capacity(3), &plan).is_ok());
+  EXPECT_EQ(plan.merge, MlaDecodeMerge::kSeparate);
+}
+
 class MlaDecode : public ktest::GpuTest {};
 
 struct Case {
@@ -327,7 +349,8 @@ void run_case(const Case& c, uint32_t seed) {
       ASSERT_TRUE(part_o.upload(std::vector<float>(cap * c.heads * c.lat, NAN)).is_ok());
       ASSERT_TRUE(part_lse.upload(std::vector<float>(cap * c.heads, NAN)).is_ok());
       w.variant = o.variant, w.loader = o.loader, w.pdl = o.pdl, w.trigger = o.trigger, w.merge_mode = o.merge;
-      w.counters = o.merge == kSeparate || o.merge == kChained ? nullptr : counters.get();
+      if (o.merge == MlaDecodeMerge::kAuto) w.merge_mode = plan.merge;  // the defaults: the plan's merge form
+      w.counters = o.merge == kSeparate || o.merge == kChained || o.merge == MlaDecodeMerge::kAuto ? nullptr : counters.get();
       w.dynamic_tiles = o.dynamic_tiles;
       w.ring = o.ring == MlaDecodeRing::kAuto ? plan.ring : o.ring;
       if (o.pdl) {
