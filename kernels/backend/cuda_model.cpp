@@ -145,6 +145,7 @@ Status CudaModel::plan_mla(const int32_t* ctx, int64_t rows, bool in_graph, Step
   // The plan's copy ring for this step's shape. A graph keeps the ring it was captured with;
   // both rings read the same plan image, so a replay stays correct either way.
   st->mla.ring = plan.ring;
+  st->mla.merge_mode = plan.merge;  // the separate merge's form (early loads for rows of many items)
   // The fused merge's counters: zeroed when the buffer is new (here, outside any capture);
   // every run leaves them zero, so graphs replay without a reset node.
   PDS_ASSIGN_OR_RETURN(int32_t* counters, scratch<int32_t>(kMlaCounters, mla_decode_counter_words(rows, capacity)));

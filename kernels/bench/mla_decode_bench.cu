@@ -5,7 +5,8 @@
 // enough copies of the page tables (distinct pages) that the 50 MB L2 never holds a step.
 //   mla_decode_bench [quick | focus | tune] [noold]   (quick: a smoke run; focus: the 3-head shapes; noold: skip the
 //   old kernel; tune: only the merge/tile options table, graphs, at the 3-head shapes; ring: only the
-//   copy-ring table, shallow vs lean vs deep ring (MlaDecodeRing), at the small-batch / long-context shapes)
+//   ring table: the lean ring with the chained / early / fused merge, the burst ring, the run alone, the copy ring
+//   alone, at the small-batch / long-context shapes; ninth version)
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -23,12 +24,14 @@ namespace {
 
 bool g_no_old = false;  // "noold": skip the old kernel (seconds at long context)
 bool g_tune = false;    // "tune": only the options table
-bool g_ring = false;    // "ring": only the copy-ring table (shallow / lean / deep, eighth version)
+bool g_ring = false;    // "ring": only the ring / merge table (ninth version)
 constexpr int64_t kLat = 512, kRope = 64, kEntry = kLat + kRope, kPage = 64;
 
 // The copy ring alone (diagnostic, "ring" table): the run's plan, page tables, 16-token bulk
 // tiles, 3 stages, one block barrier a tile, and NO scoring: what the access pattern and the
 // ring give without any per-SM work. Writes one float per CTA so the copies are not idle.
+// FILL: the prologue fills all three stages (kLeanBurst's first burst) instead of two.
+template <bool FILL>
 __global__ void __launch_bounds__(256, 2) copy_ring_kernel(const float* __restrict__ cache, const int32_t* __restrict__ table_all,
                                                            int64_t max_pages, const int32_t* __restrict__ plan, float* out) {
   using namespace pdserve::cuda::pdl_bulk;
@@ -54,12 +57,13 @@ __global__ void __launch_bounds__(256, 2) copy_ring_kernel(const float* __restri
     mbar_arrive_expect_tx(&full[st], bytes);
     bulk_copy(tiles + st * kTile * kEntry, cache + (static_cast<int64_t>(page) * kPage + t0 % kPage) * kEntry, bytes, &full[st]);
   };
-  for (int st = 0; st < kStages - 1 && st < ntiles; ++st) issue(begin + st * kTile, st);
+  constexpr int kAhead = FILL ? kStages : kStages - 1;
+  for (int st = 0; st < kAhead && st < ntiles; ++st) issue(begin + st * kTile, st);
   float acc = 0.0f;
   for (int i = 0; i < ntiles; ++i) {
     mbar_wait(&full[i % kStages], (i / kStages) & 1);
     __syncthreads();
-    if (i + kStages - 1 < ntiles) issue(begin + (i + kStages - 1) * kTile, (i + kStages - 1) % kStages);
+    if (i + kStages - 1 >= kAhead && i + kStages - 1 < ntiles) issue(begin + (i + kStages - 1) * kTile, (i + kStages - 1) % kStages);
     acc += tiles[(i % kStages) * kTile * kEntry + threadIdx.x];
   }
   if (threadIdx.x == 0) out[item] = acc;
@@ -127,6 +131,7 @@ void bench_shape(const Shape& s, bool run_old) {
   // The defaults as the backend runs them: kAuto merge (the separate kernel), pdl, late trigger.
   w.counters = counters.get(), w.pdl = true;
   w.ring = plan.ring;  // the plan's copy ring, as the backend passes it
+  w.merge_mode = plan.merge;  // and the plan's merge form
 
   const double floor_us = bytes / g_bw * 1e6;
   g_reps = 20;
@@ -171,20 +176,27 @@ void bench_shape(const Shape& s, bool run_old) {
     return graph_runs[graph_runs.size() / 2];
   };
   if (g_ring) {
-    // The copy rings side by side, same plan, the defaults otherwise (separate merge, pdl, late
-    // trigger): shallow, lean (the shallow ring's leaner scoring loop), deep, lean on the deep
-    // ring, and the plan's pick (the default path): graphs, three interleaved rounds, the median round; then one
-    // launch each between events (median of 20).
-    constexpr int kRings = 5;
-    const MlaDecodeRing rings[kRings] = {MlaDecodeRing::kShallow, MlaDecodeRing::kLean, MlaDecodeRing::kDeep, MlaDecodeRing::kLeanDeep,
-                                         plan.ring};
-    MlaDecodeWork rw[kRings];
-    for (int o = 0; o < kRings; ++o) rw[o] = w, rw[o].ring = rings[o], rw[o].trigger = MlaDecodeTrigger::kLate, rw[o].counters = nullptr;
-    std::vector<double> rounds[kRings];
+    // Ninth version, same plan, pdl + late trigger, graphs (three interleaved rounds, the median
+    // round): c0 = the eighth version's default (kLean, the chained separate merge); c1 = kLean,
+    // the early-load separate merge; c2 = kLeanBurst, early merge; c3 = kLean, fused merge;
+    // c4 = the plan's ring and merge form (the default path; in the mladec9 call still kAuto = early); c5 = c1's run alone (no
+    // merge: wrong output, the merge's share of the step). Then one launch (median of 20) of
+    // c0-c2, and the copy ring alone (prologue of two tiles, then of three).
+    constexpr int kCfg = 6;
+    MlaDecodeWork rw[kCfg];
+    for (int o = 0; o < kCfg; ++o) rw[o] = w, rw[o].trigger = MlaDecodeTrigger::kLate, rw[o].counters = nullptr;
+    rw[0].ring = MlaDecodeRing::kLean, rw[0].merge_mode = MlaDecodeMerge::kSeparateChained;
+    rw[1].ring = MlaDecodeRing::kLean, rw[1].merge_mode = MlaDecodeMerge::kSeparate;  // early loads
+    rw[2].ring = MlaDecodeRing::kLeanBurst, rw[2].merge_mode = MlaDecodeMerge::kSeparate;
+    rw[3].ring = MlaDecodeRing::kLean, rw[3].merge_mode = MlaDecodeMerge::kFused, rw[3].counters = counters.get();
+    rw[4].ring = plan.ring, rw[4].merge_mode = plan.merge;
+    rw[5].ring = MlaDecodeRing::kLean, rw[5].merge = false;
+    std::vector<double> rounds[kCfg];
     for (int r = 0; r < 3; ++r)
-      for (int o = 0; o < kRings; ++o) rounds[o].push_back(graph_step_us(rw[o]));
-    double launch_us[kRings - 1];
-    for (int o = 0; o + 1 < kRings; ++o)
+      for (int o = 0; o < kCfg; ++o) rounds[o].push_back(graph_step_us(rw[o]));
+    constexpr int kLaunched = 3;
+    double launch_us[kLaunched];
+    for (int o = 0; o < kLaunched; ++o)
       launch_us[o] = median_us([&](int i) {
         a.page_table = tables[i % copies].get();
         check(mla_decode_run(a, rw[o], nullptr), "mla_decode_run (ring)");
@@ -193,22 +205,27 @@ void bench_shape(const Shape& s, bool run_old) {
     DeviceBuffer<float> sink;
     check(sink.resize(cap), "sink");
     const size_t ring_smem = 3 * 16 * kEntry * sizeof(float);
-    check(cuda_status(cudaFuncSetAttribute(copy_ring_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(ring_smem)),
-                      "copy ring smem"), "copy ring smem");
-    const double copy_us = median_us([&](int i) {
-      copy_ring_kernel<<<static_cast<unsigned>(plan.num_items), 256, ring_smem>>>(cache.get(), tables[i % copies].get(), pages_per_row,
-                                                                               dplan.get(), sink.get());
-    });
-    const char* names[] = {"auto", "shallow", "deep", "lean", "lean-deep"};
+    double copy_us[2];
+    for (int f = 0; f < 2; ++f) {
+      auto kernel = f ? copy_ring_kernel<true> : copy_ring_kernel<false>;
+      check(cuda_status(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(ring_smem)),
+                        "copy ring smem"), "copy ring smem");
+      copy_us[f] = median_us([&](int i) {
+        kernel<<<static_cast<unsigned>(plan.num_items), 256, ring_smem>>>(cache.get(), tables[i % copies].get(), pages_per_row, dplan.get(),
+                                                                        sink.get());
+      });
+    }
+    const char* names[] = {"auto", "shallow", "deep", "lean", "lean-deep", "lean-burst"};
     std::printf("ring | %4ld | %6ld | %4ld | %s | %7.2f |", static_cast<long>(s.batch), static_cast<long>(s.ctx),
                 static_cast<long>(plan.num_items), names[static_cast<int>(plan.ring)], floor_us);
-    for (int o = 0; o < kRings; ++o) {
+    for (int o = 0; o < kCfg; ++o) {
       std::sort(rounds[o].begin(), rounds[o].end());
       std::printf(" %8.2f (%4.2f) |", rounds[o][1], bytes / rounds[o][1] * 1e-6);
     }
-    std::printf(" %5.3f |", rounds[0][1] / rounds[1][1]);  // shallow / lean
-    for (int o = 0; o + 1 < kRings; ++o) std::printf(" %8.2f |", launch_us[o]);
-    std::printf(" %8.2f (%4.2f) |\n", copy_us, bytes / copy_us * 1e-6);
+    std::printf(" %5.3f |", rounds[0][1] / rounds[4][1]);  // old default / new default
+    for (int o = 0; o < kLaunched; ++o) std::printf(" %8.2f |", launch_us[o]);
+    for (int f = 0; f < 2; ++f) std::printf(" %8.2f (%4.2f) |", copy_us[f], bytes / copy_us[f] * 1e-6);
+    std::printf("\n");
     std::fflush(stdout);
     return;
   }
@@ -225,11 +242,11 @@ void bench_shape(const Shape& s, bool run_old) {
     int64_t capacity, fan_in;
   };
   const int64_t cap1 = mla_decode_plan_capacity(s.batch);
-  const Option opts[] = {{MlaDecodeMerge::kSeparate, false, cap1, kMlaMergeFanIn},
+  const Option opts[] = {{MlaDecodeMerge::kAuto, false, cap1, kMlaMergeFanIn},  // kAuto: the plan's separate form
                          {MlaDecodeMerge::kFused, false, cap1, kMlaMergeFanIn},
                          {MlaDecodeMerge::kFused, true, cap1, kMlaMergeFanIn},
                          {MlaDecodeMerge::kFused, false, cap1, kMlaMaxMergeFanIn},
-                         {MlaDecodeMerge::kSeparate, false, s.batch + kMlaTargetItems / 2, kMlaMergeFanIn},
+                         {MlaDecodeMerge::kAuto, false, s.batch + kMlaTargetItems / 2, kMlaMergeFanIn},
                          {MlaDecodeMerge::kFused, false, std::min(cap1, 16 * s.batch), kMlaMergeFanIn}};
   constexpr int kOpts = sizeof(opts) / sizeof(opts[0]);
   std::vector<DeviceBuffer<int32_t>> oplans;
@@ -243,9 +260,10 @@ void bench_shape(const Shape& s, bool run_old) {
     oplans.push_back(upload(op.image));
     ow[o] = w;
     ow[o].plan = oplans.back().get(), ow[o].capacity = ocap, ow[o].launch_items = op.num_items;
-    ow[o].merge = op.any_split || op.any_empty, ow[o].merge_mode = opts[o].merge, ow[o].dynamic_tiles = opts[o].dynamic;
+    ow[o].merge = op.any_split || op.any_empty, ow[o].dynamic_tiles = opts[o].dynamic;
+    ow[o].merge_mode = opts[o].merge == MlaDecodeMerge::kAuto ? op.merge : opts[o].merge;
     ow[o].pdl = true, ow[o].trigger = MlaDecodeTrigger::kLate;
-    if (opts[o].merge == MlaDecodeMerge::kSeparate) ow[o].counters = nullptr;
+    if (opts[o].merge != MlaDecodeMerge::kFused) ow[o].counters = nullptr;
   }
   std::vector<double> rounds[kOpts];
   for (int r = 0; r < 3; ++r)
@@ -321,8 +339,10 @@ int main(int argc, char** argv) {
   if (g_ring) {
     shapes = {{3, 1, 1024},    {3, 1, 16384},   {3, 1, 65536},   {3, 8, 1024},   {3, 8, 16384},   {3, 8, 65536},
               {3, 32, 16384},  {3, 128, 16384}, {3, 256, 16384}, {3, 32, 1024},  {3, 256, 4096},  {3, 1, 4096}};
-    std::printf("ring rows (graph us/step (TB/s), separate merge, pdl + late trigger): | batch | ctx | items | plan's ring | floor us | "
-                "shallow | lean | deep | lean-deep | the plan's ring (default) | shallow / lean | one launch shallow us | one launch lean us | one launch deep us | one launch lean-deep us | copy ring alone, one launch us (TB/s) |\n");
+    std::printf("ring rows (graph us/step (TB/s), pdl + late trigger): | batch | ctx | items | plan's ring | floor us | "
+                "c0 lean + chained merge (8th default) | c1 lean + early merge | c2 lean-burst + early merge | c3 lean + fused merge | "
+                "c4 the plan's ring + default merge | c5 = c1's run alone, no merge | c0 / c4 | one launch c0 us | one launch c1 us | "
+                "one launch c2 us | copy ring alone, one launch us (TB/s) | copy ring, 3-tile prologue (TB/s) |\n");
   } else if (quick) {
     shapes = {{3, 1, 1024}, {3, 64, 4096}};
   } else if (g_tune) {  // small batches at long context first (the open target), then the large steps

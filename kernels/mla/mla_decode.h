@@ -49,12 +49,36 @@ namespace pdserve::cuda {
 // token, the scores of a tile reduced together): 14-38% faster than kShallow on the H200 at
 // every measured shape (docs/perf.md, MLA decode, eighth version). kLeanDeep: the same loop on
 // kDeep's ring. Other shapes (and dynamic tiles) run kShallow / kDeep instead; kCpAsync, kShallow.
+// kLeanBurst: kLean whose prologue fills all three stages (a larger first burst; the steady
+// state is kLean's) and prefetches their page-table lines to L2 before the pdl wait: measured
+// no faster than kLean at any shape on the H200 (docs/perf.md, MLA decode, ninth version), so
+// never picked; a tested option.
 // kAuto: the run's default, kShallow; the plan's pick (MlaDecodePlan::ring) is what callers pass.
-enum class MlaDecodeRing { kAuto, kShallow, kDeep, kLean, kLeanDeep };
+enum class MlaDecodeRing { kAuto, kShallow, kDeep, kLean, kLeanDeep, kLeanBurst };
+
+// Where split rows are merged. kSeparate / kSeparateChained: a second kernel (grid row x head x 64-dim slice).
+// kFused: in the run, by the last CTA of each group / row (needs MlaDecodeWork::counters).
+// kAuto: kSeparateChained, the measured default (docs/perf.md, MLA decode, sixth version: the
+// fused tail's chain of atomics and L2 round trips in one CTA costs more than a second kernel
+// whose launch pdl hides); kFused where kMlaDefaultMergeFused and counters are given.
+// The separate kernel comes in two forms. kSeparateChained (the eighth version's): the weights
+// first, then 8 partials a warp at a time (one L2 round trip per 64 items of a row after the
+// weights' one). kSeparate (early loads): each warp issues its first 32 partials' loads before
+// the weights' round trip, so rows of up to 256 items cost one; but 128 registers a thread
+// (against 32), measured slower than the chained form at rows of up to 64 items and faster at
+// 256 (ninth version): the plan picks it for rows of more than kMlaEarlyMergeMinItems items
+// (MlaDecodePlan::merge), which callers pass like the ring.
+enum class MlaDecodeMerge { kAuto, kSeparate, kFused, kSeparateChained };
+inline constexpr bool kMlaDefaultMergeFused = false;
+// Between the measured 64 items a row (the chained form faster) and 256 (the early one faster).
+inline constexpr int64_t kMlaEarlyMergeMinItems = 128;
 
 struct MlaDecodePlan {
   int64_t rows = 0, capacity = 0, num_items = 0;
   MlaDecodeRing ring = MlaDecodeRing::kShallow;  // the ring measured faster for this step's shape (mla_decode_pick_ring)
+  // The separate merge's form: kSeparate (early loads) where a row has more than
+  // kMlaEarlyMergeMinItems items, else kAuto (the chained form). Callers pass it unless they fuse.
+  MlaDecodeMerge merge = MlaDecodeMerge::kAuto;
   bool any_split = false;     // some row has >= 2 items: the merge has work
   bool any_empty = false;     // some row has ctx_len <= 0 (its one empty item writes zeros)
   std::vector<int32_t> image; // mla_decode_plan_words(rows, capacity) words
@@ -110,13 +134,6 @@ enum class MlaDecodeLoader { kAuto, kCpAsync, kBulk };
 enum class MlaDecodeTrigger { kEarly, kLate };
 inline constexpr MlaDecodeTrigger kMlaDefaultTrigger = MlaDecodeTrigger::kLate;
 
-// Where split rows are merged. kSeparate: a second kernel (grid row x head x 64-dim slice).
-// kFused: in the run, by the last CTA of each group / row (needs MlaDecodeWork::counters).
-// kAuto: kSeparate, the measured default (docs/perf.md, MLA decode, sixth version: the fused
-// tail's chain of atomics and L2 round trips in one CTA costs more than a second kernel whose
-// launch pdl hides); kFused where kMlaDefaultMergeFused and counters are given.
-enum class MlaDecodeMerge { kAuto, kSeparate, kFused };
-inline constexpr bool kMlaDefaultMergeFused = false;
 
 // Device side of one step's plan. part_o: [capacity][heads][latent_dim], part_lse:
 // [capacity][heads]. launch_items: CTAs to launch (the plan's num_items when known on the host,

@@ -51,6 +51,7 @@ Status build_mla_decode_plan(const int32_t* ctx_len, int64_t rows, int64_t page_
   plan->capacity = capacity;
   plan->num_items = 0;
   plan->any_split = plan->any_empty = false;
+  int64_t most_items = 0;  // a row's, for the merge's form
   plan->image.assign(mla_decode_plan_words(rows, capacity), 0);
   int32_t* items = plan->image.data() + 4;
   int32_t* row_info = items + 4 * capacity;
@@ -74,6 +75,7 @@ Status build_mla_decode_plan(const int32_t* ctx_len, int64_t rows, int64_t page_
     row_info[4 * b + 2] = static_cast<int32_t>(group);
     row_info[4 * b + 3] = static_cast<int32_t>((splits + group - 1) / group);
     plan->any_split |= splits > 1;
+    most_items = std::max(most_items, splits);
     plan->any_empty |= n == 0;
     for (int64_t s = 0; s < splits; ++s) {
       int32_t* it = items + 4 * plan->num_items;
@@ -85,6 +87,7 @@ Status build_mla_decode_plan(const int32_t* ctx_len, int64_t rows, int64_t page_
     }
   }
   plan->ring = mla_decode_pick_ring(chunk);
+  plan->merge = most_items > kMlaEarlyMergeMinItems ? MlaDecodeMerge::kSeparate : MlaDecodeMerge::kAuto;
   plan->image[0] = static_cast<int32_t>(plan->num_items);
   plan->image[1] = static_cast<int32_t>(rows);
   plan->image[2] = static_cast<int32_t>(capacity);

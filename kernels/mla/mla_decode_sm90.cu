@@ -416,7 +416,10 @@ __global__ void __launch_bounds__(kThreads, HMAX <= 8 ? 2 : 1)
 // tile's valid tokens published by the issuing thread in shared memory (no page lookup or
 // division per token), and the 2 x NH scores of a tile reduced together (warp_sum_many: 15
 // shuffles for 3 heads instead of 30 in one dependent chain each).
-template <int NH, bool BULK, int TILE, int STAGES, bool LEAN = false>
+// FILL (MlaDecodeRing::kLeanBurst): the prologue issues a tile into every stage (three, not
+// two: a larger first burst), its page-table lines prefetched to L2 before the pdl wait; the
+// steady state is unchanged.
+template <int NH, bool BULK, int TILE, int STAGES, bool LEAN = false, bool FILL = false>
 __global__ void __launch_bounds__(kThreads, 2)
     mla_decode_warp_kernel(const __grid_constant__ MlaDecodeArgs a, const int32_t* __restrict__ plan, float* part_o, float* part_lse,
                            int32_t* counters, bool dynamic_tiles, bool late_trigger) {
@@ -460,6 +463,15 @@ __global__ void __launch_bounds__(kThreads, 2)
       mbar_init_fence();
     }
     __syncthreads();
+  }
+  // FILL: warm L2 with the page-table entries of the prologue's tiles while the kernel before
+  // drains. A prefetch returns nothing to the thread (L2 is the point of coherence), so it
+  // cannot read a stale value even if that kernel still writes the table.
+  if constexpr (FILL) {
+    if (threadIdx.x == 0 && end > begin) {
+      asm volatile("prefetch.global.L2 [%0];\n" ::"l"(table + begin / ps));
+      asm volatile("prefetch.global.L2 [%0];\n" ::"l"(table + (min(begin + STAGES * TILE, end) - 1) / ps));
+    }
   }
   pdl_wait();  // q and the cache may come from the kernels before (only the plan is read above)
   if (!late_trigger) pdl_trigger();  // MlaDecodeTrigger::kEarly
@@ -544,7 +556,7 @@ __global__ void __launch_bounds__(kThreads, 2)
   // into the stage tile i - 1 left (if not issued yet). The deep ring fills every stage at the
   // start (an item's first burst is most of its bytes at small batch); the shallow one keeps
   // its measured schedule (two ahead).
-  constexpr int kAhead = STAGES > kStages ? STAGES : STAGES - 1;
+  constexpr int kAhead = STAGES > kStages || FILL ? STAGES : STAGES - 1;
   if (dynamic) {
     if (threadIdx.x == 0)
 #pragma unroll
@@ -713,9 +725,15 @@ constexpr int kMergeStaged = 1024;  // the merge kernel keeps up to this many it
 
 // Grid (row, head, 64-dim slice): rows with one item were written by the run; rows with
 // several combine their partials weighted by 2^(lse - max). All 256 threads read the lse
-// values at once into shared memory (one round trip to L2, then block reductions), so only
-// the partials' own loads are left on the path; the 8 warps split the items (a warp reads 256
-// contiguous bytes of each, eight items in flight), lane = two dims.
+// values at once into shared memory (one round trip to L2, then block reductions); the 8 warps
+// split the items (a warp reads 256 contiguous bytes of each), lane = two dims.
+// EARLY (MlaDecodeMerge::kSeparate, the plan's pick for rows of many items): each warp issues the loads of its first
+// kMergeEarly items into registers BEFORE the weights' round trip (they do not depend on it),
+// so a row of up to 8 x kMergeEarly items costs one L2 round trip after the run, not one for
+// the weights plus one per 8 items a warp (4 more at 256 items: 1 x 16K, 1 x 64K).
+// !EARLY (kSeparateChained and kAuto, the eighth version's merge): weights first, then 8 items a warp in flight.
+constexpr int kMergeEarly = 32;
+template <bool EARLY>
 __global__ void __launch_bounds__(kThreads) mla_merge_kernel(const __grid_constant__ MlaDecodeArgs a, const int32_t* __restrict__ plan,
                                                              const float* __restrict__ part_o, const float* __restrict__ part_lse) {
   __shared__ float s_w[kMergeStaged];
@@ -736,6 +754,16 @@ __global__ void __launch_bounds__(kThreads) mla_merge_kernel(const __grid_consta
   }
   const float* lse = part_lse + static_cast<int64_t>(first) * H + h;
   const bool staged = n <= kMergeStaged;  // else the weights come from L2 again below
+  const float2* src = reinterpret_cast<const float2*>(part_o + (static_cast<int64_t>(first) * H + h) * lat + d);
+  const int64_t item_stride = static_cast<int64_t>(H) * lat / 2;  // float2 from one item's partial to the next
+  float2 early[EARLY ? kMergeEarly : 1];
+  if constexpr (EARLY) {
+#pragma unroll
+    for (int k = 0; k < kMergeEarly; ++k) {
+      const int i = warp + k * kWarps;
+      early[k] = d < lat && i < n ? __ldcg(src + i * item_stride) : make_float2(0.0f, 0.0f);
+    }
+  }
   float mx = -INFINITY;
   for (int i = threadIdx.x; i < n; i += kThreads) {
     const float v = lse[static_cast<int64_t>(i) * H];
@@ -764,8 +792,20 @@ __global__ void __launch_bounds__(kThreads) mla_merge_kernel(const __grid_consta
   const float inv = m == -INFINITY ? 0.0f : 1.0f / total;
   float2 acc = make_float2(0.0f, 0.0f);
   if (d < lat && m != -INFINITY) {
+    int i0 = warp;
+    if constexpr (EARLY) {
+#pragma unroll
+      for (int k = 0; k < kMergeEarly; ++k) {
+        const int i = warp + k * kWarps;
+        if (i < n) {
+          const float w = staged ? s_w[i] : exp2f(lse[static_cast<int64_t>(i) * H] - m);
+          acc = make_float2(fmaf(w, early[k].x, acc.x), fmaf(w, early[k].y, acc.y));
+        }
+      }
+      i0 += kMergeEarly * kWarps;
+    }
 #pragma unroll 8
-    for (int i = warp; i < n; i += kWarps) {
+    for (int i = i0; i < n; i += kWarps) {
       const float w = staged ? s_w[i] : exp2f(lse[static_cast<int64_t>(i) * H] - m);
       const float2 v = *reinterpret_cast<const float2*>(part_o + ((static_cast<int64_t>(first) + i) * H + h) * lat + d);
       acc = make_float2(fmaf(w, v.x, acc.x), fmaf(w, v.y, acc.y));
@@ -793,10 +833,10 @@ size_t run_shared_bytes(const MlaDecodeArgs& a) {
   return std::max<size_t>(kStages * kTile * (a.latent_dim + a.rope_dim), kMlaMaxMergeFanIn * a.heads) * sizeof(float);
 }
 
-template <int NH, bool BULK, int TILE, int STAGES, bool LEAN = false>
+template <int NH, bool BULK, int TILE, int STAGES, bool LEAN = false, bool FILL = false>
 Status launch_warp_run(const MlaDecodeArgs& a, const MlaDecodeWork& w, int32_t* counters, cudaStream_t stream) {
   const size_t smem = run_shared_bytes(a);
-  constexpr auto kernel = mla_decode_warp_kernel<NH, BULK, TILE, STAGES, LEAN>;
+  constexpr auto kernel = mla_decode_warp_kernel<NH, BULK, TILE, STAGES, LEAN, FILL>;
   static const cudaError_t opt_in = opt_in_shared(kernel);  // first (eager) call, never in a capture
   if (opt_in != cudaSuccess) return cuda_status(opt_in, "mla_decode_run (shared memory opt-in)");
   const cudaError_t e = launch_pdl(w.pdl, kernel, dim3(static_cast<unsigned>(w.launch_items)), dim3(kThreads),
@@ -818,6 +858,7 @@ Status launch_warp_run(const MlaDecodeArgs& a, const MlaDecodeWork& w, bool bulk
   if (ring == MlaDecodeRing::kDeep || ring == MlaDecodeRing::kLeanDeep)
     return launch_warp_run<NH, true, kTile / 2, 2 * kStages>(a, w, counters, stream);
   if (ring == MlaDecodeRing::kLean && lean) return launch_warp_run<NH, true, kTile, kStages, true>(a, w, counters, stream);
+  if (ring == MlaDecodeRing::kLeanBurst && lean) return launch_warp_run<NH, true, kTile, kStages, true, true>(a, w, counters, stream);
   return launch_warp_run<NH, true, kTile, kStages>(a, w, counters, stream);
 }
 
@@ -874,7 +915,10 @@ Status mla_decode_run(const MlaDecodeArgs& a, const MlaDecodeWork& w, cudaStream
   }
   if (fused || !w.merge) return Status::ok();
   const dim3 grid(static_cast<unsigned>(a.rows), static_cast<unsigned>(a.heads), static_cast<unsigned>((a.latent_dim + 63) / 64));
-  const cudaError_t e = launch_pdl(w.pdl, mla_merge_kernel, grid, dim3(kThreads), 0, stream, a, w.plan, w.part_o, w.part_lse);
+  // kSeparate: the early-load form; kAuto and kSeparateChained: the chained one.
+  const cudaError_t e = w.merge_mode == MlaDecodeMerge::kSeparate
+                            ? launch_pdl(w.pdl, mla_merge_kernel<true>, grid, dim3(kThreads), 0, stream, a, w.plan, w.part_o, w.part_lse)
+                            : launch_pdl(w.pdl, mla_merge_kernel<false>, grid, dim3(kThreads), 0, stream, a, w.plan, w.part_o, w.part_lse);
   if (e != cudaSuccess) return cuda_status(e, "mla_decode_run (merge)");
   return last_launch_status("mla_decode_run (merge)");
 }

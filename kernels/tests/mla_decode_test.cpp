@@ -194,6 +194,28 @@ TEST(MlaDecodePlan, ShortAndLongItemsPickTheirRings) {
   EXPECT_EQ(mla_decode_pick_ring(kMlaDeepRingMaxChunk + kMlaTileTokens), kMlaLongItemRing);
 }
 
+TEST(MlaDecodePlan, RowsOfManyItemsPickTheEarlyMerge) {
+  // 1 x 4K / 16K / 64K: one row of 256 items (the early-load merge); 1 x 1K (64 items), 8 x
+  // 16K (32 a row), 128 x 16K (2 a row), 256 x 4K (1): the chained one (kAuto).
+  const std::pair<int64_t, int32_t> early[] = {{1, 4096}, {1, 16384}, {1, 65536}};
+  const std::pair<int64_t, int32_t> chained[] = {{1, 1024}, {8, 16384}, {128, 16384}, {256, 4096}};
+  MlaDecodePlan plan;
+  for (const auto& [rows, ctx] : early) {
+    const std::vector<int32_t> c(rows, ctx);
+    ASSERT_TRUE(build_mla_decode_plan(c.data(), rows, 64, mla_decode_plan_capacity(rows), &plan).is_ok());
+    EXPECT_EQ(plan.merge, MlaDecodeMerge::kSeparate) << rows << " x " << ctx;
+  }
+  for (const auto& [rows, ctx] : chained) {
+    const std::vector<int32_t> c(rows, ctx);
+    ASSERT_TRUE(build_mla_decode_plan(c.data(), rows, 64, mla_decode_plan_capacity(rows), &plan).is_ok());
+    EXPECT_EQ(plan.merge, MlaDecodeMerge::kAuto) << rows << " x " << ctx;
+  }
+  // A ragged batch: one long row is enough.
+  const std::vector<int32_t> ragged = {100, 65536, 3};
+  ASSERT_TRUE(build_mla_decode_plan(ragged.data(), 3, 64, mla_decode_plan_capacity(3), &plan).is_ok());
+  EXPECT_EQ(plan.merge, MlaDecodeMerge::kSeparate);
+}
+
 class MlaDecode : public ktest::GpuTest {};
 
 struct Case {
@@ -267,6 +289,8 @@ void run_case(const Case& c, uint32_t seed) {
       MlaDecodeRing ring = MlaDecodeRing::kShallow;  // the warp variant's copy ring (kAuto: the plan's pick)
     };
     constexpr auto kDeep = MlaDecodeRing::kDeep, kLean = MlaDecodeRing::kLean, kLeanDeep = MlaDecodeRing::kLeanDeep;
+    constexpr auto kBurst = MlaDecodeRing::kLeanBurst;
+    constexpr auto kChained = MlaDecodeMerge::kSeparateChained, kSeparate = MlaDecodeMerge::kSeparate;
     constexpr auto kLate = MlaDecodeTrigger::kLate, kEarly = MlaDecodeTrigger::kEarly;
     constexpr auto kFused = MlaDecodeMerge::kFused;
     const Opt opts[] = {{MlaDecodeVariant::kBlock, MlaDecodeLoader::kAuto, false},
@@ -300,7 +324,18 @@ void run_case(const Case& c, uint32_t seed) {
                         {MlaDecodeVariant::kAuto, MlaDecodeLoader::kBulk, true, kLate, kFused, false, kLeanDeep},
                         {MlaDecodeVariant::kAuto, MlaDecodeLoader::kCpAsync, false, kEarly, MlaDecodeMerge::kSeparate, false, kLeanDeep},
                         {MlaDecodeVariant::kAuto, MlaDecodeLoader::kAuto, true, kLate, kFused},
-                        {MlaDecodeVariant::kBlock, MlaDecodeLoader::kAuto, true, kLate, kFused}};
+                        {MlaDecodeVariant::kBlock, MlaDecodeLoader::kAuto, true, kLate, kFused},
+                        // The lean loop with the full first burst (kLeanBurst): bulk with and
+                        // without pdl, separate and fused merge; kCpAsync keeps kShallow.
+                        {MlaDecodeVariant::kAuto, MlaDecodeLoader::kBulk, false, kEarly, kSeparate, false, kBurst},
+                        {MlaDecodeVariant::kAuto, MlaDecodeLoader::kBulk, true, kLate, kSeparate, false, kBurst},
+                        {MlaDecodeVariant::kAuto, MlaDecodeLoader::kBulk, true, kLate, kFused, false, kBurst},
+                        {MlaDecodeVariant::kAuto, MlaDecodeLoader::kCpAsync, false, kEarly, kSeparate, false, kBurst},
+                        // The eighth version's separate merge (weights first, then the partials),
+                        // kept to compare; kSeparate above is the early-load one.
+                        {MlaDecodeVariant::kAuto, MlaDecodeLoader::kBulk, false, kEarly, kChained, false, kLean},
+                        {MlaDecodeVariant::kAuto, MlaDecodeLoader::kBulk, true, kLate, kChained, false, kLean},
+                        {MlaDecodeVariant::kBlock, MlaDecodeLoader::kAuto, true, kLate, kChained}};
     // A blocking stream: the uploads below are cudaMemcpy from pageable memory on the legacy
     // stream, whose DMA may still be landing when the call returns; a non-blocking stream would
     // race them (seen on the H200: the zeros landing over the add's q).
@@ -314,7 +349,8 @@ void run_case(const Case& c, uint32_t seed) {
       ASSERT_TRUE(part_o.upload(std::vector<float>(cap * c.heads * c.lat, NAN)).is_ok());
       ASSERT_TRUE(part_lse.upload(std::vector<float>(cap * c.heads, NAN)).is_ok());
       w.variant = o.variant, w.loader = o.loader, w.pdl = o.pdl, w.trigger = o.trigger, w.merge_mode = o.merge;
-      w.counters = o.merge == MlaDecodeMerge::kSeparate ? nullptr : counters.get();
+      if (o.merge == MlaDecodeMerge::kAuto) w.merge_mode = plan.merge;  // the defaults: the plan's merge form
+      w.counters = o.merge == kSeparate || o.merge == kChained || o.merge == MlaDecodeMerge::kAuto ? nullptr : counters.get();
       w.dynamic_tiles = o.dynamic_tiles;
       w.ring = o.ring == MlaDecodeRing::kAuto ? plan.ring : o.ring;
       if (o.pdl) {
@@ -341,7 +377,14 @@ void run_case(const Case& c, uint32_t seed) {
 }
 
 TEST_F(MlaDecode, RaggedRowsMatchTheCpuReference) {
-  for (int64_t heads : {1, 3, 4, 16, 24})
+  for (int64_t heads : {1, 3, 4})
+    run_case({heads, 512, 64, 64, {1, 63, 64, 65, 4097, 32, 0, 2000}}, 100 + static_cast<uint32_t>(heads));
+}
+
+// The same batch at the block variant's head counts (a test of its own so that the sanitizers
+// can run it beside the other).
+TEST_F(MlaDecode, RaggedRowsManyHeadsMatchTheCpuReference) {
+  for (int64_t heads : {16, 24})
     run_case({heads, 512, 64, 64, {1, 63, 64, 65, 4097, 32, 0, 2000}}, 100 + static_cast<uint32_t>(heads));
 }
 
