@@ -87,6 +87,11 @@ struct KdaChunkArgs {
   // slower on the H200, so not the pick). The same arithmetic but for k and q's bf16 rounding
   // before their decays.
   int bf16_intra = 0;
+  // The packed state kernel's L2 prefetch: while it runs chunk n, chunk n + d's inputs are
+  // requested into L2 (one bulk prefetch a region), so its cp.async wait on L2, not DRAM, in
+  // the serial chain (docs/perf.md "State kernel: L2 prefetch, bf16 B operands"). 0: pick
+  // (kKdaChunkStatePrefetch), -1: off, 1 .. 8: d. Results do not depend on it.
+  int state_prefetch = 0;
   // true: the workspace already holds this batch's job tables, uploaded by an earlier call on
   // this stream with the same cu_seqlens, slots, slot_stride, heads, head_dim and workspace
   // (pointer and bytes); only layer_offset (and the tensors) may differ. Skips the uploads.
@@ -109,6 +114,8 @@ struct KdaChunkArgs {
 inline constexpr int kKdaChunkMaxPipelineBlocks = 64;
 // pipeline_blocks' pick in bf16 mode (0: plain there too).
 inline constexpr int kKdaChunkBf16PipelineBlocks = 4;
+// state_prefetch's pick (chunks ahead; 0: none).
+inline constexpr int kKdaChunkStatePrefetch = 2;
 // bf16_workspace's pick (docs/perf.md "Packed bf16 workspace").
 inline constexpr bool kKdaChunkPackBf16 = true;
 // First chunk of block b when `chunks` chunks split into `blocks` near-equal blocks (b == blocks:
