@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
 # One device run (nvidia-h200-x2, <= 150 s) for the packed state kernel's L2 prefetch and bf16
-# B-operand staging (docs/perf.md "State kernel: L2 prefetch, bf16 B operands"). bin/ holds this
+# B-operand staging (docs/perf.md "State kernel: bf16 B operands, L2 prefetch"). bin/ holds this
 # branch's binaries, old/ main's kda_chunk_bench built before the change.
 # GPU 1: fla's chunk_kda at T=16K and 64K H32 (bf16, safe_gate; kda_chunk_fla.py), started first.
 # GPU 0: kda_chunk_kernels_test and kda_chunk_pipeline_test with compute-sanitizer memcheck
 # beside them; then, once the GPU is free, kda_chunk_bench (bf16, the launcher's picks, plain and
 # 4 pipelined blocks) at T=16K and 64K H32: old, new with prefetch off (-1), new with the pick
-# (0), twice alternating; then prefetch 1 and 4 once, and H24 old / new once. Logs under $OUT.
+# (0; prefetch 2 in the branch's device run, off since), twice alternating; then prefetch 1 and 4,
+# block counts, two state buffers beside the bf16 k / q intra kernel, and H24 old / new once.
+# Logs under $OUT.
 # Run from the checkout root with this folder (bin/, old/, lib/, whl/, kda_chunk_fla.py) carried:
 #   OUT=dir [FLA_TIMEOUT=s] [FLA_SHAPES=TxH,..] bash .dev/<branch>/run_kda_pre9_h200.sh
 set -uo pipefail

@@ -203,7 +203,7 @@ Status kda_chunk_prefill(const KdaChunkArgs& a, cudaStream_t stream) {
     const int warps = a.state_warps == 16 && D == 128 && vt >= 32 ? 16 : 8;
     const bool packed = math == kda_chunk::kBf16 && !separate && warps == 8 &&
                         (a.bf16_workspace == 0 ? kKdaChunkPackBf16 : a.bf16_workspace == 2);
-    // Picked buffering: two, except the packed state kernel pipelined: single-buffered (97.5 KB
+    // Picked buffering: two, except the packed state kernel pipelined: single-buffered (83.5 KB
     // at D = 128) it leaves room for an intra CTA on its SM, which paid 4-8% over two buffers
     // pipelined; plain, one and two buffers were within 1.5% (docs/perf.md "Packed bf16 workspace").
     const bool double_buffer = a.state_buffers == 0 ? kKdaChunkStateDoubleBuffer && !(packed && p.blocks > 1) : a.state_buffers == 2;

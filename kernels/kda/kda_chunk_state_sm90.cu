@@ -13,8 +13,10 @@
 // D = 128 with VT >= 32: twice the warps an SM to hide the serial chain's latencies, each with
 // half the tiles): the row-side matmuls split 4 row tiles x NW / 4 column groups, the state
 // tiles split over all NW. PK (bf16 math, 8 warps): the packed bf16 workspace (w, qg, Aqk, kg^T
-// in bf16, kda_chunk_common.cuh) staged as it is: 97.5 KB single-buffered at D = 128, VT = 32
-// instead of 157.5 KB (131.5 / 223.5 KB double-buffered), so an intra CTA (112 KB) fits beside it.
+// in bf16, kda_chunk_common.cuh) staged as it is, and the B operands S^T and v_new staged as
+// transposed bf16 words (one 32-bit load a fragment, the rounding FragB(float, float) would do,
+// so bit-identical): 83.5 KB single-buffered at D = 128, VT = 32 instead of 157.5 KB (117.5 / 223.5
+// KB double-buffered), so an intra CTA (112 KB) fits beside it.
 #include "kda/kda_chunk_common.cuh"
 
 namespace pdserve::cuda {
@@ -159,9 +161,10 @@ __global__ void __launch_bounds__(NW * 32) state_kernel(const float* __restrict_
         cp_async_commit();
     }
   }
-  // PK: chunk n's inputs requested into L2 `prefetch` chunks ahead (one lane a region; the
-  // head's other state blocks ask for the same lines), so the cp.async above and below find
-  // them there instead of waiting on DRAM in the serial chain.
+  // PK, opt-in: chunk n's inputs requested into L2 `prefetch` chunks ahead (one lane a region;
+  // the head's other state blocks ask for the same lines). Measured 13-17% slower on the H200
+  // at distances 1, 2 and 4 (docs/perf.md "State kernel: bf16 B operands, L2 prefetch"): the
+  // kernel is not waiting on DRAM.
   auto prefetch_chunk = [&](int n) {
     if (!PK || warp != 0 || lane >= 6 || n >= job.chunks) return;
     const float* b = chunk_base(n);
