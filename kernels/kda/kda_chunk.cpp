@@ -95,6 +95,7 @@ Status kda_chunk_prefill(const KdaChunkArgs& a, cudaStream_t stream) {
     return invalid_argument("kda_chunk_prefill: bad output mode");
   if (a.bf16_workspace < 0 || a.bf16_workspace > 2) return invalid_argument("kda_chunk_prefill: bf16_workspace must be 0, 1 or 2");
   if (a.bf16_intra < 0 || a.bf16_intra > 2) return invalid_argument("kda_chunk_prefill: bf16_intra must be 0, 1 or 2");
+  if (a.state_prefetch < -1 || a.state_prefetch > 8) return invalid_argument("kda_chunk_prefill: state_prefetch must be -1 .. 8");
   if (a.pipeline_blocks < 0 || a.pipeline_blocks > kKdaChunkMaxPipelineBlocks)
     return invalid_argument("kda_chunk_prefill: pipeline_blocks must be 0 .. 64");
   if (H <= 0 || H > 65535 || a.num_seqs < 0) return invalid_argument("kda_chunk_prefill: bad head or sequence count");
@@ -187,6 +188,7 @@ Status kda_chunk_prefill(const KdaChunkArgs& a, cudaStream_t stream) {
     PDS_RETURN_IF_ERROR(cuda_status(cudaMemcpyAsync(seq_table, seqs.data(), seqs.size() * sizeof(SeqJob), cudaMemcpyHostToDevice, stream),
                                     "kda_chunk_prefill: sequence table"));
   }
+  const int prefetch = a.state_prefetch == 0 ? kKdaChunkStatePrefetch : std::max(a.state_prefetch, 0);
   const kda_chunk::Math math = a.bf16 ? kda_chunk::kBf16 : a.precise ? kda_chunk::k3xTf32 : kda_chunk::kTf32;
   for (const Pass& p : passes) {
     const ChunkJob* cj = chunk_table + p.chunk0;
@@ -201,7 +203,7 @@ Status kda_chunk_prefill(const KdaChunkArgs& a, cudaStream_t stream) {
     const int warps = a.state_warps == 16 && D == 128 && vt >= 32 ? 16 : 8;
     const bool packed = math == kda_chunk::kBf16 && !separate && warps == 8 &&
                         (a.bf16_workspace == 0 ? kKdaChunkPackBf16 : a.bf16_workspace == 2);
-    // Picked buffering: two, except the packed state kernel pipelined: single-buffered (97.5 KB
+    // Picked buffering: two, except the packed state kernel pipelined: single-buffered (83.5 KB
     // at D = 128) it leaves room for an intra CTA on its SM, which paid 4-8% over two buffers
     // pipelined; plain, one and two buffers were within 1.5% (docs/perf.md "Packed bf16 workspace").
     const bool double_buffer = a.state_buffers == 0 ? kKdaChunkStateDoubleBuffer && !(packed && p.blocks > 1) : a.state_buffers == 2;
@@ -214,7 +216,8 @@ Status kda_chunk_prefill(const KdaChunkArgs& a, cudaStream_t stream) {
       if (separate)
         return cuda_status(kda_chunk_state_split_launch(static_cast<int>(D), vt, math, double_buffer, inter, H, jobs, n, a.state, a.layer_offset, s),
                            "kda_chunk_state (separate output)");
-      return cuda_status(kda_chunk_state_launch(static_cast<int>(D), vt, warps, math, double_buffer, inter, H, jobs, n, a.state, a.layer_offset, a.o, s, packed),
+      return cuda_status(kda_chunk_state_launch(static_cast<int>(D), vt, warps, math, double_buffer, inter, H, jobs, n, a.state, a.layer_offset, a.o, s, packed,
+                                                prefetch),
                          "kda_chunk_state");
     };
     auto output = [&](cudaStream_t s) {

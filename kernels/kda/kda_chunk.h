@@ -76,7 +76,7 @@ struct KdaChunkArgs {
   bool bf16 = false;
   KdaChunkOutput output = KdaChunkOutput::kPick;
   // bf16 mode with the output in the 8-warp state kernel: the intra kernel's w, qg, Aqk, kg in
-  // bf16 in the workspace (half its writes; the state kernel stages them as they are, in 97.5
+  // bf16 in the workspace (half its writes; the state kernel stages them as they are, in 83.5
   // KB instead of 157.5 KB of shared memory at D = 128, tile 32, one buffer: an intra CTA fits
   // beside it). The same bf16 operands as the fp32 workspace, summed in another k order
   // (docs/perf.md "Packed bf16 workspace"). 0: pick (kKdaChunkPackBf16), 1: fp32 workspace, 2:
@@ -87,6 +87,11 @@ struct KdaChunkArgs {
   // slower on the H200, so not the pick). The same arithmetic but for k and q's bf16 rounding
   // before their decays.
   int bf16_intra = 0;
+  // The packed state kernel's L2 prefetch: while it runs chunk n, chunk n + d's inputs are
+  // requested into L2 (one bulk prefetch a region). 0: pick (kKdaChunkStatePrefetch: off; on
+  // the H200 every d measured made the state kernel 13-17% slower, docs/perf.md "State
+  // kernel: bf16 B operands, L2 prefetch"), -1: off, 1 .. 8: d. Results do not depend on it.
+  int state_prefetch = 0;
   // true: the workspace already holds this batch's job tables, uploaded by an earlier call on
   // this stream with the same cu_seqlens, slots, slot_stride, heads, head_dim and workspace
   // (pointer and bytes); only layer_offset (and the tensors) may differ. Skips the uploads.
@@ -109,6 +114,8 @@ struct KdaChunkArgs {
 inline constexpr int kKdaChunkMaxPipelineBlocks = 64;
 // pipeline_blocks' pick in bf16 mode (0: plain there too).
 inline constexpr int kKdaChunkBf16PipelineBlocks = 4;
+// state_prefetch's pick (chunks ahead; 0: none).
+inline constexpr int kKdaChunkStatePrefetch = 0;
 // bf16_workspace's pick (docs/perf.md "Packed bf16 workspace").
 inline constexpr bool kKdaChunkPackBf16 = true;
 // First chunk of block b when `chunks` chunks split into `blocks` near-equal blocks (b == blocks:

@@ -118,6 +118,8 @@ template <>
 struct FragB<kBf16> {
   uint32_t r;  // column gid: (k tig, k tig+4)
   __device__ __forceinline__ FragB(float b0, float b1) { r = bf16x2(b0, b1); }
+  // An already-packed pair (k 2 tig, 2 tig + 1 of column gid), e.g. a word of a bf16 [n][k] array.
+  __device__ __forceinline__ explicit FragB(uint32_t packed) { r = packed; }
 };
 // One float as bf16 bits (round to nearest even).
 __device__ __forceinline__ uint16_t bf16_bits(float x) {
@@ -167,6 +169,10 @@ __device__ __forceinline__ void cp_async16_zfill(void* smem, const void* gmem, b
   const uint32_t s = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(gmem), "r"(valid ? 16 : 0));
 }
+// Hint: bring `bytes` (a multiple of 16) from 16-byte aligned global memory into L2.
+__device__ __forceinline__ void prefetch_l2(const void* gmem, uint32_t bytes) {
+  asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(gmem), "r"(bytes) : "memory");
+}
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
 template <int N>
 __device__ __forceinline__ void cp_async_wait() {
@@ -189,10 +195,11 @@ cudaError_t kda_chunk_intra_bf16_launch(int D, const float* q, const float* k, c
                                         int64_t H, const kda_chunk::ChunkJob* jobs, int64_t chunks, float* ws, cudaStream_t stream,
                                         bool packed, bool kq16);
 // double_buffer: two buffers for each chunk's w and qg where shared memory allows; warps: 8, or
-// 16 at D = 128 with vt 32 / 64 (kda_chunk_state_sm90.cu).
+// 16 at D = 128 with vt 32 / 64 (kda_chunk_state_sm90.cu). prefetch (packed only): > 0, chunk
+// n + prefetch's inputs are requested into L2 while chunk n runs; 0: none.
 cudaError_t kda_chunk_state_launch(int D, int vt, int warps, kda_chunk::Math math, bool double_buffer, const float* ws, int64_t H,
                                    const kda_chunk::SeqJob* jobs, int64_t seqs, float* state, int64_t layer_offset, float* o,
-                                   cudaStream_t stream, bool packed = false);
+                                   cudaStream_t stream, bool packed = false, int prefetch = 0);
 // The output in its own pass: the state kernel carries only the state, storing each chunk's
 // starting state and v_new in the workspace (kda_chunk_state_split_sm90.cu); the output kernel
 // then computes o = qg S^T + Aqk v_new for all chunks in parallel (kda_chunk_output_sm90.cu).

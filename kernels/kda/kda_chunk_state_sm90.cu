@@ -13,8 +13,10 @@
 // D = 128 with VT >= 32: twice the warps an SM to hide the serial chain's latencies, each with
 // half the tiles): the row-side matmuls split 4 row tiles x NW / 4 column groups, the state
 // tiles split over all NW. PK (bf16 math, 8 warps): the packed bf16 workspace (w, qg, Aqk, kg^T
-// in bf16, kda_chunk_common.cuh) staged as it is: 97.5 KB single-buffered at D = 128, VT = 32
-// instead of 157.5 KB (131.5 / 223.5 KB double-buffered), so an intra CTA (112 KB) fits beside it.
+// in bf16, kda_chunk_common.cuh) staged as it is, and the B operands S^T and v_new staged as
+// transposed bf16 words (one 32-bit load a fragment, the rounding FragB(float, float) would do,
+// so bit-identical): 83.5 KB single-buffered at D = 128, VT = 32 instead of 157.5 KB (117.5 / 223.5
+// KB double-buffered), so an intra CTA (112 KB) fits beside it.
 #include "kda/kda_chunk_common.cuh"
 
 namespace pdserve::cuda {
@@ -33,7 +35,12 @@ struct StateSmem {
   static constexpr int AS = PK ? C / 2 + 4 : C + 4;   // Aqk: A operand
   static constexpr int VS = PK ? VT + 4 : VT + 8;     // u, v_new, S^T: B operand (row k, col n)
   static constexpr int ROWBUF = 2 * C * WS;  // one buffer of w and qg
-  static constexpr int floats = (DB ? 2 : 1) * ROWBUF + KG_FLOATS + C * AS + 2 * C * VS + D * VS + D;
+  // v_new and S^T, the B operands: PK stages them transposed as bf16 [VT][k] (row = value
+  // column, one 32-bit word a k pair: a fragment is one load, no conversion), else fp32 [k][VT].
+  static constexpr int VNW = C / 2 + 4, STW = D / 2 + 4;  // PK word strides (4 mod 32: conflict-free)
+  static constexpr int VN_FLOATS = PK ? VT * VNW : C * VS;
+  static constexpr int ST_FLOATS = PK ? VT * STW : D * VS;
+  static constexpr int floats = (DB ? 2 : 1) * ROWBUF + KG_FLOATS + C * AS + C * VS + VN_FLOATS + ST_FLOATS + D;
   static constexpr size_t bytes = floats * sizeof(float);
   static constexpr bool fits = bytes <= 227 * 1024;  // the sm_90 per-block opt-in limit
   // The state slice's tiles over NW warps: WM x WN warps, MT x NT tiles of 16 x 8 each.
@@ -46,21 +53,22 @@ struct StateSmem {
 
 template <int D, int VT, Math P, bool DB, int NW, bool PK>
 __global__ void __launch_bounds__(NW * 32) state_kernel(const float* __restrict__ ws, int64_t H, const SeqJob* __restrict__ jobs,
-                                                        float* __restrict__ state, int64_t layer_offset, float* __restrict__ o) {
+                                                        float* __restrict__ state, int64_t layer_offset, float* __restrict__ o,
+                                                        int prefetch) {
   static_assert(!PK || P == kBf16, "the packed workspace is bf16");
   using Sm = StateSmem<D, VT, DB, NW, PK>;
   constexpr int NT_THREADS = NW * 32;
   using L = Layout<D>;
   constexpr int WS = Sm::WS, KGS = Sm::KGS, AS = Sm::AS, VS = Sm::VS, MT = Sm::MT, NT = Sm::NT, WM = Sm::WM;
-  constexpr int VNT = Sm::VNT;
+  constexpr int VNT = Sm::VNT, VNW = Sm::VNW, STW = Sm::STW;
   extern __shared__ float4 smem4[];
   float* sw0 = reinterpret_cast<float*>(smem4);  // w then qg; DB: a second pair follows
   float* skg = sw0 + (DB ? 2 : 1) * Sm::ROWBUF;
   float* saqk = skg + Sm::KG_FLOATS;
   float* su = saqk + C * AS;
   float* svn = su + C * VS;
-  float* sS = svn + C * VS;
-  float* sgl = sS + D * VS;
+  float* sS = svn + Sm::VN_FLOATS;
+  float* sgl = sS + Sm::ST_FLOATS;
 
   const SeqJob job = jobs[blockIdx.z];
   const int64_t h = blockIdx.y;
@@ -153,10 +161,36 @@ __global__ void __launch_bounds__(NW * 32) state_kernel(const float* __restrict_
         cp_async_commit();
     }
   }
+  // PK, opt-in: chunk n's inputs requested into L2 `prefetch` chunks ahead (one lane a region;
+  // the head's other state blocks ask for the same lines). Measured 13-17% slower on the H200
+  // at distances 1, 2 and 4 (docs/perf.md "State kernel: bf16 B operands, L2 prefetch"): the
+  // kernel is not waiting on DRAM.
+  auto prefetch_chunk = [&](int n) {
+    if (!PK || warp != 0 || lane >= 6 || n >= job.chunks) return;
+    const float* b = chunk_base(n);
+    const int64_t off = lane == 0 ? L::w : lane == 1 ? L::u : lane == 2 ? L::qg : lane == 3 ? L::kg : lane == 4 ? L::aqk : L::gl;
+    const uint32_t bytes = lane == 1 ? C * D * 4 : lane == 4 ? C * C * 2 : lane == 5 ? D * 4 : C * D * 2;  // bf16 but u, gl
+    prefetch_l2(b + off, bytes);
+  };
+  for (int n = 1; n < prefetch; ++n) prefetch_chunk(n);
+  // PK: a k pair of the transposed bf16 B operands ([col][k] words) from this lane's values at
+  // (k, col) and (k, col + 1); the pair's other k (k ^ 1, row gid ^ 1) is lane ^ 4's. Even k
+  // lanes store column col's word, odd ones column col + 1's: bf16x2 as FragB(float, float).
+  auto store_pair_t = [&](uint32_t* X, int stride, int k, int col, float a, float b) {
+    const bool odd = k & 1;
+    const float x = __shfl_xor_sync(0xffffffffu, odd ? a : b, 4);
+    if (odd)
+      X[(col + 1) * stride + (k - 1) / 2] = bf16x2(x, b);
+    else
+      X[col * stride + k / 2] = bf16x2(a, x);
+  };
+  uint32_t* sST = reinterpret_cast<uint32_t*>(sS);   // PK: S^T as bf16 [VT][D]
+  uint32_t* sVNT = reinterpret_cast<uint32_t*>(svn);  // PK: v_new as bf16 [VT][C]
   // This warp's part of the row-side matmuls: rows [16 mrow, 16 mrow + 16), columns from n0.
   const int mrow = warp & 3, n0 = (warp >> 2) * VNT * 8;
   const int r0 = mrow * 16 + gid, r1 = r0 + 8;
   for (int n = 0; n < job.chunks; ++n) {
+    if (prefetch > 0) prefetch_chunk(n + prefetch);
     cp_async_wait<DB ? 2 : 1>();  // rows(n) landed; update(n) (DB: and rows(n+1)) may be in flight
     const float* sw = rows_buf(n);
     const float* sqg = sw + C * WS;
@@ -165,8 +199,13 @@ __global__ void __launch_bounds__(NW * 32) state_kernel(const float* __restrict_
 #pragma unroll
       for (int ni = 0; ni < NT; ++ni) {
         const int c = (wm * MT + mi) * 16 + gid, vv = (wn * NT + ni) * 8 + 2 * tig;
-        *reinterpret_cast<float2*>(sS + c * VS + vv) = make_float2(sacc[mi][ni][0], sacc[mi][ni][1]);
-        *reinterpret_cast<float2*>(sS + (c + 8) * VS + vv) = make_float2(sacc[mi][ni][2], sacc[mi][ni][3]);
+        if constexpr (PK) {
+          store_pair_t(sST, STW, c, vv, sacc[mi][ni][0], sacc[mi][ni][1]);
+          store_pair_t(sST, STW, c + 8, vv, sacc[mi][ni][2], sacc[mi][ni][3]);
+        } else {
+          *reinterpret_cast<float2*>(sS + c * VS + vv) = make_float2(sacc[mi][ni][0], sacc[mi][ni][1]);
+          *reinterpret_cast<float2*>(sS + (c + 8) * VS + vv) = make_float2(sacc[mi][ni][2], sacc[mi][ni][3]);
+        }
       }
     __syncthreads();
 
@@ -181,11 +220,19 @@ __global__ void __launch_bounds__(NW * 32) state_kernel(const float* __restrict_
         return FragA<P>(X[r0 * stride + k + tig], X[r1 * stride + k + tig], X[r0 * stride + k + tig + 4], X[r1 * stride + k + tig + 4]);
       }
     };
-    auto cols_b = [&](const float* X, int col, int k) {
-      if constexpr (PK)  // k pairs (2 tig, 2 tig + 1), as the packed A operands
-        return FragB<P>(X[(k + 2 * tig) * VS + col], X[(k + 2 * tig + 1) * VS + col]);
+    // B fragments of S^T (k = key channel) and v_new (k = token); PK: one word, k pair
+    // (2 tig, 2 tig + 1) as the packed A operands.
+    auto st_b = [&](int col, int k) {
+      if constexpr (PK)
+        return FragB<P>(sST[col * STW + k / 2 + tig]);
       else
-        return FragB<P>(X[(k + tig) * VS + col], X[(k + tig + 4) * VS + col]);
+        return FragB<P>(sS[(k + tig) * VS + col], sS[(k + tig + 4) * VS + col]);
+    };
+    auto vn_b = [&](int col, int k) {
+      if constexpr (PK)
+        return FragB<P>(sVNT[col * VNW + k / 2 + tig]);
+      else
+        return FragB<P>(svn[(k + tig) * VS + col], svn[(k + tig + 4) * VS + col]);
     };
 #pragma unroll 2
     for (int kb = 0; kb < D; kb += 16) {
@@ -194,7 +241,7 @@ __global__ void __launch_bounds__(NW * 32) state_kernel(const float* __restrict_
 #pragma unroll
       for (int nt = 0; nt < VNT; ++nt) {
         const int col = n0 + nt * 8 + gid;
-        const FragB<P> b0 = cols_b(sS, col, kb), b1 = cols_b(sS, col, kb + 8);
+        const FragB<P> b0 = st_b(col, kb), b1 = st_b(col, kb + 8);
         mma(vacc[nt], aw0, aw1, b0, b1);
         mma(oacc[nt], aq0, aq1, b0, b1);
       }
@@ -203,10 +250,15 @@ __global__ void __launch_bounds__(NW * 32) state_kernel(const float* __restrict_
 #pragma unroll
       for (int nt = 0; nt < VNT; ++nt) {
         const int col = n0 + nt * 8 + 2 * tig;
-        svn[r0 * VS + col] = su[r0 * VS + col] - vacc[nt][0];
-        svn[r0 * VS + col + 1] = su[r0 * VS + col + 1] - vacc[nt][1];
-        svn[r1 * VS + col] = su[r1 * VS + col] - vacc[nt][2];
-        svn[r1 * VS + col + 1] = su[r1 * VS + col + 1] - vacc[nt][3];
+        const float v00 = su[r0 * VS + col] - vacc[nt][0], v01 = su[r0 * VS + col + 1] - vacc[nt][1];
+        const float v10 = su[r1 * VS + col] - vacc[nt][2], v11 = su[r1 * VS + col + 1] - vacc[nt][3];
+        if constexpr (PK) {
+          store_pair_t(sVNT, VNW, r0, col, v00, v01);
+          store_pair_t(sVNT, VNW, r1, col, v10, v11);
+        } else {
+          svn[r0 * VS + col] = v00, svn[r0 * VS + col + 1] = v01;
+          svn[r1 * VS + col] = v10, svn[r1 * VS + col + 1] = v11;
+        }
       }
     };
     if constexpr (DB) {
@@ -231,7 +283,7 @@ __global__ void __launch_bounds__(NW * 32) state_kernel(const float* __restrict_
 #pragma unroll
       for (int nt = 0; nt < VNT; ++nt) {
         const int col = n0 + nt * 8 + gid;
-        mma(oacc[nt], a0, a1, cols_b(svn, col, kb), cols_b(svn, col, kb + 8));
+        mma(oacc[nt], a0, a1, vn_b(col, kb), vn_b(col, kb + 8));
       }
     }
     const int64_t row_base = job.row0 + static_cast<int64_t>(n) * C;
@@ -273,7 +325,7 @@ __global__ void __launch_bounds__(NW * 32) state_kernel(const float* __restrict_
 #pragma unroll
         for (int ni = 0; ni < NT; ++ni) {
           const int vv = (wn * NT + ni) * 8 + gid;
-          mma(sacc[mi][ni], a0, a1, cols_b(svn, vv, kb), cols_b(svn, vv, kb + 8));
+          mma(sacc[mi][ni], a0, a1, vn_b(vv, kb), vn_b(vv, kb + 8));
         }
       }
     }
@@ -304,48 +356,48 @@ __global__ void __launch_bounds__(NW * 32) state_kernel(const float* __restrict_
 
 template <int D, int VT, Math P, bool DB, int NW, bool PK>
 cudaError_t launch_state_db(const float* ws, int64_t H, const SeqJob* jobs, int64_t seqs, float* state, int64_t lo, float* o,
-                            cudaStream_t stream) {
+                            cudaStream_t stream, int prefetch) {
   static_assert(StateSmem<D, VT, DB, NW, PK>::fits, "state kernel shared memory over the per-block limit");
   constexpr size_t bytes = StateSmem<D, VT, DB, NW, PK>::bytes;
   const cudaError_t e =
       cudaFuncSetAttribute(state_kernel<D, VT, P, DB, NW, PK>, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes));
   if (e != cudaSuccess) return e;
   const dim3 grid(D / VT, static_cast<unsigned>(H), static_cast<unsigned>(seqs));
-  state_kernel<D, VT, P, DB, NW, PK><<<grid, NW * 32, bytes, stream>>>(ws, H, jobs, state, lo, o);
+  state_kernel<D, VT, P, DB, NW, PK><<<grid, NW * 32, bytes, stream>>>(ws, H, jobs, state, lo, o, prefetch);
   return cudaGetLastError();
 }
 
 // Double buffering where asked for and shared memory allows (not D = 128 at VT = 64 unpacked).
 template <int D, int VT, Math P, int NW = 8, bool PK = false>
 cudaError_t launch_state(bool db, const float* ws, int64_t H, const SeqJob* jobs, int64_t seqs, float* state, int64_t lo, float* o,
-                         cudaStream_t stream) {
+                         cudaStream_t stream, int prefetch = 0) {
   if constexpr (StateSmem<D, VT, true, NW, PK>::fits) {
-    if (db) return launch_state_db<D, VT, P, true, NW, PK>(ws, H, jobs, seqs, state, lo, o, stream);
+    if (db) return launch_state_db<D, VT, P, true, NW, PK>(ws, H, jobs, seqs, state, lo, o, stream, prefetch);
   }
-  return launch_state_db<D, VT, P, false, NW, PK>(ws, H, jobs, seqs, state, lo, o, stream);
+  return launch_state_db<D, VT, P, false, NW, PK>(ws, H, jobs, seqs, state, lo, o, stream, prefetch);
 }
 
 // The packed bf16 workspace: 8 warps, every tile.
 cudaError_t state_packed(int D, int vt, bool db, const float* ws, int64_t H, const SeqJob* jobs, int64_t seqs, float* state, int64_t lo,
-                         float* o, cudaStream_t stream) {
+                         float* o, cudaStream_t stream, int pf) {
   if (vt == 64) {
     switch (D) {
-      case 64: return launch_state<64, 64, kBf16, 8, true>(db, ws, H, jobs, seqs, state, lo, o, stream);
-      case 128: return launch_state<128, 64, kBf16, 8, true>(db, ws, H, jobs, seqs, state, lo, o, stream);
+      case 64: return launch_state<64, 64, kBf16, 8, true>(db, ws, H, jobs, seqs, state, lo, o, stream, pf);
+      case 128: return launch_state<128, 64, kBf16, 8, true>(db, ws, H, jobs, seqs, state, lo, o, stream, pf);
       default: return cudaErrorInvalidValue;
     }
   }
   if (vt == 16) {
     switch (D) {
-      case 64: return launch_state<64, 16, kBf16, 8, true>(db, ws, H, jobs, seqs, state, lo, o, stream);
-      case 128: return launch_state<128, 16, kBf16, 8, true>(db, ws, H, jobs, seqs, state, lo, o, stream);
+      case 64: return launch_state<64, 16, kBf16, 8, true>(db, ws, H, jobs, seqs, state, lo, o, stream, pf);
+      case 128: return launch_state<128, 16, kBf16, 8, true>(db, ws, H, jobs, seqs, state, lo, o, stream, pf);
       default: return cudaErrorInvalidValue;
     }
   }
   switch (D) {
-    case 32: return launch_state<32, 32, kBf16, 8, true>(db, ws, H, jobs, seqs, state, lo, o, stream);
-    case 64: return launch_state<64, 32, kBf16, 8, true>(db, ws, H, jobs, seqs, state, lo, o, stream);
-    case 128: return launch_state<128, 32, kBf16, 8, true>(db, ws, H, jobs, seqs, state, lo, o, stream);
+    case 32: return launch_state<32, 32, kBf16, 8, true>(db, ws, H, jobs, seqs, state, lo, o, stream, pf);
+    case 64: return launch_state<64, 32, kBf16, 8, true>(db, ws, H, jobs, seqs, state, lo, o, stream, pf);
+    case 128: return launch_state<128, 32, kBf16, 8, true>(db, ws, H, jobs, seqs, state, lo, o, stream, pf);
     default: return cudaErrorInvalidValue;
   }
 }
@@ -384,10 +436,11 @@ cudaError_t state_for(int D, int vt, int warps, bool db, const float* ws, int64_
 }  // namespace
 
 cudaError_t kda_chunk_state_launch(int D, int vt, int warps, Math math, bool double_buffer, const float* ws, int64_t H, const SeqJob* jobs,
-                                   int64_t seqs, float* state, int64_t layer_offset, float* o, cudaStream_t stream, bool packed) {
+                                   int64_t seqs, float* state, int64_t layer_offset, float* o, cudaStream_t stream, bool packed,
+                                   int prefetch) {
   if (packed) {  // bf16 on 8 warps only (the launcher checks)
     if (math != kda_chunk::kBf16 || warps != 8) return cudaErrorInvalidValue;
-    return state_packed(D, vt, double_buffer, ws, H, jobs, seqs, state, layer_offset, o, stream);
+    return state_packed(D, vt, double_buffer, ws, H, jobs, seqs, state, layer_offset, o, stream, prefetch < 0 ? 0 : prefetch);
   }
   switch (math) {
     case kda_chunk::kTf32: return state_for<kda_chunk::kTf32>(D, vt, warps, double_buffer, ws, H, jobs, seqs, state, layer_offset, o, stream);

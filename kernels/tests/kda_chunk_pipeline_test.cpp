@@ -3,7 +3,8 @@
 // block through the slot, so o and the whole pool must be bit-identical (memcmp, not a bound)
 // in every precision (3xTF32, tf32, bf16) and both output places, at lengths spanning many
 // blocks; also where passes split a long sequence (each pass pipelined), where a pass holds
-// several sequences (the plain schedule), and replayed from a captured CUDA graph.
+// several sequences (the plain schedule), and replayed from a captured CUDA graph; and the packed
+// state kernel's L2 prefetch distances (a hint) against prefetch off.
 // The block split and the argument check run without a GPU; the rest skips itself without one.
 #include <cstring>
 #include <numeric>
@@ -55,18 +56,19 @@ struct Outcome {
 };
 
 KdaChunkArgs args_for(const Problem& p, const Inputs& in, const std::vector<int64_t>& cu, const std::vector<int32_t>& slots, float* o,
-                      float* pool, DeviceBuffer<uint8_t>& ws, Mode mode, KdaChunkOutput output, int blocks) {
+                      float* pool, DeviceBuffer<uint8_t>& ws, Mode mode, KdaChunkOutput output, int blocks, int prefetch = 0) {
   KdaChunkArgs a;
   a.q = in.q.get(), a.k = in.k.get(), a.v = in.v.get(), a.g = in.g.get(), a.beta = in.beta.get(), a.o = o;
   a.heads = p.H, a.head_dim = p.D, a.num_seqs = static_cast<int64_t>(p.lens.size()), a.cu_seqlens = cu.data(), a.slots = slots.data();
   a.state = pool, a.slot_stride = p.slot_floats(), a.layer_offset = kLayer * p.H * p.D * p.D;
   a.workspace = ws.get(), a.workspace_bytes = ws.size();
   a.precise = mode == Mode::k3xTf32, a.bf16 = mode == Mode::kBf16, a.output = output, a.pipeline_blocks = blocks;
+  a.state_prefetch = prefetch;
   return a;
 }
 
 // One call from the same initial pool; workspace for `ws_chunks` chunks (0: the whole batch).
-Outcome run(const Problem& p, const Inputs& in, Mode mode, KdaChunkOutput output, int blocks, int64_t ws_chunks = 0) {
+Outcome run(const Problem& p, const Inputs& in, Mode mode, KdaChunkOutput output, int blocks, int64_t ws_chunks = 0, int prefetch = 0) {
   std::vector<int64_t> cu(p.lens.size() + 1, 0);
   for (size_t s = 0; s < p.lens.size(); ++s) cu[s + 1] = cu[s] + p.lens[s];
   std::vector<int32_t> slots(p.lens.size());
@@ -75,7 +77,7 @@ Outcome run(const Problem& p, const Inputs& in, Mode mode, KdaChunkOutput output
   DeviceBuffer<float> o(static_cast<size_t>(p.T() * p.H * p.D));
   EXPECT_TRUE(cuda_status(cudaMemset(o.get(), 0, o.size() * sizeof(float)), "memset").is_ok());
   DeviceBuffer<uint8_t> ws(kda_chunk_workspace_bytes(p.H, p.D, ws_chunks ? ws_chunks : p.chunks()));
-  const KdaChunkArgs a = args_for(p, in, cu, slots, o.get(), pool.get(), ws, mode, output, blocks);
+  const KdaChunkArgs a = args_for(p, in, cu, slots, o.get(), pool.get(), ws, mode, output, blocks, prefetch);
   EXPECT_TRUE(kda_chunk_prefill(a, nullptr).is_ok());
   return {host(o), host(pool)};
 }
@@ -123,6 +125,43 @@ TEST(KdaChunkPipelineSplit, RefusesBadBlockCounts) {
   EXPECT_FALSE(kda_chunk_prefill(a, nullptr).is_ok());
   a.pipeline_blocks = kKdaChunkMaxPipelineBlocks + 1;
   EXPECT_FALSE(kda_chunk_prefill(a, nullptr).is_ok());
+}
+
+TEST(KdaChunkPipelineSplit, RefusesBadStatePrefetch) {
+  KdaChunkArgs a;
+  a.heads = 2, a.head_dim = 128, a.num_seqs = 0;
+  for (int pf : {-1, 0, 1, 8}) {
+    a.state_prefetch = pf;
+    EXPECT_TRUE(kda_chunk_prefill(a, nullptr).is_ok()) << pf;
+  }
+  for (int pf : {-2, 9}) {
+    a.state_prefetch = pf;
+    EXPECT_FALSE(kda_chunk_prefill(a, nullptr).is_ok()) << pf;
+  }
+}
+
+// The packed state kernel's L2 prefetch (KdaChunkArgs::state_prefetch) is a hint: every
+// distance, off, and ones past a sequence's end (short sequences, several passes) give the bits
+// of prefetch off, plain and pipelined.
+TEST_F(KdaChunkPipeline, StatePrefetchBitIdentical) {
+  struct Case {
+    Problem p;
+    int64_t ws_chunks;
+  };
+  for (const Case& c : {Case{{4, 128, {64 * 41 + 23}}, 0}, Case{{2, 128, {100, 700, 64, 1}}, 10}, Case{{2, 64, {1, 65, 900}}, 0},
+                        Case{{2, 32, {333, 7}}, 0}}) {
+    const Inputs in = make_inputs(c.p, 13);
+    const Outcome off = run(c.p, in, Mode::kBf16, KdaChunkOutput::kPick, 1, c.ws_chunks, -1);
+    for (int blocks : {1, 4})
+      for (int pf : {0, 1, 2, 8}) {
+        SCOPED_TRACE(::testing::Message() << "prefetch " << pf << " blocks " << blocks << " D " << c.p.D << " T " << c.p.T());
+        const Outcome on = run(c.p, in, Mode::kBf16, KdaChunkOutput::kPick, blocks, c.ws_chunks, pf);
+        EXPECT_TRUE(same_bits(off.o, on.o)) << "output differs";
+        EXPECT_TRUE(same_bits(off.pool, on.pool)) << "final state (pool) differs";
+      }
+    std::printf("  bf16 D=%ld T=%ld ws_chunks=%ld: prefetch 0/1/2/8 x plain/4 blocks bit-identical to off checked\n", static_cast<long>(c.p.D),
+                static_cast<long>(c.p.T()), static_cast<long>(c.ws_chunks));
+  }
 }
 
 // One sequence of 42 chunks (the last partial), block counts from 2 to more than the chunks.
