@@ -1,4 +1,4 @@
-// moe_expert_mlp_prefill's warpgroup-MMA variants (MoePrefillKernel::kWgmma, kWgmmaWideN;
+// moe_expert_mlp_prefill's warpgroup-MMA variants (MoePrefillKernel::kWgmma, kWgmmaWideN, kWgmma160;
 // contract and design: moe_prefill.h, docs/design.md). Two consumer warpgroups a CTA, each
 // running wgmma.m64nNk16 with A = 64 weight rows dequantised in registers (the same fragment
 // as mma.m16n8k16's A, per warp 16 rows = two decode-layout tiles) and B = N tokens from a
@@ -7,7 +7,8 @@
 // (N 32..128). kWgmmaWideN: one m64 block a warpgroup (gate on the first, up on the second),
 // an expert's rows cut into equal token tiles of at most 192 (N 32..192): half the
 // accumulators a token, so an expert of ~146 rows is one tile and no short tail tile
-// repeats the dequantisation for a few tokens.
+// repeats the dequantisation for a few tokens. kWgmma160: kWgmma's blocks with token tiles of
+// up to 160 in order (N 32..160), the next chunk's packed words refilled in halves.
 // The tokens must be in wgmma_k_position order (moe_prefill_schedule.h), which
 // moe_permute_bf16 and this gate/up epilogue write.
 #include <cuda_bf16.h>
@@ -29,19 +30,22 @@ constexpr int kChunk = 128;    // inputs per ring stage: one decode-layout tile 
 // kSmemW = kWgmmaSmemW (the packed weights and scales travel through the cp.async ring with
 // the tokens, kAhead chunks ahead, instead of global -> registers one chunk ahead; frees the
 // 20 prefetch registers), kSmemWDeep = kWgmmaSmemWDeep (kSmemW with two wgmma groups left
-// running while the next k-step dequantises: wait_group 2).
-enum Variant : int { kRegW = 0, kWideN = 1, kSmemW = 2, kSmemWDeep = 3 };
+// running while the next k-step dequantises: wait_group 2), kRegW160 = kWgmma160 (kWgmma with
+// token tiles of up to 160: an expert of 129..160 rows is one N = 160 tile, dequantised once,
+// instead of an N = 128 tile and an N = 32 tail that repeats the whole dequantisation).
+enum Variant : int { kRegW = 0, kWideN = 1, kSmemW = 2, kSmemWDeep = 3, kRegW160 = 4 };
 
 template <int kVar>
 struct Cfg {
   static constexpr bool kSplit = kVar == kWideN;         // one m64 block a warpgroup, balanced token tiles
-  static constexpr bool kWeightsInSmem = kVar >= kSmemW;
+  static constexpr bool kBig = kVar == kRegW160;         // two m64 blocks, token tiles of 160 in order
+  static constexpr bool kWeightsInSmem = kVar == kSmemW || kVar == kSmemWDeep;
   static constexpr int kPending = kVar == kSmemWDeep ? 2 : 1;  // wgmma groups left running after each k-step
   // kSmemWDeep reads each k-step's packed words from shared memory as it dequantises (the
   // third A buffer would not fit beside a chunk's 16 packed registers: 255 + spills).
   static constexpr bool kWordsPerStep = kVar == kSmemWDeep;
   static constexpr int kBlocks = kSplit ? 1 : 2;         // m64 blocks a warpgroup
-  static constexpr int kTokTile = kSplit ? 192 : 128;    // most tokens a tile: the largest wgmma N used
+  static constexpr int kTokTile = kSplit ? 192 : kBig ? 160 : 128;  // most tokens a tile: the largest wgmma N used
   static constexpr bool kBalanced = kSplit;              // equal token tiles per expert, else 128 in order
   static constexpr int kOutGated = kSplit ? 64 : 128;    // gate (and as many up) outputs a tile
   static constexpr int kOutDown = kSplit ? 128 : 256;    // down outputs a tile
@@ -151,11 +155,23 @@ __device__ __forceinline__ void run_tile(const Mxfp4Decode& a, const Mxfp4Decode
   const uint32_t piece_off = (piece >> 3) * kHalfBytes;
   auto load_x = [&](int c, int slot) {
     const uint32_t base = smem_base + slot * kStageBytes + piece_off;
+    if constexpr (C::kBig) {
+      // Rolled: unrolled, ptxas keeps up to 10 rows' addresses live across the chunk loop,
+      // which the 160 accumulators leave no registers for.
+      const uint16_t* src = xp + int64_t(xr0) * cols + c * kChunk;
+      const int64_t step = int64_t(16) * cols;
+#pragma unroll 1
+      for (int r = xr0; r < kN; r += 16, src += step) {
+        const bool ok = r < tl.ntok;
+        cp_async16(base + r * 128 + (((piece & 7) ^ (r & 7)) << 4), ok ? src : xp, ok ? 16u : 0u);
+      }
+    } else {
 #pragma unroll
-    for (int k = 0; k < kN / 16; ++k) {
-      const int r = xr0 + 16 * k;
-      const bool ok = r < tl.ntok;
-      cp_async16(base + r * 128 + (((piece & 7) ^ (r & 7)) << 4), xp + (ok ? int64_t(r) * cols : 0) + c * kChunk, ok ? 16u : 0u);
+      for (int k = 0; k < kN / 16; ++k) {
+        const int r = xr0 + 16 * k;
+        const bool ok = r < tl.ntok;
+        cp_async16(base + r * 128 + (((piece & 7) ^ (r & 7)) << 4), xp + (ok ? int64_t(r) * cols : 0) + c * kChunk, ok ? 16u : 0u);
+      }
     }
   };
 
@@ -196,14 +212,39 @@ __device__ __forceinline__ void run_tile(const Mxfp4Decode& a, const Mxfp4Decode
     uint32_t sc[kQ];
     if constexpr (C::kWeightsInSmem) {
       read_w_smem(c % kStages, q, sc);
+    } else if constexpr (C::kBig) {
+      // 160 accumulators leave no room for a second chunk of packed words: qn is refilled in
+      // halves inside the k-step loop (next_half), only the scale words a chunk ahead here.
+#pragma unroll
+      for (int j = 0; j < kQ; ++j) sc[j] = sn[j];
+      if (c + 1 < chunks) {
+        sn[0] = __ldg(reinterpret_cast<const uint32_t*>(sa + (c + 1) * 32));
+        sn[1] = __ldg(reinterpret_cast<const uint32_t*>(sa + chunks * 32 + (c + 1) * 32));
+        sn[2] = __ldg(reinterpret_cast<const uint32_t*>(sb + (c + 1) * 32));
+        sn[3] = __ldg(reinterpret_cast<const uint32_t*>(sb + chunks * 32 + (c + 1) * 32));
+      }
     } else {
 #pragma unroll
       for (int j = 0; j < kQ; ++j) q[j] = qn[j], sc[j] = sn[j];
       if (c + 1 < chunks) load_w(c + 1, qn, sn);  // a chunk ahead, in registers
     }
+    // kBig: after k-step 3 (words 0-1 of every tile dequantised) and 7 (words 2-3), those
+    // words of the next chunk go into the same registers. (ptxas keeps that placement in the
+    // gate/up kernels but sinks the loads to the last k-step in the down ones, asm volatile
+    // loads too; what it saves either way is the registers.)
+    [[maybe_unused]] auto next_half = [&](auto part) {
+      const int off = (c + 1) * 512 + part * 8;
+      const uint2 v0 = __ldg(reinterpret_cast<const uint2*>(pa + off)), v1 = __ldg(reinterpret_cast<const uint2*>(pa + tile_bytes + off));
+      const uint2 v2 = __ldg(reinterpret_cast<const uint2*>(pb + off)), v3 = __ldg(reinterpret_cast<const uint2*>(pb + tile_bytes + off));
+      if (part == 0) {
+        qn[0].x = v0.x, qn[0].y = v0.y, qn[1].x = v1.x, qn[1].y = v1.y, qn[2].x = v2.x, qn[2].y = v2.y, qn[3].x = v3.x, qn[3].y = v3.y;
+      } else {
+        qn[0].z = v0.x, qn[0].w = v0.y, qn[1].z = v1.x, qn[1].w = v1.y, qn[2].z = v2.x, qn[2].w = v2.y, qn[3].z = v3.x, qn[3].w = v3.y;
+      }
+    };
     const uint32_t slot = smem_base + (c % kStages) * kStageBytes;
     const int wslot_c = c % kStages;
-    auto word = [&](int j, int i) { return C::kWordsPerStep ? smem_word(wslot_c, j, i) : word_of(q[j], i); };
+    auto word = [&](int j, int i) { return C::kWordsPerStep ? smem_word(wslot_c, j, i) : word_of(C::kBig ? qn[j] : q[j], i); };
 #pragma unroll
     for (int s = 0; s < 8; ++s) {  // k-step s: group i = s / 2, half h = s % 2
       const int i = s >> 1, h = s & 1;
@@ -219,6 +260,8 @@ __device__ __forceinline__ void run_tile(const Mxfp4Decode& a, const Mxfp4Decode
           fb[0] = lo[0], fb[1] = hi[0], fb[2] = lo[1], fb[3] = hi[1];
         }
       }
+      if constexpr (C::kBig)
+        if ((s & 3) == 3 && c + 1 < chunks) next_half(s >> 2);
       const uint64_t desc = sw128_desc(slot + (s >> 2) * kHalfBytes + (s & 3) * 32);
       wgmma_fence();
       wgmma_rs<kN>(acc0, fa, desc);
@@ -312,8 +355,10 @@ __global__ void __launch_bounds__(kThreads, 1)
       run_tile<kVar, kGated, kWide, 64>(a, b, x, act_out, out, fn, smem, tl);
     } else if (nv == 3) {
       run_tile<kVar, kGated, kWide, 96>(a, b, x, act_out, out, fn, smem, tl);
-    } else if (!kSplit || nv == 4) {
+    } else if (nv == 4 || (!kSplit && !C::kBig)) {
       run_tile<kVar, kGated, kWide, 128>(a, b, x, act_out, out, fn, smem, tl);
+    } else if constexpr (C::kBig) {
+      run_tile<kVar, kGated, kWide, 160>(a, b, x, act_out, out, fn, smem, tl);
     } else if constexpr (kSplit) {
       if (nv == 5) run_tile<kVar, kGated, kWide, 160>(a, b, x, act_out, out, fn, smem, tl);
       else run_tile<kVar, kGated, kWide, 192>(a, b, x, act_out, out, fn, smem, tl);
@@ -358,6 +403,7 @@ Status expert_mlp_prefill_wgmma(const MoeDecodeWeights& w, const int32_t* offset
     case MoePrefillKernel::kWgmmaSmemWDeep:
       return run_both<kSmemWDeep>(w, offsets, experts, capacity, x_sorted, act, out_sorted, queue, stream);
     case MoePrefillKernel::kWgmma: return run_both<kRegW>(w, offsets, experts, capacity, x_sorted, act, out_sorted, queue, stream);
+    case MoePrefillKernel::kWgmma160: return run_both<kRegW160>(w, offsets, experts, capacity, x_sorted, act, out_sorted, queue, stream);
     case MoePrefillKernel::kWgmmaTma:
     case MoePrefillKernel::kWgmmaTma4:
       return expert_mlp_prefill_wgmma_tma(w, offsets, experts, capacity, x_sorted, act, out_sorted, queue_words, kernel, stream);

@@ -30,7 +30,7 @@ using MoePrefill = GpuTest;
 
 constexpr MoePrefillKernel kKernels[] = {MoePrefillKernel::kMmaSync, MoePrefillKernel::kWgmma, MoePrefillKernel::kWgmmaWideN,
                                          MoePrefillKernel::kWgmmaSmemW, MoePrefillKernel::kWgmmaSmemWDeep, MoePrefillKernel::kWgmmaTma,
-                                         MoePrefillKernel::kWgmmaTma4, MoePrefillKernel::kWgmmaProducer};
+                                         MoePrefillKernel::kWgmmaTma4, MoePrefillKernel::kWgmmaProducer, MoePrefillKernel::kWgmma160};
 const char* name_of(MoePrefillKernel k) {
   switch (k) {
     case MoePrefillKernel::kWgmma: return "wgmma";
@@ -40,6 +40,7 @@ const char* name_of(MoePrefillKernel k) {
     case MoePrefillKernel::kWgmmaTma: return "wgmma-tma";
     case MoePrefillKernel::kWgmmaTma4: return "wgmma-tma4";
     case MoePrefillKernel::kWgmmaProducer: return "wgmma-producer";
+    case MoePrefillKernel::kWgmma160: return "wgmma-160";
     default: return "mma.sync";
   }
 }
@@ -112,7 +113,10 @@ double run_prefill(const Routing& r, int64_t tokens, int64_t k, int64_t begin, c
   for (int32_t id : r.ids) rows += id >= begin && id < begin + local;
   EXPECT_GT(rows, 0) << what << ": the case should route some rows here";
   double worst = 0.0;
-  std::vector<float> y_wgmma;  // kWgmma's output: the shared-memory-weight, bulk-copy and producer loops run the same MMAs in the same order
+  // kWgmma's output: the shared-memory-weight, bulk-copy, producer and 160-token-tile loops run the same
+  // MMAs in the same k order on each output (kWgmma160: N = 160 where kWgmma runs 128 + 32;
+  // bit-identical on every case on the H200, docs/perf.md "Token tiles of 160")
+  std::vector<float> y_wgmma;
   for (const MoePrefillKernel kernel : kKernels) {
     EXPECT_EQ(cudaMemset(b.y.get(), 0xff, tokens * dim * sizeof(float)), cudaSuccess);  // NaN: a row the kernel skipped shows
     const Status s = pipeline(b, dw, tokens, k, begin, local, nullptr, kernel);
@@ -120,7 +124,7 @@ double run_prefill(const Routing& r, int64_t tokens, int64_t k, int64_t begin, c
     const std::vector<float> y = host(b.y);
     if (kernel == MoePrefillKernel::kWgmma) y_wgmma = y;
     if (kernel == MoePrefillKernel::kWgmmaSmemW || kernel == MoePrefillKernel::kWgmmaSmemWDeep || kernel == MoePrefillKernel::kWgmmaTma ||
-        kernel == MoePrefillKernel::kWgmmaTma4 || kernel == MoePrefillKernel::kWgmmaProducer) {
+        kernel == MoePrefillKernel::kWgmmaTma4 || kernel == MoePrefillKernel::kWgmmaProducer || kernel == MoePrefillKernel::kWgmma160) {
       EXPECT_TRUE(y == y_wgmma) << what << " [" << name_of(kernel) << "]: not bit-identical to wgmma";
     }
     const double err = nerr(y, ref);
@@ -218,7 +222,7 @@ TEST_F(MoePrefill, OddRowCountsBesideEmptyExperts) {
   // Local experts 0 and 2 get n rows each (k = 2: one pick each per token), 1 and 3 none.
   const int64_t local = 4, begin = 8;
   const HostExperts h = make_experts(local, 384, 640, 100, true);  // 384: 1.5 gate/up tiles; 640: 1.25 down tiles
-  for (int64_t n : {1, 15, 17, 64, 65, 129, 190, 385}) {
+  for (int64_t n : {1, 15, 17, 64, 65, 129, 146, 160, 161, 190, 321, 385}) {  // 146 .. 321: kWgmma160's tile edges
     Routing r{std::vector<int32_t>(2 * n), std::vector<float>(2 * n)};
     for (int64_t t = 0; t < n; ++t) r.ids[2 * t] = begin + 2, r.ids[2 * t + 1] = begin, r.weights[2 * t] = 0.6f, r.weights[2 * t + 1] = 0.4f;
     EXPECT_LT(run_prefill(r, n, 2, begin, h, MoeActivation::kSiTU, 101 + static_cast<uint32_t>(n), "rows=" + std::to_string(n)), 1e-2);
