@@ -119,7 +119,7 @@ TEST(DistFlags, EveryStageOrRankRunsOnExactlyOneNodeInOrder) {
             EXPECT_EQ(s.stages, 1) << at;
             EXPECT_EQ(s.first_stage, 0) << at;
           }
-          for (int i = 0; i < s.stages; ++i) {
+          for (int i = 0; i < s.stages && pp > 1; ++i) {  // with --pp 1 every node runs the one stage
             ASSERT_LT(s.first_stage + i, pp) << at;
             EXPECT_EQ(stage_node[static_cast<size_t>(s.first_stage + i)], -1) << at << ": stage " << s.first_stage + i << " on two nodes";
             stage_node[static_cast<size_t>(s.first_stage + i)] = n;
