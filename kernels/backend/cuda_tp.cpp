@@ -1,10 +1,12 @@
 // make_cuda_tp_forwards: one CudaModel per tensor-parallel rank, rank r on device r, joined
-// by an NCCL group of threads of this process.
+// by an NCCL group of threads of this process; the node variants join a group over nodes, and
+// the pipeline variants one CudaModel per stage (rank = global stage).
 #include <cuda_runtime.h>
 
 #include "backend/cuda_model.h"
 #include "common/cuda_check.h"
 #include "nccl/device_comm.h"
+#include "pdserve/model/cuda_node_stages.h"
 
 namespace pdserve {
 
@@ -46,17 +48,47 @@ Result<std::vector<std::unique_ptr<DeviceForward>>> make_cuda_tp_forwards(const 
 Result<std::vector<std::unique_ptr<DeviceForward>>> make_cuda_pp_forwards(const std::vector<std::shared_ptr<const Model>>& stages,
                                                                           int64_t num_pages, int64_t page_size, int64_t num_slots,
                                                                           CudaForwardOptions opts) {
-  const int size = static_cast<int>(stages.size());
-  if (size < 2) return invalid_argument("cuda backend: a pipeline needs at least two stages");
-  PDS_RETURN_IF_ERROR(check_cuda_devices(1, size));
-  for (int s = 0; s < size; ++s)
-    if (!stages[s] || stages[s]->first_stage() != (s == 0) || stages[s]->last_stage() != (s == size - 1))
-      return invalid_argument("cuda backend: model " + std::to_string(s) + " is not pipeline stage " + std::to_string(s) + " of " + std::to_string(size));
-  // One NCCL group over the stages (rank s on device s); only send/recv between neighbours use it.
-  PDS_ASSIGN_OR_RETURN(auto links, cuda::make_nccl_group(size));
+  return make_cuda_node_pp_forwards(stages, {}, static_cast<int>(stages.size()), 0, num_pages, page_size, num_slots, opts);
+}
+
+Result<std::vector<std::unique_ptr<DeviceForward>>> make_cuda_node_pp_forwards(const std::vector<std::shared_ptr<const Model>>& stages,
+                                                                               const std::vector<uint8_t>& group_id, int total_stages,
+                                                                               int first_stage, int64_t num_pages, int64_t page_size,
+                                                                               int64_t num_slots, CudaForwardOptions opts) {
+  const int local = static_cast<int>(stages.size());
+  const bool one_node = group_id.empty();
+  if (total_stages < 2) return invalid_argument("cuda backend: a pipeline needs at least two stages");
+  if (local < 1 || first_stage < 0 || first_stage + local > total_stages || (one_node && local != total_stages))
+    return invalid_argument("cuda backend: stages " + std::to_string(first_stage) + ".." + std::to_string(first_stage + local - 1) +
+                            " are not whole stages of a " + std::to_string(total_stages) + "-stage pipeline" +
+                            (one_node ? " on one node (no NCCL id from node 0)" : ""));
+  if (one_node) {
+    PDS_RETURN_IF_ERROR(check_cuda_devices(1, local));
+  } else {
+    int devices = 0;
+    if (cudaGetDeviceCount(&devices) != cudaSuccess) devices = 0;
+    if (devices < local)
+      return invalid_argument("--device cuda --pp " + std::to_string(total_stages) + ": this node runs stages " + std::to_string(first_stage) +
+                              ".." + std::to_string(first_stage + local - 1) + " and needs " + std::to_string(local) +
+                              " GPUs (one per stage), it has " + std::to_string(devices));
+  }
+  for (int i = 0; i < local; ++i) {
+    const int s = first_stage + i;
+    if (!stages[i] || stages[i]->first_stage() != (s == 0) || stages[i]->last_stage() != (s == total_stages - 1))
+      return invalid_argument("cuda backend: model " + std::to_string(i) + " is not pipeline stage " + std::to_string(s) + " of " +
+                              std::to_string(total_stages));
+  }
+  // One NCCL group over every stage of every node (rank = global stage, local stage i on
+  // device i); only send/recv between neighbours use it.
+  std::vector<std::unique_ptr<cuda::DeviceCommunicator>> links;
+  if (one_node) {
+    PDS_ASSIGN_OR_RETURN(links, cuda::make_nccl_group(total_stages));
+  } else {
+    PDS_ASSIGN_OR_RETURN(links, cuda::make_nccl_node_group(group_id, total_stages, first_stage, local));
+  }
   std::vector<std::unique_ptr<DeviceForward>> out;
-  for (int s = 0; s < size; ++s) {
-    PDS_ASSIGN_OR_RETURN(auto m, cuda::CudaModel::create_stage(stages[s], num_pages, page_size, num_slots, s, std::move(links[s]), opts));
+  for (int i = 0; i < local; ++i) {
+    PDS_ASSIGN_OR_RETURN(auto m, cuda::CudaModel::create_stage(stages[i], num_pages, page_size, num_slots, i, std::move(links[i]), opts));
     out.push_back(std::move(m));
   }
   return out;

@@ -2,6 +2,7 @@
 """Replies of a pdserve server to fixed greedy prompts, and their comparison (run_serve_nodes_h200.sh).
 
   compare_replies.py query PORT               -> JSON list of {text, token_logprobs} on stdout
+  compare_replies.py many PORT                -> the same, every prompt sent at once (one batch)
   compare_replies.py compare NODES TP2 TP1    -> equality of NODES with TP2 and with TP1
   compare_replies.py same NAME GOT REF        -> equality of GOT with REF, printed as NAME (run_pp_cuda_h200.sh)
 """
@@ -12,15 +13,22 @@ import urllib.request
 PROMPTS = ["Hello", "The quick brown fox", "1, 2, 3,", "Once upon a time"]
 
 
+def one(port, p):
+    body = json.dumps({"prompt": p, "max_tokens": 16, "temperature": 0, "ignore_eos": True, "logprobs": 2}).encode()
+    req = urllib.request.Request(f"http://127.0.0.1:{port}/v1/completions", body, {"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=120) as r:
+        c = json.load(r)["choices"][0]
+    return {"text": c["text"], "token_logprobs": c["logprobs"]["token_logprobs"]}
+
+
 def query(port):
-    out = []
-    for p in PROMPTS:
-        body = json.dumps({"prompt": p, "max_tokens": 16, "temperature": 0, "ignore_eos": True, "logprobs": 2}).encode()
-        req = urllib.request.Request(f"http://127.0.0.1:{port}/v1/completions", body, {"Content-Type": "application/json"})
-        with urllib.request.urlopen(req, timeout=120) as r:
-            c = json.load(r)["choices"][0]
-        out.append({"text": c["text"], "token_logprobs": c["logprobs"]["token_logprobs"]})
-    json.dump(out, sys.stdout)
+    json.dump([one(port, p) for p in PROMPTS], sys.stdout)
+
+
+def many(port):
+    from concurrent.futures import ThreadPoolExecutor
+    with ThreadPoolExecutor(len(PROMPTS)) as ex:
+        json.dump(list(ex.map(lambda p: one(port, p), PROMPTS)), sys.stdout)
 
 
 def compare(nodes_path, tp2_path, tp1_path):
@@ -44,6 +52,8 @@ def same(name, got_path, ref_path):
 if __name__ == "__main__":
     if sys.argv[1] == "query":
         query(int(sys.argv[2]))
+    elif sys.argv[1] == "many":
+        many(int(sys.argv[2]))
     elif sys.argv[1] == "same":
         same(*sys.argv[2:5])
     else:

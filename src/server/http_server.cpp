@@ -47,7 +47,8 @@ Result<std::unique_ptr<HttpServer>> HttpServer::create(ServeConfig cfg, Transpor
   if (cfg.nnodes > 1 && cfg.node_rank != 0)
     return invalid_argument("--node-rank " + std::to_string(cfg.node_rank) + ": only node 0 serves HTTP (the others follow it: run_node_follower)");
   // Not with a test's device factory: it decides itself where its forward runs.
-  if (cfg.device == "cuda" && !make_device) PDS_RETURN_IF_ERROR(check_cuda_devices(cfg.tp / cfg.nnodes, cfg.pp));  // before loading any weights
+  // Before loading any weights: this node's GPUs (its ranks, or with --pp its stages).
+  if (cfg.device == "cuda" && !make_device) PDS_RETURN_IF_ERROR(check_cuda_devices(node_share(cfg).ranks, node_share(cfg).stages));
   std::unique_ptr<NodeLeader> nodes;
   std::unique_ptr<TpModelGroup> group;
   if (cfg.nnodes > 1) {

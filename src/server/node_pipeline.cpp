@@ -5,15 +5,18 @@
 #include <algorithm>
 #include <atomic>
 
+#include <spdlog/spdlog.h>
+
+#include "cuda_options.h"
 #include "node_cache.h"
+#include "pdserve/model/cuda_node_stages.h"
+#include "pdserve/server/node_serving.h"
 
 namespace pdserve::server {
 
 namespace node = transfer::node;
 
 namespace {
-
-int stages_per_node(const ServeConfig& cfg) { return cfg.pp / cfg.nnodes; }
 
 const uint8_t* bytes(const node::Frame& f) { return reinterpret_cast<const uint8_t*>(f.payload.data()); }
 
@@ -27,13 +30,23 @@ node::Step to_message(const ForwardBatch& batch, uint64_t step) {
 }  // namespace
 
 Result<std::unique_ptr<TpModelGroup>> load_node_stages(const ServeConfig& cfg) {
-  const int per = stages_per_node(cfg);
-  return TpModelGroup::load_stage_models(cfg.model_dir, cfg.tp, cfg.pp, cfg.node_rank * per, per);
+  const NodeShare share = node_share(cfg);
+  return TpModelGroup::load_stage_models(cfg.model_dir, cfg.tp, cfg.pp, share.first_stage, share.stages);
+}
+
+Status join_stage_gpus(TpModelGroup& g, const ServeConfig& cfg, const std::vector<uint8_t>& group_id) {
+  std::vector<std::shared_ptr<const Model>> stages;
+  for (int s = 0; s < g.pp(); ++s) stages.push_back(g.stage_model_ptr(s, 0));
+  PDS_ASSIGN_OR_RETURN(auto devs, make_cuda_node_pp_forwards(stages, group_id, cfg.pp, g.first_stage(), g.kv(0).num_pages(), g.kv(0).page_size(),
+                                                             g.state(0).num_slots(),
+                                                             cuda_forward_options(cfg, g.kv(0).pages_for_tokens(cfg.runtime.max_model_len))));
+  for (const auto& d : devs) spdlog::info("device: {}", d->describe());
+  return g.set_device_forwards(std::move(devs));
 }
 
 Status link_leader_stages(TpModelGroup& g, transfer::TcpStageHub& hub, const ServeConfig& cfg, std::chrono::milliseconds timeout) {
   PDS_ASSIGN_OR_RETURN(std::vector<int> fds, hub.accept_links(cfg.nnodes, cfg.tp, timeout));
-  const int last = stages_per_node(cfg) - 1;
+  const int last = node_share(cfg).stages - 1;
   std::vector<std::unique_ptr<StageChannel>> down;
   for (int fd : fds) down.push_back(transfer::make_tcp_stage_channel(fd, last, last + 1, cfg.pp));
   return g.link_stages({}, std::move(down));

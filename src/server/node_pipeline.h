@@ -1,7 +1,8 @@
 // Pipeline stages on several nodes (`--pp P --nnodes N`, docs/design.md "Pipeline stages on
 // several nodes"): node n runs stages n * P/N .. (n + 1) * P/N - 1, each of --tp ranks in its
 // process, so the tensor-parallel collectives stay inside a node and only the activations at
-// the N - 1 node boundaries cross the network (transfer/tcp_stage_link.h, --device cpu).
+// the N - 1 node boundaries cross the network (transfer/tcp_stage_link.h with --device cpu;
+// with --device cuda the stages' NCCL send/recv, one group over every node's stages).
 // Node 0 holds stage 0 and is the instance's only HTTP and transfer endpoint; after each step
 // every follower reports its stages' verdict on each sequence (kRound; the last stage's node
 // adds the logits), and node 0 agrees over all stages (ready = intersection, failed = union).
@@ -19,6 +20,11 @@ namespace pdserve::server {
 
 // The stages node `node_rank` runs, loaded from the model directory (only their layers).
 Result<std::unique_ptr<TpModelGroup>> load_node_stages(const ServeConfig& cfg);
+
+// --device cuda, once the pools are made: this node's stages on its GPUs (local stage i on GPU
+// i), joined to every other node's through node 0's NCCL id `group_id` as ranks first_stage
+// + i of the pipeline's group (node_share); the stage links and the hub are then unused.
+Status join_stage_gpus(TpModelGroup& g, const ServeConfig& cfg, const std::vector<uint8_t>& group_id);
 
 // Node 0, after the followers were told the hub's port and token in Hello: accepts every stage
 // link and wires its last stage's into the group.

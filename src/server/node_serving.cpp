@@ -48,8 +48,6 @@ Result<std::string> cluster_secret(const ServeConfig& cfg) {
   return read_secret_file(cfg.disagg.cluster_secret_file);
 }
 
-int local_ranks(const ServeConfig& cfg) { return cfg.tp / cfg.nnodes; }
-
 uint8_t role_code(ServerRole r) { return r == ServerRole::kPrefill ? 1 : r == ServerRole::kDecode ? 2 : 0; }
 const char* role_command(uint8_t code) { return code == 1 ? "prefill" : code == 2 ? "decode" : "serve"; }
 
@@ -59,8 +57,10 @@ std::vector<std::shared_ptr<const Model>> shards_of(const TpModelGroup& g) {
   return shards;
 }
 
+// --device cuda, once the pools are made: this node's GPUs join the leader's NCCL group `id`.
 Status join_gpus(TpModelGroup& g, const ServeConfig& cfg, const std::vector<uint8_t>& id) {
-  PDS_ASSIGN_OR_RETURN(auto devs, make_cuda_node_tp_forwards(shards_of(g), id, cfg.tp, cfg.node_rank * local_ranks(cfg), g.kv(0).num_pages(),
+  if (cfg.pp > 1) return join_stage_gpus(g, cfg, id);
+  PDS_ASSIGN_OR_RETURN(auto devs, make_cuda_node_tp_forwards(shards_of(g), id, cfg.tp, node_share(cfg).first_rank, g.kv(0).num_pages(),
                                                              g.kv(0).page_size(), g.state(0).num_slots(),
                                                              cuda_forward_options(cfg, g.kv(0).pages_for_tokens(cfg.runtime.max_model_len))));
   for (const auto& d : devs) spdlog::info("device: {}", d->describe());
@@ -121,8 +121,20 @@ class LeaderWatch {
 
 }  // namespace
 
+NodeShare node_share(const ServeConfig& cfg) {
+  NodeShare s;
+  if (cfg.pp > 1) {  // whole stages per node, every TP rank of each
+    s.stages = cfg.pp / cfg.nnodes;
+    s.first_stage = cfg.node_rank * s.stages;
+    s.ranks = cfg.tp;
+  } else {
+    s.ranks = cfg.tp / cfg.nnodes;
+    s.first_rank = cfg.node_rank * s.ranks;
+  }
+  return s;
+}
+
 Result<std::unique_ptr<NodeLeader>> NodeLeader::join(const ServeConfig& cfg, std::unique_ptr<TpModelGroup>* group) {
-  if (cfg.pp > 1 && cfg.device != "cpu") return unsupported("--nnodes with --pp: pipeline stages on several nodes run on --device cpu for now");
   PDS_ASSIGN_OR_RETURN(std::string secret, cluster_secret(cfg));
   PDS_ASSIGN_OR_RETURN(transfer::HostPort hp, transfer::parse_dist_init_addr(cfg.dist_init_addr));
   std::unique_ptr<NodeLeader> l(new NodeLeader());
@@ -136,21 +148,27 @@ Result<std::unique_ptr<NodeLeader>> NodeLeader::join(const ServeConfig& cfg, std
   hello.tp = static_cast<uint32_t>(cfg.tp);
   hello.role = role_code(cfg.role);
   hello.pp = static_cast<uint32_t>(cfg.pp);
+  if (cfg.device == "cuda") {
+    // The NCCL group the GPUs join in start(): the TP ranks, or with --pp the stages.
+    PDS_ASSIGN_OR_RETURN(l->group_id_, cuda_nccl_unique_id());
+    hello.group_id = l->group_id_;
+  }
   if (cfg.pp > 1) {
     // Whole stages per node: the TP collectives stay in each process and only activations
-    // cross, through the stage links' hub here (its port and token in Hello).
-    PDS_ASSIGN_OR_RETURN(l->stage_hub_, transfer::TcpStageHub::listen(hp.host));
-    hello.collective_port = l->stage_hub_->port();
-    hello.token = l->stage_hub_->token();
+    // cross: on cpu through the stage links' hub here (its port and token in Hello), on cuda
+    // over the stages' NCCL group (the id in Hello).
+    if (cfg.device != "cuda") {
+      PDS_ASSIGN_OR_RETURN(l->stage_hub_, transfer::TcpStageHub::listen(hp.host));
+      hello.collective_port = l->stage_hub_->port();
+      hello.token = l->stage_hub_->token();
+    }
     PDS_RETURN_IF_ERROR(l->link_->broadcast(node::encode(hello)));
     PDS_ASSIGN_OR_RETURN(*group, load_node_stages(cfg));
     return l;
   }
-  const int local = local_ranks(cfg);
+  const int local = node_share(cfg).ranks;
   std::vector<std::unique_ptr<Communicator>> comms;
   if (cfg.device == "cuda") {
-    PDS_ASSIGN_OR_RETURN(l->group_id_, cuda_nccl_unique_id());
-    hello.group_id = l->group_id_;
     for (int i = 0; i < local; ++i) comms.push_back(std::make_unique<DeviceOnlyRank>(i, cfg.tp));
     PDS_RETURN_IF_ERROR(l->link_->broadcast(node::encode(hello)));
   } else {
@@ -185,7 +203,7 @@ Status NodeLeader::start(TpModelGroup& g, const ServeConfig& cfg) {
                               std::to_string(ready->num_layers) + " layers; here " + std::to_string(mc.vocab_size) + ", " +
                               std::to_string(mc.num_layers) + "): pass the same --model to every node");
   }
-  if (stage_hub_) {
+  if (cfg.pp > 1) {
     spdlog::info("node 0 of {}: every node is ready; pipeline stages 0..{} of {} here", nnodes_, g.pp() - 1, g.total_stages());
     hook_leader_pipeline(g, link_, cfg, join_timeout(cfg));
   } else {
@@ -208,11 +226,11 @@ void NodeLeader::hook_tensor_parallel(TpModelGroup& g, const ServeConfig& cfg) {
   if (cfg.role == ServerRole::kDecode) {
     // Prefill sends every global rank's share here; the other nodes get theirs from us.
     g.make_remote_pools(cfg.tp);
-    g.set_cache_forwarder([link = link_, &g, local = local_ranks(cfg)](const CacheRegion& region) { return forward_region(*link, g, local, region); });
+    g.set_cache_forwarder([link = link_, &g, local = node_share(cfg).ranks](const CacheRegion& region) { return forward_region(*link, g, local, region); });
   } else if (cfg.role == ServerRole::kPrefill) {
     // The send to decode reads every global rank's share here; the other nodes send theirs.
     g.make_remote_pools(cfg.tp);
-    g.set_cache_fetcher([link = link_, &g, local = local_ranks(cfg), t = join_timeout(cfg)](const CacheRegion& region) {
+    g.set_cache_fetcher([link = link_, &g, local = node_share(cfg).ranks, t = join_timeout(cfg)](const CacheRegion& region) {
       return fetch_region(*link, g, local, region, t);
     });
   }
@@ -233,7 +251,6 @@ int run_node_follower(const ServeConfig& cfg) {
     std::cerr << who << ": " << m << std::endl;
     return rc;
   };
-  if (cfg.pp > 1 && cfg.device != "cpu") return fail(2, "--pp with --nnodes: pipeline stages on several nodes run on --device cpu for now");
   auto secret = cluster_secret(cfg);
   if (!secret.is_ok()) return fail(2, secret.status().message());
   auto hp = transfer::parse_dist_init_addr(cfg.dist_init_addr);
@@ -259,8 +276,12 @@ int run_node_follower(const ServeConfig& cfg) {
   if (hello->role != role_code(cfg.role))
     return fail(2, std::string("the leader runs `pdserve ") + role_command(hello->role) + "`, this node `pdserve " + role_command(role_code(cfg.role)) +
                        "`: start every node of an instance with the same command");
+  if ((cfg.device == "cuda") != !hello->group_id.empty())
+    return fail(2, std::string("the leader runs --device ") + (hello->group_id.empty() ? "cpu" : "cuda") + ", this node --device " + cfg.device +
+                       ": start every node of an instance with the same --device");
   const bool staged = cfg.pp > 1;
-  const int local = staged ? cfg.tp : local_ranks(cfg), first = staged ? 0 : cfg.node_rank * local;
+  const NodeShare share = node_share(cfg);
+  const int local = share.ranks, first = share.first_rank;
   std::vector<std::unique_ptr<Communicator>> comms;
   for (int i = 0; i < local && !staged; ++i) {
     if (cfg.device == "cuda") {
@@ -274,7 +295,7 @@ int run_node_follower(const ServeConfig& cfg) {
   auto group = staged ? load_node_stages(cfg) : TpModelGroup::load_node_models(cfg.model_dir, cfg.tp, first, std::move(comms));
   if (!group.is_ok()) return fail(1, group.status().message());
   TpModelGroup& g = **group;
-  if (staged) {
+  if (staged && cfg.device != "cuda") {  // cuda stages pass activations over their NCCL group
     if (Status st = link_follower_stages(g, cfg, hp->host, hello->collective_port, hello->token, join_timeout(cfg)); !st.is_ok())
       return fail(1, "linking pipeline stages " + std::to_string(g.first_stage()) + ".." + std::to_string(g.first_stage() + g.pp() - 1) +
                          " to the others through the leader: " + st.message());

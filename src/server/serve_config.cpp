@@ -28,14 +28,11 @@ Status ServeConfig::validate() const {
     return invalid_argument("config pp (--pp) with tp (--tp): on --device cuda a pipeline stage is one GPU (--tp 1) for now; "
                             "stages of several tensor-parallel ranks run on --device cpu");
   if (device != "cpu" && device != "cuda") return invalid_argument("config device: must be \"cpu\" or \"cuda\", got \"" + device + "\"");
-  // With --pp the nodes split the stages (each node runs whole stages of --tp ranks), else --tp.
-  if (nnodes > 1 && pp > 1) {
-    if (pp % nnodes != 0)
-      return invalid_argument("config pp (--pp) with nnodes (--nnodes): " + std::to_string(pp) + " pipeline stages do not split evenly over " +
-                              std::to_string(nnodes) + " nodes (every node runs --pp / --nnodes whole stages of --tp ranks)");
-    if (device != "cpu")
-      return invalid_argument("config pp (--pp) with nnodes (--nnodes): pipeline stages on several nodes run on --device cpu for now");
-  }
+  // With --pp the nodes split the stages (each node runs whole stages of --tp ranks; on
+  // --device cuda one GPU a stage, the check above), else --tp.
+  if (nnodes > 1 && pp > 1 && pp % nnodes != 0)
+    return invalid_argument("config pp (--pp) with nnodes (--nnodes): " + std::to_string(pp) + " pipeline stages do not split evenly over " +
+                            std::to_string(nnodes) + " nodes (every node runs --pp / --nnodes whole stages of --tp ranks)");
   if (Status st = transfer::validate_dist_init({nnodes, node_rank, dist_init_addr}, pp > 1 ? pp : tp); !st.is_ok())
     return invalid_argument("config " + st.message());
   if (!(dist_timeout_s > 0)) return invalid_argument("config dist_timeout (--dist-timeout): must be > 0 seconds");

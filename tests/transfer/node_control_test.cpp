@@ -143,6 +143,17 @@ TEST(NodeControl, PipelineFramesRoundTripAndBadOnesAreRefused) {
   auto h2 = decode_hello(bytes(hp), hp.size());
   ASSERT_TRUE(h2.is_ok()) << h2.status().message();
   EXPECT_EQ(h2->pp, 4u);
+  EXPECT_TRUE(h2->group_id.empty());
+  // --device cuda: no stage-link hub (port 0), the stages' NCCL unique id (128 bytes) instead.
+  h.group_id.resize(128);
+  for (size_t i = 0; i < h.group_id.size(); ++i) h.group_id[i] = static_cast<uint8_t>(255 - i);
+  hp = payload_of(encode(h), MsgType::kHello);
+  h2 = decode_hello(bytes(hp), hp.size());
+  ASSERT_TRUE(h2.is_ok()) << h2.status().message();
+  EXPECT_EQ(h2->pp, 4u);
+  EXPECT_EQ(h2->collective_port, 0);
+  EXPECT_EQ(h2->group_id, h.group_id);
+  h.group_id.clear();
   h.pp = 3;  // a stage would straddle two nodes
   hp = payload_of(encode(h), MsgType::kHello);
   EXPECT_FALSE(decode_hello(bytes(hp), hp.size()).is_ok());

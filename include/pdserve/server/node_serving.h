@@ -27,6 +27,18 @@
 
 namespace pdserve::server {
 
+// What one node runs of an instance (cfg.node_rank of cfg.nnodes; a one-node instance runs all).
+// --pp 1: tensor-parallel ranks first_rank .. first_rank + ranks - 1 of --tp. --pp P: whole
+// stages first_stage .. first_stage + stages - 1 of P, each of all --tp ranks (first_rank 0).
+// With --device cuda a node needs stages x ranks GPUs, local stage s / rank r on GPU s x ranks +
+// r; CUDA stages (--tp 1) join one NCCL group whose rank is the global stage number.
+struct NodeShare {
+  int first_stage = 0, stages = 1;
+  int first_rank = 0, ranks = 1;
+  int gpus() const { return stages * ranks; }
+};
+NodeShare node_share(const ServeConfig& cfg);  // cfg must have passed validate()
+
 class NodeLeader {
  public:
   // Listens on --dist-init-addr, waits for every follower, hands out how the ranks meet (the
@@ -44,8 +56,8 @@ class NodeLeader {
   // --pp 1: the step sender and the roles' cache moves of the other nodes' ranks.
   void hook_tensor_parallel(TpModelGroup& g, const ServeConfig& cfg);
   std::shared_ptr<transfer::node::LeaderLink> link_;
-  std::vector<uint8_t> group_id_;  // cuda: the NCCL unique id
-  std::unique_ptr<transfer::TcpStageHub> stage_hub_;  // --pp > 1: the stage links (node_pipeline.h)
+  std::vector<uint8_t> group_id_;  // cuda: the NCCL unique id (of the TP ranks, or with --pp of the stages)
+  std::unique_ptr<transfer::TcpStageHub> stage_hub_;  // --pp > 1 on cpu: the stage links (node_pipeline.h)
   int nnodes_ = 1;
   bool shut_ = false;
 };
