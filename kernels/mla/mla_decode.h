@@ -149,7 +149,7 @@ struct MlaDecodeWork {
   // cudaMemset once at allocation); every run leaves them zero again. One run at a time.
   int32_t* counters = nullptr;
   // kFused with the bulk loader (warp variant): a split row's CTAs take its tiles from a shared
-  // queue instead of fixed ranges (mla_decode_sm90.cu). Off by default: slower on the H200
+  // queue instead of fixed ranges (mla_decode_warp_sm90.cu). Off by default: slower on the H200
   // (perf.md, sixth version), and the result then depends on which CTA took which tile (not
   // bit-reproducible from run to run).
   bool dynamic_tiles = false;

@@ -1,0 +1,130 @@
+// The separate merge of the split-KV MLA decode (mla_decode.h, MlaDecodeMerge::kSeparate*):
+// one CTA per (row, head, 64-dim slice) combines a split row's partials into the output.
+#include "mla/mla_decode_sm90.cuh"
+
+namespace pdserve::cuda {
+
+namespace {
+
+using namespace mla_decode_detail;
+
+// Grid (row, head, 64-dim slice): rows with one item were written by the run; rows with none
+// get zeros; rows with several combine their partials weighted by 2^(lse - max). The 8 warps
+// split the items (a warp reads 256 contiguous bytes of each), lane = two dims.
+constexpr int kMergeStaged = 1024;  // the merge kernel keeps up to this many items' weights in shared memory
+
+// Grid (row, head, 64-dim slice): rows with one item were written by the run; rows with
+// several combine their partials weighted by 2^(lse - max). All 256 threads read the lse
+// values at once into shared memory (one round trip to L2, then block reductions); the 8 warps
+// split the items (a warp reads 256 contiguous bytes of each), lane = two dims.
+// EARLY (MlaDecodeMerge::kSeparate, the plan's pick for rows of many items): each warp issues the loads of its first
+// kMergeEarly items into registers BEFORE the weights' round trip (they do not depend on it),
+// so a row of up to 8 x kMergeEarly items costs one L2 round trip after the run, not one for
+// the weights plus one per 8 items a warp (4 more at 256 items: 1 x 16K, 1 x 64K).
+// !EARLY (kSeparateChained and kAuto, the eighth version's merge): weights first, then 8 items a warp in flight.
+constexpr int kMergeEarly = 32;
+template <bool EARLY>
+__global__ void __launch_bounds__(kThreads) mla_merge_kernel(const __grid_constant__ MlaDecodeArgs a, const int32_t* __restrict__ plan,
+                                                             const float* __restrict__ part_o, const float* __restrict__ part_lse) {
+  __shared__ float s_w[kMergeStaged];
+  __shared__ float s_red[2][kWarps];
+  __shared__ float2 s_acc[kWarps][32];
+  const int row = blockIdx.x, h = blockIdx.y, capacity = plan[2];
+  const int32_t* info = plan + 4 + 4 * capacity + 4 * row;
+  const int first = info[0], n = info[1];
+  if (n == 1) return;  // written by the run (a row without tokens too: its one empty item)
+  pdl_wait();  // the run's partials (and, for the zero rows, nothing before us reads o_lat)
+  pdl_trigger();
+  const int H = static_cast<int>(a.heads), lat = static_cast<int>(a.latent_dim);
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, d = blockIdx.z * 64 + 2 * lane;
+  float* out = a.o_lat + (static_cast<int64_t>(row) * H + h) * lat;
+  if (n == 0) {
+    if (warp == 0 && d < lat) *reinterpret_cast<float2*>(out + d) = make_float2(0.0f, 0.0f);
+    return;
+  }
+  const float* lse = part_lse + static_cast<int64_t>(first) * H + h;
+  const bool staged = n <= kMergeStaged;  // else the weights come from L2 again below
+  const float2* src = reinterpret_cast<const float2*>(part_o + (static_cast<int64_t>(first) * H + h) * lat + d);
+  const int64_t item_stride = static_cast<int64_t>(H) * lat / 2;  // float2 from one item's partial to the next
+  float2 early[EARLY ? kMergeEarly : 1];
+  if constexpr (EARLY) {
+#pragma unroll
+    for (int k = 0; k < kMergeEarly; ++k) {
+      const int i = warp + k * kWarps;
+      early[k] = d < lat && i < n ? __ldcg(src + i * item_stride) : make_float2(0.0f, 0.0f);
+    }
+  }
+  float mx = -INFINITY;
+  for (int i = threadIdx.x; i < n; i += kThreads) {
+    const float v = lse[static_cast<int64_t>(i) * H];
+    if (staged) s_w[i] = v;
+    mx = fmaxf(mx, v);
+  }
+  mx = warp_max(mx);
+  if (lane == 0) s_red[0][warp] = mx;
+  __syncthreads();
+  float m = s_red[0][0];
+#pragma unroll
+  for (int k = 1; k < kWarps; ++k) m = fmaxf(m, s_red[0][k]);
+  float sum = 0.0f;
+  if (m != -INFINITY)
+    for (int i = threadIdx.x; i < n; i += kThreads) {  // each thread its own items: no barrier needed
+      const float w = exp2f((staged ? s_w[i] : lse[static_cast<int64_t>(i) * H]) - m);
+      if (staged) s_w[i] = w;
+      sum += w;
+    }
+  sum = warp_sum(sum);
+  if (lane == 0) s_red[1][warp] = sum;
+  __syncthreads();  // the weights and the partial sums
+  float total = 0.0f;
+#pragma unroll
+  for (int k = 0; k < kWarps; ++k) total += s_red[1][k];
+  const float inv = m == -INFINITY ? 0.0f : 1.0f / total;
+  float2 acc = make_float2(0.0f, 0.0f);
+  if (d < lat && m != -INFINITY) {
+    int i0 = warp;
+    if constexpr (EARLY) {
+#pragma unroll
+      for (int k = 0; k < kMergeEarly; ++k) {
+        const int i = warp + k * kWarps;
+        if (i < n) {
+          const float w = staged ? s_w[i] : exp2f(lse[static_cast<int64_t>(i) * H] - m);
+          acc = make_float2(fmaf(w, early[k].x, acc.x), fmaf(w, early[k].y, acc.y));
+        }
+      }
+      i0 += kMergeEarly * kWarps;
+    }
+#pragma unroll 8
+    for (int i = i0; i < n; i += kWarps) {
+      const float w = staged ? s_w[i] : exp2f(lse[static_cast<int64_t>(i) * H] - m);
+      const float2 v = *reinterpret_cast<const float2*>(part_o + ((static_cast<int64_t>(first) + i) * H + h) * lat + d);
+      acc = make_float2(fmaf(w, v.x, acc.x), fmaf(w, v.y, acc.y));
+    }
+  }
+  s_acc[warp][lane] = acc;
+  __syncthreads();
+  if (warp == 0 && d < lat) {
+    float2 o = make_float2(0.0f, 0.0f);
+#pragma unroll
+    for (int k = 0; k < kWarps; ++k) o = make_float2(o.x + s_acc[k][lane].x, o.y + s_acc[k][lane].y);
+    *reinterpret_cast<float2*>(out + d) = make_float2(o.x * inv, o.y * inv);
+  }
+}
+
+}  // namespace
+
+namespace mla_decode_detail {
+
+Status launch_merge(const MlaDecodeArgs& a, const MlaDecodeWork& w, cudaStream_t stream) {
+  const dim3 grid(static_cast<unsigned>(a.rows), static_cast<unsigned>(a.heads), static_cast<unsigned>((a.latent_dim + 63) / 64));
+  // kSeparate: the early-load form; kAuto and kSeparateChained: the chained one.
+  const cudaError_t e = w.merge_mode == MlaDecodeMerge::kSeparate
+                            ? launch_pdl(w.pdl, mla_merge_kernel<true>, grid, dim3(kThreads), 0, stream, a, w.plan, w.part_o, w.part_lse)
+                            : launch_pdl(w.pdl, mla_merge_kernel<false>, grid, dim3(kThreads), 0, stream, a, w.plan, w.part_o, w.part_lse);
+  if (e != cudaSuccess) return cuda_status(e, "mla_decode_run (merge)");
+  return last_launch_status("mla_decode_run (merge)");
+}
+
+}  // namespace mla_decode_detail
+
+}  // namespace pdserve::cuda
