@@ -124,9 +124,10 @@ Status mxfp4_unpack_decode(const uint8_t* packed, const uint8_t* scales, int64_t
 // most 24 MiB (K3: up to 4 experts), else the first two.
 // Same shape rules as kWeightsA; no workspace.
 // kWeightsAPdlSplitK (branch moedec10): kWeightsAPdl with the K of every unit, gate/up and
-// down, split into kMoeDecodeSplitK slices, so a CTA's run of units is finer (at B = 1 on K3's
-// EP32 rank, 448 gate/up units over 132 CTAs are 4 a CTA on the busiest, 3.4 on average; 896
-// half units are 7 = 3.5 units). Gate/up stores each slice's fp32 sums in the workspace past
+// down, split into kMoeDecodeSplitK slices, so a CTA's run of units is finer. Measured 0.78-0.87x
+// kWeightsAPdl at B 1-64 on the H200 (docs/perf.md): the kernel is issue-bound per SM and at
+// K3's shape the busiest CTA's work is unchanged (B = 1: 3 gate/up and 2 down units either
+// way), while the reduction passes double. Opt-in; kAuto never takes it. Gate/up stores each slice's fp32 sums in the workspace past
 // the queue words (moe_decode_splitk_workspace_bytes) and zeroes the output rows; the down
 // launch, after its griddepcontrol.wait, sums the slices in slice order, applies the
 // activation (to the full K sum, as SiTU needs), writes `act` and stages it, and adds its two
