@@ -123,6 +123,16 @@ Status mxfp4_unpack_decode(const uint8_t* packed, const uint8_t* scales, int64_t
 // kWeightsAPdlL2All: all of that CTA's units where the touched experts' down weights are at
 // most 24 MiB (K3: up to 4 experts), else the first two.
 // Same shape rules as kWeightsA; no workspace.
+// kWeightsAPdlSplitK (branch moedec10): kWeightsAPdl with the K of every unit, gate/up and
+// down, split into kMoeDecodeSplitK slices, so a CTA's run of units is finer. Measured 0.78-0.87x
+// kWeightsAPdl at B 1-64 on the H200 (docs/perf.md): the kernel is issue-bound per SM and at
+// K3's shape the busiest CTA's work is unchanged (B = 1: 3 gate/up and 2 down units either
+// way), while the reduction passes double. Opt-in; kAuto never takes it. Gate/up stores each slice's fp32 sums in the workspace past
+// the queue words (moe_decode_splitk_workspace_bytes) and zeroes the output rows; the down
+// launch, after its griddepcontrol.wait, sums the slices in slice order, applies the
+// activation (to the full K sum, as SiTU needs), writes `act` and stages it, and adds its two
+// K halves into the output with atomics (two addends onto zero: the same bits in any order).
+// Needs the kWeightsA shapes and that workspace.
 enum class MoeDecodeKernel {
   kAuto,
   kStreamed,
@@ -138,8 +148,11 @@ enum class MoeDecodeKernel {
   kFusedSplitStaggered,
   kWeightsAPdl,
   kWeightsAPdlL2,
-  kWeightsAPdlL2All
+  kWeightsAPdlL2All,
+  kWeightsAPdlSplitK
 };
+
+constexpr int kMoeDecodeSplitK = 2;  // K slices of kWeightsAPdlSplitK (2: the atomic sums are exact-order-free)
 
 // kAuto takes a fused form (kFusedSplit since moedec6, whose call ran its K3-shape test at
 // B >= 4; given a workspace) from this many routed pairs (tokens * k) on: at
@@ -170,6 +183,12 @@ struct MoeDecodeWorkspace {
   size_t bytes = 0;
 };
 inline size_t moe_decode_workspace_bytes(int64_t local_experts) { return size_t(2 + local_experts) * sizeof(uint32_t); }
+// kWeightsAPdlSplitK's workspace: the queue words (16-byte aligned), then fp32 partial sums
+// [capacity][kMoeDecodeSplitK][gate | up][inter] (every call writes all it reads: no zeroing).
+inline size_t moe_decode_splitk_part_offset(int64_t local_experts) { return (moe_decode_workspace_bytes(local_experts) + 15) / 16 * 16; }
+inline size_t moe_decode_splitk_workspace_bytes(int64_t local_experts, int64_t capacity, int64_t inter) {
+  return moe_decode_splitk_part_offset(local_experts) + size_t(capacity) * kMoeDecodeSplitK * 2 * size_t(inter) * sizeof(float);
+}
 
 // The kernel a call with these arguments runs (kAuto resolved; `kernel` itself otherwise).
 MoeDecodeKernel moe_decode_choice(const MoeDecodeWeights& w, int64_t local_experts, int64_t capacity, bool has_workspace,

@@ -297,24 +297,37 @@ struct WaSpace {
   uint32_t tiles, chunks, per_expert;
 };
 
-template <bool kGated>
-__device__ __forceinline__ void wa_unit(const WaSpace& sp, uint32_t u, int* e, uint32_t* n) {
+// kSplit > 1 (kWeightsAPdlSplitK): per_expert counts K slices; unit u is slice *h of the
+// 16-row pair (gated) or 32-row group (down) u / kSplit of its expert.
+template <bool kGated, int kSplit = 1>
+__device__ __forceinline__ void wa_unit(const WaSpace& sp, uint32_t u, int* e, uint32_t* n, uint32_t* h = nullptr) {
   *e = sp.list[u / sp.per_expert];
-  *n = (u % sp.per_expert) * (kGated ? 2u : 4u);
+  const uint32_t l = u % sp.per_expert;
+  *n = (l / kSplit) * (kGated ? 2u : 4u);
+  if (h) *h = l % kSplit;
+}
+
+// The chunk range [*cb, *ce) of K slice h: ceil(chunks / kSplit) chunks a slice.
+template <int kSplit>
+__device__ __forceinline__ void wa_slice(uint32_t chunks, uint32_t h, uint32_t* cb, uint32_t* ce) {
+  const uint32_t per = (chunks + kSplit - 1) / kSplit;
+  *cb = h * per;
+  *ce = min(chunks, *cb + per);
 }
 
 // Tile k of the unit: gated k = 0, 1 gate n, n+1 and k = 2, 3 up n, n+1; down n + k.
-template <bool kGated>
+template <bool kGated, int kSplit = 1>
 __device__ __forceinline__ void wa_load(const Mxfp4Decode& a, const Mxfp4Decode& b, const WaSpace& sp, uint32_t u, int lane, int warp,
                                         WaRegs& r) {
   int e;
-  uint32_t n;
-  wa_unit<kGated>(sp, u, &e, &n);
+  uint32_t n, h, cb, ce;
+  wa_unit<kGated, kSplit>(sp, u, &e, &n, &h);
+  wa_slice<kSplit>(sp.chunks, h, &cb, &ce);
   const uint32_t tile0 = (uint32_t(e) * sp.tiles + n) * sp.chunks, g = lane >> 2;
 #pragma unroll
   for (int j = 0; j < kWaBatch; ++j) {
-    const uint32_t c = warp + j * kWaWarps;
-    if (c < sp.chunks) {
+    const uint32_t c = cb + warp + j * kWaWarps;
+    if (c < ce) {
 #pragma unroll
       for (int k = 0; k < 4; ++k) {
         const Mxfp4Decode& m = kGated && k >= 2 ? b : a;
@@ -342,20 +355,49 @@ __device__ __forceinline__ void wa_prefetch(const Mxfp4Decode& a, const Mxfp4Dec
   asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(p), "r"(bytes) : "memory");
 }
 
-template <bool kGated, bool kWide>
+// Down with kSplit > 1: x is the gate/up launch's partial sums, [row][slice][gate | up][cols]
+// fp32; staging adds the slices in slice order, applies the activation (so it acts on the full
+// K sum), writes the result to act_out (the contract's act) and stages it as bf16.
+template <int kSplit>
+__device__ __forceinline__ void stage_act_rows(const float* part, int64_t r0, uint32_t nrows, uint32_t cols, uint32_t stride,
+                                               uint16_t* x_s, uint32_t tid, uint32_t nthreads, const MoeAct& act, float* act_out) {
+  const uint32_t c4n = cols / 4, n4 = nrows * c4n;
+  for (uint32_t idx = tid; idx < n4; idx += nthreads) {
+    const uint32_t row = idx / c4n, c4 = idx - row * c4n;
+    const int64_t rr = r0 + row;
+    float4 gs = make_float4(0.0f, 0.0f, 0.0f, 0.0f), us = gs;
+#pragma unroll
+    for (int h = 0; h < kSplit; ++h) {
+      const float4* p = reinterpret_cast<const float4*>(part + (rr * kSplit + h) * 2 * int64_t(cols)) + c4;
+      const float4 gv = __ldcg(p), uv = __ldcg(p + c4n);
+      gs.x += gv.x, gs.y += gv.y, gs.z += gv.z, gs.w += gv.w;
+      us.x += uv.x, us.y += uv.y, us.z += uv.z, us.w += uv.w;
+    }
+    const float4 v = make_float4(act(gs.x, us.x), act(gs.y, us.y), act(gs.z, us.z), act(gs.w, us.w));
+    reinterpret_cast<float4*>(act_out + rr * cols)[c4] = v;
+    *reinterpret_cast<uint2*>(x_s + row * stride + 4 * c4) = make_uint2(pack_bf16x2(v.x, v.y), pack_bf16x2(v.z, v.w));
+  }
+}
+
+template <bool kGated, bool kWide, int kSplit = 1>
 __device__ __forceinline__ void wa_compute(const Mxfp4Decode& a, const WaSpace& sp, uint32_t u, const int32_t* __restrict__ offsets,
                                            const float* __restrict__ x, float* __restrict__ y, const MoeAct& act, const WaRegs& r,
-                                           uint16_t* x_s, float (*s_red2)[kWaWarps][4][kWaTokens][8], int& staged_e, int& staged_r0, int& buf) {
+                                           uint16_t* x_s, float (*s_red2)[kWaWarps][4][kWaTokens][8], int& staged_e, int& staged_r0, int& buf,
+                                           float* act_out = nullptr) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
   int e;
-  uint32_t n;
-  wa_unit<kGated>(sp, u, &e, &n);
+  uint32_t n, h, cb, ce;
+  wa_unit<kGated, kSplit>(sp, u, &e, &n, &h);
+  wa_slice<kSplit>(sp.chunks, h, &cb, &ce);
   const int begin = offsets[e], end = offsets[e + 1];
   const uint32_t cols = static_cast<uint32_t>(a.cols), stride = cols + kStagedPad;
   for (int r0 = begin; r0 < end; r0 += kWaTokens) {
     const int nrows = min(kWaTokens, end - r0);
     if (staged_e != e || staged_r0 != r0) {  // uniform; the last pass's barrier ended all x_s reads
-      stage_rows<false>(x, r0, nrows, cols, stride, x_s, threadIdx.x, kWaThreads);
+      if constexpr (!kGated && kSplit > 1)
+        stage_act_rows<kSplit>(x, r0, nrows, cols, stride, x_s, threadIdx.x, kWaThreads, act, act_out);
+      else
+        stage_rows<false>(x, r0, nrows, cols, stride, x_s, threadIdx.x, kWaThreads);
       staged_e = e, staged_r0 = r0;
       __syncthreads();
     }
@@ -366,8 +408,8 @@ __device__ __forceinline__ void wa_compute(const Mxfp4Decode& a, const WaSpace& 
     float acc[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}};
 #pragma unroll
     for (int j = 0; j < kWaBatch; ++j) {
-      const uint32_t c = warp + j * kWaWarps;
-      if (c >= sp.chunks) break;
+      const uint32_t c = cb + warp + j * kWaWarps;
+      if (c >= ce) break;
       wa_chunk<kWide>(r.q[j], r.s[j], xg + c * 128, tok_ok, acc);
     }
     wa_store_partials(acc, s_red[warp], g, t);
@@ -380,7 +422,16 @@ __device__ __forceinline__ void wa_compute(const Mxfp4Decode& a, const WaSpace& 
         va += s_red[w][k][tok][rr];
         if constexpr (kGated) vb += s_red[w][k + 2][tok][rr];
       }
-      y[int64_t(r0 + tok) * a.rows + int64_t(n + k) * 8 + rr] = kGated ? act(va, vb) : va;
+      const int64_t col = int64_t(n + k) * 8 + rr;
+      if constexpr (kSplit == 1) {
+        y[int64_t(r0 + tok) * a.rows + col] = kGated ? act(va, vb) : va;
+      } else if constexpr (kGated) {  // partial sums of slice h: summed and activated by the down launch
+        float* p = y + (int64_t(r0 + tok) * kSplit + h) * 2 * a.rows + col;
+        p[0] = va;
+        p[a.rows] = vb;
+      } else {
+        atomicAdd(y + int64_t(r0 + tok) * a.rows + col, va);  // onto the zeros gate/up stored: kSplit = 2 sums are order-free
+      }
     }
   }
 }
@@ -416,10 +467,15 @@ __device__ __forceinline__ void wa_prefetch_next_start(const Mxfp4Decode& next, 
   if (uint32_t(i >> 1) < n && v < all) wa_prefetch<false>(next, next, sp, v, i & 1);
 }
 
-template <bool kGated, bool kWide, bool kBlocked, bool kPrefetch, int kPdl = kPlain, int kL2 = kL2None>
+// kSplit > 1 (kWeightsAPdlSplitK, with kPhases): both launches split each unit's K into kSplit
+// slices, so a CTA's run of units is finer grained. Gate/up (y = the partial-sum workspace)
+// stores each slice's sums and zeroes rows [offsets[0], offsets[experts]) of the output
+// (aux = out, next.rows = its width); down (x = that workspace, aux = act) sums the slices
+// and applies the activation when it stages a row, and adds its partial outputs atomically.
+template <bool kGated, bool kWide, bool kBlocked, bool kPrefetch, int kPdl = kPlain, int kL2 = kL2None, int kSplit = 1>
 __global__ void __launch_bounds__(kWaThreads, 1) decode_gemm_wa(Mxfp4Decode a, Mxfp4Decode b, const int32_t* __restrict__ offsets,
                                                                 int experts, const float* __restrict__ x, float* __restrict__ y, MoeAct act,
-                                                                Mxfp4Decode next, uint32_t next_grid) {
+                                                                Mxfp4Decode next, uint32_t next_grid, float* aux) {
   extern __shared__ __align__(16) uint16_t x_s[];
   __shared__ int s_list[kMaxExperts];
   __shared__ int s_count;
@@ -429,7 +485,13 @@ __global__ void __launch_bounds__(kWaThreads, 1) decode_gemm_wa(Mxfp4Decode a, M
   list_touched_experts(offsets, experts, s_list, &s_count);
   __syncthreads();
   const uint32_t tiles = static_cast<uint32_t>(a.rows / 8);
-  const WaSpace sp{s_list, tiles, static_cast<uint32_t>(a.cols / 128), kGated ? tiles / 2 : tiles / 4};
+  if constexpr (kGated && kSplit > 1) {  // the down launch adds into these only after its griddepcontrol.wait
+    const int64_t lo = int64_t(offsets[0]) * next.rows / 4, hi = int64_t(offsets[experts]) * next.rows / 4;
+    float4* o = reinterpret_cast<float4*>(aux);
+    for (int64_t i = lo + int64_t(blockIdx.x) * kWaThreads + threadIdx.x; i < hi; i += int64_t(gridDim.x) * kWaThreads)
+      o[i] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+  }
+  const WaSpace sp{s_list, tiles, static_cast<uint32_t>(a.cols / 128), (kGated ? tiles / 2 : tiles / 4) * kSplit};
   const uint32_t all = uint32_t(s_count) * sp.per_expert, per = (all + gridDim.x - 1) / gridDim.x;
   const uint32_t step = kBlocked ? 1u : gridDim.x;
   uint32_t u = kBlocked ? blockIdx.x * per : blockIdx.x;
@@ -439,10 +501,10 @@ __global__ void __launch_bounds__(kWaThreads, 1) decode_gemm_wa(Mxfp4Decode a, M
   bool waited = false;
   int staged_e = -1, staged_r0 = -1, buf = 0;  // the (expert, first row) in x_s; the s_red half to use
   ping_pong<WaRegs>(
-      u, units, step, [&](uint32_t v, WaRegs& r) { wa_load<kGated>(a, b, sp, v, lane, warp, r); },
+      u, units, step, [&](uint32_t v, WaRegs& r) { wa_load<kGated, kSplit>(a, b, sp, v, lane, warp, r); },
       [&](uint32_t v, const WaRegs& r) {
         if (kWaits && !waited) pdl_bulk::pdl_wait(), waited = true;  // both units' loads are out: now x may be read
-        wa_compute<kGated, kWide>(a, sp, v, offsets, x, y, act, r, x_s, s_red, staged_e, staged_r0, buf);
+        wa_compute<kGated, kWide, kSplit>(a, sp, v, offsets, x, y, act, r, x_s, s_red, staged_e, staged_r0, buf, aux);
       },
       [&](uint32_t v) {
         if (kPrefetch && threadIdx.x < 4 && v + 2 * step < units) wa_prefetch<kGated>(a, b, sp, v + 2 * step, threadIdx.x);
@@ -473,7 +535,7 @@ Status launch(const Mxfp4Decode& a, const Mxfp4Decode& b, const int32_t* offsets
     const int64_t units = experts * (kGated ? tiles / 2 : tiles / 4);
     auto run_wa = [&](auto kernel) -> Status {
       PDS_ASSIGN_OR_RETURN(unsigned grid, grid_for(kernel, smem, units, kWaThreads));
-      kernel<<<grid, kWaThreads, smem, stream>>>(a, b, offsets, static_cast<int>(experts), x, y, act, a, 0u);
+      kernel<<<grid, kWaThreads, smem, stream>>>(a, b, offsets, static_cast<int>(experts), x, y, act, a, 0u, nullptr);
       return last_launch_status(what);
     };
     if (kind == MoeDecodeKernel::kWeightsA) return run_wa(decode_gemm_wa<kGated, kWide, true, true>);
@@ -500,12 +562,34 @@ Status launch_wa_phases(const MoeDecodeWeights& w, const int32_t* offsets, int64
   const size_t smem_d = size_t(kWaTokens) * (w.w2.cols + kStagedPad) * sizeof(uint16_t);
   PDS_ASSIGN_OR_RETURN(unsigned grid_g, grid_for(gate, smem_g, experts * (w.w1.rows / 16), kWaThreads));
   PDS_ASSIGN_OR_RETURN(unsigned grid_d, grid_for(down, smem_d, experts * (w.w2.rows / 32), kWaThreads));
-  gate<<<grid_g, kWaThreads, smem_g, stream>>>(w.w1, w.w3, offsets, static_cast<int>(experts), x, act, fn, w.w2, grid_d);
+  gate<<<grid_g, kWaThreads, smem_g, stream>>>(w.w1, w.w3, offsets, static_cast<int>(experts), x, act, fn, w.w2, grid_d, nullptr);
   PDS_RETURN_IF_ERROR(last_launch_status("moe decode gate/up"));
   PDS_RETURN_IF_ERROR(cuda_status(pdl_bulk::launch_pdl(true, down, dim3(grid_d), dim3(kWaThreads), smem_d, stream, w.w2, w.w2, offsets,
-                                                       static_cast<int>(experts), static_cast<const float*>(act), out, fn, w.w2, 0u),
+                                                       static_cast<int>(experts), static_cast<const float*>(act), out, fn, w.w2, 0u, nullptr),
                                   "moe decode down launch"));
   return last_launch_status("moe decode down");
+}
+
+// kWeightsAPdlSplitK: launch_wa_phases with each unit's K split in two (decode_gemm_wa's
+// kSplit): gate/up's partial sums go to `part` (the workspace past the queue words), the down
+// launch activates them as it stages rows and adds its two halves into `out`, which the gate/up
+// launch zeroes; nothing runs on the host between the launches (graph-safe).
+template <bool kWideGate, bool kWideDown>
+Status launch_wa_splitk(const MoeDecodeWeights& w, const int32_t* offsets, int64_t experts, const float* x, float* act, float* out,
+                        const MoeAct& fn, cudaStream_t stream, float* part) {
+  constexpr int kS = kMoeDecodeSplitK;
+  const auto gate = decode_gemm_wa<true, kWideGate, true, false, kPhases, kL2None, kS>;
+  const auto down = decode_gemm_wa<false, kWideDown, true, false, kPhases, kL2None, kS>;
+  const size_t smem_g = size_t(kWaTokens) * (w.w1.cols + kStagedPad) * sizeof(uint16_t);
+  const size_t smem_d = size_t(kWaTokens) * (w.w2.cols + kStagedPad) * sizeof(uint16_t);
+  PDS_ASSIGN_OR_RETURN(unsigned grid_g, grid_for(gate, smem_g, experts * (w.w1.rows / 16) * kS, kWaThreads));
+  PDS_ASSIGN_OR_RETURN(unsigned grid_d, grid_for(down, smem_d, experts * (w.w2.rows / 32) * kS, kWaThreads));
+  gate<<<grid_g, kWaThreads, smem_g, stream>>>(w.w1, w.w3, offsets, static_cast<int>(experts), x, part, fn, w.w2, grid_d, out);
+  PDS_RETURN_IF_ERROR(last_launch_status("moe decode gate/up (split K)"));
+  PDS_RETURN_IF_ERROR(cuda_status(pdl_bulk::launch_pdl(true, down, dim3(grid_d), dim3(kWaThreads), smem_d, stream, w.w2, w.w2, offsets,
+                                                       static_cast<int>(experts), static_cast<const float*>(part), out, fn, w.w2, 0u, act),
+                                  "moe decode down launch (split K)"));
+  return last_launch_status("moe decode down (split K)");
 }
 
 template <int kL2>
@@ -583,7 +667,7 @@ Status moe_expert_mlp_decode(const MoeDecodeWeights& w, const int32_t* offsets, 
   const Fits f = shape_fits(w, local_experts);
   if (kernel == MoeDecodeKernel::kStaged && !f.fits) return invalid_argument("moe_expert_mlp_decode: the staged kernel takes cols <= 4096");
   const bool phases = kernel == MoeDecodeKernel::kWeightsAPdl || kernel == MoeDecodeKernel::kWeightsAPdlL2 ||
-                      kernel == MoeDecodeKernel::kWeightsAPdlL2All;
+                      kernel == MoeDecodeKernel::kWeightsAPdlL2All || kernel == MoeDecodeKernel::kWeightsAPdlSplitK;
   const bool wants_wa = kernel == MoeDecodeKernel::kWeightsA || kernel == MoeDecodeKernel::kWeightsANoPrefetch ||
                         kernel == MoeDecodeKernel::kWeightsAStrided || phases;
   if (wants_wa && !f.wa)
@@ -593,10 +677,21 @@ Status moe_expert_mlp_decode(const MoeDecodeWeights& w, const int32_t* offsets, 
     return invalid_argument("moe_expert_mlp_decode: the fused kernel takes the weights-on-A shapes with a ring that fits shared memory");
   if (wants_fused && !has_workspace)
     return invalid_argument("moe_expert_mlp_decode: the fused kernel needs a MoeDecodeWorkspace (its unit queue)");
+  if (kernel == MoeDecodeKernel::kWeightsAPdlSplitK &&
+      (!has_workspace || workspace.bytes < moe_decode_splitk_workspace_bytes(local_experts, capacity, inter)))
+    return invalid_argument("moe_expert_mlp_decode: kWeightsAPdlSplitK needs moe_decode_splitk_workspace_bytes(local, capacity, inter)");
   const MoeDecodeKernel kind = kernel == MoeDecodeKernel::kAuto ? resolve(f, capacity, has_workspace) : kernel;
   const MoeAct a{w.activation, w.situ_beta, w.situ_linear_beta};
   if (is_fused(kind))
     return launch_decode_fused(w, offsets, local_experts, x_sorted, act, out_sorted, a, static_cast<uint32_t*>(workspace.data), stream, kind);
+  if (kind == MoeDecodeKernel::kWeightsAPdlSplitK) {
+    float* part = reinterpret_cast<float*>(static_cast<char*>(workspace.data) + moe_decode_splitk_part_offset(local_experts));
+    const bool wg = w.w1.wide_scales || w.w3.wide_scales, wd = w.w2.wide_scales;
+    if (wg) return wd ? launch_wa_splitk<true, true>(w, offsets, local_experts, x_sorted, act, out_sorted, a, stream, part)
+                      : launch_wa_splitk<true, false>(w, offsets, local_experts, x_sorted, act, out_sorted, a, stream, part);
+    return wd ? launch_wa_splitk<false, true>(w, offsets, local_experts, x_sorted, act, out_sorted, a, stream, part)
+              : launch_wa_splitk<false, false>(w, offsets, local_experts, x_sorted, act, out_sorted, a, stream, part);
+  }
   if (kind == MoeDecodeKernel::kWeightsAPdl) return launch_wa_phases_any<kL2None>(w, offsets, local_experts, x_sorted, act, out_sorted, a, stream);
   if (kind == MoeDecodeKernel::kWeightsAPdlL2) return launch_wa_phases_any<kL2First>(w, offsets, local_experts, x_sorted, act, out_sorted, a, stream);
   if (kind == MoeDecodeKernel::kWeightsAPdlL2All)

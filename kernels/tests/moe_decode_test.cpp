@@ -135,8 +135,10 @@ DevDecode upload_decode(const HostExperts& h, MoeActivation act, float beta, flo
 }
 
 // A zeroed queue workspace for the fused kernel (moe_decode.h: zero once at allocation).
-DeviceBuffer<uint32_t> zeroed_workspace(int64_t local) {
-  return dev(std::vector<uint32_t>(moe_decode_workspace_bytes(local) / sizeof(uint32_t), 0u));
+// With cap and inter, large enough for kWeightsAPdlSplitK's partial sums too.
+DeviceBuffer<uint32_t> zeroed_workspace(int64_t local, int64_t cap = 0, int64_t inter = 0) {
+  const size_t bytes = std::max(moe_decode_workspace_bytes(local), moe_decode_splitk_workspace_bytes(local, cap, inter));
+  return dev(std::vector<uint32_t>(bytes / sizeof(uint32_t), 0u));
 }
 
 MoeDecodeWorkspace workspace_of(DeviceBuffer<uint32_t>& b) { return {b.get(), b.size() * sizeof(uint32_t)}; }
@@ -158,6 +160,7 @@ const char* kernel_name(MoeDecodeKernel k) {
     case MoeDecodeKernel::kWeightsAPdl: return "weights-A pdl";
     case MoeDecodeKernel::kWeightsAPdlL2: return "weights-A pdl l2";
     case MoeDecodeKernel::kWeightsAPdlL2All: return "weights-A pdl l2 all";
+    case MoeDecodeKernel::kWeightsAPdlSplitK: return "weights-A pdl split-K";
   }
   return "?";
 }
@@ -171,7 +174,7 @@ double run_decode_with(const Routing& r, int64_t tokens, int64_t k, int64_t begi
   DeviceBuffer<int32_t> off(local + 1), sorted(cap), prow(cap);
   const MoePlan plan{off.get(), sorted.get(), prow.get()};
   DeviceBuffer<float> xs(cap * dim), a(cap * inter), os(cap * dim), y(tokens * dim);
-  auto ws = zeroed_workspace(local);
+  auto ws = zeroed_workspace(local, cap, inter);
   EXPECT_TRUE(moe_permute(di.get(), tokens, k, begin, local, dx.get(), dim, plan, xs.get(), nullptr).is_ok());
   EXPECT_TRUE(moe_expert_mlp_decode(dw.w, off.get(), local, cap, xs.get(), a.get(), os.get(), nullptr, kernel, workspace_of(ws)).is_ok());
   EXPECT_TRUE(moe_combine(os.get(), prow.get(), dwt.get(), tokens, k, dim, y.get(), nullptr).is_ok());
@@ -200,7 +203,8 @@ double run_decode(const Routing& r, int64_t tokens, int64_t k, int64_t begin, co
   for (MoeDecodeKernel kern : {MoeDecodeKernel::kStreamed, MoeDecodeKernel::kStaged, MoeDecodeKernel::kWeightsA, MoeDecodeKernel::kWeightsANoPrefetch, MoeDecodeKernel::kWeightsAStrided,
                                MoeDecodeKernel::kFused, MoeDecodeKernel::kFusedSplit, MoeDecodeKernel::kFusedSplitPdl, MoeDecodeKernel::kFusedSplit24Warps,
                                MoeDecodeKernel::kFusedSplit24WarpsStaggered, MoeDecodeKernel::kFusedSplitStaggered, MoeDecodeKernel::kWeightsAPdl,
-                               MoeDecodeKernel::kWeightsAPdlL2, MoeDecodeKernel::kWeightsAPdlL2All, MoeDecodeKernel::kAuto})
+                               MoeDecodeKernel::kWeightsAPdlL2, MoeDecodeKernel::kWeightsAPdlL2All, MoeDecodeKernel::kWeightsAPdlSplitK,
+                               MoeDecodeKernel::kAuto})
     err = std::max(err, run_decode_with(r, tokens, k, begin, h, dw, x, ref, what, kern));
   return err;
 }
@@ -257,7 +261,7 @@ TEST_F(MoeDecode, FusedKernelRepeatsAndReplaysFromAGraph) {
   for (MoeDecodeKernel kern : {MoeDecodeKernel::kFused, MoeDecodeKernel::kFusedSplit, MoeDecodeKernel::kFusedSplitPdl,
                                MoeDecodeKernel::kFusedSplit24Warps, MoeDecodeKernel::kFusedSplit24WarpsStaggered,
                                MoeDecodeKernel::kFusedSplitStaggered, MoeDecodeKernel::kWeightsAPdl, MoeDecodeKernel::kWeightsAPdlL2,
-                               MoeDecodeKernel::kWeightsAPdlL2All}) {
+                               MoeDecodeKernel::kWeightsAPdlL2All, MoeDecodeKernel::kWeightsAPdlSplitK}) {
     SCOPED_TRACE(kernel_name(kern));
     fused_repeats_and_replays(kern);
   }
@@ -274,26 +278,36 @@ void fused_repeats_and_replays(MoeDecodeKernel kern) {
   DeviceBuffer<int32_t> off(local + 1), sorted(cap), prow(cap);
   const MoePlan plan{off.get(), sorted.get(), prow.get()};
   DeviceBuffer<float> xs(cap * dim), a(cap * inter), os(cap * dim);
-  auto ws = zeroed_workspace(local);
-  const std::vector<uint32_t> zero_ws(ws.size(), 0u);
+  auto ws = zeroed_workspace(local, cap, inter);
+  // The queue words must come back zero; split-K's partial sums past them need not.
+  const size_t queue_words = moe_decode_workspace_bytes(local) / sizeof(uint32_t);
+  const std::vector<uint32_t> zero_ws(queue_words, 0u);
+  auto queue = [&] {
+    auto v = host(ws);
+    v.resize(queue_words);
+    return v;
+  };
+  // The output starts as a non-zero pattern (0x3f3f3f3f = 0.747) before every call: split-K
+  // adds into output rows its gate/up launch zeroes, and rows past the routed ones keep it.
+  ASSERT_EQ(cudaMemset(os.get(), 0x3f, cap * dim * sizeof(float)), cudaSuccess);
   ASSERT_TRUE(moe_permute(di.get(), tokens, k, 0, local, dx.get(), dim, plan, xs.get(), nullptr).is_ok());
   auto decode = [&](cudaStream_t st, int64_t experts) {
     return moe_expert_mlp_decode(dw.w, off.get(), experts, cap, xs.get(), a.get(), os.get(), st, kern, workspace_of(ws));
   };
   ASSERT_TRUE(decode(nullptr, local).is_ok());
   const auto first = host(os);
-  EXPECT_EQ(host(ws), zero_ws) << "the first launch left its queue state behind";
+  EXPECT_EQ(queue(), zero_ws) << "the first launch left its queue state behind";
   const auto first_act = host(a);
   float peak = 0.0f;
   for (float v : first) peak = std::max(peak, std::fabs(v));
   ASSERT_GT(peak, 0.0f);
   for (int i = 0; i < 2; ++i) {
-    ASSERT_TRUE(cudaMemset(os.get(), 0, cap * dim * sizeof(float)) == cudaSuccess);
+    ASSERT_TRUE(cudaMemset(os.get(), 0x3f, cap * dim * sizeof(float)) == cudaSuccess);
     ASSERT_TRUE(cudaMemset(a.get(), 0, cap * inter * sizeof(float)) == cudaSuccess);
     ASSERT_TRUE(decode(nullptr, i == 0 ? local : 5).is_ok());  // expert 5 is empty: the same rows
     EXPECT_EQ(host(os), first) << "eager launch " << i + 2;
     EXPECT_EQ(host(a), first_act) << "eager launch " << i + 2;
-    EXPECT_EQ(host(ws), zero_ws) << "eager launch " << i + 2;
+    EXPECT_EQ(queue(), zero_ws) << "eager launch " << i + 2;
   }
   cudaStream_t st;
   ASSERT_EQ(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking), cudaSuccess);
@@ -307,14 +321,14 @@ void fused_repeats_and_replays(MoeDecodeKernel kern) {
   ASSERT_TRUE(captured.is_ok()) << captured.to_string();
   ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
   for (int i = 0; i < 3; ++i) {
-    ASSERT_EQ(cudaMemsetAsync(os.get(), 0, cap * dim * sizeof(float), st), cudaSuccess);
+    ASSERT_EQ(cudaMemsetAsync(os.get(), 0x3f, cap * dim * sizeof(float), st), cudaSuccess);
     ASSERT_EQ(cudaMemsetAsync(off.get(), 0, (local + 1) * sizeof(int32_t), st), cudaSuccess);
     ASSERT_EQ(cudaMemsetAsync(xs.get(), 0, cap * dim * sizeof(float), st), cudaSuccess);
     ASSERT_EQ(cudaMemsetAsync(a.get(), 0, cap * inter * sizeof(float), st), cudaSuccess);
     ASSERT_EQ(cudaGraphLaunch(exec, st), cudaSuccess);
     ASSERT_EQ(cudaStreamSynchronize(st), cudaSuccess);
     EXPECT_EQ(host(os), first) << "graph replay " << i + 1;
-    EXPECT_EQ(host(ws), zero_ws) << "graph replay " << i + 1;
+    EXPECT_EQ(queue(), zero_ws) << "graph replay " << i + 1;
   }
   cudaGraphExecDestroy(exec);
   cudaGraphDestroy(graph);
@@ -423,6 +437,16 @@ TEST_F(MoeDecode, FusedNeedsAWorkspaceAndAutoPicksItByCapacity) {
     EXPECT_FALSE(call({}).is_ok());
     EXPECT_FALSE(call({ws.get(), moe_decode_workspace_bytes(local) - 4}).is_ok());
     EXPECT_TRUE(call(workspace_of(ws)).is_ok());
+  }
+  {  // split-K: the queue words are not enough, its partial sums need the larger size
+    auto big = zeroed_workspace(local, cap, 128);
+    auto call = [&](MoeDecodeWorkspace w) {
+      return moe_expert_mlp_decode(dw.w, off.get(), local, cap, xs.get(), a.get(), os.get(), nullptr, MoeDecodeKernel::kWeightsAPdlSplitK, w);
+    };
+    EXPECT_FALSE(call({}).is_ok());
+    EXPECT_FALSE(call(workspace_of(ws)).is_ok());
+    EXPECT_FALSE(call({big.get(), moe_decode_splitk_workspace_bytes(local, cap, 128) - 4}).is_ok());
+    EXPECT_TRUE(call(workspace_of(big)).is_ok());
   }
   // Which fused form kAuto takes is the measured rule's business (moe_decode_sm90.cu);
   // that it needs the workspace and the capacity is this test's.
