@@ -44,7 +44,7 @@ grep -E "^\[  (PASSED|FAILED) |^\[  FAILED|Failure|prefetch" "$out/pipeline_test
 wait "$mca" "$mcb"
 for f in ws pipe; do tail -3 "$out/memcheck_$f.log"; done
 b() {  # label, binary dir, T, H, [prefetch [blocks [buffers [intra]]]]
-  timeout 15 "$here/$2/kda_chunk_bench" "$3" "$4" 0 2 "${7:-0}" 0 8 "${6:-4}" 0 "${8:-0}" ${5:-} 2>&1 | sed "s/^/$1 /" | tee -a "$out/bench.log"
+  timeout 15 "$here/$2/kda_chunk_bench" "$3" "$4" 0 2 "${7:-0}" 0 8 "${6:-4}" 0 "${8:-0}" ${5:+"$5"} 2>&1 | sed "s/^/$1 /" | tee -a "$out/bench.log"
 }
 echo "== bench H32 (GPU 0): old, new pf off, new pick; twice"
 for _ in 1 2; do
