@@ -13,7 +13,8 @@
 //   kda_chunk_bench [T H state_tile math state_buffers output warps blocks ws intra prefetch]   (math 0: tf32, 1: 3xTF32,
 //   2: bf16; output 1: in the state kernel, 2: its own pass; warps of the in-state kernel, 8 or
 //   16; blocks: pipelined block counts to time beside the plain schedule, e.g. 4,8; ws: bf16
-//   mode's workspace, 0 pick, 1 fp32, 2 packed bf16; intra: bf16 mode's intra kernel,
+//   mode's workspace, 0 pick, 1 fp32, 2 packed bf16; warps 0: the launcher's pick (8); 16 is
+//   the packed kernel's too at tiles 32 / 64; intra: bf16 mode's intra kernel,
 //   KdaChunkArgs::bf16_intra, 0 pick (1), 1 fp32 k / q staging, 2 bf16 k / q; prefetch: the
 //   packed state kernel's L2 prefetch distance, KdaChunkArgs::state_prefetch, 0 pick, -1 off; no
 //   arguments: the issue's shapes (T 16K / 64K, H 32 / 24), every precision, the output in the
@@ -80,8 +81,7 @@ void run_shape(int64_t T, int64_t H, int tile, kda_chunk::Math math, int buffers
   a.precise = math == kda_chunk::k3xTf32, a.bf16 = math == kda_chunk::kBf16, a.state_buffers = buffers, a.output = static_cast<KdaChunkOutput>(output);
   a.state_warps = warps, a.bf16_workspace = bf16_ws, a.bf16_intra = bf16_intra, a.state_prefetch = prefetch;
   // The launcher's workspace format (kda_chunk.cpp), for the kernels timed alone below.
-  const bool packed = math == kda_chunk::kBf16 && output != 2 && !(warps == 16 && (tile ? tile : 32) >= 32) &&
-                      (bf16_ws == 0 ? kKdaChunkPackBf16 : bf16_ws == 2);
+  const bool packed = math == kda_chunk::kBf16 && output != 2 && (bf16_ws == 0 ? kKdaChunkPackBf16 : bf16_ws == 2);
   a.pipeline_blocks = 1;  // plain (bf16's pick is pipelined)
   const double us = bench::median_us([&](int) { check(kda_chunk_prefill(a, nullptr), "kda_chunk_prefill"); });
   check(cuda_status(cudaDeviceSynchronize(), "sync"), "sync");
@@ -105,6 +105,7 @@ void run_shape(int64_t T, int64_t H, int tile, kda_chunk::Math math, int buffers
   check(cuda_status(cudaMemcpy(dseq.get(), &sj, sizeof(sj), cudaMemcpyHostToDevice), "tables"), "tables");
   DeviceBuffer<float> inter(static_cast<size_t>(nch * H) * kda_chunk::Layout<128>::floats);
   const int vt = tile ? tile : 32;
+  const int state_warps = kda_chunk_state_warps(warps, D, vt);  // the launcher's (0: its pick, 8)
   const double us_intra = bench::median_us([&](int) {
     check(cuda_status(kda_chunk_intra_launch(128, math, a.q, a.k, a.v, a.g, a.beta, H,
                                              dchunks.get(), nch, inter.get(), nullptr, packed, bf16_intra == 2),
@@ -119,7 +120,7 @@ void run_shape(int64_t T, int64_t H, int tile, kda_chunk::Math math, int buffers
       check(cuda_status(kda_chunk_state_split_launch(128, vt, math, buffers != 1, inter.get(), H, dseq.get(), 1, a.state, 0, nullptr), "state"),
             "state");
     else
-      check(cuda_status(kda_chunk_state_launch(128, vt, warps == 16 && vt >= 32 ? 16 : 8, math, buffers != 1, inter.get(), H, dseq.get(), 1, a.state, 0, a.o, nullptr, packed,
+      check(cuda_status(kda_chunk_state_launch(128, vt, state_warps, math, buffers != 1, inter.get(), H, dseq.get(), 1, a.state, 0, a.o, nullptr, packed,
                                                 prefetch == 0 ? kKdaChunkStatePrefetch : std::max(prefetch, 0)), "state"),
             "state");
   });
@@ -132,7 +133,7 @@ void run_shape(int64_t T, int64_t H, int tile, kda_chunk::Math math, int buffers
   const double floor_us = std::max(bytes / bench::g_bw, flops / bench::g_flops) * 1e6;
   std::printf("chunk %s%s pf=%d %s %s w%-2d buf=%d T=%6ld H=%2ld D=%ld tile=%2d  %9.1f us (intra %8.1f, state %8.1f, output %7.1f)  floor %7.1f us (%s)  x%.2f floor  %6.1f TF/s  %6.0f GB/s  ws %.0f MB\n",
               math_name(math), math != kda_chunk::kBf16 ? "" : bf16_intra != 2 ? " intra=fp32kq" : " intra=bf16kq",
-              prefetch == 0 ? kKdaChunkStatePrefetch : std::max(prefetch, 0), packed ? "ws16" : "ws32", separate ? "sep" : "ins", separate ? 8 : warps, buffers, static_cast<long>(T), static_cast<long>(H), static_cast<long>(D), tile, us, us_intra, us_state, us_out, floor_us,
+              prefetch == 0 ? kKdaChunkStatePrefetch : std::max(prefetch, 0), packed ? "ws16" : "ws32", separate ? "sep" : "ins", separate ? 8 : state_warps, buffers, static_cast<long>(T), static_cast<long>(H), static_cast<long>(D), tile, us, us_intra, us_state, us_out, floor_us,
               bytes / bench::g_bw > flops / bench::g_flops ? "bytes" : "flops", us / floor_us, flops / us * 1e-6, bytes / us * 1e-3,
               ws.size() / 1e6);
   if (!pipeline.empty()) {

@@ -200,9 +200,8 @@ Status kda_chunk_prefill(const KdaChunkArgs& a, cudaStream_t stream) {
     if (vt > D) vt = static_cast<int>(D);
     const bool separate = a.output == KdaChunkOutput::kPick ? separate_output_pays(math == kda_chunk::k3xTf32, D, H, p.chunks, p.serial)
                                                             : a.output == KdaChunkOutput::kSeparate;
-    const int warps = a.state_warps == 16 && D == 128 && vt >= 32 ? 16 : 8;
-    const bool packed = math == kda_chunk::kBf16 && !separate && warps == 8 &&
-                        (a.bf16_workspace == 0 ? kKdaChunkPackBf16 : a.bf16_workspace == 2);
+    const bool packed = math == kda_chunk::kBf16 && !separate && (a.bf16_workspace == 0 ? kKdaChunkPackBf16 : a.bf16_workspace == 2);
+    const int warps = kda_chunk_state_warps(a.state_warps, D, vt);
     // Picked buffering: two, except the packed state kernel pipelined: single-buffered (83.5 KB
     // at D = 128) it leaves room for an intra CTA on its SM, which paid 4-8% over two buffers
     // pipelined; plain, one and two buffers were within 1.5% (docs/perf.md "Packed bf16 workspace").

@@ -63,8 +63,10 @@ struct KdaChunkArgs {
   // except 1 for the packed bf16 workspace's state kernel when pipelined: room for an intra CTA).
   int state_buffers = 0;
   // Warps of the in-state serial kernel (the output in the state kernel): 8, 16 (twice the
-  // warps an SM to hide its latency chain; used at D = 128 with state tiles 32 / 64, else 8)
-  // or 0: pick (8: 16 made the state kernel 14-19% slower on the H200, docs/perf.md "bf16 mode").
+  // warps an SM to hide its latency chain; used at D = 128 with state tiles 32 / 64, else 8;
+  // the packed bf16 workspace's kernel too) or 0: pick (8: 16 made the fp32-workspace state
+  // kernel 14-19% slower on the H200, docs/perf.md "bf16 mode", and the packed one at tile 64
+  // 1-2% slower than 8 warps, docs/perf.md "Packed state kernel on 16 warps").
   int state_warps = 0;
   // true: every matmul in error-compensated 3xTF32 (operands split hi + lo, ~fp32 accuracy,
   // 3x the tensor-core work); false: plain tf32 (10-bit mantissa). See docs/design.md.
@@ -75,7 +77,7 @@ struct KdaChunkArgs {
   // never the backend's default (docs/perf.md "bf16 mode").
   bool bf16 = false;
   KdaChunkOutput output = KdaChunkOutput::kPick;
-  // bf16 mode with the output in the 8-warp state kernel: the intra kernel's w, qg, Aqk, kg in
+  // bf16 mode with the output in the state kernel: the intra kernel's w, qg, Aqk, kg in
   // bf16 in the workspace (half its writes; the state kernel stages them as they are, in 83.5
   // KB instead of 157.5 KB of shared memory at D = 128, tile 32, one buffer: an intra CTA fits
   // beside it). The same bf16 operands as the fp32 workspace, summed in another k order
@@ -118,6 +120,9 @@ inline constexpr int kKdaChunkBf16PipelineBlocks = 4;
 inline constexpr int kKdaChunkStatePrefetch = 0;
 // bf16_workspace's pick (docs/perf.md "Packed bf16 workspace").
 inline constexpr bool kKdaChunkPackBf16 = true;
+// The in-state kernel's warps for KdaChunkArgs::state_warps `asked` at head dim D and state
+// tile vt (after the launcher's pick): the launcher's rule, here for the benchmark and tests.
+inline int kda_chunk_state_warps(int asked, int64_t D, int vt) { return asked == 16 && D == 128 && vt >= 32 ? 16 : 8; }
 // First chunk of block b when `chunks` chunks split into `blocks` near-equal blocks (b == blocks:
 // chunks); the pipelined schedule's split, here for its tests.
 inline int64_t kda_chunk_pipeline_block_start(int64_t chunks, int64_t blocks, int64_t b) { return chunks * b / blocks; }

@@ -195,7 +195,7 @@ cudaError_t kda_chunk_intra_bf16_launch(int D, const float* q, const float* k, c
                                         int64_t H, const kda_chunk::ChunkJob* jobs, int64_t chunks, float* ws, cudaStream_t stream,
                                         bool packed, bool kq16);
 // double_buffer: two buffers for each chunk's w and qg where shared memory allows; warps: 8, or
-// 16 at D = 128 with vt 32 / 64 (kda_chunk_state_sm90.cu). prefetch (packed only): > 0, chunk
+// 16 at D = 128 with vt 32 / 64, packed or not (kda_chunk_state_sm90.cu). prefetch (packed only): > 0, chunk
 // n + prefetch's inputs are requested into L2 while chunk n runs; 0: none.
 cudaError_t kda_chunk_state_launch(int D, int vt, int warps, kda_chunk::Math math, bool double_buffer, const float* ws, int64_t H,
                                    const kda_chunk::SeqJob* jobs, int64_t seqs, float* state, int64_t layer_offset, float* o,

@@ -12,7 +12,9 @@
 // n + 1 instead of only its second half. Grid (D / VT, H, sequences), NW warps (8, or 16 at
 // D = 128 with VT >= 32: twice the warps an SM to hide the serial chain's latencies, each with
 // half the tiles): the row-side matmuls split 4 row tiles x NW / 4 column groups, the state
-// tiles split over all NW. PK (bf16 math, 8 warps): the packed bf16 workspace (w, qg, Aqk, kg^T
+// tiles split over all NW. PK (bf16 math; 8 warps, or 16 at D = 128 with VT >= 32 - opt-in: at
+// VT = 64 the 16-warp CTA's chunk took as long as the 8-warp one's, ~1.4x the VT = 32 CTA's,
+// docs/perf.md "Packed state kernel on 16 warps"): the packed bf16 workspace (w, qg, Aqk, kg^T
 // in bf16, kda_chunk_common.cuh) staged as it is, and the B operands S^T and v_new staged as
 // transposed bf16 words (one 32-bit load a fragment, the rounding FragB(float, float) would do,
 // so bit-identical): 83.5 KB single-buffered at D = 128, VT = 32 instead of 157.5 KB (117.5 / 223.5
@@ -377,9 +379,16 @@ cudaError_t launch_state(bool db, const float* ws, int64_t H, const SeqJob* jobs
   return launch_state_db<D, VT, P, false, NW, PK>(ws, H, jobs, seqs, state, lo, o, stream, prefetch);
 }
 
-// The packed bf16 workspace: 8 warps, every tile.
-cudaError_t state_packed(int D, int vt, bool db, const float* ws, int64_t H, const SeqJob* jobs, int64_t seqs, float* state, int64_t lo,
-                         float* o, cudaStream_t stream, int pf) {
+// The packed bf16 workspace: 8 warps at every tile; 16 at D = 128 with tiles 32 / 64 (the
+// launcher checks).
+cudaError_t state_packed(int D, int vt, int warps, bool db, const float* ws, int64_t H, const SeqJob* jobs, int64_t seqs, float* state,
+                         int64_t lo, float* o, cudaStream_t stream, int pf) {
+  if (warps == 16) {
+    if (D != 128) return cudaErrorInvalidValue;
+    if (vt == 64) return launch_state<128, 64, kBf16, 16, true>(db, ws, H, jobs, seqs, state, lo, o, stream, pf);
+    if (vt == 32) return launch_state<128, 32, kBf16, 16, true>(db, ws, H, jobs, seqs, state, lo, o, stream, pf);
+    return cudaErrorInvalidValue;
+  }
   if (vt == 64) {
     switch (D) {
       case 64: return launch_state<64, 64, kBf16, 8, true>(db, ws, H, jobs, seqs, state, lo, o, stream, pf);
@@ -438,9 +447,9 @@ cudaError_t state_for(int D, int vt, int warps, bool db, const float* ws, int64_
 cudaError_t kda_chunk_state_launch(int D, int vt, int warps, Math math, bool double_buffer, const float* ws, int64_t H, const SeqJob* jobs,
                                    int64_t seqs, float* state, int64_t layer_offset, float* o, cudaStream_t stream, bool packed,
                                    int prefetch) {
-  if (packed) {  // bf16 on 8 warps only (the launcher checks)
-    if (math != kda_chunk::kBf16 || warps != 8) return cudaErrorInvalidValue;
-    return state_packed(D, vt, double_buffer, ws, H, jobs, seqs, state, layer_offset, o, stream, prefetch < 0 ? 0 : prefetch);
+  if (packed) {  // bf16 only (the launcher checks)
+    if (math != kda_chunk::kBf16 || (warps != 8 && warps != 16)) return cudaErrorInvalidValue;
+    return state_packed(D, vt, warps, double_buffer, ws, H, jobs, seqs, state, layer_offset, o, stream, prefetch < 0 ? 0 : prefetch);
   }
   switch (math) {
     case kda_chunk::kTf32: return state_for<kda_chunk::kTf32>(D, vt, warps, double_buffer, ws, H, jobs, seqs, state, layer_offset, o, stream);

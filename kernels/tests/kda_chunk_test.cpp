@@ -191,8 +191,8 @@ TEST_F(KdaChunk, SixteenStateWarpsMatch) {
 // bf16 mode's two workspace formats (KdaChunkArgs::bf16_workspace: fp32, packed bf16) on the
 // same inputs: each within the bf16 bound of the CPU recurrence, and close to each other (the
 // same bf16 operands summed in another k order); ragged batch, tiles 16 / 32 / 64 at one and
-// two buffers, D = 64 / 32, gates at the bound, several passes, 16 warps asked for (packed
-// then falls back to the fp32 workspace).
+// two buffers, D = 64 / 32, gates at the bound, several passes, 8 and 16 warps at tiles 32 / 64
+// (the packed kernel has both since kdastate16).
 void packed_vs_fp32(const Problem& p, uint32_t seed, int tile, int buffers, size_t ws_bytes = 0, int warps = 0) {
   SCOPED_TRACE(::testing::Message() << "H=" << p.H << " D=" << p.D << " tile=" << tile << " buffers=" << buffers << " ws=" << ws_bytes
                                     << " warps=" << warps);
@@ -226,6 +226,22 @@ TEST_F(KdaChunk, PackedBf16WorkspaceMatchesFp32Workspace) {
   const Problem p{2, 128, {1, 200, 63, 400}};
   packed_vs_fp32(p, 86, 0, 1, kda_chunk_workspace_bytes(p.H, p.D, 3));
   packed_vs_fp32({2, 128, {65, 300}}, 87, 32, 0, 0, 16);
+  for (int buffers : {1, 2})
+    for (int warps : {8, 16}) packed_vs_fp32({2, 128, {1, 63, 64, 65, 129, 300}}, 88, 64, buffers, 0, warps);
+  packed_vs_fp32({3, 128, {5, 700, 64}}, 89, 64, 0, kda_chunk_workspace_bytes(3, 128, 4), 16);  // several passes
+}
+
+// The launcher's warp rule (kda_chunk_state_warps): 16 only where asked for, at D = 128 with
+// tiles 32 / 64; the pick is 8.
+TEST(KdaChunkRules, StateWarps) {
+  EXPECT_EQ(kda_chunk_state_warps(0, 128, 64), 8);
+  EXPECT_EQ(kda_chunk_state_warps(0, 128, 32), 8);
+  EXPECT_EQ(kda_chunk_state_warps(8, 128, 64), 8);
+  EXPECT_EQ(kda_chunk_state_warps(16, 128, 64), 16);
+  EXPECT_EQ(kda_chunk_state_warps(16, 128, 32), 16);
+  EXPECT_EQ(kda_chunk_state_warps(16, 128, 16), 8);
+  EXPECT_EQ(kda_chunk_state_warps(16, 64, 64), 8);
+  EXPECT_EQ(kda_chunk_state_warps(16, 32, 32), 8);
 }
 
 // bf16 mode's two intra kernels (KdaChunkArgs::bf16_intra: k and q staged as fp32, as bf16) on
