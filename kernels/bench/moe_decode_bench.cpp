@@ -163,15 +163,16 @@ void run_bench(const char* routes_path) {
     const double twk = time_kernel("wa-pdl-splitk", MoeDecodeKernel::kWeightsAPdlSplitK);
     // The decode call alone captured per weight set on a non-blocking stream and replayed (the
     // backend's decode graphs; a programmatic dependent launch becomes a programmatic edge).
-    auto time_graph = [&](const char* name, MoeDecodeKernel kern) {
-      if (!wanted(name)) return kSkipped;
+    // `work(set, stream)` captured once per weight set on a non-blocking stream, then the
+    // graphs replayed in turn: median us of a replay (no host sync inside).
+    auto replay_us = [&](const std::function<void(int, cudaStream_t)>& work) {
       cudaStream_t gs;
       check(cudaStreamCreateWithFlags(&gs, cudaStreamNonBlocking), "stream");
       std::vector<cudaGraphExec_t> ge(sets);
       for (int64_t s = 0; s < sets; ++s) {
         cudaGraph_t graph;
         check(cudaStreamBeginCapture(gs, cudaStreamCaptureModeGlobal), "capture");
-        decode_with(static_cast<int>(s), gs, kern);
+        work(static_cast<int>(s), gs);
         check(cudaStreamEndCapture(gs, &graph), "end capture");
         check(cudaGraphInstantiate(&ge[s], graph, 0), "instantiate");
         cudaGraphDestroy(graph);
@@ -180,6 +181,10 @@ void run_bench(const char* routes_path) {
       for (auto e : ge) cudaGraphExecDestroy(e);
       cudaStreamDestroy(gs);
       return us;
+    };
+    auto time_graph = [&](const char* name, MoeDecodeKernel kern) {
+      if (!wanted(name)) return kSkipped;
+      return replay_us([&](int set, cudaStream_t st) { decode_with(set, st, kern); });
     };
     const double gwn = time_graph("wa-noprefetch", MoeDecodeKernel::kWeightsANoPrefetch);
     const double gwp = time_graph("wa-pdl", MoeDecodeKernel::kWeightsAPdl);
@@ -205,21 +210,8 @@ void run_bench(const char* routes_path) {
       check(moe_expert_mlp(wa[i % sets], off.get(), local, cap, xs.get(), act.get(), os.get(), nullptr), "anchor");
     });
     const double tall = median_us([&](int i) { permute(nullptr), decode(i, nullptr), combine(nullptr); });
-    // The same step captured once per weight set and replayed: no host sync inside.
-    cudaStream_t st;
-    check(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking), "stream");
-    std::vector<cudaGraphExec_t> execs(sets);
-    for (int64_t s = 0; s < sets; ++s) {
-      cudaGraph_t graph;
-      check(cudaStreamBeginCapture(st, cudaStreamCaptureModeGlobal), "capture");
-      permute(st), decode(static_cast<int>(s), st), combine(st);
-      check(cudaStreamEndCapture(st, &graph), "end capture");
-      check(cudaGraphInstantiate(&execs[s], graph, 0), "instantiate");
-      cudaGraphDestroy(graph);
-    }
-    const double tg = median_us([&](int i) { check(cudaGraphLaunch(execs[i % sets], nullptr), "graph launch"); });
-    for (auto e : execs) cudaGraphExecDestroy(e);
-    cudaStreamDestroy(st);
+    // The same step captured once per weight set and replayed.
+    const double tg = replay_us([&](int set, cudaStream_t st) { permute(st), decode(set, st), combine(st); });
     const double tcopy = median_us([&](int) {
       check(cudaMemcpyAsync(copy_dst.get(), copy_src.get(), size_t(bytes), cudaMemcpyDeviceToDevice, nullptr), "copy");
     });
