@@ -553,53 +553,39 @@ Status launch(const Mxfp4Decode& a, const Mxfp4Decode& b, const int32_t* offsets
 // kWeightsAPdl / kWeightsAPdlL2: the blocked gate/up launch, then down as a programmatic
 // dependent launch (decode_gemm_wa's kPhases). The down grid is sized first: with kL2 the
 // gate/up CTAs prefetch the down CTAs' first units by index.
-template <bool kWideGate, bool kWideDown, int kL2>
+// kWeightsAPdlSplitK (kS > 1): each unit's K split in kS (decode_gemm_wa's kSplit): gate/up's
+// partial sums go to `part` (the workspace past the queue words) and it zeroes `out`; the down
+// launch activates them as it stages rows, writes `act` and adds its halves into `out`. Nothing
+// runs on the host between the launches (graph-safe).
+template <bool kWideGate, bool kWideDown, int kL2, int kS>
 Status launch_wa_phases(const MoeDecodeWeights& w, const int32_t* offsets, int64_t experts, const float* x, float* act, float* out,
-                        const MoeAct& fn, cudaStream_t stream) {
-  const auto gate = decode_gemm_wa<true, kWideGate, true, false, kPhases, kL2>;
-  const auto down = decode_gemm_wa<false, kWideDown, true, false, kPhases, kL2None>;
-  const size_t smem_g = size_t(kWaTokens) * (w.w1.cols + kStagedPad) * sizeof(uint16_t);
-  const size_t smem_d = size_t(kWaTokens) * (w.w2.cols + kStagedPad) * sizeof(uint16_t);
-  PDS_ASSIGN_OR_RETURN(unsigned grid_g, grid_for(gate, smem_g, experts * (w.w1.rows / 16), kWaThreads));
-  PDS_ASSIGN_OR_RETURN(unsigned grid_d, grid_for(down, smem_d, experts * (w.w2.rows / 32), kWaThreads));
-  gate<<<grid_g, kWaThreads, smem_g, stream>>>(w.w1, w.w3, offsets, static_cast<int>(experts), x, act, fn, w.w2, grid_d, nullptr);
-  PDS_RETURN_IF_ERROR(last_launch_status("moe decode gate/up"));
-  PDS_RETURN_IF_ERROR(cuda_status(pdl_bulk::launch_pdl(true, down, dim3(grid_d), dim3(kWaThreads), smem_d, stream, w.w2, w.w2, offsets,
-                                                       static_cast<int>(experts), static_cast<const float*>(act), out, fn, w.w2, 0u, nullptr),
-                                  "moe decode down launch"));
-  return last_launch_status("moe decode down");
-}
-
-// kWeightsAPdlSplitK: launch_wa_phases with each unit's K split in two (decode_gemm_wa's
-// kSplit): gate/up's partial sums go to `part` (the workspace past the queue words), the down
-// launch activates them as it stages rows and adds its two halves into `out`, which the gate/up
-// launch zeroes; nothing runs on the host between the launches (graph-safe).
-template <bool kWideGate, bool kWideDown>
-Status launch_wa_splitk(const MoeDecodeWeights& w, const int32_t* offsets, int64_t experts, const float* x, float* act, float* out,
                         const MoeAct& fn, cudaStream_t stream, float* part) {
-  constexpr int kS = kMoeDecodeSplitK;
-  const auto gate = decode_gemm_wa<true, kWideGate, true, false, kPhases, kL2None, kS>;
+  const auto gate = decode_gemm_wa<true, kWideGate, true, false, kPhases, kL2, kS>;
   const auto down = decode_gemm_wa<false, kWideDown, true, false, kPhases, kL2None, kS>;
   const size_t smem_g = size_t(kWaTokens) * (w.w1.cols + kStagedPad) * sizeof(uint16_t);
   const size_t smem_d = size_t(kWaTokens) * (w.w2.cols + kStagedPad) * sizeof(uint16_t);
   PDS_ASSIGN_OR_RETURN(unsigned grid_g, grid_for(gate, smem_g, experts * (w.w1.rows / 16) * kS, kWaThreads));
   PDS_ASSIGN_OR_RETURN(unsigned grid_d, grid_for(down, smem_d, experts * (w.w2.rows / 32) * kS, kWaThreads));
-  gate<<<grid_g, kWaThreads, smem_g, stream>>>(w.w1, w.w3, offsets, static_cast<int>(experts), x, part, fn, w.w2, grid_d, out);
-  PDS_RETURN_IF_ERROR(last_launch_status("moe decode gate/up (split K)"));
+  // Split: gate/up writes the partial sums and zeroes `out`; down reads them and writes `act`.
+  float* gate_out = kS > 1 ? part : act;
+  gate<<<grid_g, kWaThreads, smem_g, stream>>>(w.w1, w.w3, offsets, static_cast<int>(experts), x, gate_out, fn, w.w2, grid_d,
+                                               kS > 1 ? out : nullptr);
+  PDS_RETURN_IF_ERROR(last_launch_status("moe decode gate/up"));
   PDS_RETURN_IF_ERROR(cuda_status(pdl_bulk::launch_pdl(true, down, dim3(grid_d), dim3(kWaThreads), smem_d, stream, w.w2, w.w2, offsets,
-                                                       static_cast<int>(experts), static_cast<const float*>(part), out, fn, w.w2, 0u, act),
-                                  "moe decode down launch (split K)"));
-  return last_launch_status("moe decode down (split K)");
+                                                       static_cast<int>(experts), static_cast<const float*>(gate_out), out, fn, w.w2, 0u,
+                                                       kS > 1 ? act : nullptr),
+                                  "moe decode down launch"));
+  return last_launch_status("moe decode down");
 }
 
-template <int kL2>
+template <int kL2, int kS = 1>
 Status launch_wa_phases_any(const MoeDecodeWeights& w, const int32_t* offsets, int64_t experts, const float* x, float* act, float* out,
-                            const MoeAct& fn, cudaStream_t stream) {
+                            const MoeAct& fn, cudaStream_t stream, float* part = nullptr) {
   const bool wg = w.w1.wide_scales || w.w3.wide_scales, wd = w.w2.wide_scales;
-  if (wg) return wd ? launch_wa_phases<true, true, kL2>(w, offsets, experts, x, act, out, fn, stream)
-                    : launch_wa_phases<true, false, kL2>(w, offsets, experts, x, act, out, fn, stream);
-  return wd ? launch_wa_phases<false, true, kL2>(w, offsets, experts, x, act, out, fn, stream)
-            : launch_wa_phases<false, false, kL2>(w, offsets, experts, x, act, out, fn, stream);
+  if (wg) return wd ? launch_wa_phases<true, true, kL2, kS>(w, offsets, experts, x, act, out, fn, stream, part)
+                    : launch_wa_phases<true, false, kL2, kS>(w, offsets, experts, x, act, out, fn, stream, part);
+  return wd ? launch_wa_phases<false, true, kL2, kS>(w, offsets, experts, x, act, out, fn, stream, part)
+            : launch_wa_phases<false, false, kL2, kS>(w, offsets, experts, x, act, out, fn, stream, part);
 }
 
 }  // namespace
@@ -686,11 +672,7 @@ Status moe_expert_mlp_decode(const MoeDecodeWeights& w, const int32_t* offsets, 
     return launch_decode_fused(w, offsets, local_experts, x_sorted, act, out_sorted, a, static_cast<uint32_t*>(workspace.data), stream, kind);
   if (kind == MoeDecodeKernel::kWeightsAPdlSplitK) {
     float* part = reinterpret_cast<float*>(static_cast<char*>(workspace.data) + moe_decode_splitk_part_offset(local_experts));
-    const bool wg = w.w1.wide_scales || w.w3.wide_scales, wd = w.w2.wide_scales;
-    if (wg) return wd ? launch_wa_splitk<true, true>(w, offsets, local_experts, x_sorted, act, out_sorted, a, stream, part)
-                      : launch_wa_splitk<true, false>(w, offsets, local_experts, x_sorted, act, out_sorted, a, stream, part);
-    return wd ? launch_wa_splitk<false, true>(w, offsets, local_experts, x_sorted, act, out_sorted, a, stream, part)
-              : launch_wa_splitk<false, false>(w, offsets, local_experts, x_sorted, act, out_sorted, a, stream, part);
+    return launch_wa_phases_any<kL2None, kMoeDecodeSplitK>(w, offsets, local_experts, x_sorted, act, out_sorted, a, stream, part);
   }
   if (kind == MoeDecodeKernel::kWeightsAPdl) return launch_wa_phases_any<kL2None>(w, offsets, local_experts, x_sorted, act, out_sorted, a, stream);
   if (kind == MoeDecodeKernel::kWeightsAPdlL2) return launch_wa_phases_any<kL2First>(w, offsets, local_experts, x_sorted, act, out_sorted, a, stream);
