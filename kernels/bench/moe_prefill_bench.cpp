@@ -7,12 +7,14 @@
 // The torch anchor (moe_prefill_torch.py) builds the same distributions and times the same
 // work in bf16. Each distribution runs every main loop picked by --kernels (default all:
 // mma.sync, wgmma, wgmma-wN, wgmma-smemW, wgmma-smemWd, wgmma-tma, wgmma-tma4, wgmma-prod, wgmma-160 =
-// MoePrefillKernel::kMmaSync, kWgmma, kWgmmaWideN, kWgmmaSmemW, kWgmmaSmemWDeep, kWgmmaTma, kWgmmaTma4, kWgmmaProducer, kWgmma160; the input order does not change the time) under both tile schedules (moe_prefill.h: the
+// MoePrefillKernel::kMmaSync, kWgmma, kWgmmaWideN, kWgmmaSmemW, kWgmmaSmemWDeep, kWgmmaTma, kWgmmaTma4, kWgmmaProducer, kWgmma160, kWgmmaG2, kWgmmaSmemWG2; the input order does not change the time) under both tile schedules (moe_prefill.h: the
 // dynamic queue in a workspace, as the backend calls it, and the static stride). Also the crossover against moe_expert_mlp_decode (kAuto) at 2..64 rows a
 // expert, which sets the backend's switch (cuda_layers.cpp). CUDA events, 3 warm-ups,
 // median of --reps. Weight bytes are random (scales 2^-7..2^-3), tiled from a 64 MB pattern.
 //
-//   moe_prefill_bench [--reps N] [--quick 1] [--kernels wgmma,wgmma-smemW]   (--quick: uniform only, queue only)
+//   moe_prefill_bench [--reps N] [--quick 1] [--kernels wgmma,wgmma-smemW] [--crossover 0] [--ablate 1,2,4]
+//   (--quick: uniform only, queue only; --crossover 0: no crossover lines; --ablate: kWgmma with
+//   parts of its main loop removed, moe_prefill_bench_ablate only: docs/perf.md "Bare wgmma loop")
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
@@ -76,6 +78,7 @@ std::vector<int32_t> offsets_of(const std::vector<int64_t>& c) {
 struct NamedKernel {
   const char* name;
   MoePrefillKernel kernel;
+  int ablate = 0;  // --ablate: PDS_PREFILL_ABLATE's mask for kWgmma (a -DPDS_PREFILL_ABLATE build only)
 };
 constexpr NamedKernel kAllKernels[] = {{"mma.sync", MoePrefillKernel::kMmaSync},
                                        {"wgmma", MoePrefillKernel::kWgmma},
@@ -85,25 +88,41 @@ constexpr NamedKernel kAllKernels[] = {{"mma.sync", MoePrefillKernel::kMmaSync},
                                        {"wgmma-tma", MoePrefillKernel::kWgmmaTma},
                                        {"wgmma-tma4", MoePrefillKernel::kWgmmaTma4},
                                        {"wgmma-prod", MoePrefillKernel::kWgmmaProducer},
-                                       {"wgmma-160", MoePrefillKernel::kWgmma160}};
+                                       {"wgmma-160", MoePrefillKernel::kWgmma160},
+                                       {"wgmma-g2", MoePrefillKernel::kWgmmaG2},
+                                       {"wgmma-smemW-g2", MoePrefillKernel::kWgmmaSmemWG2}};
 
 // --kernels a,b,c: the main loops to time, by the names above (default: all).
 std::vector<NamedKernel> kernels_from(const std::string& list) {
   std::vector<NamedKernel> out;
   for (const NamedKernel& k : kAllKernels)
     if (list.empty() || ("," + list + ",").find(std::string(",") + k.name + ",") != std::string::npos) out.push_back(k);
-  if (out.empty()) std::fprintf(stderr, "--kernels %s names none of mma.sync,wgmma,wgmma-wN,wgmma-smemW,wgmma-smemWd,wgmma-tma,wgmma-tma4,wgmma-prod,wgmma-160\n", list.c_str());
+  if (out.empty()) std::fprintf(stderr, "--kernels %s names none of mma.sync,wgmma,wgmma-wN,wgmma-smemW,wgmma-smemWd,wgmma-tma,wgmma-tma4,wgmma-prod,wgmma-160,wgmma-g2,wgmma-smemW-g2\n", list.c_str());
   return out;
 }
 
 void run(int argc, char** argv) {
   g_reps = 10;  // this bench's default (--reps): each call is ~10 ms
-  std::string kernel_list;
+  std::string kernel_list, ablate_list;
+  bool crossover = true;
   for (int i = 1; i + 1 < argc; i += 2)
     if (!std::strcmp(argv[i], "--reps")) g_reps = std::atoi(argv[i + 1]);
     else if (!std::strcmp(argv[i], "--quick")) g_quick = std::atoi(argv[i + 1]) != 0;
     else if (!std::strcmp(argv[i], "--kernels")) kernel_list = argv[i + 1];
-  const std::vector<NamedKernel> kernels = kernels_from(kernel_list);
+    else if (!std::strcmp(argv[i], "--ablate")) ablate_list = argv[i + 1];
+    else if (!std::strcmp(argv[i], "--crossover")) crossover = std::atoi(argv[i + 1]) != 0;
+  std::vector<NamedKernel> kernels = kernels_from(kernel_list);
+  // --ablate 1,2,4: kWgmma again with parts of its main loop removed (timing only; the
+  // moe_prefill_wgmma_sm90.cu masks), named wgmma-a<mask>.
+  static std::vector<std::string> ablate_names;
+  ablate_names.reserve(16);
+  for (size_t p = 0; !ablate_list.empty() && p != std::string::npos;) {
+    const size_t q = ablate_list.find(',', p);
+    const int m = std::atoi(ablate_list.substr(p, q == std::string::npos ? q : q - p).c_str());
+    ablate_names.push_back("wgmma-a" + std::to_string(m));
+    kernels.push_back({ablate_names.back().c_str(), MoePrefillKernel::kWgmma, m});
+    p = q == std::string::npos ? q : q + 1;
+  }
   const size_t up_bytes = size_t(kExperts) * kInter * kDim / 2, up_scales = up_bytes / 16;
   auto p1 = random_device(up_bytes, 1), p3 = random_device(up_bytes, 2), p2 = random_device(up_bytes, 3);
   auto s1 = random_device(up_scales, 4, 120, 5), s3 = random_device(up_scales, 5, 120, 5), s2 = random_device(up_scales, 6, 120, 5);
@@ -136,8 +155,10 @@ void run(int argc, char** argv) {
     if (g_quick && kind != "uniform") break;
     const auto c = counts_for(kind, kRows);
     check(off.upload(offsets_of(c)), "offsets");
-    for (const auto& [kernel_name, kernel] : kernels)
+    for (const auto& [kernel_name, kernel, ablate] : kernels)
       for (const bool queue : {true, false}) {
+        if (ablate) setenv("PDS_PREFILL_ABLATE", std::to_string(ablate).c_str(), 1);
+        else unsetenv("PDS_PREFILL_ABLATE");
         if (g_quick && !queue) break;
         const double us = median_us([&] {
           check(moe_expert_mlp_prefill(w, off.get(), kExperts, cap, x.get(), act.get(), out.get(), nullptr,
@@ -152,7 +173,8 @@ void run(int argc, char** argv) {
                     flops / us * 1e-6, flops / kPeak * 1e6, us / (flops / kPeak * 1e6));
       }
   }
-  if (g_quick) return;
+  unsetenv("PDS_PREFILL_ABLATE");
+  if (g_quick || !crossover) return;
   // Crossover with the decode kernels (fp32 activations there), uniform rows.
   DeviceBuffer<float> xf(cap * kDim), actf(cap * kInter);
   // kAuto with the fused kernel's queue workspace, as the backend calls it (zero once).

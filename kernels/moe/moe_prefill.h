@@ -1,6 +1,6 @@
 // Prefill-time routed experts: a grouped GEMM over the local experts on bf16 tensor cores
-// (fp32 accumulate), MXFP4 weights dequantised in registers on the way. Nine main loops
-// (MoePrefillKernel below): eight warpgroup-MMA ones (kWgmma the default) and the mma.sync
+// (fp32 accumulate), MXFP4 weights dequantised in registers on the way. Eleven main loops
+// (MoePrefillKernel below): ten warpgroup-MMA ones (kWgmma the default) and the mma.sync
 // kernel this comment describes; the wgmma tiles are in docs/design.md.
 // It replaces step 2 of moe.h for many rows per expert; steps 1 and 3 stay, so a prefill
 // chunk runs
@@ -71,7 +71,13 @@ bool moe_prefill_fits(const MoeDecodeWeights& w);
 // kWgmma160: kWgmma with token tiles of up to 160 cut in order (N 32..160), so an expert of
 // 129..160 rows (EP4's ~146) dequantises each weight chunk once, not for a 128 tile and again
 // for its tail; 160 fp32 accumulators a thread. Bit-identical to kWgmma (same k order).
-enum class MoePrefillKernel { kAuto, kMmaSync, kWgmma, kWgmmaWideN, kWgmmaSmemW, kWgmmaSmemWDeep, kWgmmaTma, kWgmmaTma4, kWgmmaProducer, kWgmma160 };
+// kWgmmaG2 / kWgmmaSmemWG2: kWgmma / kWgmmaSmemW with one wgmma commit group per two k-steps
+// (both k-steps dequantised first), so up to four wgmmas stay queued a warpgroup. Same k order
+// on every output: bit-identical to kWgmma.
+enum class MoePrefillKernel {
+  kAuto, kMmaSync, kWgmma, kWgmmaWideN, kWgmmaSmemW, kWgmmaSmemWDeep, kWgmmaTma, kWgmmaTma4, kWgmmaProducer, kWgmma160,
+  kWgmmaG2, kWgmmaSmemWG2
+};
 MoePrefillKernel moe_prefill_choice(MoePrefillKernel kernel = MoePrefillKernel::kAuto);
 
 // moe_permute (moe.h) writing the sorted rows as bf16 bits (round to nearest even):

@@ -263,7 +263,8 @@ Status launch(const Mxfp4Decode& a, const Mxfp4Decode& b, const int32_t* offsets
 // and kWgmmaTma4 (0.84-0.98x) in two (docs/perf.md, "Bulk tensor copies and four warpgroups").
 // kWgmmaProducer (weights dequantised once into shared memory by a producer warpgroup) ran
 // 0.64-0.71x kWgmma in one (docs/perf.md, "Producer warpgroup"); kWgmma160 (token tiles of up
-// to 160) 0.84-0.97x in one (docs/perf.md, "Token tiles of 160").
+// to 160) 0.84-0.97x in one (docs/perf.md, "Token tiles of 160"); kWgmmaG2 (0.70-0.76x, it
+// spills) and kWgmmaSmemWG2 (0.95-1.03x) in one (docs/perf.md, "Bare wgmma loop").
 MoePrefillKernel moe_prefill_choice(MoePrefillKernel kernel) {
   return kernel == MoePrefillKernel::kAuto ? MoePrefillKernel::kWgmma : kernel;
 }

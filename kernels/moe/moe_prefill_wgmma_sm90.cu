@@ -1,4 +1,4 @@
-// moe_expert_mlp_prefill's warpgroup-MMA variants (MoePrefillKernel::kWgmma, kWgmmaWideN, kWgmma160;
+// moe_expert_mlp_prefill's warpgroup-MMA variants (MoePrefillKernel::kWgmma, kWgmmaWideN, kWgmma160, kWgmmaG2, ...;
 // contract and design: moe_prefill.h, docs/design.md). Two consumer warpgroups a CTA, each
 // running wgmma.m64nNk16 with A = 64 weight rows dequantised in registers (the same fragment
 // as mma.m16n8k16's A, per warp 16 rows = two decode-layout tiles) and B = N tokens from a
@@ -12,6 +12,8 @@
 // The tokens must be in wgmma_k_position order (moe_prefill_schedule.h), which
 // moe_permute_bf16 and this gate/up epilogue write.
 #include <cuda_bf16.h>
+
+#include <cstdlib>
 
 #include "moe/moe_prefill.h"
 #include "moe/moe_prefill_device.cuh"
@@ -33,13 +35,24 @@ constexpr int kChunk = 128;    // inputs per ring stage: one decode-layout tile 
 // running while the next k-step dequantises: wait_group 2), kRegW160 = kWgmma160 (kWgmma with
 // token tiles of up to 160: an expert of 129..160 rows is one N = 160 tile, dequantised once,
 // instead of an N = 128 tile and an N = 32 tail that repeats the whole dequantisation).
-enum Variant : int { kRegW = 0, kWideN = 1, kSmemW = 2, kSmemWDeep = 3, kRegW160 = 4 };
+// kRegWG2 / kSmemWG2 = kWgmmaG2 / kWgmmaSmemWG2: kRegW / kSmemW dequantising two k-steps into
+// two A fragments per block before one fence + commit, so each wait_group 1 leaves up to two
+// k-steps (four wgmmas) queued instead of one (docs/perf.md, "Bare wgmma loop").
+enum Variant : int { kRegW = 0, kWideN = 1, kSmemW = 2, kSmemWDeep = 3, kRegW160 = 4, kRegWG2 = 5, kSmemWG2 = 6 };
+// Timing experiments only, compiled with -DPDS_PREFILL_ABLATE (the moe_prefill_bench_ablate
+// binary; docs/perf.md "Bare wgmma loop"): kRegW + 16 + mask is kRegW with parts of its main
+// loop removed, mask bits 1: no weight loads (constant words), 2: no token copies, 4: no proxy
+// fence, 8: no CTA barrier a chunk. Its outputs are wrong; never reached without the macro.
+constexpr int kAblate = 16;
+template <int kVar>
+__host__ __device__ constexpr int ablate_mask() { return kVar >= kAblate ? kVar - kAblate : 0; }
 
 template <int kVar>
 struct Cfg {
   static constexpr bool kSplit = kVar == kWideN;         // one m64 block a warpgroup, balanced token tiles
   static constexpr bool kBig = kVar == kRegW160;         // two m64 blocks, token tiles of 160 in order
-  static constexpr bool kWeightsInSmem = kVar == kSmemW || kVar == kSmemWDeep;
+  static constexpr bool kWeightsInSmem = kVar == kSmemW || kVar == kSmemWDeep || kVar == kSmemWG2;
+  static constexpr int kGroup = kVar == kRegWG2 || kVar == kSmemWG2 ? 2 : 1;  // k-steps a commit group
   static constexpr int kPending = kVar == kSmemWDeep ? 2 : 1;  // wgmma groups left running after each k-step
   // kSmemWDeep reads each k-step's packed words from shared memory as it dequantises (the
   // third A buffer would not fit beside a chunk's 16 packed registers: 255 + spills).
@@ -184,7 +197,7 @@ __device__ __forceinline__ void run_tile(const Mxfp4Decode& a, const Mxfp4Decode
 #pragma unroll
   for (int s = 0; s < kAhead; ++s) {
     if (s < chunks) {
-      load_x(s, s);
+      if constexpr (!(ablate_mask<kVar>() & 2)) load_x(s, s);
       if constexpr (C::kWeightsInSmem)
         if (live) load_w_smem(s, s);
     }
@@ -192,17 +205,17 @@ __device__ __forceinline__ void run_tile(const Mxfp4Decode& a, const Mxfp4Decode
   }
   [[maybe_unused]] uint4 qn[C::kWeightsInSmem ? 1 : kQ];
   [[maybe_unused]] uint32_t sn[C::kWeightsInSmem ? 1 : kQ];
-  if constexpr (!C::kWeightsInSmem)
+  if constexpr (!C::kWeightsInSmem && !(ablate_mask<kVar>() & 1))
     if (live) load_w(0, qn, sn);
   for (int c = 0; c < chunks; ++c) {
     cp_async_wait<kAhead - 1>();
-    fence_proxy_async();  // the cp.async writes (generic proxy) become visible to wgmma (async proxy)
-    __syncthreads();
+    if constexpr (!(ablate_mask<kVar>() & 4)) fence_proxy_async();  // the cp.async writes (generic proxy) become visible to wgmma (async proxy)
+    if constexpr (!(ablate_mask<kVar>() & 8)) __syncthreads();
     // Slot (c + kAhead) % kStages was last read by chunk c + kAhead - kStages <= c - 2,
     // whose wgmmas every warpgroup finished before this barrier (wait<kPending <= 2> leaves
     // only chunk c - 1's last groups running).
     if (c + kAhead < chunks) {
-      load_x(c + kAhead, (c + kAhead) % kStages);
+      if constexpr (!(ablate_mask<kVar>() & 2)) load_x(c + kAhead, (c + kAhead) % kStages);
       if constexpr (C::kWeightsInSmem)
         if (live) load_w_smem(c + kAhead, (c + kAhead) % kStages);
     }
@@ -223,6 +236,11 @@ __device__ __forceinline__ void run_tile(const Mxfp4Decode& a, const Mxfp4Decode
         sn[2] = __ldg(reinterpret_cast<const uint32_t*>(sb + (c + 1) * 32));
         sn[3] = __ldg(reinterpret_cast<const uint32_t*>(sb + chunks * 32 + (c + 1) * 32));
       }
+    } else if constexpr (ablate_mask<kVar>() & 1) {
+#pragma unroll
+      for (int j = 0; j < kQ; ++j)
+        q[j] = make_uint4(lane * 0x9E3779B9u ^ c, lane * 0x85EBCA6Bu ^ (c << 3), lane * 0xC2B2AE35u ^ (c << 6), lane * 0x27D4EB2Fu ^ (c << 9)),
+        sc[j] = 0x7E7F7D80u + j;
     } else {
 #pragma unroll
       for (int j = 0; j < kQ; ++j) q[j] = qn[j], sc[j] = sn[j];
@@ -245,29 +263,36 @@ __device__ __forceinline__ void run_tile(const Mxfp4Decode& a, const Mxfp4Decode
     const uint32_t slot = smem_base + (c % kStages) * kStageBytes;
     const int wslot_c = c % kStages;
     auto word = [&](int j, int i) { return C::kWordsPerStep ? smem_word(wslot_c, j, i) : word_of(C::kBig ? qn[j] : q[j], i); };
+    constexpr int kG = C::kGroup;
 #pragma unroll
-    for (int s = 0; s < 8; ++s) {  // k-step s: group i = s / 2, half h = s % 2
-      const int i = s >> 1, h = s & 1;
-      uint32_t fa[4], fb[4] = {0u, 0u, 0u, 0u};
-      {
+    for (int s0 = 0; s0 < 8; s0 += kG) {  // k-steps s0 .. s0 + kG - 1, one commit group
+      uint32_t fa[kG][4], fb[kG][4];
+#pragma unroll
+      for (int u = 0; u < kG; ++u) {  // k-step s: group i = s / 2, half h = s % 2
+        const int s = s0 + u, i = s >> 1, h = s & 1;
         uint32_t lo[2], hi[2];
         dequant_half<kWide>(word(0, i), (sc[0] >> (8 * i)) & 0xffu, h, lo);
         dequant_half<kWide>(word(1, i), (sc[1] >> (8 * i)) & 0xffu, h, hi);
-        fa[0] = lo[0], fa[1] = hi[0], fa[2] = lo[1], fa[3] = hi[1];
+        fa[u][0] = lo[0], fa[u][1] = hi[0], fa[u][2] = lo[1], fa[u][3] = hi[1];
+        fb[u][0] = fb[u][1] = fb[u][2] = fb[u][3] = 0u;
         if constexpr (kQ == 4) {
           dequant_half<kWide>(word(2, i), (sc[2] >> (8 * i)) & 0xffu, h, lo);
           dequant_half<kWide>(word(3, i), (sc[3] >> (8 * i)) & 0xffu, h, hi);
-          fb[0] = lo[0], fb[1] = hi[0], fb[2] = lo[1], fb[3] = hi[1];
+          fb[u][0] = lo[0], fb[u][1] = hi[0], fb[u][2] = lo[1], fb[u][3] = hi[1];
         }
+        if constexpr (C::kBig)
+          if ((s & 3) == 3 && c + 1 < chunks) next_half(s >> 2);
       }
-      if constexpr (C::kBig)
-        if ((s & 3) == 3 && c + 1 < chunks) next_half(s >> 2);
-      const uint64_t desc = sw128_desc(slot + (s >> 2) * kHalfBytes + (s & 3) * 32);
       wgmma_fence();
-      wgmma_rs<kN>(acc0, fa, desc);
-      if constexpr (kQ == 4) wgmma_rs<kN>(acc1, fb, desc);
+#pragma unroll
+      for (int u = 0; u < kG; ++u) {
+        const int s = s0 + u;
+        const uint64_t desc = sw128_desc(slot + (s >> 2) * kHalfBytes + (s & 3) * 32);
+        wgmma_rs<kN>(acc0, fa[u], desc);
+        if constexpr (kQ == 4) wgmma_rs<kN>(acc1, fb[u], desc);
+      }
       wgmma_commit();
-      wgmma_wait<C::kPending>();  // k-step s - kPending is done: its A registers are free
+      wgmma_wait<C::kPending>();  // group s0 - kPending kG is done: its A registers are free
     }
   }
   wgmma_wait<0>();
@@ -397,6 +422,22 @@ Status expert_mlp_prefill_wgmma(const MoeDecodeWeights& w, const int32_t* offset
                                 const uint16_t* x_sorted, uint16_t* act, float* out_sorted, void* queue_words, MoePrefillKernel kernel,
                                 cudaStream_t stream) {
   TileQueue* queue = static_cast<TileQueue*>(queue_words);
+#ifdef PDS_PREFILL_ABLATE
+  if (const char* mask = std::getenv("PDS_PREFILL_ABLATE"); mask && kernel == MoePrefillKernel::kWgmma) {
+    switch (std::atoi(mask)) {
+      case 1: return run_both<kAblate + 1>(w, offsets, experts, capacity, x_sorted, act, out_sorted, queue, stream);
+      case 2: return run_both<kAblate + 2>(w, offsets, experts, capacity, x_sorted, act, out_sorted, queue, stream);
+      case 3: return run_both<kAblate + 3>(w, offsets, experts, capacity, x_sorted, act, out_sorted, queue, stream);
+      case 4: return run_both<kAblate + 4>(w, offsets, experts, capacity, x_sorted, act, out_sorted, queue, stream);
+      case 7: return run_both<kAblate + 7>(w, offsets, experts, capacity, x_sorted, act, out_sorted, queue, stream);
+      case 15: return run_both<kAblate + 15>(w, offsets, experts, capacity, x_sorted, act, out_sorted, queue, stream);
+      default: break;
+    }
+  }
+  // The ablation build instantiates kRegW's forms only (compile time).
+  if (kernel != MoePrefillKernel::kWgmma) return invalid_argument("moe_expert_mlp_prefill: the PDS_PREFILL_ABLATE build runs kWgmma only");
+  return run_both<kRegW>(w, offsets, experts, capacity, x_sorted, act, out_sorted, queue, stream);
+#else
   switch (kernel) {
     case MoePrefillKernel::kWgmmaWideN: return run_both<kWideN>(w, offsets, experts, capacity, x_sorted, act, out_sorted, queue, stream);
     case MoePrefillKernel::kWgmmaSmemW: return run_both<kSmemW>(w, offsets, experts, capacity, x_sorted, act, out_sorted, queue, stream);
@@ -404,6 +445,8 @@ Status expert_mlp_prefill_wgmma(const MoeDecodeWeights& w, const int32_t* offset
       return run_both<kSmemWDeep>(w, offsets, experts, capacity, x_sorted, act, out_sorted, queue, stream);
     case MoePrefillKernel::kWgmma: return run_both<kRegW>(w, offsets, experts, capacity, x_sorted, act, out_sorted, queue, stream);
     case MoePrefillKernel::kWgmma160: return run_both<kRegW160>(w, offsets, experts, capacity, x_sorted, act, out_sorted, queue, stream);
+    case MoePrefillKernel::kWgmmaG2: return run_both<kRegWG2>(w, offsets, experts, capacity, x_sorted, act, out_sorted, queue, stream);
+    case MoePrefillKernel::kWgmmaSmemWG2: return run_both<kSmemWG2>(w, offsets, experts, capacity, x_sorted, act, out_sorted, queue, stream);
     case MoePrefillKernel::kWgmmaTma:
     case MoePrefillKernel::kWgmmaTma4:
       return expert_mlp_prefill_wgmma_tma(w, offsets, experts, capacity, x_sorted, act, out_sorted, queue_words, kernel, stream);
@@ -411,6 +454,7 @@ Status expert_mlp_prefill_wgmma(const MoeDecodeWeights& w, const int32_t* offset
       return expert_mlp_prefill_wgmma_producer(w, offsets, experts, capacity, x_sorted, act, out_sorted, queue_words, stream);
     default: return invalid_argument("moe_expert_mlp_prefill: not a wgmma main loop");
   }
+#endif
 }
 
 }  // namespace pdserve::cuda::moe_prefill_detail

@@ -30,7 +30,8 @@ using MoePrefill = GpuTest;
 
 constexpr MoePrefillKernel kKernels[] = {MoePrefillKernel::kMmaSync, MoePrefillKernel::kWgmma, MoePrefillKernel::kWgmmaWideN,
                                          MoePrefillKernel::kWgmmaSmemW, MoePrefillKernel::kWgmmaSmemWDeep, MoePrefillKernel::kWgmmaTma,
-                                         MoePrefillKernel::kWgmmaTma4, MoePrefillKernel::kWgmmaProducer, MoePrefillKernel::kWgmma160};
+                                         MoePrefillKernel::kWgmmaTma4, MoePrefillKernel::kWgmmaProducer, MoePrefillKernel::kWgmma160,
+                                         MoePrefillKernel::kWgmmaG2, MoePrefillKernel::kWgmmaSmemWG2};
 const char* name_of(MoePrefillKernel k) {
   switch (k) {
     case MoePrefillKernel::kWgmma: return "wgmma";
@@ -41,6 +42,8 @@ const char* name_of(MoePrefillKernel k) {
     case MoePrefillKernel::kWgmmaTma4: return "wgmma-tma4";
     case MoePrefillKernel::kWgmmaProducer: return "wgmma-producer";
     case MoePrefillKernel::kWgmma160: return "wgmma-160";
+    case MoePrefillKernel::kWgmmaG2: return "wgmma-g2";
+    case MoePrefillKernel::kWgmmaSmemWG2: return "wgmma-smemW-g2";
     default: return "mma.sync";
   }
 }
@@ -113,7 +116,7 @@ double run_prefill(const Routing& r, int64_t tokens, int64_t k, int64_t begin, c
   for (int32_t id : r.ids) rows += id >= begin && id < begin + local;
   EXPECT_GT(rows, 0) << what << ": the case should route some rows here";
   double worst = 0.0;
-  // kWgmma's output: the shared-memory-weight, bulk-copy, producer and 160-token-tile loops run the same
+  // kWgmma's output: the shared-memory-weight, bulk-copy, producer, 160-token-tile and two-k-step-group loops run the same
   // MMAs in the same k order on each output (kWgmma160: N = 160 where kWgmma runs 128 + 32;
   // bit-identical on every case on the H200, docs/perf.md "Token tiles of 160")
   std::vector<float> y_wgmma;
@@ -124,7 +127,8 @@ double run_prefill(const Routing& r, int64_t tokens, int64_t k, int64_t begin, c
     const std::vector<float> y = host(b.y);
     if (kernel == MoePrefillKernel::kWgmma) y_wgmma = y;
     if (kernel == MoePrefillKernel::kWgmmaSmemW || kernel == MoePrefillKernel::kWgmmaSmemWDeep || kernel == MoePrefillKernel::kWgmmaTma ||
-        kernel == MoePrefillKernel::kWgmmaTma4 || kernel == MoePrefillKernel::kWgmmaProducer || kernel == MoePrefillKernel::kWgmma160) {
+        kernel == MoePrefillKernel::kWgmmaTma4 || kernel == MoePrefillKernel::kWgmmaProducer || kernel == MoePrefillKernel::kWgmma160 ||
+        kernel == MoePrefillKernel::kWgmmaG2 || kernel == MoePrefillKernel::kWgmmaSmemWG2) {
       EXPECT_TRUE(y == y_wgmma) << what << " [" << name_of(kernel) << "]: not bit-identical to wgmma";
     }
     const double err = nerr(y, ref);
