@@ -89,13 +89,14 @@ Status kda_chunk_prefill(const KdaChunkArgs& a, cudaStream_t stream) {
   if (!kda_chunk_supported(D)) return invalid_argument("kda_chunk_prefill: head_dim must be 32, 64 or 128");
   if (a.state_tile != 0 && a.state_tile != 16 && a.state_tile != 32 && a.state_tile != 64)
     return invalid_argument("kda_chunk_prefill: state_tile must be 16, 32 or 64");
-  if (a.state_buffers < 0 || a.state_buffers > 2) return invalid_argument("kda_chunk_prefill: state_buffers must be 0, 1 or 2");
+  if (a.state_buffers < 0 || a.state_buffers > 3) return invalid_argument("kda_chunk_prefill: state_buffers must be 0 .. 3");
   if (a.state_warps != 0 && a.state_warps != 8 && a.state_warps != 16) return invalid_argument("kda_chunk_prefill: state_warps must be 0, 8 or 16");
   if (a.output != KdaChunkOutput::kPick && a.output != KdaChunkOutput::kInState && a.output != KdaChunkOutput::kSeparate)
     return invalid_argument("kda_chunk_prefill: bad output mode");
   if (a.bf16_workspace < 0 || a.bf16_workspace > 2) return invalid_argument("kda_chunk_prefill: bf16_workspace must be 0, 1 or 2");
   if (a.bf16_intra < 0 || a.bf16_intra > 2) return invalid_argument("kda_chunk_prefill: bf16_intra must be 0, 1 or 2");
   if (a.state_prefetch < -1 || a.state_prefetch > 8) return invalid_argument("kda_chunk_prefill: state_prefetch must be -1 .. 8");
+  if (a.state_mma < 0 || a.state_mma > 2) return invalid_argument("kda_chunk_prefill: state_mma must be 0, 1 or 2");
   if (a.pipeline_blocks < 0 || a.pipeline_blocks > kKdaChunkMaxPipelineBlocks)
     return invalid_argument("kda_chunk_prefill: pipeline_blocks must be 0 .. 64");
   if (H <= 0 || H > 65535 || a.num_seqs < 0) return invalid_argument("kda_chunk_prefill: bad head or sequence count");
@@ -205,7 +206,12 @@ Status kda_chunk_prefill(const KdaChunkArgs& a, cudaStream_t stream) {
     // Picked buffering: two, except the packed state kernel pipelined: single-buffered (83.5 KB
     // at D = 128) it leaves room for an intra CTA on its SM, which paid 4-8% over two buffers
     // pipelined; plain, one and two buffers were within 1.5% (docs/perf.md "Packed bf16 workspace").
-    const bool double_buffer = a.state_buffers == 0 ? kKdaChunkStateDoubleBuffer && !(packed && p.blocks > 1) : a.state_buffers == 2;
+    const bool double_buffer = a.state_buffers == 0 ? kKdaChunkStateDoubleBuffer && !(packed && p.blocks > 1) : a.state_buffers >= 2;
+    const bool wgmma = packed && a.state_warps != 16 && (a.state_mma == 0 ? kKdaChunkStateMma : a.state_mma) == 2 &&
+                       kda_chunk_state_wgmma_supported(static_cast<int>(D), vt);
+    // The wgmma kernel's stages of a chunk's inputs: as the buffering above, or 3 where asked
+    // (tile 32; 2 at 64).
+    const int stages = a.state_buffers == 3 ? 3 : double_buffer ? 2 : 1;
     auto intra = [&](int64_t c0, int64_t n, cudaStream_t s) {
       return cuda_status(kda_chunk_intra_launch(static_cast<int>(D), math, a.q, a.k, a.v, a.g, a.beta, H, cj + c0, n,
                                                 inter + c0 * H * chunk_floats(D), s, packed, a.bf16_intra == 2),
@@ -215,6 +221,9 @@ Status kda_chunk_prefill(const KdaChunkArgs& a, cudaStream_t stream) {
       if (separate)
         return cuda_status(kda_chunk_state_split_launch(static_cast<int>(D), vt, math, double_buffer, inter, H, jobs, n, a.state, a.layer_offset, s),
                            "kda_chunk_state (separate output)");
+      if (wgmma)
+        return cuda_status(kda_chunk_state_wgmma_launch(static_cast<int>(D), vt, stages, inter, H, jobs, n, a.state, a.layer_offset, a.o, s, prefetch),
+                           "kda_chunk_state (wgmma)");
       return cuda_status(kda_chunk_state_launch(static_cast<int>(D), vt, warps, math, double_buffer, inter, H, jobs, n, a.state, a.layer_offset, a.o, s, packed,
                                                 prefetch),
                          "kda_chunk_state");
