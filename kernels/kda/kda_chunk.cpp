@@ -154,17 +154,45 @@ Status kda_chunk_prefill(const KdaChunkArgs& a, cudaStream_t stream) {
     if (p.seqs > 65535) return invalid_argument("kda_chunk_prefill: at most 65535 sequences a pass");
     passes.push_back(p);
   }
-  const int pipeline_blocks = a.pipeline_blocks == 0 ? (a.bf16 ? kKdaChunkBf16PipelineBlocks : 0) : a.pipeline_blocks;
-  if (pipeline_blocks >= 2) {
+  const kda_chunk::Math math = a.bf16 ? kda_chunk::kBf16 : a.precise ? kda_chunk::k3xTf32 : kda_chunk::kTf32;
+  // A pass's state kernel: value rows a CTA, output place, workspace format, kernel.
+  struct StatePlan {
+    int vt;
+    bool separate, packed, wgmma;
+  };
+  auto plan_state = [&](const Pass& p) {
+    StatePlan sp{};
+    // Narrow state slices when wide ones would leave most SMs idle.
+    sp.vt = a.state_tile;
+    if (sp.vt == 0) sp.vt = (D / 32) * H * p.seqs >= 96 ? 32 : 16;
+    if (D == 32) sp.vt = 32;  // 16 leaves too few state tiles for the block's 8 warps; 64 > D
+    if (sp.vt > D) sp.vt = static_cast<int>(D);
+    sp.separate = a.output == KdaChunkOutput::kPick ? separate_output_pays(math == kda_chunk::k3xTf32, D, H, p.chunks, p.serial)
+                                                    : a.output == KdaChunkOutput::kSeparate;
+    sp.packed = math == kda_chunk::kBf16 && !sp.separate && (a.bf16_workspace == 0 ? kKdaChunkPackBf16 : a.bf16_workspace == 2);
+    sp.wgmma = sp.packed && a.state_warps != 16 && (a.state_mma == 0 ? kKdaChunkStateMma : a.state_mma) == 2 &&
+               kda_chunk_state_wgmma_supported(static_cast<int>(D), sp.vt);
+    return sp;
+  };
+  // Pipelined blocks of a one-sequence pass: as asked, else bf16's pick - with the wgmma state
+  // kernel 8 blocks from kKdaChunkWgmmaPipelineMinChunks chunks on and plain below, else 4.
+  auto blocks_for = [&](const Pass& p) -> int64_t {
+    if (a.pipeline_blocks != 0) return a.pipeline_blocks;
+    if (!a.bf16) return 1;
+    if (!plan_state(p).wgmma) return kKdaChunkBf16PipelineBlocks;
+    return p.chunks >= kKdaChunkWgmmaPipelineMinChunks ? kKdaChunkWgmmaPipelineBlocks : 1;
+  };
+  if (a.pipeline_blocks >= 2 || (a.pipeline_blocks == 0 && a.bf16)) {
     // A one-sequence pass's SeqJob becomes one per block (pass-local chunk0 as before). Every
     // block has >= 1 chunk, so the table still holds at most one SeqJob a chunk.
     std::vector<SeqJob> split;
     split.reserve(static_cast<size_t>(total));
     for (Pass& p : passes) {
       const int64_t first = static_cast<int64_t>(split.size());
-      if (p.seqs == 1 && p.chunks >= 2) {
+      const int64_t want = p.seqs == 1 ? blocks_for(p) : 1;
+      if (p.seqs == 1 && p.chunks >= 2 && want >= 2) {
         const SeqJob j = seqs[static_cast<size_t>(p.seq0)];
-        p.blocks = std::min<int64_t>(pipeline_blocks, p.chunks);
+        p.blocks = std::min<int64_t>(want, p.chunks);
         for (int64_t b = 0; b < p.blocks; ++b) {
           const int64_t c0 = kda_chunk_pipeline_block_start(p.chunks, p.blocks, b), c1 = kda_chunk_pipeline_block_start(p.chunks, p.blocks, b + 1);
           SeqJob bj = j;
@@ -190,25 +218,17 @@ Status kda_chunk_prefill(const KdaChunkArgs& a, cudaStream_t stream) {
                                     "kda_chunk_prefill: sequence table"));
   }
   const int prefetch = a.state_prefetch == 0 ? kKdaChunkStatePrefetch : std::max(a.state_prefetch, 0);
-  const kda_chunk::Math math = a.bf16 ? kda_chunk::kBf16 : a.precise ? kda_chunk::k3xTf32 : kda_chunk::kTf32;
   for (const Pass& p : passes) {
     const ChunkJob* cj = chunk_table + p.chunk0;
     const SeqJob* sj = seq_table + p.seq0;
-    // Narrow state slices when wide ones would leave most SMs idle.
-    int vt = a.state_tile;
-    if (vt == 0) vt = (D / 32) * H * p.seqs >= 96 ? 32 : 16;
-    if (D == 32) vt = 32;  // 16 leaves too few state tiles for the block's 8 warps; 64 > D
-    if (vt > D) vt = static_cast<int>(D);
-    const bool separate = a.output == KdaChunkOutput::kPick ? separate_output_pays(math == kda_chunk::k3xTf32, D, H, p.chunks, p.serial)
-                                                            : a.output == KdaChunkOutput::kSeparate;
-    const bool packed = math == kda_chunk::kBf16 && !separate && (a.bf16_workspace == 0 ? kKdaChunkPackBf16 : a.bf16_workspace == 2);
+    const StatePlan sp = plan_state(p);
+    const int vt = sp.vt;
+    const bool separate = sp.separate, packed = sp.packed, wgmma = sp.wgmma;
     const int warps = kda_chunk_state_warps(a.state_warps, D, vt);
     // Picked buffering: two, except the packed state kernel pipelined: single-buffered (83.5 KB
     // at D = 128) it leaves room for an intra CTA on its SM, which paid 4-8% over two buffers
     // pipelined; plain, one and two buffers were within 1.5% (docs/perf.md "Packed bf16 workspace").
     const bool double_buffer = a.state_buffers == 0 ? kKdaChunkStateDoubleBuffer && !(packed && p.blocks > 1) : a.state_buffers >= 2;
-    const bool wgmma = packed && a.state_warps != 16 && (a.state_mma == 0 ? kKdaChunkStateMma : a.state_mma) == 2 &&
-                       kda_chunk_state_wgmma_supported(static_cast<int>(D), vt);
     // The wgmma kernel's stages of a chunk's inputs: as the buffering above, or 3 where asked
     // (tile 32; 2 at 64).
     const int stages = a.state_buffers == 3 ? 3 : double_buffer ? 2 : 1;

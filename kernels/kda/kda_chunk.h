@@ -113,16 +113,22 @@ struct KdaChunkArgs {
   // separate) once; the caller's stream waits for the last of them. The state carries from
   // block to block through the slot as between passes, with the same kernels and tables per
   // chunk, so o and the state are bit-identical to the plain schedule. Passes of several
-  // sequences take the plain schedule. 1: off; 0: pick (kKdaChunkBf16PipelineBlocks in bf16
-  // mode, where it measured faster at every shape: docs/perf.md "Leaner bf16 intra kernel";
-  // off otherwise). It changes the job tables: tables_uploaded needs an earlier call with the
+  // sequences take the plain schedule. 1: off; 0: pick (in bf16 mode
+  // kKdaChunkBf16PipelineBlocks with the mma.sync state kernel, where it measured faster at every
+  // shape: docs/perf.md "Leaner bf16 intra kernel"; with the wgmma one 8 blocks for passes of >=
+  // kKdaChunkWgmmaPipelineMinChunks chunks, plain below; off otherwise). It changes the job tables: tables_uploaded needs an earlier call with the
   // same value.
   int pipeline_blocks = 0;
 };
 
 inline constexpr int kKdaChunkMaxPipelineBlocks = 64;
-// pipeline_blocks' pick in bf16 mode (0: plain there too).
+// pipeline_blocks' pick in bf16 mode with the mma.sync state kernel (0: plain there too).
 inline constexpr int kKdaChunkBf16PipelineBlocks = 4;
+// With the wgmma state kernel: 8 blocks for a one-sequence pass of at least this many chunks,
+// plain below (T = 16K H32: plain 2.3% faster than 4 blocks; 64K: 8 blocks 3% faster than plain,
+// 2.7% than 4; between them unmeasured; docs/perf.md "State kernel on wgmma").
+inline constexpr int64_t kKdaChunkWgmmaPipelineMinChunks = 1024;
+inline constexpr int kKdaChunkWgmmaPipelineBlocks = 8;
 // state_prefetch's pick (chunks ahead; 0: none).
 inline constexpr int kKdaChunkStatePrefetch = 0;
 // state_mma's pick: 1 mma.sync, 2 wgmma.
