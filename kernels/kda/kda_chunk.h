@@ -1,5 +1,5 @@
-// Chunked KDA prefill on tensor cores (mma.sync m16n8k8 in tf32, 3xTF32 or, opt-in, bf16; fp32
-// accumulation and state).
+// Chunked KDA prefill on tensor cores (mma.sync m16n8k8 in tf32, 3xTF32 or, opt-in, bf16 - whose
+// serial state kernel runs on wgmma by default at D = 128; fp32 accumulation and state).
 // Contract = ops::kda_recurrent / ops::kda_chunked (include/pdserve/ops/kda.h), for a ragged
 // batch of sequences packed without padding:
 //   q, k, g, v, o  [T][H][D] fp32, rows of sequence s are cu_seqlens[s] .. cu_seqlens[s+1]-1;
