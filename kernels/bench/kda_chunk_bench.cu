@@ -10,13 +10,14 @@
 //   pipelined, then the launcher's picks (with "picks": the former default and the picks only).
 //   kda_chunk_bench --pipeline: plain vs the pipelined schedule (4 and 8 blocks) at those shapes,
 //   every precision (the launcher's pick of the output place), with the grids.
-//   kda_chunk_bench [T H state_tile math state_buffers output warps blocks ws intra prefetch]   (math 0: tf32, 1: 3xTF32,
+//   kda_chunk_bench [T H state_tile math state_buffers output warps blocks ws intra prefetch mma]   (math 0: tf32, 1: 3xTF32,
 //   2: bf16; output 1: in the state kernel, 2: its own pass; warps of the in-state kernel, 8 or
 //   16; blocks: pipelined block counts to time beside the plain schedule, e.g. 4,8; ws: bf16
 //   mode's workspace, 0 pick, 1 fp32, 2 packed bf16; warps 0: the launcher's pick (8); 16 is
 //   the packed kernel's too at tiles 32 / 64; intra: bf16 mode's intra kernel,
 //   KdaChunkArgs::bf16_intra, 0 pick (1), 1 fp32 k / q staging, 2 bf16 k / q; prefetch: the
-//   packed state kernel's L2 prefetch distance, KdaChunkArgs::state_prefetch, 0 pick, -1 off; no
+//   packed state kernel's L2 prefetch distance, KdaChunkArgs::state_prefetch, 0 pick, -1 off; mma:
+//   the packed state kernel, KdaChunkArgs::state_mma, 0 pick, 1 mma.sync, 2 wgmma; no
 //   arguments: the issue's shapes (T 16K / 64K, H 32 / 24), every precision, the output in the
 //   state kernel (8 and 16 warps) and in its own pass at tile 32 with two buffers;
 //   kda_chunk_bench --accuracy DIR: ours and fla's error on the inputs kda_chunk_fla.py dumped;
@@ -63,7 +64,7 @@ DeviceBuffer<float> random_buffer(int64_t n, uint32_t seed, int kind) {
 const char* math_name(kda_chunk::Math m) { return m == kda_chunk::kBf16 ? "bf16  " : m == kda_chunk::k3xTf32 ? "3xtf32" : "tf32  "; }
 
 void run_shape(int64_t T, int64_t H, int tile, kda_chunk::Math math, int buffers, int output, int warps = 8,
-               const std::vector<int>& pipeline = {}, int bf16_ws = 0, int bf16_intra = 0, int prefetch = 0) {
+               const std::vector<int>& pipeline = {}, int bf16_ws = 0, int bf16_intra = 0, int prefetch = 0, int state_mma = 0) {
   const int64_t D = 128, n = T * H * D;
   DeviceBuffer<float> q = random_buffer(n, 1, 0), k = random_buffer(n, 2, 0), v = random_buffer(n, 3, 0);
   DeviceBuffer<float> g = random_buffer(n, 4, 1), beta = random_buffer(T * H, 5, 2), o(n);
@@ -80,6 +81,7 @@ void run_shape(int64_t T, int64_t H, int tile, kda_chunk::Math math, int buffers
   a.workspace = ws.get(), a.workspace_bytes = ws.size(), a.state_tile = tile;
   a.precise = math == kda_chunk::k3xTf32, a.bf16 = math == kda_chunk::kBf16, a.state_buffers = buffers, a.output = static_cast<KdaChunkOutput>(output);
   a.state_warps = warps, a.bf16_workspace = bf16_ws, a.bf16_intra = bf16_intra, a.state_prefetch = prefetch;
+  a.state_mma = state_mma;
   // The launcher's workspace format (kda_chunk.cpp), for the kernels timed alone below.
   const bool packed = math == kda_chunk::kBf16 && output != 2 && (bf16_ws == 0 ? kKdaChunkPackBf16 : bf16_ws == 2);
   a.pipeline_blocks = 1;  // plain (bf16's pick is pipelined)
@@ -106,6 +108,8 @@ void run_shape(int64_t T, int64_t H, int tile, kda_chunk::Math math, int buffers
   DeviceBuffer<float> inter(static_cast<size_t>(nch * H) * kda_chunk::Layout<128>::floats);
   const int vt = tile ? tile : 32;
   const int state_warps = kda_chunk_state_warps(warps, D, vt);  // the launcher's (0: its pick, 8)
+  // The launcher's state kernel (kda_chunk.cpp): wgmma where asked for (or picked) and supported.
+  const bool wgmma = packed && warps != 16 && (state_mma == 0 ? kKdaChunkStateMma : state_mma) == 2 && kda_chunk_state_wgmma_supported(128, vt);
   const double us_intra = bench::median_us([&](int) {
     check(cuda_status(kda_chunk_intra_launch(128, math, a.q, a.k, a.v, a.g, a.beta, H,
                                              dchunks.get(), nch, inter.get(), nullptr, packed, bf16_intra == 2),
@@ -119,6 +123,10 @@ void run_shape(int64_t T, int64_t H, int tile, kda_chunk::Math math, int buffers
     if (separate)
       check(cuda_status(kda_chunk_state_split_launch(128, vt, math, buffers != 1, inter.get(), H, dseq.get(), 1, a.state, 0, nullptr), "state"),
             "state");
+    else if (wgmma)
+      check(cuda_status(kda_chunk_state_wgmma_launch(128, vt, buffers == 0 ? 2 : buffers, inter.get(), H, dseq.get(), 1, a.state, 0, a.o, nullptr,
+                                                     prefetch == 0 ? kKdaChunkStatePrefetch : std::max(prefetch, 0)), "state"),
+            "state");
     else
       check(cuda_status(kda_chunk_state_launch(128, vt, state_warps, math, buffers != 1, inter.get(), H, dseq.get(), 1, a.state, 0, a.o, nullptr, packed,
                                                 prefetch == 0 ? kKdaChunkStatePrefetch : std::max(prefetch, 0)), "state"),
@@ -131,8 +139,8 @@ void run_shape(int64_t T, int64_t H, int tile, kda_chunk::Math math, int buffers
   const double flops = chunks * (5 * C * C * D + 6 * C * D * D);
   const double bytes = 4.0 * (5.0 * n + T * H + 2.0 * H * D * D);
   const double floor_us = std::max(bytes / bench::g_bw, flops / bench::g_flops) * 1e6;
-  std::printf("chunk %s%s pf=%d %s %s w%-2d buf=%d T=%6ld H=%2ld D=%ld tile=%2d  %9.1f us (intra %8.1f, state %8.1f, output %7.1f)  floor %7.1f us (%s)  x%.2f floor  %6.1f TF/s  %6.0f GB/s  ws %.0f MB\n",
-              math_name(math), math != kda_chunk::kBf16 ? "" : bf16_intra != 2 ? " intra=fp32kq" : " intra=bf16kq",
+  std::printf("chunk %s%s%s pf=%d %s %s w%-2d buf=%d T=%6ld H=%2ld D=%ld tile=%2d  %9.1f us (intra %8.1f, state %8.1f, output %7.1f)  floor %7.1f us (%s)  x%.2f floor  %6.1f TF/s  %6.0f GB/s  ws %.0f MB\n",
+              math_name(math), wgmma ? " wgmma" : "", math != kda_chunk::kBf16 ? "" : bf16_intra != 2 ? " intra=fp32kq" : " intra=bf16kq",
               prefetch == 0 ? kKdaChunkStatePrefetch : std::max(prefetch, 0), packed ? "ws16" : "ws32", separate ? "sep" : "ins", separate ? 8 : state_warps, buffers, static_cast<long>(T), static_cast<long>(H), static_cast<long>(D), tile, us, us_intra, us_state, us_out, floor_us,
               bytes / bench::g_bw > flops / bench::g_flops ? "bytes" : "flops", us / floor_us, flops / us * 1e-6, bytes / us * 1e-3,
               ws.size() / 1e6);
@@ -290,7 +298,7 @@ int main(int argc, char** argv) {
               static_cast<kda_chunk::Math>(argc > 4 ? std::atoi(argv[4]) : 1),
               argc > 5 ? std::atoi(argv[5]) : 0, argc > 6 ? std::atoi(argv[6]) : 0, argc > 7 ? std::atoi(argv[7]) : 8,
               argc > 8 ? block_counts(argv[8]) : std::vector<int>{}, argc > 9 ? std::atoi(argv[9]) : 0,
-              argc > 10 ? std::atoi(argv[10]) : 0, argc > 11 ? std::atoi(argv[11]) : 0);
+              argc > 10 ? std::atoi(argv[10]) : 0, argc > 11 ? std::atoi(argv[11]) : 0, argc > 12 ? std::atoi(argv[12]) : 0);
     return 0;
   }
   // Per precision and shape: the output in the state kernel (the default), then in its own

@@ -89,13 +89,14 @@ Status kda_chunk_prefill(const KdaChunkArgs& a, cudaStream_t stream) {
   if (!kda_chunk_supported(D)) return invalid_argument("kda_chunk_prefill: head_dim must be 32, 64 or 128");
   if (a.state_tile != 0 && a.state_tile != 16 && a.state_tile != 32 && a.state_tile != 64)
     return invalid_argument("kda_chunk_prefill: state_tile must be 16, 32 or 64");
-  if (a.state_buffers < 0 || a.state_buffers > 2) return invalid_argument("kda_chunk_prefill: state_buffers must be 0, 1 or 2");
+  if (a.state_buffers < 0 || a.state_buffers > 3) return invalid_argument("kda_chunk_prefill: state_buffers must be 0 .. 3");
   if (a.state_warps != 0 && a.state_warps != 8 && a.state_warps != 16) return invalid_argument("kda_chunk_prefill: state_warps must be 0, 8 or 16");
   if (a.output != KdaChunkOutput::kPick && a.output != KdaChunkOutput::kInState && a.output != KdaChunkOutput::kSeparate)
     return invalid_argument("kda_chunk_prefill: bad output mode");
   if (a.bf16_workspace < 0 || a.bf16_workspace > 2) return invalid_argument("kda_chunk_prefill: bf16_workspace must be 0, 1 or 2");
   if (a.bf16_intra < 0 || a.bf16_intra > 2) return invalid_argument("kda_chunk_prefill: bf16_intra must be 0, 1 or 2");
   if (a.state_prefetch < -1 || a.state_prefetch > 8) return invalid_argument("kda_chunk_prefill: state_prefetch must be -1 .. 8");
+  if (a.state_mma < 0 || a.state_mma > 2) return invalid_argument("kda_chunk_prefill: state_mma must be 0, 1 or 2");
   if (a.pipeline_blocks < 0 || a.pipeline_blocks > kKdaChunkMaxPipelineBlocks)
     return invalid_argument("kda_chunk_prefill: pipeline_blocks must be 0 .. 64");
   if (H <= 0 || H > 65535 || a.num_seqs < 0) return invalid_argument("kda_chunk_prefill: bad head or sequence count");
@@ -153,17 +154,45 @@ Status kda_chunk_prefill(const KdaChunkArgs& a, cudaStream_t stream) {
     if (p.seqs > 65535) return invalid_argument("kda_chunk_prefill: at most 65535 sequences a pass");
     passes.push_back(p);
   }
-  const int pipeline_blocks = a.pipeline_blocks == 0 ? (a.bf16 ? kKdaChunkBf16PipelineBlocks : 0) : a.pipeline_blocks;
-  if (pipeline_blocks >= 2) {
+  const kda_chunk::Math math = a.bf16 ? kda_chunk::kBf16 : a.precise ? kda_chunk::k3xTf32 : kda_chunk::kTf32;
+  // A pass's state kernel: value rows a CTA, output place, workspace format, kernel.
+  struct StatePlan {
+    int vt;
+    bool separate, packed, wgmma;
+  };
+  auto plan_state = [&](const Pass& p) {
+    StatePlan sp{};
+    // Narrow state slices when wide ones would leave most SMs idle.
+    sp.vt = a.state_tile;
+    if (sp.vt == 0) sp.vt = (D / 32) * H * p.seqs >= 96 ? 32 : 16;
+    if (D == 32) sp.vt = 32;  // 16 leaves too few state tiles for the block's 8 warps; 64 > D
+    if (sp.vt > D) sp.vt = static_cast<int>(D);
+    sp.separate = a.output == KdaChunkOutput::kPick ? separate_output_pays(math == kda_chunk::k3xTf32, D, H, p.chunks, p.serial)
+                                                    : a.output == KdaChunkOutput::kSeparate;
+    sp.packed = math == kda_chunk::kBf16 && !sp.separate && (a.bf16_workspace == 0 ? kKdaChunkPackBf16 : a.bf16_workspace == 2);
+    sp.wgmma = sp.packed && a.state_warps != 16 && (a.state_mma == 0 ? kKdaChunkStateMma : a.state_mma) == 2 &&
+               kda_chunk_state_wgmma_supported(static_cast<int>(D), sp.vt);
+    return sp;
+  };
+  // Pipelined blocks of a one-sequence pass: as asked, else bf16's pick - with the wgmma state
+  // kernel 8 blocks from kKdaChunkWgmmaPipelineMinChunks chunks on and plain below, else 4.
+  auto blocks_for = [&](const Pass& p) -> int64_t {
+    if (a.pipeline_blocks != 0) return a.pipeline_blocks;
+    if (!a.bf16) return 1;
+    if (!plan_state(p).wgmma) return kKdaChunkBf16PipelineBlocks;
+    return p.chunks >= kKdaChunkWgmmaPipelineMinChunks ? kKdaChunkWgmmaPipelineBlocks : 1;
+  };
+  if (a.pipeline_blocks >= 2 || (a.pipeline_blocks == 0 && a.bf16)) {
     // A one-sequence pass's SeqJob becomes one per block (pass-local chunk0 as before). Every
     // block has >= 1 chunk, so the table still holds at most one SeqJob a chunk.
     std::vector<SeqJob> split;
     split.reserve(static_cast<size_t>(total));
     for (Pass& p : passes) {
       const int64_t first = static_cast<int64_t>(split.size());
-      if (p.seqs == 1 && p.chunks >= 2) {
+      const int64_t want = p.seqs == 1 ? blocks_for(p) : 1;
+      if (p.seqs == 1 && p.chunks >= 2 && want >= 2) {
         const SeqJob j = seqs[static_cast<size_t>(p.seq0)];
-        p.blocks = std::min<int64_t>(pipeline_blocks, p.chunks);
+        p.blocks = std::min<int64_t>(want, p.chunks);
         for (int64_t b = 0; b < p.blocks; ++b) {
           const int64_t c0 = kda_chunk_pipeline_block_start(p.chunks, p.blocks, b), c1 = kda_chunk_pipeline_block_start(p.chunks, p.blocks, b + 1);
           SeqJob bj = j;
@@ -189,23 +218,20 @@ Status kda_chunk_prefill(const KdaChunkArgs& a, cudaStream_t stream) {
                                     "kda_chunk_prefill: sequence table"));
   }
   const int prefetch = a.state_prefetch == 0 ? kKdaChunkStatePrefetch : std::max(a.state_prefetch, 0);
-  const kda_chunk::Math math = a.bf16 ? kda_chunk::kBf16 : a.precise ? kda_chunk::k3xTf32 : kda_chunk::kTf32;
   for (const Pass& p : passes) {
     const ChunkJob* cj = chunk_table + p.chunk0;
     const SeqJob* sj = seq_table + p.seq0;
-    // Narrow state slices when wide ones would leave most SMs idle.
-    int vt = a.state_tile;
-    if (vt == 0) vt = (D / 32) * H * p.seqs >= 96 ? 32 : 16;
-    if (D == 32) vt = 32;  // 16 leaves too few state tiles for the block's 8 warps; 64 > D
-    if (vt > D) vt = static_cast<int>(D);
-    const bool separate = a.output == KdaChunkOutput::kPick ? separate_output_pays(math == kda_chunk::k3xTf32, D, H, p.chunks, p.serial)
-                                                            : a.output == KdaChunkOutput::kSeparate;
-    const bool packed = math == kda_chunk::kBf16 && !separate && (a.bf16_workspace == 0 ? kKdaChunkPackBf16 : a.bf16_workspace == 2);
+    const StatePlan sp = plan_state(p);
+    const int vt = sp.vt;
+    const bool separate = sp.separate, packed = sp.packed, wgmma = sp.wgmma;
     const int warps = kda_chunk_state_warps(a.state_warps, D, vt);
     // Picked buffering: two, except the packed state kernel pipelined: single-buffered (83.5 KB
     // at D = 128) it leaves room for an intra CTA on its SM, which paid 4-8% over two buffers
     // pipelined; plain, one and two buffers were within 1.5% (docs/perf.md "Packed bf16 workspace").
-    const bool double_buffer = a.state_buffers == 0 ? kKdaChunkStateDoubleBuffer && !(packed && p.blocks > 1) : a.state_buffers == 2;
+    const bool double_buffer = a.state_buffers == 0 ? kKdaChunkStateDoubleBuffer && !(packed && p.blocks > 1) : a.state_buffers >= 2;
+    // The wgmma kernel's stages of a chunk's inputs: as the buffering above, or 3 where asked
+    // (tile 32; 2 at 64).
+    const int stages = a.state_buffers == 3 ? 3 : double_buffer ? 2 : 1;
     auto intra = [&](int64_t c0, int64_t n, cudaStream_t s) {
       return cuda_status(kda_chunk_intra_launch(static_cast<int>(D), math, a.q, a.k, a.v, a.g, a.beta, H, cj + c0, n,
                                                 inter + c0 * H * chunk_floats(D), s, packed, a.bf16_intra == 2),
@@ -215,6 +241,9 @@ Status kda_chunk_prefill(const KdaChunkArgs& a, cudaStream_t stream) {
       if (separate)
         return cuda_status(kda_chunk_state_split_launch(static_cast<int>(D), vt, math, double_buffer, inter, H, jobs, n, a.state, a.layer_offset, s),
                            "kda_chunk_state (separate output)");
+      if (wgmma)
+        return cuda_status(kda_chunk_state_wgmma_launch(static_cast<int>(D), vt, stages, inter, H, jobs, n, a.state, a.layer_offset, a.o, s, prefetch),
+                           "kda_chunk_state (wgmma)");
       return cuda_status(kda_chunk_state_launch(static_cast<int>(D), vt, warps, math, double_buffer, inter, H, jobs, n, a.state, a.layer_offset, a.o, s, packed,
                                                 prefetch),
                          "kda_chunk_state");

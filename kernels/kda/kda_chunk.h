@@ -1,5 +1,5 @@
-// Chunked KDA prefill on tensor cores (mma.sync m16n8k8 in tf32, 3xTF32 or, opt-in, bf16; fp32
-// accumulation and state).
+// Chunked KDA prefill on tensor cores (mma.sync m16n8k8 in tf32, 3xTF32 or, opt-in, bf16 - whose
+// serial state kernel runs on wgmma by default at D = 128; fp32 accumulation and state).
 // Contract = ops::kda_recurrent / ops::kda_chunked (include/pdserve/ops/kda.h), for a ragged
 // batch of sequences packed without padding:
 //   q, k, g, v, o  [T][H][D] fp32, rows of sequence s are cu_seqlens[s] .. cu_seqlens[s+1]-1;
@@ -61,6 +61,8 @@ struct KdaChunkArgs {
   // Buffers for each chunk's w, qg in the state-passing block: 1, 2 (prefetch a chunk further
   // ahead; falls back to 1 where shared memory is short: D = 128 at tile 64) or 0: pick (2,
   // except 1 for the packed bf16 workspace's state kernel when pipelined: room for an intra CTA).
+  // The wgmma state kernel (state_mma) takes them as stages of all a chunk's inputs, and 3:
+  // three stages at tile 32 (211 KB of shared memory; 2 at tile 64; the mma.sync kernel: 2).
   int state_buffers = 0;
   // Warps of the in-state serial kernel (the output in the state kernel): 8, 16 (twice the
   // warps an SM to hide its latency chain; used at D = 128 with state tiles 32 / 64, else 8;
@@ -94,6 +96,11 @@ struct KdaChunkArgs {
   // the H200 every d measured made the state kernel 13-17% slower, docs/perf.md "State
   // kernel: bf16 B operands, L2 prefetch"), -1: off, 1 .. 8: d. Results do not depend on it.
   int state_prefetch = 0;
+  // The packed bf16 workspace's state kernel: 0: pick (kKdaChunkStateMma), 1: mma.sync (8 or
+  // state_warps warps), 2: wgmma (sm_90a warpgroup MMA, operands from shared memory; D = 128 at
+  // state tiles 32 / 64 with state_warps 0 / 8, elsewhere the mma.sync kernel; docs/perf.md
+  // "State kernel on wgmma"). The same bf16 operands, fp32 sums in the tensor core's order.
+  int state_mma = 0;
   // true: the workspace already holds this batch's job tables, uploaded by an earlier call on
   // this stream with the same cu_seqlens, slots, slot_stride, heads, head_dim and workspace
   // (pointer and bytes); only layer_offset (and the tensors) may differ. Skips the uploads.
@@ -106,18 +113,26 @@ struct KdaChunkArgs {
   // separate) once; the caller's stream waits for the last of them. The state carries from
   // block to block through the slot as between passes, with the same kernels and tables per
   // chunk, so o and the state are bit-identical to the plain schedule. Passes of several
-  // sequences take the plain schedule. 1: off; 0: pick (kKdaChunkBf16PipelineBlocks in bf16
-  // mode, where it measured faster at every shape: docs/perf.md "Leaner bf16 intra kernel";
-  // off otherwise). It changes the job tables: tables_uploaded needs an earlier call with the
+  // sequences take the plain schedule. 1: off; 0: pick (in bf16 mode
+  // kKdaChunkBf16PipelineBlocks with the mma.sync state kernel, where it measured faster at every
+  // shape: docs/perf.md "Leaner bf16 intra kernel"; with the wgmma one 8 blocks for passes of >=
+  // kKdaChunkWgmmaPipelineMinChunks chunks, plain below; off otherwise). It changes the job tables: tables_uploaded needs an earlier call with the
   // same value.
   int pipeline_blocks = 0;
 };
 
 inline constexpr int kKdaChunkMaxPipelineBlocks = 64;
-// pipeline_blocks' pick in bf16 mode (0: plain there too).
+// pipeline_blocks' pick in bf16 mode with the mma.sync state kernel (0: plain there too).
 inline constexpr int kKdaChunkBf16PipelineBlocks = 4;
+// With the wgmma state kernel: 8 blocks for a one-sequence pass of at least this many chunks,
+// plain below (T = 16K H32: plain 2.3% faster than 4 blocks; 64K: 8 blocks 3% faster than plain,
+// 2.7% than 4; between them unmeasured; docs/perf.md "State kernel on wgmma").
+inline constexpr int64_t kKdaChunkWgmmaPipelineMinChunks = 1024;
+inline constexpr int kKdaChunkWgmmaPipelineBlocks = 8;
 // state_prefetch's pick (chunks ahead; 0: none).
 inline constexpr int kKdaChunkStatePrefetch = 0;
+// state_mma's pick: 1 mma.sync, 2 wgmma.
+inline constexpr int kKdaChunkStateMma = 2;
 // bf16_workspace's pick (docs/perf.md "Packed bf16 workspace").
 inline constexpr bool kKdaChunkPackBf16 = true;
 // The in-state kernel's warps for KdaChunkArgs::state_warps `asked` at head dim D and state

@@ -58,7 +58,7 @@ struct Outcome {
 
 KdaChunkArgs args_for(const Problem& p, const Inputs& in, const std::vector<int64_t>& cu, const std::vector<int32_t>& slots, float* o,
                       float* pool, DeviceBuffer<uint8_t>& ws, Mode mode, KdaChunkOutput output, int blocks, int prefetch = 0,
-                      int tile = 0, int warps = 0) {
+                      int tile = 0, int warps = 0, int mma = 0) {
   KdaChunkArgs a;
   a.q = in.q.get(), a.k = in.k.get(), a.v = in.v.get(), a.g = in.g.get(), a.beta = in.beta.get(), a.o = o;
   a.heads = p.H, a.head_dim = p.D, a.num_seqs = static_cast<int64_t>(p.lens.size()), a.cu_seqlens = cu.data(), a.slots = slots.data();
@@ -66,12 +66,13 @@ KdaChunkArgs args_for(const Problem& p, const Inputs& in, const std::vector<int6
   a.workspace = ws.get(), a.workspace_bytes = ws.size();
   a.precise = mode == Mode::k3xTf32, a.bf16 = mode == Mode::kBf16, a.output = output, a.pipeline_blocks = blocks;
   a.state_prefetch = prefetch, a.state_tile = tile, a.state_warps = warps;
+  a.state_mma = mma;
   return a;
 }
 
 // One call from the same initial pool; workspace for `ws_chunks` chunks (0: the whole batch).
 Outcome run(const Problem& p, const Inputs& in, Mode mode, KdaChunkOutput output, int blocks, int64_t ws_chunks = 0, int prefetch = 0,
-            int tile = 0, int warps = 0) {
+            int tile = 0, int warps = 0, int mma = 0) {
   std::vector<int64_t> cu(p.lens.size() + 1, 0);
   for (size_t s = 0; s < p.lens.size(); ++s) cu[s + 1] = cu[s] + p.lens[s];
   std::vector<int32_t> slots(p.lens.size());
@@ -80,7 +81,7 @@ Outcome run(const Problem& p, const Inputs& in, Mode mode, KdaChunkOutput output
   DeviceBuffer<float> o(static_cast<size_t>(p.T() * p.H * p.D));
   EXPECT_TRUE(cuda_status(cudaMemset(o.get(), 0, o.size() * sizeof(float)), "memset").is_ok());
   DeviceBuffer<uint8_t> ws(kda_chunk_workspace_bytes(p.H, p.D, ws_chunks ? ws_chunks : p.chunks()));
-  const KdaChunkArgs a = args_for(p, in, cu, slots, o.get(), pool.get(), ws, mode, output, blocks, prefetch, tile, warps);
+  const KdaChunkArgs a = args_for(p, in, cu, slots, o.get(), pool.get(), ws, mode, output, blocks, prefetch, tile, warps, mma);
   EXPECT_TRUE(kda_chunk_prefill(a, nullptr).is_ok());
   return {host(o), host(pool)};
 }
@@ -187,6 +188,38 @@ TEST_F(KdaChunkPipeline, PackedStateWarpsBitIdentical) {
       }
     }
     std::printf("  bf16 packed T=%ld ws_chunks=%ld: tile 64 w16 / w8, tile 32 w16 x 0/4/8 blocks bit-identical to plain checked\n",
+                static_cast<long>(c.p.T()), static_cast<long>(c.ws_chunks));
+  }
+}
+
+// The packed state kernel on wgmma (KdaChunkArgs::state_mma = 2) at tiles 32 / 64: pipelined
+// (one stage, the pick there) against plain (two stages) at 4 / 8 blocks and with the L2
+// prefetch, one sequence and passes of one piece each.
+TEST_F(KdaChunkPipeline, WgmmaStateBitIdentical) {
+  struct Case {
+    Problem p;
+    int64_t ws_chunks;
+  };
+  for (const Case& c : {Case{{4, 128, {64 * 41 + 23}}, 0}, Case{{2, 128, {1000}}, 10}}) {
+    const Inputs in = make_inputs(c.p, 19);
+    for (int tile : {32, 64}) {
+      const Outcome plain = run(c.p, in, Mode::kBf16, KdaChunkOutput::kPick, 1, c.ws_chunks, 0, tile, 0, 2);
+      for (int blocks : {0, 4, 8}) {
+        SCOPED_TRACE(::testing::Message() << "tile " << tile << " blocks " << blocks << " T " << c.p.T());
+        const Outcome piped = run(c.p, in, Mode::kBf16, KdaChunkOutput::kPick, blocks, c.ws_chunks, 0, tile, 0, 2);
+        EXPECT_TRUE(same_bits(plain.o, piped.o)) << "output differs";
+        EXPECT_TRUE(same_bits(plain.pool, piped.pool)) << "final state (pool) differs";
+      }
+      for (int blocks : {1, 4}) {  // the L2 prefetch (a hint) at 2 and 8 chunks ahead
+        for (int pf : {2, 8}) {
+          SCOPED_TRACE(::testing::Message() << "tile " << tile << " blocks " << blocks << " prefetch " << pf << " T " << c.p.T());
+          const Outcome on = run(c.p, in, Mode::kBf16, KdaChunkOutput::kPick, blocks, c.ws_chunks, pf, tile, 0, 2);
+          EXPECT_TRUE(same_bits(plain.o, on.o)) << "output differs";
+          EXPECT_TRUE(same_bits(plain.pool, on.pool)) << "final state (pool) differs";
+        }
+      }
+    }
+    std::printf("  bf16 packed wgmma T=%ld ws_chunks=%ld: tiles 32 / 64 x 0/4/8 blocks, prefetch 2/8 bit-identical to plain checked\n",
                 static_cast<long>(c.p.T()), static_cast<long>(c.ws_chunks));
   }
 }

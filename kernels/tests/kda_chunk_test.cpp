@@ -91,6 +91,7 @@ struct DeviceRun {
   DeviceBuffer<uint8_t> ws;
   DeviceBuffer<uint8_t>* other_ws = nullptr;  // set: run in another run's workspace (and tables)
   int bf16_intra = 0;                          // KdaChunkArgs::bf16_intra
+  int state_mma = 0;                           // KdaChunkArgs::state_mma
   explicit DeviceRun(const Inputs& in, size_t ws_bytes) {
     EXPECT_TRUE(q.upload(in.q).is_ok() && k.upload(in.k).is_ok() && v.upload(in.v).is_ok() && g.upload(in.g).is_ok() &&
                 beta.upload(in.beta).is_ok() && o.resize(in.q.size()).is_ok() && ws.resize(ws_bytes).is_ok());
@@ -110,6 +111,7 @@ struct DeviceRun {
     a.workspace = w.get(), a.workspace_bytes = w.size() * sizeof(uint8_t), a.state_tile = state_tile, a.precise = precise;
     a.state_buffers = state_buffers, a.output = output, a.tables_uploaded = tables_uploaded, a.bf16 = bf16;
     a.state_warps = state_warps, a.bf16_workspace = bf16_workspace, a.bf16_intra = bf16_intra;
+    a.state_mma = state_mma;
     return kda_chunk_prefill(a, nullptr);
   }
 };
@@ -229,6 +231,51 @@ TEST_F(KdaChunk, PackedBf16WorkspaceMatchesFp32Workspace) {
   for (int buffers : {1, 2})
     for (int warps : {8, 16}) packed_vs_fp32({2, 128, {1, 63, 64, 65, 129, 300}}, 88, 64, buffers, 0, warps);
   packed_vs_fp32({3, 128, {5, 700, 64}}, 89, 64, 0, kda_chunk_workspace_bytes(3, 128, 4), 16);  // several passes
+}
+
+// The packed workspace's state kernel on wgmma (KdaChunkArgs::state_mma = 2) against the
+// mma.sync one (1) on the same inputs: each within the bf16 bound of the CPU recurrence and
+// close to each other (the same bf16 operands, summed in the tensor core's order); tiles 32 / 64
+// at one and two stages, ragged batches with partial chunks, gates at the bound, several passes;
+// and where it does not apply (D = 64, tile 16, 16 warps asked for) the mma.sync kernel runs.
+void wgmma_vs_mma(const Problem& p, uint32_t seed, int tile, int buffers, size_t ws_bytes = 0, int warps = 0) {
+  SCOPED_TRACE(::testing::Message() << "H=" << p.H << " D=" << p.D << " tile=" << tile << " buffers=" << buffers << " ws=" << ws_bytes
+                                    << " warps=" << warps);
+  const Inputs in = make_inputs(p, seed);
+  const std::vector<int32_t> slots = scattered_slots(p, seed + 7);
+  std::vector<float> pool = randn(p.slots * p.slot_floats(), seed + 8, 0.1f);
+  auto pool_mma = dev(pool), pool_wg = dev(pool);
+  const size_t bytes = ws_bytes ? ws_bytes : full_workspace(p);
+  DeviceRun dm(in, bytes), dw(in, bytes);
+  dm.state_mma = 1, dw.state_mma = 2;
+  ASSERT_TRUE(dm.run(p, p.lens, 0, slots, pool_mma.get(), tile, false, buffers, KdaChunkOutput::kInState, false, true, warps, 2).is_ok());
+  ASSERT_TRUE(dw.run(p, p.lens, 0, slots, pool_wg.get(), tile, false, buffers, KdaChunkOutput::kInState, false, true, warps, 2).is_ok());
+  const std::vector<float> o = cpu_prefill(p, in, slots, pool);
+  const double em = nerr(host(dm.o), o), sm = nerr(host(pool_mma), pool), ew = nerr(host(dw.o), o), sw = nerr(host(pool_wg), pool);
+  const double eo = nerr(host(dw.o), host(dm.o)), es = nerr(host(pool_wg), host(pool_mma));
+  std::printf("  bf16 packed H=%ld D=%ld tile=%d buffers=%d warps=%d: mma.sync output / pool nerr %.2e / %.2e, wgmma %.2e / %.2e, wgmma vs mma.sync %.2e / %.2e\n",
+              static_cast<long>(p.H), static_cast<long>(p.D), tile, buffers, warps, em, sm, ew, sw, eo, es);
+  for (double e : {em, sm, ew, sw}) EXPECT_LE(e, kBoundBf16);
+  EXPECT_LE(eo, kBoundBf16 / 4);
+  EXPECT_LE(es, kBoundBf16 / 4);
+}
+
+TEST_F(KdaChunk, WgmmaStateKernelMatchesMmaSync) {
+  for (int buffers : {1, 2})
+    for (int tile : {32, 64}) wgmma_vs_mma({2, 128, {1, 63, 64, 65, 129, 300}}, 91, tile, buffers);
+  wgmma_vs_mma({4, 128, {1, 63, 64, 65, 200, 1000}}, 92, 0, 0);
+  Problem strong{2, 128, {100, 257}};
+  strong.min_log_decay = kKdaChunkMinLogDecay;
+  wgmma_vs_mma(strong, 93, 64, 0);
+  const Problem p{2, 128, {1, 200, 63, 400}};
+  wgmma_vs_mma(p, 94, 32, 1, kda_chunk_workspace_bytes(p.H, p.D, 3));  // several passes
+  wgmma_vs_mma({3, 128, {5, 700, 64}}, 95, 64, 2, kda_chunk_workspace_bytes(3, 128, 4));
+  wgmma_vs_mma({2, 128, {1, 63, 64, 65, 129, 300}}, 99, 32, 3);    // three stages
+  wgmma_vs_mma({2, 128, {1, 63, 64, 65, 129, 300}}, 100, 64, 3);   // three asked at tile 64: two
+  wgmma_vs_mma({3, 128, {5, 700, 64}}, 101, 32, 3, kda_chunk_workspace_bytes(3, 128, 4));
+  wgmma_vs_mma({2, 64, {1, 65, 300}}, 96, 0, 0);                   // D = 64: mma.sync
+  wgmma_vs_mma({2, 128, {65, 300}}, 97, 16, 0);                    // tile 16: mma.sync
+  wgmma_vs_mma({2, 128, {65, 300}}, 98, 64, 0, 0, 16);             // 16 warps: mma.sync
 }
 
 // The launcher's warp rule (kda_chunk_state_warps): 16 only where asked for, at D = 128 with
@@ -404,7 +451,7 @@ TEST(KdaChunkContract, RefusesUnsupportedShapes) {
   EXPECT_FALSE(kda_chunk_prefill(a, nullptr).is_ok());
   a.head_dim = 128;  // no tables, no workspace
   EXPECT_FALSE(kda_chunk_prefill(a, nullptr).is_ok());
-  a.state_buffers = 3;
+  a.state_buffers = 4;
   EXPECT_FALSE(kda_chunk_prefill(a, nullptr).is_ok());
   a.state_buffers = 0;
   a.state_warps = 12;
@@ -417,6 +464,11 @@ TEST(KdaChunkContract, RefusesUnsupportedShapes) {
   EXPECT_FALSE(kda_chunk_prefill(a, nullptr).is_ok());
   a.bf16_workspace = 0;
   a.bf16_intra = 3;
+  EXPECT_FALSE(kda_chunk_prefill(a, nullptr).is_ok());
+  a.bf16_intra = 0;
+  a.state_mma = 3;
+  EXPECT_FALSE(kda_chunk_prefill(a, nullptr).is_ok());
+  a.state_mma = -1;
   EXPECT_FALSE(kda_chunk_prefill(a, nullptr).is_ok());
   const int64_t cu[3] = {0, 64, 129};
   EXPECT_EQ(kda_chunk_count(cu, 2), 1 + 2);

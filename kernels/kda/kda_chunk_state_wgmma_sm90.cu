@@ -1,0 +1,329 @@
+// Chunked KDA prefill, part 2 on warpgroup MMA (sm_90a wgmma): the packed bf16 workspace's
+// serial state kernel (kda_chunk_state_sm90.cu, PK) with its three matmuls as wgmma reading
+// both operands from shared memory, so one warpgroup instruction (m64 x VT x k16) replaces the
+// VT / 8 x 4 mma.sync and their fragment loads that each warp of the mma.sync kernel issues
+// (there, every column group reloads the same w / qg A fragments and every row group the same
+// S^T B fragments: the SM's shared-memory and issue throughput bound its chunk, docs/perf.md
+// "Packed state kernel on 16 warps"). D = 128 only, VT = 32 or 64 value columns a CTA, two
+// warpgroups. Per chunk (C = 64 tokens), with S the state at the chunk's start:
+//   phase A: WG0 acc = w S^T, WG1 acc = qg S^T          (m64 nVT, k = 128: 8 wgmma each)
+//   WG0: v_new = u - acc, stored as the bf16 B operand
+//   phase C: WG g: S^T[64 g .. 64 g + 63] = diag(gl) S^T + kg^T v_new (4 wgmma);
+//            WG1 also acc += Aqk v_new (4 wgmma), then o = acc
+// The CTA's slice S^T (128 x VT fp32) lives in the warpgroups' accumulators (rows 64 g ..) for
+// the whole sequence and is written once a chunk as the bf16 B operand of phase A. The same
+// bf16 roundings as the mma.sync kernel (operands as the intra kernel wrote them, S^T and v_new
+// rounded to nearest even), fp32 accumulation; only the tensor core's summation order may
+// differ. Every operand lives in shared memory in the 128-byte swizzled K-major layout (rows of
+// 64 bf16 in 8-row, 1024-byte atoms, 16-byte piece p of row r at piece p ^ (r % 8)): the packed
+// workspace's rows (w, qg [C][D], kg^T [D][C], Aqk [C][C]) are K-major already, so cp.async
+// stages them as they are with swizzled destinations; S^T and v_new are stored transposed
+// ([VT][k], k contiguous), as the mma.sync kernel does.
+// NS stages of a chunk's inputs (2, or 3 at VT = 32: chunk n + NS - 1 loads during chunk n;
+// 145 / 211 KB at VT = 32), or one stage in two groups (w, qg | kg^T, Aqk, u, gl), each loaded
+// while the other's matmuls run: 79 KB at VT = 32, 99 KB at 64, room for an intra CTA beside it
+// in the pipelined schedule. Opt-in L2 prefetch of chunk n + d while chunk n runs.
+#include "kda/kda_chunk_common.cuh"
+#include "mla/wgmma_bf16.cuh"
+
+namespace pdserve::cuda {
+namespace {
+
+using namespace kda_chunk;
+
+// d (+)= A(smem, K-major, 128B swizzle) x B(smem, K-major, 128B swizzle), m64 nN k16 bf16.
+template <int N>
+struct WgMma;
+template <>
+struct WgMma<32> {
+  static __device__ __forceinline__ void run(float (&d)[16], uint64_t a, uint64_t b, int acc) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %18, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, "
+        "%16, %17, p, 1, 1, 0, 0;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]),
+          "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
+        : "l"(a), "l"(b), "r"(acc)
+        : "memory");
+  }
+};
+template <>
+struct WgMma<64> {
+  static __device__ __forceinline__ void run(float (&d)[32], uint64_t a, uint64_t b, int acc) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, %32, %33, p, 1, 1, 0, 0;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]),
+          "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]),
+          "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]),
+          "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+        : "l"(a), "l"(b), "r"(acc)
+        : "memory");
+  }
+};
+
+template <int N>
+__device__ __forceinline__ void pin(float (&d)[N]) {
+#pragma unroll
+  for (int i = 0; i < N; ++i) asm volatile("" : "+f"(d[i])::"memory");
+}
+
+// Shared memory, bytes from a 1024-byte aligned base. A stage: w, qg (two 64-column panels of
+// C rows x 128 B each), kg^T (D rows x 128 B), Aqk (C rows x 128 B), u fp32 [C][VT + 4], gl.
+template <int VT, int NS>
+struct WgSmem {
+  static constexpr int D = 128;
+  static constexpr int VS = VT + 4;  // u's row stride in floats
+  static constexpr int W = 0, QG = C * D * 2, KG = 2 * C * D * 2, AQK = KG + D * C * 2, U = AQK + C * C * 2, GL = U + C * VS * 4;
+  static constexpr int STAGE = (GL + D * 4 + 1023) / 1024 * 1024;
+  static constexpr int ST = NS * STAGE;  // S^T bf16 [VT][D]: two panels of VT rows x 128 B
+  static constexpr int ST_PANEL = VT * 128;
+  static constexpr int VN = ST + VT * D * 2;  // v_new bf16 [VT][C]: one panel
+  static constexpr int bytes = VN + VT * C * 2 + 1024;  // + the base's alignment slack
+  static_assert(ST_PANEL % 1024 == 0 && VN % 1024 == 0, "swizzle atoms must be 1024-byte aligned");
+  static constexpr bool fits = bytes <= 227 * 1024;  // the sm_90 per-block opt-in limit
+};
+
+// Byte offset of the 16-byte piece p (of 8) of row r in a 128B-swizzled panel.
+__device__ __forceinline__ int swz(int r, int p) { return r * 128 + ((p ^ (r & 7)) << 4); }
+
+template <int VT, int NS>
+__global__ void __launch_bounds__(256, 2) state_wgmma_kernel(const float* __restrict__ ws, int64_t H, const SeqJob* __restrict__ jobs,
+                                                             float* __restrict__ state, int64_t layer_offset, float* __restrict__ o,
+                                                             int prefetch) {
+  constexpr bool DB = NS > 1;
+  constexpr int D = 128, NA = VT / 2, NT = VT / 8;  // accumulator floats a thread (m64 x VT over 128), 8-column tiles
+  using Sm = WgSmem<VT, NS>;
+  static_assert(Sm::fits, "state kernel shared memory over the per-block limit");
+  using L = Layout<D>;
+  extern __shared__ __align__(1024) unsigned char smem_raw[];
+  const uint32_t raw = static_cast<uint32_t>(__cvta_generic_to_shared(smem_raw));
+  const uint32_t pad = ((raw + 1023u) & ~1023u) - raw;
+  unsigned char* sm = smem_raw + pad;
+  const uint32_t sb = raw + pad;
+
+  const SeqJob job = jobs[blockIdx.z];
+  const int64_t h = blockIdx.y;
+  const int v0 = blockIdx.x * VT;
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, wg = warp >> 2, gid = lane >> 2, tig = lane & 3;
+  const int ra = 16 * (warp & 3) + gid;  // this thread's accumulator rows in its warpgroup's 64: ra, ra + 8
+  float* S = state + job.slot_off + layer_offset + h * D * D;  // [V][K]
+
+  // S^T rows (key channels) 64 wg + ra (+ 8), columns 8 t + 2 tig (+ 1): the m64 accumulator layout.
+  float sacc[NA], acc[NA];
+#pragma unroll
+  for (int t = 0; t < NT; ++t)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int c = 64 * wg + ra + (e >> 1) * 8, vv = 8 * t + 2 * tig + (e & 1);
+      sacc[4 * t + e] = S[static_cast<int64_t>(v0 + vv) * D + c];
+      acc[4 * t + e] = 0.0f;
+    }
+
+  auto chunk_base = [&](int n) { return ws + (static_cast<int64_t>(job.chunk0 + n) * H + h) * L::floats; };
+  auto stage = [&](int n) { return (n % NS) * Sm::STAGE; };
+  auto issue_rows = [&](int n) {  // w, qg: C rows of 16 pieces, pieces 8.. in the second panel
+    const float* b = chunk_base(n);
+    unsigned char* s = sm + stage(n);
+    for (int idx = tid; idx < C * 16; idx += 256) {
+      const int i = idx >> 4, p = idx & 15;
+      const int off = (p >> 3) * (C * 128) + swz(i, p & 7);
+      cp_async16(s + Sm::W + off, b + L::w + i * (D / 2) + p * 4);
+      cp_async16(s + Sm::QG + off, b + L::qg + i * (D / 2) + p * 4);
+    }
+  };
+  auto issue_update = [&](int n) {  // kg^T, Aqk (rows of 8 pieces), u's columns, gl
+    const float* b = chunk_base(n);
+    unsigned char* s = sm + stage(n);
+    for (int idx = tid; idx < D * 8; idx += 256) {
+      const int r = idx >> 3, p = idx & 7;
+      cp_async16(s + Sm::KG + swz(r, p), b + L::kg + r * (C / 2) + p * 4);
+    }
+    for (int idx = tid; idx < C * 8; idx += 256) {
+      const int r = idx >> 3, p = idx & 7;
+      cp_async16(s + Sm::AQK + swz(r, p), b + L::aqk + r * (C / 2) + p * 4);
+    }
+    constexpr int V4 = VT / 4;
+    float* su = reinterpret_cast<float*>(s + Sm::U);
+    for (int idx = tid; idx < C * V4; idx += 256) {
+      const int i = idx / V4, c = (idx % V4) * 4;
+      cp_async16(su + i * Sm::VS + c, b + L::u + i * D + v0 + c);
+    }
+    float* sgl = reinterpret_cast<float*>(s + Sm::GL);
+    for (int idx = tid; idx < D / 4; idx += 256) cp_async16(sgl + idx * 4, b + L::gl + idx * 4);
+  };
+  // A k pair of a transposed bf16 B operand ([col][k], swizzled, panels of 64 k) from this
+  // lane's values at (k, col), (k, col + 1); row k ^ 1's are lane ^ 4's (the mma.sync kernel's
+  // store_pair_t, same rounding).
+  auto put_pair = [&](int region, int panel_bytes, int k, int col, float a, float b) {
+    const bool odd = k & 1;
+    const float x = __shfl_xor_sync(0xffffffffu, odd ? a : b, 4);
+    const int kk = odd ? k - 1 : k, cc = odd ? col + 1 : col;
+    const uint32_t word = odd ? bf16x2(x, b) : bf16x2(a, x);
+    const int off = (kk >> 6) * panel_bytes + swz(cc, (kk & 63) >> 3) + (kk & 7) * 2;
+    *reinterpret_cast<uint32_t*>(sm + region + off) = word;
+  };
+  auto desc = [](uint32_t addr) { return wgmma::desc_sw128(addr, 16, 1024); };
+
+  // Groups: NS stages: one a chunk (F0 .. F(NS - 1), then F(n + NS) at the end of chunk n);
+  // one stage: R0 U0, then R(n + 1) after phase A and U(n + 1) at the end of chunk n. Empty
+  // groups past the end keep the wait counts uniform.
+  if (job.chunks > 0) {
+    if constexpr (DB) {
+      for (int f = 0; f < NS; ++f) {
+        if (f < job.chunks) {
+          issue_rows(f);
+          issue_update(f);
+        }
+        cp_async_commit();
+      }
+    } else {
+      issue_rows(0);
+      cp_async_commit();
+      issue_update(0);
+      cp_async_commit();
+    }
+  }
+  // Opt-in L2 prefetch of chunk n + prefetch's six input regions, shared out over the head's
+  // D / VT CTAs (each region requested once), by lanes of warp 0.
+  auto prefetch_chunk = [&](int n) {
+    if (warp != 0 || lane >= 6 || n >= job.chunks || lane % static_cast<int>(gridDim.x) != static_cast<int>(blockIdx.x)) return;
+    const float* b = chunk_base(n);
+    const int64_t off = lane == 0 ? L::w : lane == 1 ? L::u : lane == 2 ? L::qg : lane == 3 ? L::kg : lane == 4 ? L::aqk : L::gl;
+    const uint32_t bytes = lane == 1 ? C * D * 4 : lane == 4 ? C * C * 2 : lane == 5 ? D * 4 : C * D * 2;  // bf16 but u, gl
+    prefetch_l2(b + off, bytes);
+  };
+  for (int n = NS; n < prefetch; ++n) prefetch_chunk(n);
+  for (int n = 0; n < job.chunks; ++n) {
+    if (prefetch > 0) prefetch_chunk(n + prefetch);
+    const uint32_t st = sb + stage(n);
+    // S^T as phase A's B operand.
+#pragma unroll
+    for (int t = 0; t < NT; ++t) {
+      const int c = 64 * wg + ra, vv = 8 * t + 2 * tig;
+      put_pair(Sm::ST, Sm::ST_PANEL, c, vv, sacc[4 * t], sacc[4 * t + 1]);
+      put_pair(Sm::ST, Sm::ST_PANEL, c + 8, vv, sacc[4 * t + 2], sacc[4 * t + 3]);
+    }
+    cp_async_wait<DB ? NS - 1 : 1>();  // NS stages: chunk n landed; one: its w, qg
+    wgmma::fence_proxy_async();
+    __syncthreads();
+
+    // Phase A: WG0 w S^T, WG1 qg S^T.
+    wgmma::fence();
+    {
+      const uint32_t a0 = st + (wg == 0 ? Sm::W : Sm::QG);
+#pragma unroll
+      for (int kk = 0; kk < D / 16; ++kk)
+        WgMma<VT>::run(acc, desc(a0 + (kk >> 2) * (C * 128) + (kk & 3) * 32), desc(sb + Sm::ST + (kk >> 2) * Sm::ST_PANEL + (kk & 3) * 32),
+                       kk > 0);
+    }
+    wgmma::commit();
+    wgmma::wait<0>();
+    pin(acc);
+    if constexpr (!DB) {
+      __syncthreads();  // w, qg read by both warpgroups
+      if (n + 1 < job.chunks) issue_rows(n + 1);
+      cp_async_commit();
+      cp_async_wait<1>();  // this chunk's kg^T, Aqk, u, gl
+      wgmma::fence_proxy_async();
+      __syncthreads();
+    }
+    if (wg == 0) {  // v_new = u - w S^T as phase C's B operand
+      const float* su = reinterpret_cast<const float*>(sm + stage(n) + Sm::U);
+#pragma unroll
+      for (int t = 0; t < NT; ++t) {
+        const int col = 8 * t + 2 * tig;
+        const float v00 = su[ra * Sm::VS + col] - acc[4 * t], v01 = su[ra * Sm::VS + col + 1] - acc[4 * t + 1];
+        const float v10 = su[(ra + 8) * Sm::VS + col] - acc[4 * t + 2], v11 = su[(ra + 8) * Sm::VS + col + 1] - acc[4 * t + 3];
+        put_pair(Sm::VN, 0, ra, col, v00, v01);
+        put_pair(Sm::VN, 0, ra + 8, col, v10, v11);
+      }
+    }
+    wgmma::fence_proxy_async();
+    __syncthreads();  // v_new complete
+
+    // Phase C: the state's decay and update (both), then (WG1) o's intra-chunk part.
+    {
+      const float* sgl = reinterpret_cast<const float*>(sm + stage(n) + Sm::GL);
+      const float gl0 = sgl[64 * wg + ra], gl1 = sgl[64 * wg + ra + 8];
+#pragma unroll
+      for (int t = 0; t < NT; ++t) {
+        sacc[4 * t] *= gl0, sacc[4 * t + 1] *= gl0;
+        sacc[4 * t + 2] *= gl1, sacc[4 * t + 3] *= gl1;
+      }
+    }
+    wgmma::fence();
+#pragma unroll
+    for (int kk = 0; kk < C / 16; ++kk) WgMma<VT>::run(sacc, desc(st + Sm::KG + wg * (64 * 128) + kk * 32), desc(sb + Sm::VN + kk * 32), 1);
+    if (wg == 1) {
+#pragma unroll
+      for (int kk = 0; kk < C / 16; ++kk) WgMma<VT>::run(acc, desc(st + Sm::AQK + kk * 32), desc(sb + Sm::VN + kk * 32), 1);
+    }
+    wgmma::commit();
+    wgmma::wait<0>();
+    pin(sacc);
+    pin(acc);
+    if (wg == 1) {
+      const int64_t row_base = job.row0 + static_cast<int64_t>(n) * C;
+      const int64_t valid = job.rows - static_cast<int64_t>(n) * C;
+#pragma unroll
+      for (int t = 0; t < NT; ++t) {
+        const int col = v0 + 8 * t + 2 * tig;
+        if (ra < valid) *reinterpret_cast<float2*>(o + ((row_base + ra) * H + h) * D + col) = make_float2(acc[4 * t], acc[4 * t + 1]);
+        if (ra + 8 < valid)
+          *reinterpret_cast<float2*>(o + ((row_base + ra + 8) * H + h) * D + col) = make_float2(acc[4 * t + 2], acc[4 * t + 3]);
+      }
+    }
+    __syncthreads();  // this stage, S^T's and v_new's staging free
+    if constexpr (DB) {
+      if (n + NS < job.chunks) {
+        issue_rows(n + NS);
+        issue_update(n + NS);
+      }
+    } else {
+      if (n + 1 < job.chunks) issue_update(n + 1);
+    }
+    cp_async_commit();
+  }
+  cp_async_wait<0>();
+
+#pragma unroll
+  for (int t = 0; t < NT; ++t)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int c = 64 * wg + ra + (e >> 1) * 8, vv = 8 * t + 2 * tig + (e & 1);
+      S[static_cast<int64_t>(v0 + vv) * D + c] = sacc[4 * t + e];
+    }
+}
+
+template <int VT, int NS>
+cudaError_t launch(const float* ws, int64_t H, const SeqJob* jobs, int64_t seqs, float* state, int64_t lo, float* o, cudaStream_t stream,
+                   int prefetch) {
+  constexpr int bytes = WgSmem<VT, NS>::bytes;
+  const cudaError_t e = cudaFuncSetAttribute(state_wgmma_kernel<VT, NS>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
+  if (e != cudaSuccess) return e;
+  const dim3 grid(128 / VT, static_cast<unsigned>(H), static_cast<unsigned>(seqs));
+  state_wgmma_kernel<VT, NS><<<grid, 256, bytes, stream>>>(ws, H, jobs, state, lo, o, prefetch);
+  return cudaGetLastError();
+}
+
+}  // namespace
+
+bool kda_chunk_state_wgmma_supported(int D, int vt) { return D == 128 && (vt == 32 || vt == 64); }
+
+int kda_chunk_state_wgmma_stages(int vt, int asked) { return asked < 1 ? 1 : asked > 2 && vt == 32 ? 3 : asked > 2 ? 2 : asked; }
+
+cudaError_t kda_chunk_state_wgmma_launch(int D, int vt, int stages, const float* ws, int64_t H, const SeqJob* jobs, int64_t seqs,
+                                         float* state, int64_t layer_offset, float* o, cudaStream_t stream, int prefetch) {
+  if (!kda_chunk_state_wgmma_supported(D, vt)) return cudaErrorInvalidValue;
+  const int ns = kda_chunk_state_wgmma_stages(vt, stages), pf = prefetch < 0 ? 0 : prefetch;
+  if (vt == 64)
+    return ns == 2 ? launch<64, 2>(ws, H, jobs, seqs, state, layer_offset, o, stream, pf)
+                   : launch<64, 1>(ws, H, jobs, seqs, state, layer_offset, o, stream, pf);
+  return ns == 3   ? launch<32, 3>(ws, H, jobs, seqs, state, layer_offset, o, stream, pf)
+         : ns == 2 ? launch<32, 2>(ws, H, jobs, seqs, state, layer_offset, o, stream, pf)
+                   : launch<32, 1>(ws, H, jobs, seqs, state, layer_offset, o, stream, pf);
+}
+
+}  // namespace pdserve::cuda
