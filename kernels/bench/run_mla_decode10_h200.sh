@@ -4,8 +4,8 @@
 # latent decode ... Tenth version"). GPU 1: mla_decode_test, compute-sanitizer memcheck of it
 # (the whole binary in three parts), racecheck of the tiny models and of a K3 case (the lean and
 # prefetch kernels), cuda_forward_test (if carried), all at once. GPU 0 meanwhile:
-# mla_decode_bench pf (read ceiling; kLean = the ninth version's default against kLeanPrefetch
-# at three prefetch counts, each with and without its merge, graphs; one launch of both), then
+# mla_decode_bench pf (read ceiling; kLean = the ninth version's default against kLeanAhead at
+# three leads and kLeanPrefetch, kLean's and kLeanAhead's run alone, graphs; one launch), then
 # (if time is left) mla_decode_bench focus noold (the defaults as the plan picks them). Run from
 # the checkout root with this folder (bin/, lib/) carried:
 #   OUT=dir bash .dev/mladec10/run_mla_decode10_h200.sh
