@@ -1,5 +1,6 @@
 // The warp variant of the split-KV MLA decode's run (mla_decode.h; <= 3 heads): the kernel in
-// its ring forms (shallow, deep, lean, lean-burst, lean-prefetch, lean-ahead) and the launcher that picks the form.
+// its ring forms (shallow, deep, lean, lean-burst, lean-prefetch, lean-ahead) and the launcher
+// that picks the form.
 #include "mla/mla_decode_sm90.cuh"
 
 namespace pdserve::cuda {
