@@ -85,6 +85,7 @@ Status CudaModel::mla_layer(const DeviceLayer& l, const Step& st, const float* x
   if (st.mla.plan && mla_decode_supported(nh, lat, rope)) {
     MlaDecodeWork w = st.mla;
     w.pdl = opts_.pdl_mla_decode;  // the plan is uploaded before the step; q_lat comes from the kernel just before
+    w.cache_pages = num_pages_;    // one layer's pages: bounds kLeanPrefetch's pre-wait hints
     PDS_ASSIGN_OR_RETURN(w.part_o, scratch<float>(kMlaPartO, w.capacity * nh * lat));
     PDS_ASSIGN_OR_RETURN(w.part_lse, scratch<float>(kMlaPartLse, w.capacity * nh));
     PDS_RETURN_IF_ERROR(mla_decode_run(a, w, stream_));

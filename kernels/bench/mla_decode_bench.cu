@@ -3,10 +3,11 @@
 // random non-contiguous page tables. Effective bandwidth = cache bytes the step must read
 // (rows x ctx x 576 x 4) / device time; floor = those bytes / 4.2 TB/s. Inputs rotate over
 // enough copies of the page tables (distinct pages) that the 50 MB L2 never holds a step.
-//   mla_decode_bench [quick | focus | tune] [noold]   (quick: a smoke run; focus: the 3-head shapes; noold: skip the
+//   mla_decode_bench [quick | focus | tune | ring | pf] [noold]   (quick: a smoke run; focus: the 3-head shapes; noold: skip the
 //   old kernel; tune: only the merge/tile options table, graphs, at the 3-head shapes; ring: only the
 //   ring table: the lean ring with the chained / early / fused merge, the burst ring, the run alone, the copy ring
-//   alone, at the small-batch / long-context shapes; ninth version)
+//   alone, at the small-batch / long-context shapes; ninth version; pf: the L2 prefetch rings
+//   (lead over the ring, pre-wait), tenth version)
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -25,6 +26,7 @@ namespace {
 bool g_no_old = false;  // "noold": skip the old kernel (seconds at long context)
 bool g_tune = false;    // "tune": only the options table
 bool g_ring = false;    // "ring": only the ring / merge table (ninth version)
+bool g_pf = false;      // "pf": only the pre-wait prefetch table (tenth version)
 constexpr int64_t kLat = 512, kRope = 64, kEntry = kLat + kRope, kPage = 64;
 
 // The copy ring alone (diagnostic, "ring" table): the run's plan, page tables, 16-token bulk
@@ -132,6 +134,7 @@ void bench_shape(const Shape& s, bool run_old) {
   w.counters = counters.get(), w.pdl = true;
   w.ring = plan.ring;  // the plan's copy ring, as the backend passes it
   w.merge_mode = plan.merge;  // and the plan's merge form
+  w.cache_pages = pool_pages;  // bounds kLeanPrefetch's hints
 
   const double floor_us = bytes / g_bw * 1e6;
   g_reps = 20;
@@ -175,6 +178,49 @@ void bench_shape(const Shape& s, bool run_old) {
     cudaStreamDestroy(stream);
     return graph_runs[graph_runs.size() / 2];
   };
+  if (g_pf) {
+    // Tenth version, same plan, pdl + late trigger, the plan's merge form, graphs (three
+    // interleaved rounds, the median round): c0 = kLean (the ninth version's default); c1 =
+    // kLeanAhead, the L2 the plan's count (image word 3, P) of tiles ahead of the ring; c2 = the
+    // same, 2P ahead; c3 = the same, one tile ahead; c4 = kLeanPrefetch (P tiles prefetched
+    // before the pdl wait); c5 / c6 = c0 / c1's run alone (no merge: wrong output). Then one
+    // launch (median of 20) of c0 and c1.
+    constexpr int kCfg = 7;
+    const int64_t item_tiles = (s.ctx + 15) / 16;  // an upper bound: the kernel stops at its item's end
+    std::vector<int32_t> img2 = plan.image, img1 = plan.image;
+    img2[3] = static_cast<int32_t>(std::min<int64_t>(2 * plan.image[3], item_tiles));
+    img1[3] = 1;
+    auto dplan2 = upload(img2), dplan1 = upload(img1);
+    MlaDecodeWork pw[kCfg];
+    for (int o = 0; o < kCfg; ++o) pw[o] = w, pw[o].trigger = MlaDecodeTrigger::kLate, pw[o].counters = nullptr;
+    pw[0].ring = MlaDecodeRing::kLean;
+    pw[1].ring = MlaDecodeRing::kLeanAhead;
+    pw[2].ring = MlaDecodeRing::kLeanAhead, pw[2].plan = dplan2.get();
+    pw[3].ring = MlaDecodeRing::kLeanAhead, pw[3].plan = dplan1.get();
+    pw[4].ring = MlaDecodeRing::kLeanPrefetch;
+    pw[5].ring = MlaDecodeRing::kLean, pw[5].merge = false;
+    pw[6].ring = MlaDecodeRing::kLeanAhead, pw[6].merge = false;
+    std::vector<double> rounds[kCfg];
+    for (int r = 0; r < 3; ++r)
+      for (int o = 0; o < kCfg; ++o) rounds[o].push_back(graph_step_us(pw[o]));
+    double launch_us[2];
+    for (int o = 0; o < 2; ++o)
+      launch_us[o] = median_us([&](int i) {
+        a.page_table = tables[i % copies].get();
+        check(mla_decode_run(a, pw[o], nullptr), "mla_decode_run (pf)");
+      });
+    std::printf("pf | %4ld | %6ld | %4ld | %d / %d / 1 | %7.2f |", static_cast<long>(s.batch), static_cast<long>(s.ctx),
+                static_cast<long>(plan.num_items), plan.image[3], img2[3], floor_us);
+    for (int o = 0; o < kCfg; ++o) {
+      std::sort(rounds[o].begin(), rounds[o].end());
+      std::printf(" %8.2f (%4.2f) |", rounds[o][1], bytes / rounds[o][1] * 1e-6);
+    }
+    std::printf(" %5.3f |", rounds[0][1] / rounds[1][1]);
+    for (int o = 0; o < 2; ++o) std::printf(" %8.2f |", launch_us[o]);
+    std::printf("\n");
+    std::fflush(stdout);
+    return;
+  }
   if (g_ring) {
     // Ninth version, same plan, pdl + late trigger, graphs (three interleaved rounds, the median
     // round): c0 = the eighth version's default (kLean, the chained separate merge); c1 = kLean,
@@ -215,7 +261,7 @@ void bench_shape(const Shape& s, bool run_old) {
                                                                         sink.get());
       });
     }
-    const char* names[] = {"auto", "shallow", "deep", "lean", "lean-deep", "lean-burst"};
+    const char* names[] = {"auto", "shallow", "deep", "lean", "lean-deep", "lean-burst", "lean-prefetch", "lean-ahead"};
     std::printf("ring | %4ld | %6ld | %4ld | %s | %7.2f |", static_cast<long>(s.batch), static_cast<long>(s.ctx),
                 static_cast<long>(plan.num_items), names[static_cast<int>(plan.ring)], floor_us);
     for (int o = 0; o < kCfg; ++o) {
@@ -333,10 +379,17 @@ int main(int argc, char** argv) {
   g_no_old = argc > 1 && std::strcmp(argv[argc - 1], "noold") == 0;
   g_tune = argc > 1 && std::strcmp(argv[1], "tune") == 0;
   g_ring = argc > 1 && std::strcmp(argv[1], "ring") == 0;
+  g_pf = argc > 1 && std::strcmp(argv[1], "pf") == 0;
   read_ceiling();
   std::vector<Shape> shapes;
   const bool focus = argc > 1 && std::strcmp(argv[1], "focus") == 0;  // the TP32 rank's shapes only
-  if (g_ring) {
+  if (g_pf) {
+    shapes = {{3, 1, 1024}, {3, 1, 4096}, {3, 1, 16384}, {3, 1, 65536}, {3, 8, 1024}, {3, 8, 16384}, {3, 32, 16384},
+              {3, 8, 65536}, {3, 32, 1024}, {3, 128, 16384}};
+    std::printf("pf rows (graph us/step (TB/s), pdl + late trigger, the plan's merge): | batch | ctx | items | L2 lead c1 / c2 / c3 | "
+                "floor us | c0 lean (9th default) | c1 lean-ahead | c2 = c1, 2x lead | c3 = c1, lead 1 | c4 lean-prefetch (pre-wait) | "
+                "c5 = c0 run alone | c6 = c1 run alone | c0 / c1 | one launch c0 us | one launch c1 us |\n");
+  } else if (g_ring) {
     shapes = {{3, 1, 1024},    {3, 1, 16384},   {3, 1, 65536},   {3, 8, 1024},   {3, 8, 16384},   {3, 8, 65536},
               {3, 32, 16384},  {3, 128, 16384}, {3, 256, 16384}, {3, 32, 1024},  {3, 256, 4096},  {3, 1, 4096}};
     std::printf("ring rows (graph us/step (TB/s), pdl + late trigger): | batch | ctx | items | plan's ring | floor us | "

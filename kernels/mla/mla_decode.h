@@ -33,7 +33,9 @@
 
 namespace pdserve::cuda {
 
-// Image layout (int32): [0] num_items, [1] rows, [2] capacity, [3] unused;
+// Image layout (int32): [0] num_items, [1] rows, [2] capacity, [3] the L2 prefetch count: tiles
+// each item prefetches before the pdl wait (kLeanPrefetch), or the L2's lead over the ring
+// (kLeanAhead); min(item's tiles, kMlaPrefetchTileBudget / num_items), >= 1;
 // items from word 4: capacity x {row, token_begin, token_end, partial_slot (-1: direct)};
 // then rows x {first_item, num_items, group_size, num_groups}: the fused merge's tree, items
 // [first + g x group_size, ...) form group g; a row with one group merges in one step.
@@ -53,8 +55,20 @@ namespace pdserve::cuda {
 // state is kLean's) and prefetches their page-table lines to L2 before the pdl wait: measured
 // no faster than kLean at any shape on the H200 (docs/perf.md, MLA decode, ninth version), so
 // never picked; a tested option.
+// kLeanPrefetch: kLean whose CTAs, BEFORE the pdl wait, aim L2 prefetches (cp.async.bulk.prefetch.L2)
+// at their item's first tiles (the plan's count, image word 3), so the cache streams from HBM
+// while the kernel before still drains (the previous step's merge in back-to-back steps);
+// after the wait the ring is kLean's and finds those tiles in L2 or in flight. The page table
+// is read before the wait for this: a stale entry only mis-aims a hint (prefetches return
+// nothing to the thread, L2 is the point of coherence), entries outside
+// [0, MlaDecodeWork::cache_pages) are skipped (cache_pages 0: no prefetch, kLean itself).
+// docs/perf.md, MLA decode, tenth version.
+// kLeanAhead: kLean whose issuing thread keeps the L2 the plan's count (image word 3) of tiles
+// ahead of the shared-memory ring: each tile is prefetched to L2 that many tiles before its
+// bulk copy is issued, so a CTA has that many more tiles in flight than its three stages hold
+// (all after the pdl wait; no shared memory or barrier added).
 // kAuto: the run's default, kShallow; the plan's pick (MlaDecodePlan::ring) is what callers pass.
-enum class MlaDecodeRing { kAuto, kShallow, kDeep, kLean, kLeanDeep, kLeanBurst };
+enum class MlaDecodeRing { kAuto, kShallow, kDeep, kLean, kLeanDeep, kLeanBurst, kLeanPrefetch, kLeanAhead };
 
 // Where split rows are merged. kSeparate / kSeparateChained: a second kernel (grid row x head x 64-dim slice).
 // kFused: in the run, by the last CTA of each group / row (needs MlaDecodeWork::counters).
@@ -90,6 +104,10 @@ inline constexpr int64_t kMlaTargetItems = 264;  // 2 CTAs on each of the H200's
 // value, from the H200 measurement (docs/perf.md, "MLA split-KV latent decode", fifth version).
 inline constexpr int64_t kMlaPlanWaves = 1;
 inline constexpr int64_t kMlaTileTokens = 16;    // tokens per shared-memory tile of the run
+// kLeanPrefetch / kLeanAhead: tiles prefetched to L2, over the whole step: two per CTA slot
+// (528 x 36.9 KB = 19.5 MB at K3's widths, well inside the H200's 50 MB L2, and about what HBM
+// delivers in the 2-5 us the run's CTAs sit before the wait).
+inline constexpr int64_t kMlaPrefetchTileBudget = 2 * kMlaTargetItems;
 // The fused merge: a row of at most kMlaMergeFanIn items merges in one step (its last CTA
 // reads them all); longer rows merge in two, groups of about sqrt(items). No merge step reads
 // more than kMlaMaxMergeFanIn partials (so rows of up to its square split, checked by the plan).
@@ -161,6 +179,8 @@ struct MlaDecodeWork {
   // drains and the merge while the run drains; each waits (griddepcontrol.wait) before
   // reading anything but the plan, so the plan must not be written by the kernel just before.
   bool pdl = false;
+  // The cache's page count (one layer): bounds kLeanPrefetch's pre-wait prefetches (0: none).
+  int64_t cache_pages = 0;
   MlaDecodeTrigger trigger = kMlaDefaultTrigger;
   float* part_o = nullptr;
   float* part_lse = nullptr;
@@ -177,6 +197,11 @@ struct MlaDecodeWork {
 inline constexpr int64_t kMlaDeepRingMaxChunk = 128;
 inline constexpr MlaDecodeRing kMlaShortItemRing = MlaDecodeRing::kLean;
 inline constexpr MlaDecodeRing kMlaLongItemRing = MlaDecodeRing::kLean;
+// Items of one tile (chunk <= kMlaTileTokens: 1 x 1K, 1 x 4K): kLeanPrefetch, whose pre-wait
+// prefetch is then the item's whole read; 3-5% faster than kLean there on the H200 in two
+// calls, and 1-9% slower wherever items hold two tiles or more (docs/perf.md, MLA decode,
+// tenth version). Falls back to kLean where MlaDecodeWork::cache_pages is 0.
+inline constexpr MlaDecodeRing kMlaOneTileItemRing = MlaDecodeRing::kLeanPrefetch;
 MlaDecodeRing mla_decode_pick_ring(int64_t chunk_tokens);
 
 bool mla_decode_supported(int64_t heads, int64_t latent_dim, int64_t rope_dim);

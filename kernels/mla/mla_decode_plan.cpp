@@ -51,7 +51,8 @@ Status build_mla_decode_plan(const int32_t* ctx_len, int64_t rows, int64_t page_
   plan->capacity = capacity;
   plan->num_items = 0;
   plan->any_split = plan->any_empty = false;
-  int64_t most_items = 0;  // a row's, for the merge's form
+  int64_t most_items = 0;     // a row's, for the merge's form
+  int64_t longest_item = 0;   // tokens, for the prefetch count
   plan->image.assign(mla_decode_plan_words(rows, capacity), 0);
   int32_t* items = plan->image.data() + 4;
   int32_t* row_info = items + 4 * capacity;
@@ -77,6 +78,7 @@ Status build_mla_decode_plan(const int32_t* ctx_len, int64_t rows, int64_t page_
     plan->any_split |= splits > 1;
     most_items = std::max(most_items, splits);
     plan->any_empty |= n == 0;
+    longest_item = std::max(longest_item, std::min(n, chunk));
     for (int64_t s = 0; s < splits; ++s) {
       int32_t* it = items + 4 * plan->num_items;
       it[0] = static_cast<int32_t>(b);
@@ -91,10 +93,16 @@ Status build_mla_decode_plan(const int32_t* ctx_len, int64_t rows, int64_t page_
   plan->image[0] = static_cast<int32_t>(plan->num_items);
   plan->image[1] = static_cast<int32_t>(rows);
   plan->image[2] = static_cast<int32_t>(capacity);
+  // kLeanPrefetch's pre-wait tiles an item: the step's budget shared out, at least one, never
+  // past an item's own tiles (the kernel also stops at its item's end).
+  const int64_t item_tiles = (longest_item + kMlaTileTokens - 1) / kMlaTileTokens;
+  plan->image[3] = static_cast<int32_t>(
+      std::clamp<int64_t>(kMlaPrefetchTileBudget / std::max<int64_t>(plan->num_items, 1), 1, std::max<int64_t>(item_tiles, 1)));
   return Status::ok();
 }
 
 MlaDecodeRing mla_decode_pick_ring(int64_t chunk_tokens) {
+  if (chunk_tokens <= kMlaTileTokens) return kMlaOneTileItemRing;
   return chunk_tokens <= kMlaDeepRingMaxChunk ? kMlaShortItemRing : kMlaLongItemRing;
 }
 

@@ -1,5 +1,6 @@
 // The warp variant of the split-KV MLA decode's run (mla_decode.h; <= 3 heads): the kernel in
-// its ring forms (shallow, deep, lean, lean-burst) and the launcher that picks the form.
+// its ring forms (shallow, deep, lean, lean-burst, lean-prefetch, lean-ahead) and the launcher
+// that picks the form.
 #include "mla/mla_decode_sm90.cuh"
 
 namespace pdserve::cuda {
@@ -24,10 +25,18 @@ using namespace mla_decode_detail;
 // FILL (MlaDecodeRing::kLeanBurst): the prologue issues a tile into every stage (three, not
 // two: a larger first burst), its page-table lines prefetched to L2 before the pdl wait; the
 // steady state is unchanged.
-template <int NH, bool BULK, int TILE, int STAGES, bool LEAN = false, bool FILL = false>
+// PREFETCH (MlaDecodeRing::kLeanPrefetch): before the pdl wait, thread j < plan[3] aims one L2
+// prefetch at the item's tile j (its page read early: only a hint, mla_decode.h); the steady
+// state is unchanged.
+// AHEAD (MlaDecodeRing::kLeanAhead): after the wait, the L2 runs plan[3] tiles ahead of the
+// shared-memory ring: thread 0 prefetches (cp.async.bulk.prefetch.L2) tiles [kAhead, kAhead +
+// P) in the prologue and tile j + P whenever it issues tile j's bulk copy, so a CTA has P more
+// tiles in flight than its stages hold (the table entries are read after the wait, as the
+// copies' own are).
+template <int NH, bool BULK, int TILE, int STAGES, bool LEAN = false, bool FILL = false, bool PREFETCH = false, bool AHEAD = false>
 __global__ void __launch_bounds__(kThreads, 2)
     mla_decode_warp_kernel(const __grid_constant__ MlaDecodeArgs a, const int32_t* __restrict__ plan, float* part_o, float* part_lse,
-                           int32_t* counters, bool dynamic_tiles, bool late_trigger) {
+                           int32_t* counters, bool dynamic_tiles, bool late_trigger, int64_t cache_pages) {
   extern __shared__ float4 smem_raw[];
   static_assert(TILE % kWarps == 0 && TILE <= kTile * 2 && TILE * STAGES <= kTile * kStages, "the ring fits run_shared_bytes");
   constexpr int kPerWarp = TILE / kWarps;  // tokens of a tile each warp scores
@@ -78,7 +87,18 @@ __global__ void __launch_bounds__(kThreads, 2)
       asm volatile("prefetch.global.L2 [%0];\n" ::"l"(table + (min(begin + STAGES * TILE, end) - 1) / ps));
     }
   }
-  pdl_wait();  // q and the cache may come from the kernels before (only the plan is read above)
+  // PREFETCH: the table entry through L2 only (ld.global.cg), so the issuing thread's load
+  // after the wait cannot hit a stale L1 line of it.
+  if constexpr (PREFETCH) {
+    const int t0 = begin + static_cast<int>(threadIdx.x) * TILE;
+    if (static_cast<int>(threadIdx.x) < plan[3] && t0 < end) {
+      const int page = __ldcg(table + t0 / ps);
+      if (page >= 0 && page < cache_pages)
+        bulk_prefetch_l2(a.cache + (static_cast<int64_t>(page) * ps + t0 % ps) * entry, static_cast<unsigned>(min(TILE, end - t0) * entry * 4));
+    }
+  }
+  pdl_wait();  // q and the cache may come from the kernels before (only the plan is read above;
+               // PREFETCH: the table too, for hints only)
   if (!late_trigger) pdl_trigger();  // MlaDecodeTrigger::kEarly
   // Tile [t0, t0 + TILE) into stage `st`: kCpAsync = one commit group (every thread);
   // BULK = thread 0 arms the stage's barrier with the valid bytes (pages hold whole tiles).
@@ -173,6 +193,19 @@ __global__ void __launch_bounds__(kThreads, 2)
       else empty_group();
     }
   }
+  // AHEAD: the L2's lead (plan word 3); thread 0 only, tiles past the item's end or on a
+  // negative page skipped.
+  const int lead = AHEAD ? plan[3] : 0;
+  auto prefetch_tile = [&](int g) {
+    const int t0 = begin + g * TILE;
+    if (g >= ntiles) return;
+    const int page = table[t0 / ps];
+    if (page >= 0) bulk_prefetch_l2(a.cache + (static_cast<int64_t>(page) * ps + t0 % ps) * entry, static_cast<unsigned>(min(TILE, end - t0) * entry * 4));
+  };
+  if constexpr (AHEAD) {
+    if (threadIdx.x == 0)
+      for (int g = kAhead; g < kAhead + lead; ++g) prefetch_tile(g);
+  }
   for (int i = 0;; ++i) {
     int t0;
     if (dynamic) {
@@ -192,6 +225,9 @@ __global__ void __launch_bounds__(kThreads, 2)
       if (threadIdx.x == 0 && !issued) issue_dynamic((i + STAGES - 1) % STAGES);
     } else if (!issued && i + STAGES - 1 < ntiles) {
       issue(t0 + (STAGES - 1) * TILE, (i + STAGES - 1) % STAGES);
+      if constexpr (AHEAD) {
+        if (threadIdx.x == 0) prefetch_tile(i + STAGES - 1 + lead);
+      }
     } else {
       empty_group();
     }
@@ -330,15 +366,15 @@ cudaError_t opt_in_shared(Kernel kernel) {
   return cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, 100);
 }
 
-template <int NH, bool BULK, int TILE, int STAGES, bool LEAN = false, bool FILL = false>
+template <int NH, bool BULK, int TILE, int STAGES, bool LEAN = false, bool FILL = false, bool PREFETCH = false, bool AHEAD = false>
 Status launch_warp_run(const MlaDecodeArgs& a, const MlaDecodeWork& w, int32_t* counters, cudaStream_t stream) {
   const size_t smem = run_shared_bytes(a);
-  constexpr auto kernel = mla_decode_warp_kernel<NH, BULK, TILE, STAGES, LEAN, FILL>;
+  constexpr auto kernel = mla_decode_warp_kernel<NH, BULK, TILE, STAGES, LEAN, FILL, PREFETCH, AHEAD>;
   static const cudaError_t opt_in = opt_in_shared(kernel);  // first (eager) call, never in a capture
   if (opt_in != cudaSuccess) return cuda_status(opt_in, "mla_decode_run (shared memory opt-in)");
   const cudaError_t e = launch_pdl(w.pdl, kernel, dim3(static_cast<unsigned>(w.launch_items)), dim3(kThreads),
                                    smem, stream, a, w.plan, w.part_o, w.part_lse, counters, w.dynamic_tiles,
-                                   w.trigger == MlaDecodeTrigger::kLate);
+                                   w.trigger == MlaDecodeTrigger::kLate, w.cache_pages);
   if (e != cudaSuccess) return cuda_status(e, "mla_decode_run (warp variant)");
   return last_launch_status("mla_decode_run (warp variant)");
 }
@@ -356,6 +392,11 @@ Status launch_warp_run(const MlaDecodeArgs& a, const MlaDecodeWork& w, bool bulk
     return launch_warp_run<NH, true, kTile / 2, 2 * kStages>(a, w, counters, stream);
   if (ring == MlaDecodeRing::kLean && lean) return launch_warp_run<NH, true, kTile, kStages, true>(a, w, counters, stream);
   if (ring == MlaDecodeRing::kLeanBurst && lean) return launch_warp_run<NH, true, kTile, kStages, true, true>(a, w, counters, stream);
+  if (ring == MlaDecodeRing::kLeanPrefetch && lean) {  // without the cache's size nothing to prefetch: kLean itself
+    if (w.cache_pages <= 0) return launch_warp_run<NH, true, kTile, kStages, true>(a, w, counters, stream);
+    return launch_warp_run<NH, true, kTile, kStages, true, false, true>(a, w, counters, stream);
+  }
+  if (ring == MlaDecodeRing::kLeanAhead && lean) return launch_warp_run<NH, true, kTile, kStages, true, false, false, true>(a, w, counters, stream);
   return launch_warp_run<NH, true, kTile, kStages>(a, w, counters, stream);
 }
 

@@ -36,7 +36,16 @@ void expect_plan_covers(const MlaDecodePlan& plan, const std::vector<int32_t>& c
   PlanView v{plan};
   ASSERT_EQ(plan.image[0], plan.num_items);
   ASSERT_LE(plan.num_items, plan.capacity);
-  int64_t next_item = 0;
+  int64_t next_item = 0, longest_item = 0;
+  for (int64_t i = 0; i < plan.num_items; ++i) longest_item = std::max<int64_t>(longest_item, v.item(i)[2] - v.item(i)[1]);
+  // kLeanPrefetch's count: at least one tile, never more than the longest item holds, and
+  // within the step's budget unless one tile an item already exceeds it.
+  const int32_t prefetch = plan.image[3];
+  EXPECT_GE(prefetch, 1);
+  EXPECT_LE(prefetch, std::max<int64_t>(1, (longest_item + kMlaTileTokens - 1) / kMlaTileTokens));
+  if (prefetch > 1) {
+    EXPECT_LE(prefetch * plan.num_items, kMlaPrefetchTileBudget);
+  }
   for (size_t b = 0; b < ctx.size(); ++b) {
     const int32_t first = v.row(b)[0], n = v.row(b)[1], group = v.row(b)[2], groups = v.row(b)[3];
     EXPECT_EQ(first, next_item) << "row " << b;
@@ -177,7 +186,9 @@ TEST(MlaDecodePlan, ShortAndLongItemsPickTheirRings) {
   // The pick follows the plan's chunk: 1 x 16K (256 items of 64 tokens), 8 x 1K (32) and
   // 32 x 1K (128) are short items; 1 x 64K (256 tokens), 8 x 16K (512) and 256 x 4K (whole
   // rows) are long ones.
-  const std::pair<int64_t, int32_t> deep[] = {{1, 16384}, {8, 1024}, {32, 1024}, {1, 1024}};
+  const std::pair<int64_t, int32_t> deep[] = {{1, 16384}, {8, 1024}, {32, 1024}};
+  // 1 x 1K (64 items) and 1 x 4K (256) hold one 16-token tile an item.
+  const std::pair<int64_t, int32_t> one_tile[] = {{1, 1024}, {1, 4096}};
   const std::pair<int64_t, int32_t> shallow[] = {{1, 65536}, {8, 16384}, {256, 4096}, {128, 16384}};
   MlaDecodePlan plan;
   for (const auto& [rows, ctx] : deep) {
@@ -185,11 +196,19 @@ TEST(MlaDecodePlan, ShortAndLongItemsPickTheirRings) {
     ASSERT_TRUE(build_mla_decode_plan(c.data(), rows, 64, mla_decode_plan_capacity(rows), &plan).is_ok());
     EXPECT_EQ(plan.ring, kMlaShortItemRing) << rows << " x " << ctx;
   }
+  for (const auto& [rows, ctx] : one_tile) {
+    const std::vector<int32_t> c(rows, ctx);
+    ASSERT_TRUE(build_mla_decode_plan(c.data(), rows, 64, mla_decode_plan_capacity(rows), &plan).is_ok());
+    EXPECT_EQ(plan.ring, kMlaOneTileItemRing) << rows << " x " << ctx;
+    EXPECT_EQ(plan.image[3], 1) << rows << " x " << ctx;  // the item's one tile
+  }
   for (const auto& [rows, ctx] : shallow) {
     const std::vector<int32_t> c(rows, ctx);
     ASSERT_TRUE(build_mla_decode_plan(c.data(), rows, 64, mla_decode_plan_capacity(rows), &plan).is_ok());
     EXPECT_EQ(plan.ring, kMlaLongItemRing) << rows << " x " << ctx;
   }
+  EXPECT_EQ(mla_decode_pick_ring(kMlaTileTokens), kMlaOneTileItemRing);
+  EXPECT_EQ(mla_decode_pick_ring(2 * kMlaTileTokens), kMlaShortItemRing);
   EXPECT_EQ(mla_decode_pick_ring(kMlaDeepRingMaxChunk), kMlaShortItemRing);
   EXPECT_EQ(mla_decode_pick_ring(kMlaDeepRingMaxChunk + kMlaTileTokens), kMlaLongItemRing);
 }
@@ -287,9 +306,12 @@ void run_case(const Case& c, uint32_t seed) {
       MlaDecodeMerge merge = MlaDecodeMerge::kSeparate;
       bool dynamic_tiles = true;  // kFused + bulk: the row's CTAs share its tiles (else fixed ranges)
       MlaDecodeRing ring = MlaDecodeRing::kShallow;  // the warp variant's copy ring (kAuto: the plan's pick)
+      // kLeanPrefetch's bound on page ids (MlaDecodeWork::cache_pages): the pool, or half of it
+      // (hints past it skipped), or 0 (no hints: kLean itself).
+      int64_t cache_pages_div = 1;
     };
     constexpr auto kDeep = MlaDecodeRing::kDeep, kLean = MlaDecodeRing::kLean, kLeanDeep = MlaDecodeRing::kLeanDeep;
-    constexpr auto kBurst = MlaDecodeRing::kLeanBurst;
+    constexpr auto kBurst = MlaDecodeRing::kLeanBurst, kPrefetch = MlaDecodeRing::kLeanPrefetch, kAhead = MlaDecodeRing::kLeanAhead;
     constexpr auto kChained = MlaDecodeMerge::kSeparateChained, kSeparate = MlaDecodeMerge::kSeparate;
     constexpr auto kLate = MlaDecodeTrigger::kLate, kEarly = MlaDecodeTrigger::kEarly;
     constexpr auto kFused = MlaDecodeMerge::kFused;
@@ -331,6 +353,21 @@ void run_case(const Case& c, uint32_t seed) {
                         {MlaDecodeVariant::kAuto, MlaDecodeLoader::kBulk, true, kLate, kSeparate, false, kBurst},
                         {MlaDecodeVariant::kAuto, MlaDecodeLoader::kBulk, true, kLate, kFused, false, kBurst},
                         {MlaDecodeVariant::kAuto, MlaDecodeLoader::kCpAsync, false, kEarly, kSeparate, false, kBurst},
+                        // The lean loop with pre-wait L2 prefetches (kLeanPrefetch): bulk with and
+                        // without pdl (with: the kernel just before writes q), separate and fused
+                        // merge, half the pool in bounds, no bound; kCpAsync keeps kShallow.
+                        {MlaDecodeVariant::kAuto, MlaDecodeLoader::kBulk, false, kEarly, kSeparate, false, kPrefetch},
+                        {MlaDecodeVariant::kAuto, MlaDecodeLoader::kBulk, true, kLate, kSeparate, false, kPrefetch},
+                        {MlaDecodeVariant::kAuto, MlaDecodeLoader::kBulk, true, kLate, kChained, false, kPrefetch, 2},
+                        {MlaDecodeVariant::kAuto, MlaDecodeLoader::kBulk, true, kLate, kFused, false, kPrefetch},
+                        {MlaDecodeVariant::kAuto, MlaDecodeLoader::kBulk, true, kLate, kSeparate, false, kPrefetch, 0},
+                        {MlaDecodeVariant::kAuto, MlaDecodeLoader::kCpAsync, false, kEarly, kSeparate, false, kPrefetch},
+                        // The lean loop with the L2 ahead of the ring (kLeanAhead): the same forms.
+                        {MlaDecodeVariant::kAuto, MlaDecodeLoader::kBulk, false, kEarly, kSeparate, false, kAhead},
+                        {MlaDecodeVariant::kAuto, MlaDecodeLoader::kBulk, true, kLate, kSeparate, false, kAhead},
+                        {MlaDecodeVariant::kAuto, MlaDecodeLoader::kBulk, true, kLate, kChained, false, kAhead},
+                        {MlaDecodeVariant::kAuto, MlaDecodeLoader::kBulk, true, kLate, kFused, false, kAhead},
+                        {MlaDecodeVariant::kAuto, MlaDecodeLoader::kCpAsync, false, kEarly, kSeparate, false, kAhead},
                         // The eighth version's separate merge (weights first, then the partials),
                         // kept to compare; kSeparate above is the early-load one.
                         {MlaDecodeVariant::kAuto, MlaDecodeLoader::kBulk, false, kEarly, kChained, false, kLean},
@@ -353,6 +390,7 @@ void run_case(const Case& c, uint32_t seed) {
       w.counters = o.merge == kSeparate || o.merge == kChained || o.merge == MlaDecodeMerge::kAuto ? nullptr : counters.get();
       w.dynamic_tiles = o.dynamic_tiles;
       w.ring = o.ring == MlaDecodeRing::kAuto ? plan.ring : o.ring;
+      w.cache_pages = o.cache_pages_div == 0 ? 0 : pages / o.cache_pages_div;
       if (o.pdl) {
         ASSERT_TRUE(dql.upload(std::vector<float>(ql.size(), 0.0f)).is_ok());
         ASSERT_TRUE(add_inplace(dql.get(), dql_src.get(), static_cast<int64_t>(ql.size()), stream).is_ok());
@@ -362,7 +400,7 @@ void run_case(const Case& c, uint32_t seed) {
       const auto got = host(out);
       EXPECT_LT(nerr(got, ref), 2e-5) << "heads " << c.heads << " items " << plan.num_items << " variant "
                                       << static_cast<int>(o.variant) << " loader " << static_cast<int>(o.loader) << " pdl " << o.pdl
-                                      << " trigger " << static_cast<int>(o.trigger) << " merge " << static_cast<int>(o.merge) << " dynamic " << o.dynamic_tiles << " ring " << static_cast<int>(w.ring)
+                                      << " trigger " << static_cast<int>(o.trigger) << " merge " << static_cast<int>(o.merge) << " dynamic " << o.dynamic_tiles << " ring " << static_cast<int>(w.ring) << " cache pages " << w.cache_pages
                                       << " waves " << waves << " fan-in " << fan_in;
       if (w.counters) {
         const auto left = host(counters);
