@@ -92,8 +92,8 @@ Status mxfp4_unpack_decode(const uint8_t* packed, const uint8_t* scales, int64_t
 // needs dim, inter <= 4096. kAuto (the H200 measurements; docs/perf.md): where kFused fits
 // and the call has a workspace, kFusedSplit from capacity kMoeDecodeFusedMinCapacity; else where
 // kWeightsA's shape rules hold, kWeightsAPdlL2 up to capacity kMoeDecodeL2MaxCapacity,
-// kWeightsAPdl up to 1024 and kWeightsAStrided beyond; elsewhere kStaged where it fits and
-// capacity <= 1024, else kStreamed.
+// kWeightsAPdlF32 below kMoeDecodeFusedMinCapacity (kWeightsAPdl up to 1024 before moedec11)
+// and kWeightsAStrided beyond; elsewhere kStaged where it fits and capacity <= 1024, else kStreamed.
 // kFused (moe_decode_fused_sm90.cu): the weights-on-A step in ONE launch for gate/up, the
 // activation and down; a producer warp per CTA claims units from a queue in the caller's
 // MoeDecodeWorkspace and has the TMA unit copy their tiles into a two-slot shared-memory
@@ -133,6 +133,15 @@ Status mxfp4_unpack_decode(const uint8_t* packed, const uint8_t* scales, int64_t
 // activation (to the full K sum, as SiTU needs), writes `act` and stages it, and adds its two
 // K halves into the output with atomics (two addends onto zero: the same bits in any order).
 // Needs the kWeightsA shapes and that workspace.
+// kWeightsAPdlF32 (branch moedec11): kWeightsAPdl with the E8M0 scale applied to fp32 sums
+// instead of to the bf16 weights: the MMA takes the codes as E2M1 x 2^-126 (bf16 subnormals
+// for codes 0 and 1) against token rows staged as bf16(x) x 2^64, each (16-row A operand,
+// 32-input group) into a fresh accumulator, then 4 FFMA by 2^(s-65) a group pair replace 8
+// bf16x2 multiplies. Exact in the same way (powers of two); it relies on the tensor core keeping
+// bf16 subnormal inputs (the H200 does: moe_decode_test passes on it). Scale
+// bytes above 128 (wide_scales) run kWeightsAPdl's two-multiply step. Same needs as kWeightsAPdl.
+// Measured 1.001-1.024x kWeightsAPdl at B 1-192 and 6% fewer instructions (docs/perf.md), so
+// kAuto takes it from kMoeDecodeL2MaxCapacity to kMoeDecodeFusedMinCapacity pairs.
 enum class MoeDecodeKernel {
   kAuto,
   kStreamed,
@@ -149,24 +158,26 @@ enum class MoeDecodeKernel {
   kWeightsAPdl,
   kWeightsAPdlL2,
   kWeightsAPdlL2All,
-  kWeightsAPdlSplitK
+  kWeightsAPdlSplitK,
+  kWeightsAPdlF32
 };
 
 constexpr int kMoeDecodeSplitK = 2;  // K slices of kWeightsAPdlSplitK (2: the atomic sums are exact-order-free)
 
 // kAuto takes a fused form (kFusedSplit since moedec6, whose call ran its K3-shape test at
-// B >= 4; given a workspace) from this many routed pairs (tokens * k) on: at
-// K3's EP32 shape (top-16) it ran 1.03x the speed of the blocked two-launch kernel at 1024
-// pairs, 0.97-1.02x at 1536-3072 and 1.33x the strided one (the old choice) at 4096, but
-// 0.87-0.98x the blocked one at 256-768 (docs/perf.md). The rule assumes decode sizes (a
-// few rows per expert, as the backend guarantees): at 32-64 rows per expert the fused
-// kernel was 1.1-1.6x slower than strided, and the prefill GEMM 5-8x faster than both.
-constexpr int64_t kMoeDecodeFusedMinCapacity = 1024;
+// B >= 4; given a workspace) from this many routed pairs (tokens * k) on. At K3's EP32 shape
+// (top-16) the fused kernel ran 1.33x the strided one (the older choice) at 4096 pairs; since
+// moedec11's cheaper step the two-launch PDL forms are 1.06-1.12x faster than kFusedSplit at
+// 1024-3072 pairs but 0.53x at 4096 (B = 256: 139 rows on 28 experts; docs/perf.md), so the
+// threshold moved from 1024 to 4096. The rule assumes decode sizes (a few rows per expert, as
+// the backend guarantees): at 32-64 rows per expert the fused kernel was 1.1-1.6x slower than
+// strided, and the prefill GEMM 5-8x faster than both.
+constexpr int64_t kMoeDecodeFusedMinCapacity = 4096;
 
 // Below that, kAuto takes the two-launch PDL form (moedec9): with the down weights' first
 // units pulled into L2 (kWeightsAPdlL2) up to this many pairs (B <= 8 at top-16, at most 4
 // touched experts at K3's EP32 rank: 0-0.8 us faster than without), kWeightsAPdl above it
-// (the prefetch cost 0.9-1.2 us at B = 16-48). Against the blocked kernel kAuto took before:
+// (the prefetch cost 0.9-1.2 us at B = 16-48; kWeightsAPdlF32 there since moedec11). Against the blocked kernel kAuto took before:
 // 1.04-1.17x eager (main's binary, same run), 1.03-1.08x replayed from a graph (same binary),
 // at B = 1-48 (docs/perf.md).
 constexpr int64_t kMoeDecodeL2MaxCapacity = 128;

@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <type_traits>
 
 #include "common/cuda_check.h"
 #include "common/reduce.cuh"
@@ -20,6 +21,9 @@ constexpr int kMaxExperts = 1024;
 constexpr int kStagedPad = 32;  // bf16 per staged row: rows 64 bytes apart mod 128, no bank conflicts
 constexpr int kWaWarps = 16;    // weights-on-A kernels: MMA warps per CTA
 constexpr int kWaTokens = 8;    // the MMA's N: tokens a pass
+// kWeightsAPdlF32's token rows are staged as bf16(x) x 2^kF32TokenShift (see wa_chunk_f32).
+constexpr int kF32TokenShift = 64;
+constexpr float kF32TokenScale = 18446744073709551616.0f;  // 2^64
 
 __device__ __forceinline__ uint32_t bf16x2_mul(uint32_t a, uint32_t b) {
   uint32_t d;
@@ -99,8 +103,8 @@ __device__ __forceinline__ void list_touched_experts(const int32_t* __restrict__
 
 // Rows [r0, r0 + nrows) of x (fp32, `cols` wide) into x_s as bf16, `stride` apart; threads
 // tid = 0..nthreads-1 share the work. kCoherent reads through L2 only (data another CTA
-// of the same launch wrote), else the read-only path.
-template <bool kCoherent>
+// of the same launch wrote), else the read-only path. kScaled: x 2^kF32TokenShift first.
+template <bool kCoherent, bool kScaled = false>
 __device__ __forceinline__ void stage_rows(const float* x, int64_t r0, uint32_t nrows, uint32_t cols, uint32_t stride, uint16_t* x_s,
                                            uint32_t tid, uint32_t nthreads) {
   const uint32_t c4n = cols / 4, n4 = nrows * c4n;
@@ -108,7 +112,10 @@ __device__ __forceinline__ void stage_rows(const float* x, int64_t r0, uint32_t 
 #pragma unroll 4
   for (uint32_t idx = tid; idx < n4; idx += nthreads) {
     const uint32_t row = idx / c4n, c4 = idx - row * c4n;
-    const float4 v = kCoherent ? __ldcg(xr + idx) : __ldg(xr + idx);
+    float4 v = kCoherent ? __ldcg(xr + idx) : __ldg(xr + idx);
+    if constexpr (kScaled) {  // x 2^64 (kWeightsAPdlF32): exact
+      v.x *= kF32TokenScale, v.y *= kF32TokenScale, v.z *= kF32TokenScale, v.w *= kF32TokenScale;
+    }
     *reinterpret_cast<uint2*>(x_s + row * stride + 4 * c4) = make_uint2(pack_bf16x2(v.x, v.y), pack_bf16x2(v.z, v.w));
   }
 }
@@ -132,6 +139,123 @@ __device__ __forceinline__ void wa_chunk(const uint4 (&q)[4], const uint32_t (&s
       const uint32_t a0[4] = {lo[0], hi[0], lo[1], hi[1]}, a1[4] = {lo[2], hi[2], lo[3], hi[3]};
       mma_bf16(acc[p], a0, v.x, v.y);
       mma_bf16(acc[p], a1, v.z, v.w);
+    }
+  }
+}
+
+// a * (c's low half in both halves), a * (c's high half in both): ptxas folds the broadcast
+// into the multiply's operand (HMUL2 ... R.H0_H0), so it costs no instruction.
+__device__ __forceinline__ uint32_t bf16x2_mul_low(uint32_t a, uint32_t c) {
+  uint32_t d;
+  asm("{\n .reg .b16 l, h;\n .reg .b32 b;\n mov.b32 {l, h}, %2;\n mov.b32 b, {l, l};\n mul.rn.bf16x2 %0, %1, b;\n}" : "=r"(d) : "r"(a), "r"(c));
+  return d;
+}
+__device__ __forceinline__ uint32_t bf16x2_mul_high(uint32_t a, uint32_t c) {
+  uint32_t d;
+  asm("{\n .reg .b16 l, h;\n .reg .b32 b;\n mov.b32 {l, h}, %2;\n mov.b32 b, {h, h};\n mul.rn.bf16x2 %0, %1, b;\n}" : "=r"(d) : "r"(a), "r"(c));
+  return d;
+}
+
+// The narrow-scale multipliers of a scale word (every byte <= 128): 2^(s-1) of bytes 0, 2 in
+// the (low, high) halves of *ev, of bytes 1, 3 in *od. One add a word (+ 126 never carries into
+// the next byte) and a shift + mask a register, where dequant_word spends about four
+// instructions a word; byte i's multiplier is half i / 2 of (i even ? ev : od).
+__device__ __forceinline__ void narrow_multipliers(uint32_t s, uint32_t* ev, uint32_t* od) {
+  const uint32_t e = s + 0x7E7E7E7Eu;
+  *ev = (e << 7) & 0x7F807F80u;
+  *od = (e >> 1) & 0x7F807F80u;
+}
+
+// Word i's four bf16x2 registers, scaled by byte i of the scale word whose multipliers are
+// (ev, od) (narrow_multipliers): 9 bit operations and 4 multiplies, the broadcast free.
+template <int i>
+__device__ __forceinline__ void dequant_narrow(uint32_t q, uint32_t ev, uint32_t od, uint32_t (&b)[4]) {
+  dequant_bits(q, b);
+  const uint32_t c = (i & 1) ? od : ev;
+#pragma unroll
+  for (int j = 0; j < 4; ++j) b[j] = i < 2 ? bf16x2_mul_low(b[j], c) : bf16x2_mul_high(b[j], c);
+}
+
+// wa_chunk for narrow scales (no byte above 128; kAuto's blocked and PDL forms since moedec11):
+// the same MMAs on the same values, with (1) the multipliers from narrow_multipliers, (2) the
+// token rows loaded unguarded (a row past the pass's end holds stale or never-written shared
+// memory, but B's column g only reaches D's column g, token g, which the reduction never
+// writes out), and (3) the two k-halves of a word pair accumulated into separate registers
+// (accA, accB: four independent MMA chains a warp, summed by the caller).
+__device__ __forceinline__ void wa_chunk_narrow(const uint4 (&q)[4], const uint32_t (&s)[4], const uint16_t* xg, float (&accA)[2][4],
+                                                float (&accB)[2][4]) {
+  uint32_t ev[4], od[4];
+#pragma unroll
+  for (int k = 0; k < 4; ++k) narrow_multipliers(s[k], &ev[k], &od[k]);
+  auto step = [&](auto ic) {
+    constexpr int i = decltype(ic)::value;
+    const uint4 v = *reinterpret_cast<const uint4*>(xg + 32 * i);
+#pragma unroll
+    for (int p = 0; p < 2; ++p) {
+      uint32_t lo[4], hi[4];
+      dequant_narrow<i>(word_of(q[2 * p], i), ev[2 * p], od[2 * p], lo);
+      dequant_narrow<i>(word_of(q[2 * p + 1], i), ev[2 * p + 1], od[2 * p + 1], hi);
+      const uint32_t a0[4] = {lo[0], hi[0], lo[1], hi[1]}, a1[4] = {lo[2], hi[2], lo[3], hi[3]};
+      mma_bf16(accA[p], a0, v.x, v.y);
+      mma_bf16(accB[p], a1, v.z, v.w);
+    }
+  };
+  step(std::integral_constant<int, 0>{});
+  step(std::integral_constant<int, 1>{});
+  step(std::integral_constant<int, 2>{});
+  step(std::integral_constant<int, 3>{});
+}
+
+// ---- kWeightsAPdlF32 (moedec11, opt-in): the E8M0 scale applied to fp32 partial sums rather
+// than to every bf16x2 register. The MMA takes the codes as dequant_bits leaves them, E2M1 x
+// 2^-126 (bf16 subnormals for codes 0 and +-0.5: the tensor core must keep them), against
+// token rows staged as bf16(x) x 2^kF32TokenShift (exact: a power of two); each (A operand,
+// 32-input group) runs its two MMAs into a fresh accumulator d, and the operand's sums take
+// d x 2^(s - 127 + 126 - kF32TokenShift) per row (4 FFMA a group pair), in place of 8 HMUL2.
+// Products are w x 2^-62 (fp32 subnormal only below |w x| ~ 2^-64). Narrow scales only (bytes
+// <= 128; any byte <= 193 would fit).
+
+// fp32 2^(s - 65) for the four bytes of a scale word: + 62 a byte (no carry for bytes <= 193),
+// then the byte moved to the exponent field.
+__device__ __forceinline__ void f32_multipliers(uint32_t s, float (&f)[4]) {
+  const uint32_t e = s + 0x3E3E3E3Eu;
+  f[0] = __uint_as_float((e << 23) & 0x7F800000u);
+  f[1] = __uint_as_float((e << 15) & 0x7F800000u);
+  f[2] = __uint_as_float((e << 7) & 0x7F800000u);
+  f[3] = __uint_as_float((e >> 1) & 0x7F800000u);
+}
+
+// d = A B (the accumulator input zero).
+__device__ __forceinline__ void mma_bf16_zero(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  const float z = 0.0f;
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+      "{%10, %10, %10, %10};"
+      : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1), "f"(z));
+}
+
+// wa_chunk_narrow's step with the scale on the fp32 sums (token rows unguarded as there).
+__device__ __forceinline__ void wa_chunk_f32(const uint4 (&q)[4], const uint32_t (&s)[4], const uint16_t* xg, float (&acc)[2][4]) {
+  float f[4][4];
+#pragma unroll
+  for (int k = 0; k < 4; ++k) f32_multipliers(s[k], f[k]);
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const uint4 v = *reinterpret_cast<const uint4*>(xg + 32 * i);
+#pragma unroll
+    for (int p = 0; p < 2; ++p) {
+      uint32_t lo[4], hi[4];
+      dequant_bits(word_of(q[2 * p], i), lo);
+      dequant_bits(word_of(q[2 * p + 1], i), hi);
+      const uint32_t a0[4] = {lo[0], hi[0], lo[1], hi[1]}, a1[4] = {lo[2], hi[2], lo[3], hi[3]};
+      float d[4];
+      mma_bf16_zero(d, a0, v.x, v.y);
+      mma_bf16(d, a1, v.z, v.w);
+      acc[p][0] = fmaf(d[0], f[2 * p][i], acc[p][0]);  // row g: tile 2p
+      acc[p][1] = fmaf(d[1], f[2 * p][i], acc[p][1]);
+      acc[p][2] = fmaf(d[2], f[2 * p + 1][i], acc[p][2]);  // row g + 8: tile 2p + 1
+      acc[p][3] = fmaf(d[3], f[2 * p + 1][i], acc[p][3]);
     }
   }
 }

@@ -75,19 +75,6 @@ struct Shape {
   uint32_t cmax;                                      // chunks a slot is sized for
 };
 
-// a * (c's low half in both halves), a * (c's high half in both): ptxas folds the broadcast
-// into the multiply's operand (HMUL2 ... R.H0_H0), so it costs no instruction.
-__device__ __forceinline__ uint32_t bf16x2_mul_low(uint32_t a, uint32_t c) {
-  uint32_t d;
-  asm("{\n .reg .b16 l, h;\n .reg .b32 b;\n mov.b32 {l, h}, %2;\n mov.b32 b, {l, l};\n mul.rn.bf16x2 %0, %1, b;\n}" : "=r"(d) : "r"(a), "r"(c));
-  return d;
-}
-__device__ __forceinline__ uint32_t bf16x2_mul_high(uint32_t a, uint32_t c) {
-  uint32_t d;
-  asm("{\n .reg .b16 l, h;\n .reg .b32 b;\n mov.b32 {l, h}, %2;\n mov.b32 b, {h, h};\n mul.rn.bf16x2 %0, %1, b;\n}" : "=r"(d) : "r"(a), "r"(c));
-  return d;
-}
-
 // The split schedule's step (kFusedSplit): one A operand (tiles 2p, 2p+1) of one 128-input
 // chunk, with the lane's word quads q0 (tile 2p), q1 (tile 2p+1) and scale words s0, s1;
 // wa_chunk's step for a single p, with three savings a word (measured in the SASS: 21.5

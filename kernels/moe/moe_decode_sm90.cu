@@ -295,14 +295,26 @@ struct WaRegs {
 struct WaSpace {
   const int* list;
   uint32_t tiles, chunks, per_expert;
+  // floor((2^32 - 1) / per_expert): unit u's expert slot is __umulhi(u, inv) or one more
+  // (one correction step), where a division by a value known only at run time costs about
+  // 15 instructions (twice a unit: wa_load and wa_compute).
+  uint32_t inv = 0xFFFFFFFFu / per_expert;
 };
+
+// (u / per_expert, u % per_expert) for u < 2^31 (unit indices are 32-bit: shape_fits).
+__device__ __forceinline__ void wa_divmod(const WaSpace& sp, uint32_t u, uint32_t* q, uint32_t* r) {
+  uint32_t qq = __umulhi(u, sp.inv), rr = u - qq * sp.per_expert;
+  if (rr >= sp.per_expert) ++qq, rr -= sp.per_expert;
+  *q = qq, *r = rr;
+}
 
 // kSplit > 1 (kWeightsAPdlSplitK): per_expert counts K slices; unit u is slice *h of the
 // 16-row pair (gated) or 32-row group (down) u / kSplit of its expert.
 template <bool kGated, int kSplit = 1>
 __device__ __forceinline__ void wa_unit(const WaSpace& sp, uint32_t u, int* e, uint32_t* n, uint32_t* h = nullptr) {
-  *e = sp.list[u / sp.per_expert];
-  const uint32_t l = u % sp.per_expert;
+  uint32_t slot, l;
+  wa_divmod(sp, u, &slot, &l);
+  *e = sp.list[slot];
   *n = (l / kSplit) * (kGated ? 2u : 4u);
   if (h) *h = l % kSplit;
 }
@@ -324,16 +336,25 @@ __device__ __forceinline__ void wa_load(const Mxfp4Decode& a, const Mxfp4Decode&
   wa_unit<kGated, kSplit>(sp, u, &e, &n, &h);
   wa_slice<kSplit>(sp.chunks, h, &cb, &ce);
   const uint32_t tile0 = (uint32_t(e) * sp.tiles + n) * sp.chunks, g = lane >> 2;
+  // One pointer a tile at the warp's first chunk; chunk j is a constant kWaWarps * j tiles on
+  // (an immediate offset: the address math is per unit, not per load).
+  const uint4* pq[4];
+  const uint32_t* ps[4];
+  const uint32_t c0 = cb + warp;
+#pragma unroll
+  for (int k = 0; k < 4; ++k) {
+    const Mxfp4Decode& m = kGated && k >= 2 ? b : a;
+    const uint32_t tile = tile0 + uint32_t(kGated ? (k & 1) : k) * sp.chunks + c0;
+    pq[k] = reinterpret_cast<const uint4*>(m.packed) + (tile * 32u + lane);
+    ps[k] = reinterpret_cast<const uint32_t*>(m.scales) + (tile * 8u + g);
+  }
 #pragma unroll
   for (int j = 0; j < kWaBatch; ++j) {
-    const uint32_t c = cb + warp + j * kWaWarps;
-    if (c < ce) {
+    if (c0 + j * kWaWarps < ce) {
 #pragma unroll
       for (int k = 0; k < 4; ++k) {
-        const Mxfp4Decode& m = kGated && k >= 2 ? b : a;
-        const uint32_t tile = tile0 + uint32_t(kGated ? (k & 1) : k) * sp.chunks + c;
-        r.q[j][k] = load_stream(reinterpret_cast<const uint4*>(m.packed) + (tile * 32u + lane));
-        r.s[j][k] = __ldg(reinterpret_cast<const uint32_t*>(m.scales) + (tile * 8u + g));
+        r.q[j][k] = load_stream(pq[k] + j * kWaWarps * 32);
+        r.s[j][k] = __ldg(ps[k] + j * kWaWarps * 8);
       }
     }
   }
@@ -379,7 +400,7 @@ __device__ __forceinline__ void stage_act_rows(const float* part, int64_t r0, ui
   }
 }
 
-template <bool kGated, bool kWide, int kSplit = 1>
+template <bool kGated, bool kWide, int kSplit = 1, bool kF32 = false>
 __device__ __forceinline__ void wa_compute(const Mxfp4Decode& a, const WaSpace& sp, uint32_t u, const int32_t* __restrict__ offsets,
                                            const float* __restrict__ x, float* __restrict__ y, const MoeAct& act, const WaRegs& r,
                                            uint16_t* x_s, float (*s_red2)[kWaWarps][4][kWaTokens][8], int& staged_e, int& staged_r0, int& buf,
@@ -397,7 +418,7 @@ __device__ __forceinline__ void wa_compute(const Mxfp4Decode& a, const WaSpace& 
       if constexpr (!kGated && kSplit > 1)
         stage_act_rows<kSplit>(x, r0, nrows, cols, stride, x_s, threadIdx.x, kWaThreads, act, act_out);
       else
-        stage_rows<false>(x, r0, nrows, cols, stride, x_s, threadIdx.x, kWaThreads);
+        stage_rows<false, kF32 && !kWide>(x, r0, nrows, cols, stride, x_s, threadIdx.x, kWaThreads);
       staged_e = e, staged_r0 = r0;
       __syncthreads();
     }
@@ -406,11 +427,32 @@ __device__ __forceinline__ void wa_compute(const Mxfp4Decode& a, const WaSpace& 
     const bool tok_ok = g < nrows;
     const uint16_t* xg = x_s + g * stride + 8 * t;
     float acc[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}};
+    if constexpr (kWide) {
 #pragma unroll
-    for (int j = 0; j < kWaBatch; ++j) {
-      const uint32_t c = cb + warp + j * kWaWarps;
-      if (c >= ce) break;
-      wa_chunk<kWide>(r.q[j], r.s[j], xg + c * 128, tok_ok, acc);
+      for (int j = 0; j < kWaBatch; ++j) {
+        const uint32_t c = cb + warp + j * kWaWarps;
+        if (c >= ce) break;
+        wa_chunk<kWide>(r.q[j], r.s[j], xg + c * 128, tok_ok, acc);
+      }
+    } else if constexpr (kF32) {  // kWeightsAPdlF32: the scale on fp32 sums of a group pair
+#pragma unroll
+      for (int j = 0; j < kWaBatch; ++j) {
+        const uint32_t c = cb + warp + j * kWaWarps;
+        if (c >= ce) break;
+        wa_chunk_f32(r.q[j], r.s[j], xg + c * 128, acc);
+      }
+    } else {  // moedec11: multipliers a scale word, unguarded token loads, four MMA chains
+      float acc2[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}};
+#pragma unroll
+      for (int j = 0; j < kWaBatch; ++j) {
+        const uint32_t c = cb + warp + j * kWaWarps;
+        if (c >= ce) break;
+        wa_chunk_narrow(r.q[j], r.s[j], xg + c * 128, acc, acc2);
+      }
+#pragma unroll
+      for (int p = 0; p < 2; ++p)
+#pragma unroll
+        for (int q = 0; q < 4; ++q) acc[p][q] += acc2[p][q];
     }
     wa_store_partials(acc, s_red[warp], g, t);
     __syncthreads();
@@ -472,7 +514,7 @@ __device__ __forceinline__ void wa_prefetch_next_start(const Mxfp4Decode& next, 
 // stores each slice's sums and zeroes rows [offsets[0], offsets[experts]) of the output
 // (aux = out, next.rows = its width); down (x = that workspace, aux = act) sums the slices
 // and applies the activation when it stages a row, and adds its partial outputs atomically.
-template <bool kGated, bool kWide, bool kBlocked, bool kPrefetch, int kPdl = kPlain, int kL2 = kL2None, int kSplit = 1>
+template <bool kGated, bool kWide, bool kBlocked, bool kPrefetch, int kPdl = kPlain, int kL2 = kL2None, int kSplit = 1, bool kF32 = false>
 __global__ void __launch_bounds__(kWaThreads, 1) decode_gemm_wa(Mxfp4Decode a, Mxfp4Decode b, const int32_t* __restrict__ offsets,
                                                                 int experts, const float* __restrict__ x, float* __restrict__ y, MoeAct act,
                                                                 Mxfp4Decode next, uint32_t next_grid, float* aux) {
@@ -504,7 +546,7 @@ __global__ void __launch_bounds__(kWaThreads, 1) decode_gemm_wa(Mxfp4Decode a, M
       u, units, step, [&](uint32_t v, WaRegs& r) { wa_load<kGated, kSplit>(a, b, sp, v, lane, warp, r); },
       [&](uint32_t v, const WaRegs& r) {
         if (kWaits && !waited) pdl_bulk::pdl_wait(), waited = true;  // both units' loads are out: now x may be read
-        wa_compute<kGated, kWide, kSplit>(a, sp, v, offsets, x, y, act, r, x_s, s_red, staged_e, staged_r0, buf, aux);
+        wa_compute<kGated, kWide, kSplit, kF32>(a, sp, v, offsets, x, y, act, r, x_s, s_red, staged_e, staged_r0, buf, aux);
       },
       [&](uint32_t v) {
         if (kPrefetch && threadIdx.x < 4 && v + 2 * step < units) wa_prefetch<kGated>(a, b, sp, v + 2 * step, threadIdx.x);
@@ -557,11 +599,11 @@ Status launch(const Mxfp4Decode& a, const Mxfp4Decode& b, const int32_t* offsets
 // partial sums go to `part` (the workspace past the queue words) and it zeroes `out`; the down
 // launch activates them as it stages rows, writes `act` and adds its halves into `out`. Nothing
 // runs on the host between the launches (graph-safe).
-template <bool kWideGate, bool kWideDown, int kL2, int kS>
+template <bool kWideGate, bool kWideDown, int kL2, int kS, bool kF32 = false>
 Status launch_wa_phases(const MoeDecodeWeights& w, const int32_t* offsets, int64_t experts, const float* x, float* act, float* out,
                         const MoeAct& fn, cudaStream_t stream, float* part) {
-  const auto gate = decode_gemm_wa<true, kWideGate, true, false, kPhases, kL2, kS>;
-  const auto down = decode_gemm_wa<false, kWideDown, true, false, kPhases, kL2None, kS>;
+  const auto gate = decode_gemm_wa<true, kWideGate, true, false, kPhases, kL2, kS, kF32>;
+  const auto down = decode_gemm_wa<false, kWideDown, true, false, kPhases, kL2None, kS, kF32>;
   const size_t smem_g = size_t(kWaTokens) * (w.w1.cols + kStagedPad) * sizeof(uint16_t);
   const size_t smem_d = size_t(kWaTokens) * (w.w2.cols + kStagedPad) * sizeof(uint16_t);
   PDS_ASSIGN_OR_RETURN(unsigned grid_g, grid_for(gate, smem_g, experts * (w.w1.rows / 16) * kS, kWaThreads));
@@ -578,14 +620,14 @@ Status launch_wa_phases(const MoeDecodeWeights& w, const int32_t* offsets, int64
   return last_launch_status("moe decode down");
 }
 
-template <int kL2, int kS = 1>
+template <int kL2, int kS = 1, bool kF32 = false>
 Status launch_wa_phases_any(const MoeDecodeWeights& w, const int32_t* offsets, int64_t experts, const float* x, float* act, float* out,
                             const MoeAct& fn, cudaStream_t stream, float* part = nullptr) {
   const bool wg = w.w1.wide_scales || w.w3.wide_scales, wd = w.w2.wide_scales;
-  if (wg) return wd ? launch_wa_phases<true, true, kL2, kS>(w, offsets, experts, x, act, out, fn, stream, part)
-                    : launch_wa_phases<true, false, kL2, kS>(w, offsets, experts, x, act, out, fn, stream, part);
-  return wd ? launch_wa_phases<false, true, kL2, kS>(w, offsets, experts, x, act, out, fn, stream, part)
-            : launch_wa_phases<false, false, kL2, kS>(w, offsets, experts, x, act, out, fn, stream, part);
+  if (wg) return wd ? launch_wa_phases<true, true, kL2, kS, kF32>(w, offsets, experts, x, act, out, fn, stream, part)
+                    : launch_wa_phases<true, false, kL2, kS, kF32>(w, offsets, experts, x, act, out, fn, stream, part);
+  return wd ? launch_wa_phases<false, true, kL2, kS, kF32>(w, offsets, experts, x, act, out, fn, stream, part)
+            : launch_wa_phases<false, false, kL2, kS, kF32>(w, offsets, experts, x, act, out, fn, stream, part);
 }
 
 }  // namespace
@@ -615,18 +657,21 @@ bool is_fused(MoeDecodeKernel k) {
 
 // kAuto, from the H200 measurements (docs/perf.md): the fused kernel from
 // kMoeDecodeFusedMinCapacity pairs where it fits and the caller gave it a queue workspace;
-// else weights on A wherever its shape rules hold: up to 1024 pairs (B <= 64 at top-16) the
-// blocked two launches with the down launch a programmatic dependent one (moedec9: 1.04-1.14x
-// the plain blocked form at B 1-48), the down weights' first units pulled into L2 during
-// gate/up's last units up to kMoeDecodeL2MaxCapacity pairs; beyond 1024 strided. Elsewhere
-// staged up to 1024 pairs, else streamed.
+// else weights on A wherever its shape rules hold: below that (B <= 192 at top-16) the blocked
+// two launches with the down launch a programmatic dependent one (moedec9: 1.04-1.14x the
+// plain blocked form at B 1-48), the down weights' first units pulled into L2 during gate/up's
+// last units up to kMoeDecodeL2MaxCapacity pairs, and above that the form with the scale on
+// fp32 sums (kWeightsAPdlF32, moedec11: 1.008-1.024x kWeightsAPdl at B 16-192); from
+// kMoeDecodeFusedMinCapacity without a workspace, strided. Elsewhere staged up to 1024 pairs,
+// else streamed.
 MoeDecodeKernel resolve(const Fits& f, int64_t capacity, bool has_workspace) {
   // kFusedSplit: 1.015-1.028x kFused at B = 64-256 (moedec4), 1.019-1.023x in moedec6's call,
-  // whose test ran it at K3's shape at B = 1, 4 and 64 on the GPU.
+  // whose test ran it at K3's shape at B = 1, 4 and 64 on the GPU; since moedec11's step the
+  // PDL forms beat it at B = 64-192 (1.06-1.12x), not at 256 (0.53x).
   if (f.fused && has_workspace && capacity >= kMoeDecodeFusedMinCapacity) return MoeDecodeKernel::kFusedSplit;
   if (f.wa) {
     if (capacity <= kMoeDecodeL2MaxCapacity) return MoeDecodeKernel::kWeightsAPdlL2;
-    return capacity <= 1024 ? MoeDecodeKernel::kWeightsAPdl : MoeDecodeKernel::kWeightsAStrided;
+    return capacity < kMoeDecodeFusedMinCapacity ? MoeDecodeKernel::kWeightsAPdlF32 : MoeDecodeKernel::kWeightsAStrided;
   }
   return f.fits && capacity <= 1024 ? MoeDecodeKernel::kStaged : MoeDecodeKernel::kStreamed;
 }
@@ -653,7 +698,8 @@ Status moe_expert_mlp_decode(const MoeDecodeWeights& w, const int32_t* offsets, 
   const Fits f = shape_fits(w, local_experts);
   if (kernel == MoeDecodeKernel::kStaged && !f.fits) return invalid_argument("moe_expert_mlp_decode: the staged kernel takes cols <= 4096");
   const bool phases = kernel == MoeDecodeKernel::kWeightsAPdl || kernel == MoeDecodeKernel::kWeightsAPdlL2 ||
-                      kernel == MoeDecodeKernel::kWeightsAPdlL2All || kernel == MoeDecodeKernel::kWeightsAPdlSplitK;
+                      kernel == MoeDecodeKernel::kWeightsAPdlL2All || kernel == MoeDecodeKernel::kWeightsAPdlSplitK ||
+                      kernel == MoeDecodeKernel::kWeightsAPdlF32;
   const bool wants_wa = kernel == MoeDecodeKernel::kWeightsA || kernel == MoeDecodeKernel::kWeightsANoPrefetch ||
                         kernel == MoeDecodeKernel::kWeightsAStrided || phases;
   if (wants_wa && !f.wa)
@@ -674,6 +720,8 @@ Status moe_expert_mlp_decode(const MoeDecodeWeights& w, const int32_t* offsets, 
     float* part = reinterpret_cast<float*>(static_cast<char*>(workspace.data) + moe_decode_splitk_part_offset(local_experts));
     return launch_wa_phases_any<kL2None, kMoeDecodeSplitK>(w, offsets, local_experts, x_sorted, act, out_sorted, a, stream, part);
   }
+  if (kind == MoeDecodeKernel::kWeightsAPdlF32)
+    return launch_wa_phases_any<kL2None, 1, true>(w, offsets, local_experts, x_sorted, act, out_sorted, a, stream);
   if (kind == MoeDecodeKernel::kWeightsAPdl) return launch_wa_phases_any<kL2None>(w, offsets, local_experts, x_sorted, act, out_sorted, a, stream);
   if (kind == MoeDecodeKernel::kWeightsAPdlL2) return launch_wa_phases_any<kL2First>(w, offsets, local_experts, x_sorted, act, out_sorted, a, stream);
   if (kind == MoeDecodeKernel::kWeightsAPdlL2All)

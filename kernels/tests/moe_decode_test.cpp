@@ -161,6 +161,7 @@ const char* kernel_name(MoeDecodeKernel k) {
     case MoeDecodeKernel::kWeightsAPdlL2: return "weights-A pdl l2";
     case MoeDecodeKernel::kWeightsAPdlL2All: return "weights-A pdl l2 all";
     case MoeDecodeKernel::kWeightsAPdlSplitK: return "weights-A pdl split-K";
+    case MoeDecodeKernel::kWeightsAPdlF32: return "weights-A pdl f32-scale";
   }
   return "?";
 }
@@ -204,7 +205,7 @@ double run_decode(const Routing& r, int64_t tokens, int64_t k, int64_t begin, co
                                MoeDecodeKernel::kFused, MoeDecodeKernel::kFusedSplit, MoeDecodeKernel::kFusedSplitPdl, MoeDecodeKernel::kFusedSplit24Warps,
                                MoeDecodeKernel::kFusedSplit24WarpsStaggered, MoeDecodeKernel::kFusedSplitStaggered, MoeDecodeKernel::kWeightsAPdl,
                                MoeDecodeKernel::kWeightsAPdlL2, MoeDecodeKernel::kWeightsAPdlL2All, MoeDecodeKernel::kWeightsAPdlSplitK,
-                               MoeDecodeKernel::kAuto})
+                               MoeDecodeKernel::kWeightsAPdlF32, MoeDecodeKernel::kAuto})
     err = std::max(err, run_decode_with(r, tokens, k, begin, h, dw, x, ref, what, kern));
   return err;
 }
@@ -261,7 +262,7 @@ TEST_F(MoeDecode, FusedKernelRepeatsAndReplaysFromAGraph) {
   for (MoeDecodeKernel kern : {MoeDecodeKernel::kFused, MoeDecodeKernel::kFusedSplit, MoeDecodeKernel::kFusedSplitPdl,
                                MoeDecodeKernel::kFusedSplit24Warps, MoeDecodeKernel::kFusedSplit24WarpsStaggered,
                                MoeDecodeKernel::kFusedSplitStaggered, MoeDecodeKernel::kWeightsAPdl, MoeDecodeKernel::kWeightsAPdlL2,
-                               MoeDecodeKernel::kWeightsAPdlL2All, MoeDecodeKernel::kWeightsAPdlSplitK}) {
+                               MoeDecodeKernel::kWeightsAPdlL2All, MoeDecodeKernel::kWeightsAPdlSplitK, MoeDecodeKernel::kWeightsAPdlF32}) {
     SCOPED_TRACE(kernel_name(kern));
     fused_repeats_and_replays(kern);
   }
