@@ -19,28 +19,33 @@ T0=$(date +%s)
 t() { echo "t=$(($(date +%s) - T0))s"; }
 { date -u; uname -r; nvidia-smi --query-gpu=index,name,driver_version,clocks.max.sm --format=csv,noheader; } | tee "$out/env.log"
 tests() {
-  timeout 60 stdbuf -oL "$D/bin/moe_decode_test" >"$out/decode_test.log" 2>&1
-  echo "moe_decode_test rc=$? $(t)" >>"$out/decode_test.log"
-  timeout 20 "$D/bin/moe_kernels_test" >>"$out/decode_test.log" 2>&1
-  echo "moe_kernels_test rc=$? $(t)" >>"$out/decode_test.log"
+  {
+    timeout 60 stdbuf -oL "$D/bin/moe_decode_test" 2>&1
+    echo "moe_decode_test rc=$? $(t)"
+    timeout 20 "$D/bin/moe_kernels_test" 2>&1
+    echo "moe_kernels_test rc=$? $(t)"
+  } >"$out/decode_test.log"
   timeout $((135 - ($(date +%s) - T0))) compute-sanitizer --tool memcheck --error-exitcode 9 "$D/bin/moe_decode_test" \
     --gtest_filter='-*K3*:*TwoStreams*' >"$out/memcheck_decode.log" 2>&1
   echo "memcheck decode rc=$? $(t)" >>"$out/memcheck_decode.log"
 }
-bench() {  # $1: binary, $2: log, $3: kernels, $4: extra
-  timeout 40 stdbuf -oL "$1" --reps 20 --kernels "$3" ${4:-} >"$out/$2" 2>&1
-  echo "decode bench rc=$? $(t)" >>"$out/$2"
+bench() {  # $1: binary, $2: log, $3: kernels, $4...: extra arguments
+  local bin=$1 log=$2 kernels=$3
+  shift 3
+  timeout 40 stdbuf -oL "$bin" --reps 20 --kernels "$kernels" "$@" >"$out/$log" 2>&1
+  echo "decode bench rc=$? $(t)" >>"$out/$log"
 }
 { CUDA_VISIBLE_DEVICES=1 tests; } &
 side=$!
 export CUDA_VISIBLE_DEVICES=0
 bench "$D/old/moe_decode_bench" bench_old.log "${OLD_KERNELS:-wa-pdl,wa-pdl-l2,fused-split}"
-bench "$D/bin/moe_decode_bench" bench_new.log "${KERNELS:-wa-pdl,wa-pdl-l2,wa-pdl-f32,fused-split}" "--routes $out/routes.txt"
+bench "$D/bin/moe_decode_bench" bench_new.log "${KERNELS:-wa-pdl,wa-pdl-l2,wa-pdl-f32,fused-split}" --routes "$out/routes.txt"
 timeout 35 python3 -u "$D/moe_decode_torch.py" "$out/routes.txt" >"$out/torch.log" 2>&1
 echo "torch rc=$? $(t)" >>"$out/torch.log"
 {
   for spec in "old wa-pdl" "bin wa-pdl" "bin wa-pdl-f32"; do
-    set -- $spec
+    read -r dir kern <<<"$spec"
+    set -- "$dir" "$kern"
     [ $(($(date +%s) - T0)) -lt 120 ] || break
     echo "== ncu $1 $2"
     timeout 25 ncu --clock-control none -k regex:decode_gemm_wa -c 2 \
