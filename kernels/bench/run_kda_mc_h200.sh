@@ -42,22 +42,25 @@ mcok=0
 grep -q "^\[       OK \] KdaChunk.WgmmaStateMulticastMatchesWgmma" "$out/kernels_test.log" && mcok=1
 echo "multicast timed: $mcok"
 b() {  # label, T, tile, mma, blocks, buffers
-  [ "$4" = 3 ] && [ "$mcok" != 1 ] && return
+  [ "$4" -ge 3 ] && [ "$mcok" != 1 ] && return
   timeout 20 "$here/bin/kda_chunk_bench" "$2" 32 "$3" 2 "$6" 0 0 "$5" 0 0 0 "$4" 2>&1 | sed "s/^/$1 /" | tee -a "$out/bench.log"
 }
 echo "== bench 16K H32"
 for _ in 1 2; do
   date -u
   b wg_t32 16384 32 2 4,8 0      # the pick (wgmma, plain, 2 stages)
-  b mc_t32 16384 32 3 4,8 0      # multicast, cluster of 4
-  b mc_t32_s3 16384 32 3 4 3     # multicast, three stages
-  b mc_t64 16384 64 3 4,8 0      # multicast, cluster of 2
+  b mc_t32 16384 32 3 4,8 0      # multicast, cluster of 4, barrier waited at the chunk's top
+  b mcl_t32 16384 32 4 4,8 0     # multicast, barrier waited behind phase A's wgmma
+  b mcl_t32_s3 16384 32 4 4 3    # the same, three stages
+  b mcl_t64 16384 64 4 4,8 0     # multicast, cluster of 2
 done
 echo "== bench 64K H32"
 b wg_t32 65536 32 2 8 0
-b mc_t32 65536 32 3 4,8 0
-b wg_t32 65536 32 2 8 0
 b mc_t32 65536 32 3 8 0
+b mcl_t32 65536 32 4 4,8 0
+b wg_t32 65536 32 2 8 0
+b mcl_t32 65536 32 4 8 0
+b mcl_t32_s3 65536 32 4 8 3
 wait "$side"
 echo "== fla anchor (GPU 1)"
 tail -6 "$out/fla.log"

@@ -28,8 +28,9 @@
 // copies (TMA, 128B swizzle = the layout above) multicast to every CTA: each CTA issues its share
 // of the seven 8 KB boxes, each CTA's "full" mbarrier of the stage expects all of them. u's
 // columns (the CTA's own) and gl stay cp.async. A stage is refilled only after every CTA of the
-// cluster is done with it: a cluster barrier arrive at the end of each chunk, waited at the top
-// of the next one just before thread 0 issues its boxes of chunk n - 1 + NS.
+// cluster is done with it: a cluster barrier arrive at the end of each chunk, waited (late = 0)
+// at the top of the next one, or (late = 1) once its phase A wgmma are issued (the wait hides
+// behind them), before thread 0 issues its boxes of chunk n - 1 + NS.
 #include "common/pdl_bulk.cuh"
 #include "common/tensor_map.h"
 #include "kda/kda_chunk_common.cuh"
@@ -120,7 +121,7 @@ template <int VT, int NS, bool MC>
 __global__ void __launch_bounds__(256, 2) state_wgmma_kernel(const float* __restrict__ ws, int64_t H, const SeqJob* __restrict__ jobs,
                                                              float* __restrict__ state, int64_t layer_offset, float* __restrict__ o,
                                                              int prefetch, const __grid_constant__ CUtensorMap map256,
-                                                             const __grid_constant__ CUtensorMap map128) {
+                                                             const __grid_constant__ CUtensorMap map128, int late) {
   constexpr bool DB = NS > 1;
   static_assert(!MC || DB, "the multicast form needs two or more stages");
   constexpr int D = 128, NA = VT / 2, NT = VT / 8;  // accumulator floats a thread (m64 x VT over 128), 8-column tiles
@@ -276,11 +277,13 @@ __global__ void __launch_bounds__(256, 2) state_wgmma_kernel(const float* __rest
       put_pair(Sm::ST, Sm::ST_PANEL, c, vv, sacc[4 * t], sacc[4 * t + 1]);
       put_pair(Sm::ST, Sm::ST_PANEL, c + 8, vv, sacc[4 * t + 2], sacc[4 * t + 3]);
     }
+    // Every CTA done with chunk n - 1: its stage takes chunk n - 1 + NS.
+    auto refill = [&] {
+      cluster_wait();
+      if (tid == 0 && n - 1 + NS < job.chunks) issue_shared(n - 1 + NS);
+    };
     if constexpr (MC) {
-      if (n > 0) {  // every CTA done with chunk n - 1: its stage takes chunk n - 1 + NS
-        cluster_wait();
-        if (tid == 0 && n - 1 + NS < job.chunks) issue_shared(n - 1 + NS);
-      }
+      if (n > 0 && !late) refill();
     }
     cp_async_wait<DB ? NS - 1 : 1>();  // NS stages: chunk n landed; one: its w, qg
     if constexpr (MC) pdl_bulk::mbar_wait(&full[n % NS], (n / NS) & 1);
@@ -297,6 +300,9 @@ __global__ void __launch_bounds__(256, 2) state_wgmma_kernel(const float* __rest
                        kk > 0);
     }
     wgmma::commit();
+    if constexpr (MC) {
+      if (n > 0 && late) refill();
+    }
     wgmma::wait<0>();
     pin(acc);
     if constexpr (!DB) {
@@ -381,7 +387,7 @@ __global__ void __launch_bounds__(256, 2) state_wgmma_kernel(const float* __rest
 
 template <int VT, int NS, bool MC>
 cudaError_t launch(const float* ws, int64_t H, const SeqJob* jobs, int64_t seqs, float* state, int64_t lo, float* o, cudaStream_t stream,
-                   int prefetch, const CUtensorMap& map256, const CUtensorMap& map128) {
+                   int prefetch, const CUtensorMap& map256, const CUtensorMap& map128, int late) {
   constexpr int bytes = WgSmem<VT, NS, MC>::bytes;
   const cudaError_t e = cudaFuncSetAttribute(state_wgmma_kernel<VT, NS, MC>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
   if (e != cudaSuccess) return e;
@@ -397,36 +403,36 @@ cudaError_t launch(const float* ws, int64_t H, const SeqJob* jobs, int64_t seqs,
   attr[0].val.clusterDim.z = 1;
   cfg.attrs = attr;
   cfg.numAttrs = MC ? 1 : 0;
-  return cudaLaunchKernelEx(&cfg, state_wgmma_kernel<VT, NS, MC>, ws, H, jobs, state, lo, o, prefetch, map256, map128);
+  return cudaLaunchKernelEx(&cfg, state_wgmma_kernel<VT, NS, MC>, ws, H, jobs, state, lo, o, prefetch, map256, map128, late);
 }
 
 template <bool MC>
 cudaError_t launch_vt(int vt, int ns, const float* ws, int64_t H, const SeqJob* jobs, int64_t seqs, float* state, int64_t lo, float* o,
-                      cudaStream_t stream, int pf, const CUtensorMap& m256, const CUtensorMap& m128) {
+                      cudaStream_t stream, int pf, const CUtensorMap& m256, const CUtensorMap& m128, int late = 0) {
   if (vt == 64)
-    return ns == 2 || MC ? launch<64, 2, MC>(ws, H, jobs, seqs, state, lo, o, stream, pf, m256, m128)
-                         : launch<64, 1, false>(ws, H, jobs, seqs, state, lo, o, stream, pf, m256, m128);
-  return ns == 3   ? launch<32, 3, MC>(ws, H, jobs, seqs, state, lo, o, stream, pf, m256, m128)
-         : ns == 2 || MC ? launch<32, 2, MC>(ws, H, jobs, seqs, state, lo, o, stream, pf, m256, m128)
-                   : launch<32, 1, false>(ws, H, jobs, seqs, state, lo, o, stream, pf, m256, m128);
+    return ns == 2 || MC ? launch<64, 2, MC>(ws, H, jobs, seqs, state, lo, o, stream, pf, m256, m128, late)
+                         : launch<64, 1, false>(ws, H, jobs, seqs, state, lo, o, stream, pf, m256, m128, late);
+  return ns == 3   ? launch<32, 3, MC>(ws, H, jobs, seqs, state, lo, o, stream, pf, m256, m128, late)
+         : ns == 2 || MC ? launch<32, 2, MC>(ws, H, jobs, seqs, state, lo, o, stream, pf, m256, m128, late)
+                   : launch<32, 1, false>(ws, H, jobs, seqs, state, lo, o, stream, pf, m256, m128, late);
 }
 
 }  // namespace
 
 bool kda_chunk_state_wgmma_supported(int D, int vt) { return D == 128 && (vt == 32 || vt == 64); }
 
-int kda_chunk_state_wgmma_stages(int vt, int asked, bool multicast) {
+int kda_chunk_state_wgmma_stages(int vt, int asked, int multicast) {
   const int ns = asked < 1 ? 1 : asked > 2 && vt == 32 ? 3 : asked > 2 ? 2 : asked;
   return multicast && ns < 2 ? 2 : ns;
 }
 
 cudaError_t kda_chunk_state_wgmma_launch(int D, int vt, int stages, const float* ws, int64_t H, const SeqJob* jobs, int64_t seqs,
-                                         float* state, int64_t layer_offset, float* o, cudaStream_t stream, int prefetch, bool multicast,
+                                         float* state, int64_t layer_offset, float* o, cudaStream_t stream, int prefetch, int multicast,
                                          int64_t ws_chunks) {
   if (!kda_chunk_state_wgmma_supported(D, vt)) return cudaErrorInvalidValue;
   const int ns = kda_chunk_state_wgmma_stages(vt, stages, multicast), pf = prefetch < 0 ? 0 : prefetch;
   CUtensorMap m256{}, m128{};
-  if (!multicast) return launch_vt<false>(vt, ns, ws, H, jobs, seqs, state, layer_offset, o, stream, pf, m256, m128);
+  if (multicast < 1 || multicast > 2) return launch_vt<false>(vt, ns, ws, H, jobs, seqs, state, layer_offset, o, stream, pf, m256, m128);
   // The pass's workspace (ws_chunks chunks of H heads' blocks) as rows of 256 and of 128 bytes.
   using L = kda_chunk::Layout<128>;
   const uint64_t total = static_cast<uint64_t>(ws_chunks) * static_cast<uint64_t>(H) * L::floats * 4;
@@ -436,7 +442,7 @@ cudaError_t kda_chunk_state_wgmma_launch(int D, int vt, int stages, const float*
   if (!encode_bf16_tensor_map(&m256, ws, 2, e256, s256, box, "kda state (w, qg)").is_ok() ||
       !encode_bf16_tensor_map(&m128, ws, 2, e128, s128, box, "kda state (kg, Aqk)").is_ok())
     return cudaErrorInvalidValue;
-  return launch_vt<true>(vt, ns, ws, H, jobs, seqs, state, layer_offset, o, stream, pf, m256, m128);
+  return launch_vt<true>(vt, ns, ws, H, jobs, seqs, state, layer_offset, o, stream, pf, m256, m128, multicast == 2 ? 1 : 0);
 }
 
 }  // namespace pdserve::cuda

@@ -224,7 +224,7 @@ TEST_F(KdaChunkPipeline, WgmmaStateBitIdentical) {
   }
 }
 
-// The multicast wgmma state kernel (state_mma = 3; clusters of a head's CTAs): plain and
+// The multicast wgmma state kernel (state_mma = 3 / 4; clusters of a head's CTAs): plain and
 // pipelined (4 / 8 blocks, one stage asked: run as two) bit-identical to the plain wgmma
 // kernel (2), one sequence and passes of one piece each.
 TEST_F(KdaChunkPipeline, WgmmaMulticastStateBitIdentical) {
@@ -236,11 +236,13 @@ TEST_F(KdaChunkPipeline, WgmmaMulticastStateBitIdentical) {
     const Inputs in = make_inputs(c.p, 23);
     for (int tile : {32, 64}) {
       const Outcome ref = run(c.p, in, Mode::kBf16, KdaChunkOutput::kPick, 1, c.ws_chunks, 0, tile, 0, 2);
-      for (int blocks : {1, 0, 4, 8}) {
-        SCOPED_TRACE(::testing::Message() << "tile " << tile << " blocks " << blocks << " T " << c.p.T());
-        const Outcome mc = run(c.p, in, Mode::kBf16, KdaChunkOutput::kPick, blocks, c.ws_chunks, 0, tile, 0, 3);
-        EXPECT_TRUE(same_bits(ref.o, mc.o)) << "output differs";
-        EXPECT_TRUE(same_bits(ref.pool, mc.pool)) << "final state (pool) differs";
+      for (int mma : {3, 4}) {
+        for (int blocks : {1, 0, 4, 8}) {
+          SCOPED_TRACE(::testing::Message() << "tile " << tile << " blocks " << blocks << " T " << c.p.T() << " mma " << mma);
+          const Outcome mc = run(c.p, in, Mode::kBf16, KdaChunkOutput::kPick, blocks, c.ws_chunks, 0, tile, 0, mma);
+          EXPECT_TRUE(same_bits(ref.o, mc.o)) << "output differs";
+          EXPECT_TRUE(same_bits(ref.pool, mc.pool)) << "final state (pool) differs";
+        }
       }
     }
     std::printf("  bf16 packed wgmma multicast T=%ld ws_chunks=%ld: tiles 32 / 64 x 1/0/4/8 blocks bit-identical to plain wgmma checked\n",

@@ -281,30 +281,35 @@ TEST_F(KdaChunk, WgmmaStateKernelMatchesMmaSync) {
 }
 
 // The wgmma state kernel with a head's CTAs as one cluster loading the shared inputs once by
-// TMA multicast (state_mma = 3) against the plain wgmma kernel (2): bit-identical o and pool
+// TMA multicast (state_mma = 3, 4: the cluster barrier waited early / late) against the plain wgmma kernel (2): bit-identical o and pool
 // (the same operands in the same shared-memory layout, the same wgmma sequence); tiles 32 / 64
 // (clusters of 4 / 2), 1 (run as 2), 2 and 3 stages, ragged batches with partial chunks and
 // empty sequences' neighbours, several passes, the L2 prefetch on.
-void multicast_vs_wgmma(const Problem& p, uint32_t seed, int tile, int buffers, size_t ws_bytes = 0, int prefetch = 0) {
-  SCOPED_TRACE(::testing::Message() << "H=" << p.H << " tile=" << tile << " buffers=" << buffers << " ws=" << ws_bytes << " pf=" << prefetch);
+void multicast_vs_wgmma(const Problem& p, uint32_t seed, int tile, int buffers, size_t ws_bytes, int prefetch, int mma) {
+  SCOPED_TRACE(::testing::Message() << "H=" << p.H << " tile=" << tile << " buffers=" << buffers << " ws=" << ws_bytes << " pf=" << prefetch
+                                    << " mma=" << mma);
   const Inputs in = make_inputs(p, seed);
   const std::vector<int32_t> slots = scattered_slots(p, seed + 7);
   std::vector<float> pool = randn(p.slots * p.slot_floats(), seed + 8, 0.1f);
   auto pool_wg = dev(pool), pool_mc = dev(pool);
   const size_t bytes = ws_bytes ? ws_bytes : full_workspace(p);
   DeviceRun dw(in, bytes), dc(in, bytes);
-  dw.state_mma = 2, dc.state_mma = 3;
+  dw.state_mma = 2, dc.state_mma = mma;
   dw.state_prefetch = dc.state_prefetch = prefetch;
   ASSERT_TRUE(dw.run(p, p.lens, 0, slots, pool_wg.get(), tile, false, buffers, KdaChunkOutput::kInState, false, true, 0, 2).is_ok());
   ASSERT_TRUE(dc.run(p, p.lens, 0, slots, pool_mc.get(), tile, false, buffers, KdaChunkOutput::kInState, false, true, 0, 2).is_ok());
   const std::vector<float> ow = host(dw.o), oc = host(dc.o), sw = host(pool_wg), sc = host(pool_mc);
   const std::vector<float> o = cpu_prefill(p, in, slots, pool);
-  std::printf("  bf16 packed H=%ld tile=%d buffers=%d pf=%d: multicast output / pool nerr %.2e / %.2e, vs wgmma %.2e / %.2e\n",
-              static_cast<long>(p.H), tile, buffers, prefetch, nerr(oc, o), nerr(sc, pool), nerr(oc, ow), nerr(sc, sw));
+  std::printf("  bf16 packed H=%ld tile=%d buffers=%d pf=%d mma=%d: multicast output / pool nerr %.2e / %.2e, vs wgmma %.2e / %.2e\n",
+              static_cast<long>(p.H), tile, buffers, prefetch, mma, nerr(oc, o), nerr(sc, pool), nerr(oc, ow), nerr(sc, sw));
   EXPECT_LE(nerr(oc, o), kBoundBf16);
   ASSERT_EQ(ow.size(), oc.size());
   EXPECT_EQ(std::memcmp(ow.data(), oc.data(), ow.size() * sizeof(float)), 0) << "output differs";
   EXPECT_EQ(std::memcmp(sw.data(), sc.data(), sw.size() * sizeof(float)), 0) << "pool differs";
+}
+
+void multicast_vs_wgmma(const Problem& p, uint32_t seed, int tile, int buffers, size_t ws_bytes = 0, int prefetch = 0) {
+  for (int mma : {3, 4}) multicast_vs_wgmma(p, seed, tile, buffers, ws_bytes, prefetch, mma);
 }
 
 TEST_F(KdaChunk, WgmmaStateMulticastMatchesWgmma) {
