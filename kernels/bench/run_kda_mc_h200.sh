@@ -4,6 +4,8 @@
 # the plain wgmma one (2, the pick), alternating, plain and pipelined, at 16K and 64K H32.
 # GPU 1: fla chunk_kda (anchor; FLA_SHAPES). GPU 0: tests + memcheck on the new cases, then
 # kda_chunk_bench (bf16, picks otherwise).
+# Second call: every wgmma unserialised (Aqk v_new in both warpgroups), the relaxed cluster
+# barrier (3) and per-stage empty mbarriers (4), against branch kdawg's binary (bin/*_old).
 # Run from the checkout root with this folder carried: OUT=dir bash .dev/kdawg2/run_kda_mc_h200.sh
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -41,26 +43,29 @@ grep -E "ERROR SUMMARY|rc=" "$out/memcheck.log"
 mcok=0
 grep -q "^\[       OK \] KdaChunk.WgmmaStateMulticastMatchesWgmma" "$out/kernels_test.log" && mcok=1
 echo "multicast timed: $mcok"
-b() {  # label, T, tile, mma, blocks, buffers
+b() {  # label, T, tile, mma, blocks, buffers [binary]
   [ "$4" -ge 3 ] && [ "$mcok" != 1 ] && return
-  timeout 20 "$here/bin/kda_chunk_bench" "$2" 32 "$3" 2 "$6" 0 0 "$5" 0 0 0 "$4" 2>&1 | sed "s/^/$1 /" | tee -a "$out/bench.log"
+  timeout 20 "$here/bin/${7:-kda_chunk_bench}" "$2" 32 "$3" 2 "$6" 0 0 "$5" 0 0 0 "$4" 2>&1 | sed "s/^/$1 /" | tee -a "$out/bench.log"
 }
+# old: kda_chunk_bench of branch kdawg (main's wgmma kernel, its Aqk wgmma in WG1 only).
 echo "== bench 16K H32"
 for _ in 1 2; do
   date -u
-  b wg_t32 16384 32 2 4,8 0      # the pick (wgmma, plain, 2 stages)
-  b mc_t32 16384 32 3 4,8 0      # multicast, cluster of 4, barrier waited at the chunk's top
-  b mcl_t32 16384 32 4 4,8 0     # multicast, barrier waited behind phase A's wgmma
-  b mcl_t32_s3 16384 32 4 4 3    # the same, three stages
-  b mcl_t64 16384 64 4 4,8 0     # multicast, cluster of 2
+  b old_wg 16384 32 2 4,8 0 kda_chunk_bench_old
+  b wg 16384 32 2 4,8 0          # the pick's kernel, every wgmma unserialised
+  b mc 16384 32 3 4,8 0          # multicast, cluster of 4, relaxed cluster barrier a chunk
+  b mcb 16384 32 4 4,8 0         # multicast, per-stage empty mbarriers
+  b mcb_t64 16384 64 4 4 0       # multicast, cluster of 2
 done
+b wg_s3 16384 32 2 4 3
+b mcb_s3 16384 32 4 4 3
 echo "== bench 64K H32"
-b wg_t32 65536 32 2 8 0
-b mc_t32 65536 32 3 8 0
-b mcl_t32 65536 32 4 4,8 0
-b wg_t32 65536 32 2 8 0
-b mcl_t32 65536 32 4 8 0
-b mcl_t32_s3 65536 32 4 8 3
+for _ in 1 2; do
+  b old_wg 65536 32 2 8 0 kda_chunk_bench_old
+  b wg 65536 32 2 4,8 0
+  b mc 65536 32 3 8 0
+  b mcb 65536 32 4 4,8 0
+done
 wait "$side"
 echo "== fla anchor (GPU 1)"
 tail -6 "$out/fla.log"

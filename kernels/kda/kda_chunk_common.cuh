@@ -204,9 +204,9 @@ cudaError_t kda_chunk_state_launch(int D, int vt, int warps, kda_chunk::Math mat
 // vt 32 / 64, two warpgroups; stages of a chunk's inputs: 1, 2 or 3 (3 at vt 32 only, else 2:
 // kda_chunk_state_wgmma_stages); prefetch > 0: chunk n + prefetch's inputs requested into L2.
 // multicast 1 / 2: a head's 128 / vt CTAs as one cluster, the inputs they share loaded once by
-// TMA multicast (two stages at least), a stage refilled after a cluster barrier waited at the
-// chunk's top (1) or behind its first wgmma (2); 0: off. ws_chunks: the chunks ws holds (the
-// tensor maps' extent). The same results bit for bit.
+// TMA multicast (two stages at least); a stage is refilled once every CTA is done with it, known
+// by a cluster barrier a chunk (1) or by per-stage mbarriers only thread 0 waits on (2); 0: off.
+// ws_chunks: the chunks ws holds (the tensor maps' extent). The same results bit for bit.
 bool kda_chunk_state_wgmma_supported(int D, int vt);
 int kda_chunk_state_wgmma_stages(int vt, int asked, int multicast = 0);
 cudaError_t kda_chunk_state_wgmma_launch(int D, int vt, int stages, const float* ws, int64_t H, const kda_chunk::SeqJob* jobs,

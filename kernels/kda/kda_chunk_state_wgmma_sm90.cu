@@ -28,9 +28,11 @@
 // copies (TMA, 128B swizzle = the layout above) multicast to every CTA: each CTA issues its share
 // of the seven 8 KB boxes, each CTA's "full" mbarrier of the stage expects all of them. u's
 // columns (the CTA's own) and gl stay cp.async. A stage is refilled only after every CTA of the
-// cluster is done with it: a cluster barrier arrive at the end of each chunk, waited (late = 0)
-// at the top of the next one, or (late = 1) once its phase A wgmma are issued (the wait hides
-// behind them), before thread 0 issues its boxes of chunk n - 1 + NS.
+// cluster is done with it, before thread 0 issues its boxes of chunk n - 1 + NS: (bars = 0) a
+// cluster barrier, arrived (relaxed: a release would wait for the chunk's o stores) at the end of
+// each chunk, waited by all threads at the top of the next; or (bars = 1) an "empty" mbarrier a
+// stage in each CTA, counting one arrival of every CTA's thread 0 after the chunk, waited by
+// thread 0 alone once its phase A wgmma are issued (the wait hides behind them).
 #include "common/pdl_bulk.cuh"
 #include "common/tensor_map.h"
 #include "kda/kda_chunk_common.cuh"
@@ -91,7 +93,7 @@ struct WgSmem {
   static constexpr int ST_PANEL = VT * 128;
   static constexpr int VN = ST + VT * D * 2;  // v_new bf16 [VT][C]: one panel
   static constexpr int BAR = VN + VT * C * 2;  // MC: the stages' "full" mbarriers
-  static constexpr int bytes = BAR + (MC ? 8 * NS : 0) + 1024;  // + the base's alignment slack
+  static constexpr int bytes = BAR + (MC ? 16 * NS : 0) + 1024;  // + the base's alignment slack (MC: full, empty)
   static_assert(ST_PANEL % 1024 == 0 && VN % 1024 == 0, "swizzle atoms must be 1024-byte aligned");
   static constexpr bool fits = bytes <= 227 * 1024;  // the sm_90 per-block opt-in limit
 };
@@ -105,6 +107,14 @@ __device__ __forceinline__ uint32_t cluster_rank() {
   return r;
 }
 __device__ __forceinline__ void cluster_arrive() { asm volatile("barrier.cluster.arrive.release.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void cluster_arrive_relaxed() { asm volatile("barrier.cluster.arrive.relaxed.aligned;\n" ::: "memory"); }
+// One arrival on the mbarrier at shared offset `bar` of the cluster's CTA `cta`.
+__device__ __forceinline__ void mbar_arrive_remote(uint32_t bar, uint32_t cta) {
+  asm volatile(
+      "{\n.reg .b32 ra;\nmapa.shared::cluster.u32 ra, %0, %1;\nmbarrier.arrive.relaxed.cluster.shared::cluster.b64 _, [ra];\n}\n" ::"r"(bar),
+      "r"(cta)
+      : "memory");
+}
 __device__ __forceinline__ void cluster_wait() { asm volatile("barrier.cluster.wait.acquire.aligned;\n" ::: "memory"); }
 // A 2D box (x, y) of `map` to shared offset `dst` of every CTA in `mask`, completing on the
 // mbarrier at the same offset in each.
@@ -121,7 +131,7 @@ template <int VT, int NS, bool MC>
 __global__ void __launch_bounds__(256, 2) state_wgmma_kernel(const float* __restrict__ ws, int64_t H, const SeqJob* __restrict__ jobs,
                                                              float* __restrict__ state, int64_t layer_offset, float* __restrict__ o,
                                                              int prefetch, const __grid_constant__ CUtensorMap map256,
-                                                             const __grid_constant__ CUtensorMap map128, int late) {
+                                                             const __grid_constant__ CUtensorMap map128, int bars) {
   constexpr bool DB = NS > 1;
   static_assert(!MC || DB, "the multicast form needs two or more stages");
   constexpr int D = 128, NA = VT / 2, NT = VT / 8;  // accumulator floats a thread (m64 x VT over 128), 8-column tiles
@@ -161,11 +171,15 @@ __global__ void __launch_bounds__(256, 2) state_wgmma_kernel(const float* __rest
   static_assert(L::floats * 4 % 256 == 0 && L::qg * 4 % 256 == 0 && L::kg * 4 % 128 == 0 && L::aqk * 4 % 128 == 0,
                 "regions must start on the tensor maps' rows");
   uint64_t* full = reinterpret_cast<uint64_t*>(sm + Sm::BAR);
+  uint64_t* empty = full + NS;
   uint32_t rank = 0;
   if constexpr (MC) {
     rank = cluster_rank();
     if (tid == 0) {
-      for (int s = 0; s < NS; ++s) pdl_bulk::mbar_init(&full[s], 1);
+      for (int s = 0; s < NS; ++s) {
+        pdl_bulk::mbar_init(&full[s], 1);
+        pdl_bulk::mbar_init(&empty[s], CS);
+      }
       pdl_bulk::mbar_init_fence();
     }
     cluster_arrive();
@@ -278,12 +292,11 @@ __global__ void __launch_bounds__(256, 2) state_wgmma_kernel(const float* __rest
       put_pair(Sm::ST, Sm::ST_PANEL, c + 8, vv, sacc[4 * t + 2], sacc[4 * t + 3]);
     }
     // Every CTA done with chunk n - 1: its stage takes chunk n - 1 + NS.
-    auto refill = [&] {
-      cluster_wait();
-      if (tid == 0 && n - 1 + NS < job.chunks) issue_shared(n - 1 + NS);
-    };
     if constexpr (MC) {
-      if (n > 0 && !late) refill();
+      if (n > 0 && !bars) {
+        cluster_wait();
+        if (tid == 0 && n - 1 + NS < job.chunks) issue_shared(n - 1 + NS);
+      }
     }
     cp_async_wait<DB ? NS - 1 : 1>();  // NS stages: chunk n landed; one: its w, qg
     if constexpr (MC) pdl_bulk::mbar_wait(&full[n % NS], (n / NS) & 1);
@@ -301,7 +314,10 @@ __global__ void __launch_bounds__(256, 2) state_wgmma_kernel(const float* __rest
     }
     wgmma::commit();
     if constexpr (MC) {
-      if (n > 0 && late) refill();
+      if (n > 0 && bars && tid == 0 && n - 1 + NS < job.chunks) {
+        pdl_bulk::mbar_wait(&empty[(n - 1) % NS], ((n - 1) / NS) & 1);
+        issue_shared(n - 1 + NS);
+      }
     }
     wgmma::wait<0>();
     pin(acc);
@@ -340,10 +356,10 @@ __global__ void __launch_bounds__(256, 2) state_wgmma_kernel(const float* __rest
     wgmma::fence();
 #pragma unroll
     for (int kk = 0; kk < C / 16; ++kk) WgMma<VT>::run(sacc, desc(st + Sm::KG + wg * (64 * 128) + kk * 32), desc(sb + Sm::VN + kk * 32), 1);
-    if (wg == 1) {
+    // o's Aqk v_new in both warpgroups (WG0's acc is dead here and discarded): a warpgroup-
+    // divergent wgmma makes ptxas serialize every wgmma of the kernel.
 #pragma unroll
-      for (int kk = 0; kk < C / 16; ++kk) WgMma<VT>::run(acc, desc(st + Sm::AQK + kk * 32), desc(sb + Sm::VN + kk * 32), 1);
-    }
+    for (int kk = 0; kk < C / 16; ++kk) WgMma<VT>::run(acc, desc(st + Sm::AQK + kk * 32), desc(sb + Sm::VN + kk * 32), 1);
     wgmma::commit();
     wgmma::wait<0>();
     pin(sacc);
@@ -369,11 +385,19 @@ __global__ void __launch_bounds__(256, 2) state_wgmma_kernel(const float* __rest
       if (n + 1 < job.chunks) issue_update(n + 1);
     }
     cp_async_commit();
-    if constexpr (MC) cluster_arrive();
+    if constexpr (MC) {
+      if (!bars) {
+        cluster_arrive_relaxed();
+      } else if (tid == 0) {  // this stage free here: tell every CTA's empty barrier
+        for (int c = 0; c < CS; ++c) mbar_arrive_remote(sb + Sm::BAR + (NS + n % NS) * 8, c);
+      }
+    }
   }
   cp_async_wait<0>();
   if constexpr (MC) {
-    if (job.chunks > 0) cluster_wait();  // no CTA leaves while a peer may still be reading
+    // No CTA leaves while a peer may still read its stages or arrive on its barriers.
+    if (bars) cluster_arrive_relaxed();
+    if (job.chunks > 0 || bars) cluster_wait();
   }
 
 #pragma unroll
@@ -387,7 +411,7 @@ __global__ void __launch_bounds__(256, 2) state_wgmma_kernel(const float* __rest
 
 template <int VT, int NS, bool MC>
 cudaError_t launch(const float* ws, int64_t H, const SeqJob* jobs, int64_t seqs, float* state, int64_t lo, float* o, cudaStream_t stream,
-                   int prefetch, const CUtensorMap& map256, const CUtensorMap& map128, int late) {
+                   int prefetch, const CUtensorMap& map256, const CUtensorMap& map128, int bars) {
   constexpr int bytes = WgSmem<VT, NS, MC>::bytes;
   const cudaError_t e = cudaFuncSetAttribute(state_wgmma_kernel<VT, NS, MC>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
   if (e != cudaSuccess) return e;
@@ -403,18 +427,18 @@ cudaError_t launch(const float* ws, int64_t H, const SeqJob* jobs, int64_t seqs,
   attr[0].val.clusterDim.z = 1;
   cfg.attrs = attr;
   cfg.numAttrs = MC ? 1 : 0;
-  return cudaLaunchKernelEx(&cfg, state_wgmma_kernel<VT, NS, MC>, ws, H, jobs, state, lo, o, prefetch, map256, map128, late);
+  return cudaLaunchKernelEx(&cfg, state_wgmma_kernel<VT, NS, MC>, ws, H, jobs, state, lo, o, prefetch, map256, map128, bars);
 }
 
 template <bool MC>
 cudaError_t launch_vt(int vt, int ns, const float* ws, int64_t H, const SeqJob* jobs, int64_t seqs, float* state, int64_t lo, float* o,
-                      cudaStream_t stream, int pf, const CUtensorMap& m256, const CUtensorMap& m128, int late = 0) {
+                      cudaStream_t stream, int pf, const CUtensorMap& m256, const CUtensorMap& m128, int bars = 0) {
   if (vt == 64)
-    return ns == 2 || MC ? launch<64, 2, MC>(ws, H, jobs, seqs, state, lo, o, stream, pf, m256, m128, late)
-                         : launch<64, 1, false>(ws, H, jobs, seqs, state, lo, o, stream, pf, m256, m128, late);
-  return ns == 3   ? launch<32, 3, MC>(ws, H, jobs, seqs, state, lo, o, stream, pf, m256, m128, late)
-         : ns == 2 || MC ? launch<32, 2, MC>(ws, H, jobs, seqs, state, lo, o, stream, pf, m256, m128, late)
-                   : launch<32, 1, false>(ws, H, jobs, seqs, state, lo, o, stream, pf, m256, m128, late);
+    return ns == 2 || MC ? launch<64, 2, MC>(ws, H, jobs, seqs, state, lo, o, stream, pf, m256, m128, bars)
+                         : launch<64, 1, false>(ws, H, jobs, seqs, state, lo, o, stream, pf, m256, m128, bars);
+  return ns == 3   ? launch<32, 3, MC>(ws, H, jobs, seqs, state, lo, o, stream, pf, m256, m128, bars)
+         : ns == 2 || MC ? launch<32, 2, MC>(ws, H, jobs, seqs, state, lo, o, stream, pf, m256, m128, bars)
+                   : launch<32, 1, false>(ws, H, jobs, seqs, state, lo, o, stream, pf, m256, m128, bars);
 }
 
 }  // namespace
