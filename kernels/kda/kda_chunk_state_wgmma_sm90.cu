@@ -9,7 +9,8 @@
 //   phase A: WG0 acc = w S^T, WG1 acc = qg S^T          (m64 nVT, k = 128: 8 wgmma each)
 //   WG0: v_new = u - acc, stored as the bf16 B operand
 //   phase C: WG g: S^T[64 g .. 64 g + 63] = diag(gl) S^T + kg^T v_new (4 wgmma);
-//            WG1 also acc += Aqk v_new (4 wgmma), then o = acc
+//            both acc += Aqk v_new (4 wgmma; WG0's is discarded: a warpgroup-divergent wgmma
+//            makes ptxas serialise them all), then WG1 o = acc
 // The CTA's slice S^T (128 x VT fp32) lives in the warpgroups' accumulators (rows 64 g ..) for
 // the whole sequence and is written once a chunk as the bf16 B operand of phase A. The same
 // bf16 roundings as the mma.sync kernel (operands as the intra kernel wrote them, S^T and v_new
