@@ -17,7 +17,7 @@
 //   the packed kernel's too at tiles 32 / 64; intra: bf16 mode's intra kernel,
 //   KdaChunkArgs::bf16_intra, 0 pick (1), 1 fp32 k / q staging, 2 bf16 k / q; prefetch: the
 //   packed state kernel's L2 prefetch distance, KdaChunkArgs::state_prefetch, 0 pick, -1 off; mma:
-//   the packed state kernel, KdaChunkArgs::state_mma, 0 pick, 1 mma.sync, 2 wgmma; no
+//   the packed state kernel, KdaChunkArgs::state_mma, 0 pick, 1 mma.sync, 2 wgmma, 3 / 4 wgmma with cluster multicast; no
 //   arguments: the issue's shapes (T 16K / 64K, H 32 / 24), every precision, the output in the
 //   state kernel (8 and 16 warps) and in its own pass at tile 32 with two buffers;
 //   kda_chunk_bench --accuracy DIR: ours and fla's error on the inputs kda_chunk_fla.py dumped;
@@ -109,7 +109,9 @@ void run_shape(int64_t T, int64_t H, int tile, kda_chunk::Math math, int buffers
   const int vt = tile ? tile : 32;
   const int state_warps = kda_chunk_state_warps(warps, D, vt);  // the launcher's (0: its pick, 8)
   // The launcher's state kernel (kda_chunk.cpp): wgmma where asked for (or picked) and supported.
-  const bool wgmma = packed && warps != 16 && (state_mma == 0 ? kKdaChunkStateMma : state_mma) == 2 && kda_chunk_state_wgmma_supported(128, vt);
+  const int mma = state_mma == 0 ? kKdaChunkStateMma : state_mma;
+  const bool wgmma = packed && warps != 16 && mma >= 2 && kda_chunk_state_wgmma_supported(128, vt);
+  const int multicast = wgmma && mma >= 3 ? mma - 2 : 0;
   const double us_intra = bench::median_us([&](int) {
     check(cuda_status(kda_chunk_intra_launch(128, math, a.q, a.k, a.v, a.g, a.beta, H,
                                              dchunks.get(), nch, inter.get(), nullptr, packed, bf16_intra == 2),
@@ -125,7 +127,8 @@ void run_shape(int64_t T, int64_t H, int tile, kda_chunk::Math math, int buffers
             "state");
     else if (wgmma)
       check(cuda_status(kda_chunk_state_wgmma_launch(128, vt, buffers == 0 ? 2 : buffers, inter.get(), H, dseq.get(), 1, a.state, 0, a.o, nullptr,
-                                                     prefetch == 0 ? kKdaChunkStatePrefetch : std::max(prefetch, 0)), "state"),
+                                                     prefetch == 0 ? kKdaChunkStatePrefetch : std::max(prefetch, 0), multicast, nch),
+                        "state"),
             "state");
     else
       check(cuda_status(kda_chunk_state_launch(128, vt, state_warps, math, buffers != 1, inter.get(), H, dseq.get(), 1, a.state, 0, a.o, nullptr, packed,
@@ -140,7 +143,7 @@ void run_shape(int64_t T, int64_t H, int tile, kda_chunk::Math math, int buffers
   const double bytes = 4.0 * (5.0 * n + T * H + 2.0 * H * D * D);
   const double floor_us = std::max(bytes / bench::g_bw, flops / bench::g_flops) * 1e6;
   std::printf("chunk %s%s%s pf=%d %s %s w%-2d buf=%d T=%6ld H=%2ld D=%ld tile=%2d  %9.1f us (intra %8.1f, state %8.1f, output %7.1f)  floor %7.1f us (%s)  x%.2f floor  %6.1f TF/s  %6.0f GB/s  ws %.0f MB\n",
-              math_name(math), wgmma ? " wgmma" : "", math != kda_chunk::kBf16 ? "" : bf16_intra != 2 ? " intra=fp32kq" : " intra=bf16kq",
+              math_name(math), multicast == 1 ? " wgmma-mc" : multicast == 2 ? " wgmma-mcl" : wgmma ? " wgmma" : "", math != kda_chunk::kBf16 ? "" : bf16_intra != 2 ? " intra=fp32kq" : " intra=bf16kq",
               prefetch == 0 ? kKdaChunkStatePrefetch : std::max(prefetch, 0), packed ? "ws16" : "ws32", separate ? "sep" : "ins", separate ? 8 : state_warps, buffers, static_cast<long>(T), static_cast<long>(H), static_cast<long>(D), tile, us, us_intra, us_state, us_out, floor_us,
               bytes / bench::g_bw > flops / bench::g_flops ? "bytes" : "flops", us / floor_us, flops / us * 1e-6, bytes / us * 1e-3,
               ws.size() / 1e6);

@@ -96,7 +96,7 @@ Status kda_chunk_prefill(const KdaChunkArgs& a, cudaStream_t stream) {
   if (a.bf16_workspace < 0 || a.bf16_workspace > 2) return invalid_argument("kda_chunk_prefill: bf16_workspace must be 0, 1 or 2");
   if (a.bf16_intra < 0 || a.bf16_intra > 2) return invalid_argument("kda_chunk_prefill: bf16_intra must be 0, 1 or 2");
   if (a.state_prefetch < -1 || a.state_prefetch > 8) return invalid_argument("kda_chunk_prefill: state_prefetch must be -1 .. 8");
-  if (a.state_mma < 0 || a.state_mma > 2) return invalid_argument("kda_chunk_prefill: state_mma must be 0, 1 or 2");
+  if (a.state_mma < 0 || a.state_mma > 4) return invalid_argument("kda_chunk_prefill: state_mma must be 0 .. 4");
   if (a.pipeline_blocks < 0 || a.pipeline_blocks > kKdaChunkMaxPipelineBlocks)
     return invalid_argument("kda_chunk_prefill: pipeline_blocks must be 0 .. 64");
   if (H <= 0 || H > 65535 || a.num_seqs < 0) return invalid_argument("kda_chunk_prefill: bad head or sequence count");
@@ -159,6 +159,7 @@ Status kda_chunk_prefill(const KdaChunkArgs& a, cudaStream_t stream) {
   struct StatePlan {
     int vt;
     bool separate, packed, wgmma;
+    int multicast;  // the wgmma kernel's: 0 off, 1 / 2 (state_mma 3 / 4)
   };
   auto plan_state = [&](const Pass& p) {
     StatePlan sp{};
@@ -170,8 +171,9 @@ Status kda_chunk_prefill(const KdaChunkArgs& a, cudaStream_t stream) {
     sp.separate = a.output == KdaChunkOutput::kPick ? separate_output_pays(math == kda_chunk::k3xTf32, D, H, p.chunks, p.serial)
                                                     : a.output == KdaChunkOutput::kSeparate;
     sp.packed = math == kda_chunk::kBf16 && !sp.separate && (a.bf16_workspace == 0 ? kKdaChunkPackBf16 : a.bf16_workspace == 2);
-    sp.wgmma = sp.packed && a.state_warps != 16 && (a.state_mma == 0 ? kKdaChunkStateMma : a.state_mma) == 2 &&
-               kda_chunk_state_wgmma_supported(static_cast<int>(D), sp.vt);
+    const int mma = a.state_mma == 0 ? kKdaChunkStateMma : a.state_mma;
+    sp.wgmma = sp.packed && a.state_warps != 16 && mma >= 2 && kda_chunk_state_wgmma_supported(static_cast<int>(D), sp.vt);
+    sp.multicast = sp.wgmma && mma >= 3 ? mma - 2 : 0;
     return sp;
   };
   // Pipelined blocks of a one-sequence pass: as asked, else bf16's pick - with the wgmma state
@@ -242,7 +244,8 @@ Status kda_chunk_prefill(const KdaChunkArgs& a, cudaStream_t stream) {
         return cuda_status(kda_chunk_state_split_launch(static_cast<int>(D), vt, math, double_buffer, inter, H, jobs, n, a.state, a.layer_offset, s),
                            "kda_chunk_state (separate output)");
       if (wgmma)
-        return cuda_status(kda_chunk_state_wgmma_launch(static_cast<int>(D), vt, stages, inter, H, jobs, n, a.state, a.layer_offset, a.o, s, prefetch),
+        return cuda_status(kda_chunk_state_wgmma_launch(static_cast<int>(D), vt, stages, inter, H, jobs, n, a.state, a.layer_offset, a.o, s, prefetch,
+                                                        sp.multicast, p.chunks),
                            "kda_chunk_state (wgmma)");
       return cuda_status(kda_chunk_state_launch(static_cast<int>(D), vt, warps, math, double_buffer, inter, H, jobs, n, a.state, a.layer_offset, a.o, s, packed,
                                                 prefetch),

@@ -100,6 +100,10 @@ struct KdaChunkArgs {
   // state_warps warps), 2: wgmma (sm_90a warpgroup MMA, operands from shared memory; D = 128 at
   // state tiles 32 / 64 with state_warps 0 / 8, elsewhere the mma.sync kernel; docs/perf.md
   // "State kernel on wgmma"). The same bf16 operands, fp32 sums in the tensor core's order.
+  // 3, 4: wgmma with a head's state CTAs as one cluster loading their shared inputs once (TMA
+  // multicast; two stages at least), a stage refilled once every CTA is done with it, known by
+  // a cluster barrier a chunk (3) or by per-stage mbarriers (4); bit-identical to 2 (docs/perf.md
+  // "State kernel with cluster multicast").
   int state_mma = 0;
   // true: the workspace already holds this batch's job tables, uploaded by an earlier call on
   // this stream with the same cu_seqlens, slots, slot_stride, heads, head_dim and workspace

@@ -203,10 +203,15 @@ cudaError_t kda_chunk_state_launch(int D, int vt, int warps, kda_chunk::Math mat
 // The packed bf16 workspace's state kernel on wgmma (kda_chunk_state_wgmma_sm90.cu): D = 128,
 // vt 32 / 64, two warpgroups; stages of a chunk's inputs: 1, 2 or 3 (3 at vt 32 only, else 2:
 // kda_chunk_state_wgmma_stages); prefetch > 0: chunk n + prefetch's inputs requested into L2.
+// multicast 1 / 2: a head's 128 / vt CTAs as one cluster, the inputs they share loaded once by
+// TMA multicast (two stages at least); a stage is refilled once every CTA is done with it, known
+// by a cluster barrier a chunk (1) or by per-stage mbarriers only thread 0 waits on (2); 0: off.
+// ws_chunks: the chunks ws holds (the tensor maps' extent). The same results bit for bit.
 bool kda_chunk_state_wgmma_supported(int D, int vt);
-int kda_chunk_state_wgmma_stages(int vt, int asked);
+int kda_chunk_state_wgmma_stages(int vt, int asked, int multicast = 0);
 cudaError_t kda_chunk_state_wgmma_launch(int D, int vt, int stages, const float* ws, int64_t H, const kda_chunk::SeqJob* jobs,
-                                         int64_t seqs, float* state, int64_t layer_offset, float* o, cudaStream_t stream, int prefetch = 0);
+                                         int64_t seqs, float* state, int64_t layer_offset, float* o, cudaStream_t stream, int prefetch = 0,
+                                         int multicast = 0, int64_t ws_chunks = 0);
 // The output in its own pass: the state kernel carries only the state, storing each chunk's
 // starting state and v_new in the workspace (kda_chunk_state_split_sm90.cu); the output kernel
 // then computes o = qg S^T + Aqk v_new for all chunks in parallel (kda_chunk_output_sm90.cu).

@@ -9,7 +9,8 @@
 //   phase A: WG0 acc = w S^T, WG1 acc = qg S^T          (m64 nVT, k = 128: 8 wgmma each)
 //   WG0: v_new = u - acc, stored as the bf16 B operand
 //   phase C: WG g: S^T[64 g .. 64 g + 63] = diag(gl) S^T + kg^T v_new (4 wgmma);
-//            WG1 also acc += Aqk v_new (4 wgmma), then o = acc
+//            both acc += Aqk v_new (4 wgmma; WG0's is discarded: a warpgroup-divergent wgmma
+//            makes ptxas serialise them all), then WG1 o = acc
 // The CTA's slice S^T (128 x VT fp32) lives in the warpgroups' accumulators (rows 64 g ..) for
 // the whole sequence and is written once a chunk as the bf16 B operand of phase A. The same
 // bf16 roundings as the mma.sync kernel (operands as the intra kernel wrote them, S^T and v_new
@@ -23,6 +24,18 @@
 // 145 / 211 KB at VT = 32), or one stage in two groups (w, qg | kg^T, Aqk, u, gl), each loaded
 // while the other's matmuls run: 79 KB at VT = 32, 99 KB at 64, room for an intra CTA beside it
 // in the pipelined schedule. Opt-in L2 prefetch of chunk n + d while chunk n runs.
+// Multicast form (MC, 2 or 3 stages): a head's 128 / VT CTAs are one thread-block cluster and
+// the inputs they share (w, qg, kg^T, Aqk: 56 KB a chunk) come once per cluster, by bulk tensor
+// copies (TMA, 128B swizzle = the layout above) multicast to every CTA: each CTA issues its share
+// of the seven 8 KB boxes, each CTA's "full" mbarrier of the stage expects all of them. u's
+// columns (the CTA's own) and gl stay cp.async. A stage is refilled only after every CTA of the
+// cluster is done with it, before thread 0 issues its boxes of chunk n - 1 + NS: (bars = 0) a
+// cluster barrier, arrived (relaxed: a release would wait for the chunk's o stores) at the end of
+// each chunk, waited by all threads at the top of the next; or (bars = 1) an "empty" mbarrier a
+// stage in each CTA, counting one arrival of every CTA's thread 0 after the chunk, waited by
+// thread 0 alone once its phase A wgmma are issued (the wait hides behind them).
+#include "common/pdl_bulk.cuh"
+#include "common/tensor_map.h"
 #include "kda/kda_chunk_common.cuh"
 #include "mla/wgmma_bf16.cuh"
 
@@ -71,7 +84,7 @@ __device__ __forceinline__ void pin(float (&d)[N]) {
 
 // Shared memory, bytes from a 1024-byte aligned base. A stage: w, qg (two 64-column panels of
 // C rows x 128 B each), kg^T (D rows x 128 B), Aqk (C rows x 128 B), u fp32 [C][VT + 4], gl.
-template <int VT, int NS>
+template <int VT, int NS, bool MC = false>
 struct WgSmem {
   static constexpr int D = 128;
   static constexpr int VS = VT + 4;  // u's row stride in floats
@@ -80,7 +93,8 @@ struct WgSmem {
   static constexpr int ST = NS * STAGE;  // S^T bf16 [VT][D]: two panels of VT rows x 128 B
   static constexpr int ST_PANEL = VT * 128;
   static constexpr int VN = ST + VT * D * 2;  // v_new bf16 [VT][C]: one panel
-  static constexpr int bytes = VN + VT * C * 2 + 1024;  // + the base's alignment slack
+  static constexpr int BAR = VN + VT * C * 2;  // MC: the stages' "full" mbarriers
+  static constexpr int bytes = BAR + (MC ? 16 * NS : 0) + 1024;  // + the base's alignment slack (MC: full, empty)
   static_assert(ST_PANEL % 1024 == 0 && VN % 1024 == 0, "swizzle atoms must be 1024-byte aligned");
   static constexpr bool fits = bytes <= 227 * 1024;  // the sm_90 per-block opt-in limit
 };
@@ -88,13 +102,41 @@ struct WgSmem {
 // Byte offset of the 16-byte piece p (of 8) of row r in a 128B-swizzled panel.
 __device__ __forceinline__ int swz(int r, int p) { return r * 128 + ((p ^ (r & 7)) << 4); }
 
-template <int VT, int NS>
+__device__ __forceinline__ uint32_t cluster_rank() {
+  uint32_t r;
+  asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(r));
+  return r;
+}
+__device__ __forceinline__ void cluster_arrive() { asm volatile("barrier.cluster.arrive.release.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void cluster_arrive_relaxed() { asm volatile("barrier.cluster.arrive.relaxed.aligned;\n" ::: "memory"); }
+// One arrival on the mbarrier at shared offset `bar` of the cluster's CTA `cta`.
+__device__ __forceinline__ void mbar_arrive_remote(uint32_t bar, uint32_t cta) {
+  asm volatile(
+      "{\n.reg .b32 ra;\nmapa.shared::cluster.u32 ra, %0, %1;\nmbarrier.arrive.relaxed.cluster.shared::cluster.b64 _, [ra];\n}\n" ::"r"(bar),
+      "r"(cta)
+      : "memory");
+}
+__device__ __forceinline__ void cluster_wait() { asm volatile("barrier.cluster.wait.acquire.aligned;\n" ::: "memory"); }
+// A 2D box (x, y) of `map` to shared offset `dst` of every CTA in `mask`, completing on the
+// mbarrier at the same offset in each.
+__device__ __forceinline__ void tma_multicast(uint32_t dst, const CUtensorMap* map, int x, int y, uint32_t bar, uint16_t mask) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster [%0], [%1, {%2, %3}], [%4], %5;\n" ::"r"(dst),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(x), "r"(y), "r"(bar), "h"(mask)
+      : "memory");
+}
+
+// MC: map256 views the workspace as rows of 256 bytes (w, qg: a box is 64 rows x one 64-column
+// panel), map128 as rows of 128 bytes (kg^T, Aqk: 64 rows a box).
+template <int VT, int NS, bool MC>
 __global__ void __launch_bounds__(256, 2) state_wgmma_kernel(const float* __restrict__ ws, int64_t H, const SeqJob* __restrict__ jobs,
                                                              float* __restrict__ state, int64_t layer_offset, float* __restrict__ o,
-                                                             int prefetch) {
+                                                             int prefetch, const __grid_constant__ CUtensorMap map256,
+                                                             const __grid_constant__ CUtensorMap map128, int bars) {
   constexpr bool DB = NS > 1;
+  static_assert(!MC || DB, "the multicast form needs two or more stages");
   constexpr int D = 128, NA = VT / 2, NT = VT / 8;  // accumulator floats a thread (m64 x VT over 128), 8-column tiles
-  using Sm = WgSmem<VT, NS>;
+  using Sm = WgSmem<VT, NS, MC>;
   static_assert(Sm::fits, "state kernel shared memory over the per-block limit");
   using L = Layout<D>;
   extern __shared__ __align__(1024) unsigned char smem_raw[];
@@ -123,6 +165,45 @@ __global__ void __launch_bounds__(256, 2) state_wgmma_kernel(const float* __rest
 
   auto chunk_base = [&](int n) { return ws + (static_cast<int64_t>(job.chunk0 + n) * H + h) * L::floats; };
   auto stage = [&](int n) { return (n % NS) * Sm::STAGE; };
+  // MC: the cluster's CTAs are the head's value tiles (rank = blockIdx.x); barriers initialised
+  // and visible cluster-wide before any CTA's copies can land on them.
+  constexpr int CS = 128 / VT;
+  constexpr uint32_t kShared = 2 * C * D * 2 + D * C * 2 + C * C * 2;  // w, qg, kg^T, Aqk bytes
+  static_assert(L::floats * 4 % 256 == 0 && L::qg * 4 % 256 == 0 && L::kg * 4 % 128 == 0 && L::aqk * 4 % 128 == 0,
+                "regions must start on the tensor maps' rows");
+  uint64_t* full = reinterpret_cast<uint64_t*>(sm + Sm::BAR);
+  uint64_t* empty = full + NS;
+  uint32_t rank = 0;
+  if constexpr (MC) {
+    rank = cluster_rank();
+    if (tid == 0) {
+      for (int s = 0; s < NS; ++s) {
+        pdl_bulk::mbar_init(&full[s], 1);
+        pdl_bulk::mbar_init(&empty[s], CS);
+      }
+      pdl_bulk::mbar_init_fence();
+    }
+    cluster_arrive();
+    cluster_wait();
+  }
+  // Thread 0: this CTA's boxes (b = rank, rank + CS, ..) of chunk n's shared inputs, to all.
+  auto issue_shared = [&](int n) {
+    const uint32_t s = sb + stage(n), bar = sb + Sm::BAR + (n % NS) * 8;
+    pdl_bulk::mbar_arrive_expect_tx(&full[n % NS], kShared);
+    const int64_t blk = (static_cast<int64_t>(job.chunk0 + n) * H + h) * L::floats * 4;
+    const int y256 = static_cast<int>(blk / 256), y128 = static_cast<int>(blk / 128);
+    constexpr uint16_t mask = (1u << CS) - 1;
+    for (int b = static_cast<int>(rank); b < 7; b += CS) {
+      if (b < 4) {  // w, qg: panel b & 1 (columns 64 (b & 1) ..)
+        const int reg = b < 2 ? Sm::W : Sm::QG, y = y256 + static_cast<int>((b < 2 ? L::w : L::qg) * 4 / 256);
+        tma_multicast(s + reg + (b & 1) * (C * 128), &map256, 64 * (b & 1), y, bar, mask);
+      } else {  // kg^T rows 0 .. 63, 64 .. 127, Aqk
+        const int reg = b < 6 ? Sm::KG + (b - 4) * (64 * 128) : Sm::AQK;
+        const int y = y128 + static_cast<int>((b < 6 ? L::kg * 4 / 128 + (b - 4) * 64 : L::aqk * 4 / 128));
+        tma_multicast(s + reg, &map128, 0, y, bar, mask);
+      }
+    }
+  };
   auto issue_rows = [&](int n) {  // w, qg: C rows of 16 pieces, pieces 8.. in the second panel
     const float* b = chunk_base(n);
     unsigned char* s = sm + stage(n);
@@ -133,16 +214,18 @@ __global__ void __launch_bounds__(256, 2) state_wgmma_kernel(const float* __rest
       cp_async16(s + Sm::QG + off, b + L::qg + i * (D / 2) + p * 4);
     }
   };
-  auto issue_update = [&](int n) {  // kg^T, Aqk (rows of 8 pieces), u's columns, gl
+  auto issue_update = [&](int n) {  // kg^T, Aqk (rows of 8 pieces; MC: by issue_shared), u's columns, gl
     const float* b = chunk_base(n);
     unsigned char* s = sm + stage(n);
-    for (int idx = tid; idx < D * 8; idx += 256) {
-      const int r = idx >> 3, p = idx & 7;
-      cp_async16(s + Sm::KG + swz(r, p), b + L::kg + r * (C / 2) + p * 4);
-    }
-    for (int idx = tid; idx < C * 8; idx += 256) {
-      const int r = idx >> 3, p = idx & 7;
-      cp_async16(s + Sm::AQK + swz(r, p), b + L::aqk + r * (C / 2) + p * 4);
+    if constexpr (!MC) {
+      for (int idx = tid; idx < D * 8; idx += 256) {
+        const int r = idx >> 3, p = idx & 7;
+        cp_async16(s + Sm::KG + swz(r, p), b + L::kg + r * (C / 2) + p * 4);
+      }
+      for (int idx = tid; idx < C * 8; idx += 256) {
+        const int r = idx >> 3, p = idx & 7;
+        cp_async16(s + Sm::AQK + swz(r, p), b + L::aqk + r * (C / 2) + p * 4);
+      }
     }
     constexpr int V4 = VT / 4;
     float* su = reinterpret_cast<float*>(s + Sm::U);
@@ -173,7 +256,11 @@ __global__ void __launch_bounds__(256, 2) state_wgmma_kernel(const float* __rest
     if constexpr (DB) {
       for (int f = 0; f < NS; ++f) {
         if (f < job.chunks) {
-          issue_rows(f);
+          if constexpr (MC) {
+            if (tid == 0) issue_shared(f);
+          } else {
+            issue_rows(f);
+          }
           issue_update(f);
         }
         cp_async_commit();
@@ -205,7 +292,15 @@ __global__ void __launch_bounds__(256, 2) state_wgmma_kernel(const float* __rest
       put_pair(Sm::ST, Sm::ST_PANEL, c, vv, sacc[4 * t], sacc[4 * t + 1]);
       put_pair(Sm::ST, Sm::ST_PANEL, c + 8, vv, sacc[4 * t + 2], sacc[4 * t + 3]);
     }
+    // Every CTA done with chunk n - 1: its stage takes chunk n - 1 + NS.
+    if constexpr (MC) {
+      if (n > 0 && !bars) {
+        cluster_wait();
+        if (tid == 0 && n - 1 + NS < job.chunks) issue_shared(n - 1 + NS);
+      }
+    }
     cp_async_wait<DB ? NS - 1 : 1>();  // NS stages: chunk n landed; one: its w, qg
+    if constexpr (MC) pdl_bulk::mbar_wait(&full[n % NS], (n / NS) & 1);
     wgmma::fence_proxy_async();
     __syncthreads();
 
@@ -219,6 +314,12 @@ __global__ void __launch_bounds__(256, 2) state_wgmma_kernel(const float* __rest
                        kk > 0);
     }
     wgmma::commit();
+    if constexpr (MC) {
+      if (n > 0 && bars && tid == 0 && n - 1 + NS < job.chunks) {
+        pdl_bulk::mbar_wait(&empty[(n - 1) % NS], ((n - 1) / NS) & 1);
+        issue_shared(n - 1 + NS);
+      }
+    }
     wgmma::wait<0>();
     pin(acc);
     if constexpr (!DB) {
@@ -256,10 +357,10 @@ __global__ void __launch_bounds__(256, 2) state_wgmma_kernel(const float* __rest
     wgmma::fence();
 #pragma unroll
     for (int kk = 0; kk < C / 16; ++kk) WgMma<VT>::run(sacc, desc(st + Sm::KG + wg * (64 * 128) + kk * 32), desc(sb + Sm::VN + kk * 32), 1);
-    if (wg == 1) {
+    // o's Aqk v_new in both warpgroups (WG0's acc is dead here and discarded): a warpgroup-
+    // divergent wgmma makes ptxas serialize every wgmma of the kernel.
 #pragma unroll
-      for (int kk = 0; kk < C / 16; ++kk) WgMma<VT>::run(acc, desc(st + Sm::AQK + kk * 32), desc(sb + Sm::VN + kk * 32), 1);
-    }
+    for (int kk = 0; kk < C / 16; ++kk) WgMma<VT>::run(acc, desc(st + Sm::AQK + kk * 32), desc(sb + Sm::VN + kk * 32), 1);
     wgmma::commit();
     wgmma::wait<0>();
     pin(sacc);
@@ -278,15 +379,27 @@ __global__ void __launch_bounds__(256, 2) state_wgmma_kernel(const float* __rest
     __syncthreads();  // this stage, S^T's and v_new's staging free
     if constexpr (DB) {
       if (n + NS < job.chunks) {
-        issue_rows(n + NS);
+        if constexpr (!MC) issue_rows(n + NS);
         issue_update(n + NS);
       }
     } else {
       if (n + 1 < job.chunks) issue_update(n + 1);
     }
     cp_async_commit();
+    if constexpr (MC) {
+      if (!bars) {
+        cluster_arrive_relaxed();
+      } else if (tid == 0) {  // this stage free here: tell every CTA's empty barrier
+        for (int c = 0; c < CS; ++c) mbar_arrive_remote(sb + Sm::BAR + (NS + n % NS) * 8, c);
+      }
+    }
   }
   cp_async_wait<0>();
+  if constexpr (MC) {
+    // No CTA leaves while a peer may still read its stages or arrive on its barriers.
+    if (bars) cluster_arrive_relaxed();
+    if (job.chunks > 0 || bars) cluster_wait();
+  }
 
 #pragma unroll
   for (int t = 0; t < NT; ++t)
@@ -297,33 +410,64 @@ __global__ void __launch_bounds__(256, 2) state_wgmma_kernel(const float* __rest
     }
 }
 
-template <int VT, int NS>
+template <int VT, int NS, bool MC>
 cudaError_t launch(const float* ws, int64_t H, const SeqJob* jobs, int64_t seqs, float* state, int64_t lo, float* o, cudaStream_t stream,
-                   int prefetch) {
-  constexpr int bytes = WgSmem<VT, NS>::bytes;
-  const cudaError_t e = cudaFuncSetAttribute(state_wgmma_kernel<VT, NS>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
+                   int prefetch, const CUtensorMap& map256, const CUtensorMap& map128, int bars) {
+  constexpr int bytes = WgSmem<VT, NS, MC>::bytes;
+  const cudaError_t e = cudaFuncSetAttribute(state_wgmma_kernel<VT, NS, MC>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
   if (e != cudaSuccess) return e;
-  const dim3 grid(128 / VT, static_cast<unsigned>(H), static_cast<unsigned>(seqs));
-  state_wgmma_kernel<VT, NS><<<grid, 256, bytes, stream>>>(ws, H, jobs, state, lo, o, prefetch);
-  return cudaGetLastError();
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = dim3(128 / VT, static_cast<unsigned>(H), static_cast<unsigned>(seqs));
+  cfg.blockDim = dim3(256);
+  cfg.dynamicSmemBytes = bytes;
+  cfg.stream = stream;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeClusterDimension;
+  attr[0].val.clusterDim.x = 128 / VT;
+  attr[0].val.clusterDim.y = 1;
+  attr[0].val.clusterDim.z = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = MC ? 1 : 0;
+  return cudaLaunchKernelEx(&cfg, state_wgmma_kernel<VT, NS, MC>, ws, H, jobs, state, lo, o, prefetch, map256, map128, bars);
+}
+
+template <bool MC>
+cudaError_t launch_vt(int vt, int ns, const float* ws, int64_t H, const SeqJob* jobs, int64_t seqs, float* state, int64_t lo, float* o,
+                      cudaStream_t stream, int pf, const CUtensorMap& m256, const CUtensorMap& m128, int bars = 0) {
+  if (vt == 64)
+    return ns == 2 || MC ? launch<64, 2, MC>(ws, H, jobs, seqs, state, lo, o, stream, pf, m256, m128, bars)
+                         : launch<64, 1, false>(ws, H, jobs, seqs, state, lo, o, stream, pf, m256, m128, bars);
+  return ns == 3   ? launch<32, 3, MC>(ws, H, jobs, seqs, state, lo, o, stream, pf, m256, m128, bars)
+         : ns == 2 || MC ? launch<32, 2, MC>(ws, H, jobs, seqs, state, lo, o, stream, pf, m256, m128, bars)
+                   : launch<32, 1, false>(ws, H, jobs, seqs, state, lo, o, stream, pf, m256, m128, bars);
 }
 
 }  // namespace
 
 bool kda_chunk_state_wgmma_supported(int D, int vt) { return D == 128 && (vt == 32 || vt == 64); }
 
-int kda_chunk_state_wgmma_stages(int vt, int asked) { return asked < 1 ? 1 : asked > 2 && vt == 32 ? 3 : asked > 2 ? 2 : asked; }
+int kda_chunk_state_wgmma_stages(int vt, int asked, int multicast) {
+  const int ns = asked < 1 ? 1 : asked > 2 && vt == 32 ? 3 : asked > 2 ? 2 : asked;
+  return multicast && ns < 2 ? 2 : ns;
+}
 
 cudaError_t kda_chunk_state_wgmma_launch(int D, int vt, int stages, const float* ws, int64_t H, const SeqJob* jobs, int64_t seqs,
-                                         float* state, int64_t layer_offset, float* o, cudaStream_t stream, int prefetch) {
+                                         float* state, int64_t layer_offset, float* o, cudaStream_t stream, int prefetch, int multicast,
+                                         int64_t ws_chunks) {
   if (!kda_chunk_state_wgmma_supported(D, vt)) return cudaErrorInvalidValue;
-  const int ns = kda_chunk_state_wgmma_stages(vt, stages), pf = prefetch < 0 ? 0 : prefetch;
-  if (vt == 64)
-    return ns == 2 ? launch<64, 2>(ws, H, jobs, seqs, state, layer_offset, o, stream, pf)
-                   : launch<64, 1>(ws, H, jobs, seqs, state, layer_offset, o, stream, pf);
-  return ns == 3   ? launch<32, 3>(ws, H, jobs, seqs, state, layer_offset, o, stream, pf)
-         : ns == 2 ? launch<32, 2>(ws, H, jobs, seqs, state, layer_offset, o, stream, pf)
-                   : launch<32, 1>(ws, H, jobs, seqs, state, layer_offset, o, stream, pf);
+  const int ns = kda_chunk_state_wgmma_stages(vt, stages, multicast), pf = prefetch < 0 ? 0 : prefetch;
+  CUtensorMap m256{}, m128{};
+  if (multicast < 1 || multicast > 2) return launch_vt<false>(vt, ns, ws, H, jobs, seqs, state, layer_offset, o, stream, pf, m256, m128);
+  // The pass's workspace (ws_chunks chunks of H heads' blocks) as rows of 256 and of 128 bytes.
+  using L = kda_chunk::Layout<128>;
+  const uint64_t total = static_cast<uint64_t>(ws_chunks) * static_cast<uint64_t>(H) * L::floats * 4;
+  if (ws_chunks <= 0 || total / 128 > 0x7fffffffu) return cudaErrorInvalidValue;  // box coordinates are 32-bit
+  const uint64_t e256[2] = {128, total / 256}, s256[1] = {256}, e128[2] = {64, total / 128}, s128[1] = {128};
+  const uint32_t box[2] = {64, 64};
+  if (!encode_bf16_tensor_map(&m256, ws, 2, e256, s256, box, "kda state (w, qg)").is_ok() ||
+      !encode_bf16_tensor_map(&m128, ws, 2, e128, s128, box, "kda state (kg, Aqk)").is_ok())
+    return cudaErrorInvalidValue;
+  return launch_vt<true>(vt, ns, ws, H, jobs, seqs, state, layer_offset, o, stream, pf, m256, m128, multicast == 2 ? 1 : 0);
 }
 
 }  // namespace pdserve::cuda

@@ -224,6 +224,32 @@ TEST_F(KdaChunkPipeline, WgmmaStateBitIdentical) {
   }
 }
 
+// The multicast wgmma state kernel (state_mma = 3 / 4; clusters of a head's CTAs): plain and
+// pipelined (4 / 8 blocks, one stage asked: run as two) bit-identical to the plain wgmma
+// kernel (2), one sequence and passes of one piece each.
+TEST_F(KdaChunkPipeline, WgmmaMulticastStateBitIdentical) {
+  struct Case {
+    Problem p;
+    int64_t ws_chunks;
+  };
+  for (const Case& c : {Case{{4, 128, {64 * 41 + 23}}, 0}, Case{{2, 128, {1000}}, 10}}) {
+    const Inputs in = make_inputs(c.p, 23);
+    for (int tile : {32, 64}) {
+      const Outcome ref = run(c.p, in, Mode::kBf16, KdaChunkOutput::kPick, 1, c.ws_chunks, 0, tile, 0, 2);
+      for (int mma : {3, 4}) {
+        for (int blocks : {1, 0, 4, 8}) {
+          SCOPED_TRACE(::testing::Message() << "tile " << tile << " blocks " << blocks << " T " << c.p.T() << " mma " << mma);
+          const Outcome mc = run(c.p, in, Mode::kBf16, KdaChunkOutput::kPick, blocks, c.ws_chunks, 0, tile, 0, mma);
+          EXPECT_TRUE(same_bits(ref.o, mc.o)) << "output differs";
+          EXPECT_TRUE(same_bits(ref.pool, mc.pool)) << "final state (pool) differs";
+        }
+      }
+    }
+    std::printf("  bf16 packed wgmma multicast T=%ld ws_chunks=%ld: tiles 32 / 64 x 1/0/4/8 blocks bit-identical to plain wgmma checked\n",
+                static_cast<long>(c.p.T()), static_cast<long>(c.ws_chunks));
+  }
+}
+
 // One sequence of 42 chunks (the last partial), block counts from 2 to more than the chunks.
 TEST_F(KdaChunkPipeline, OneSequenceBitIdentical) { expect_identical({4, 128, {64 * 41 + 23}}, 0, {0, 2, 5, 8, 64}); }
 

@@ -14,6 +14,7 @@
 // Skips itself, saying so, without an sm_90 GPU.
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <numeric>
 #include <random>
 
@@ -92,6 +93,7 @@ struct DeviceRun {
   DeviceBuffer<uint8_t>* other_ws = nullptr;  // set: run in another run's workspace (and tables)
   int bf16_intra = 0;                          // KdaChunkArgs::bf16_intra
   int state_mma = 0;                           // KdaChunkArgs::state_mma
+  int state_prefetch = 0;                      // KdaChunkArgs::state_prefetch
   explicit DeviceRun(const Inputs& in, size_t ws_bytes) {
     EXPECT_TRUE(q.upload(in.q).is_ok() && k.upload(in.k).is_ok() && v.upload(in.v).is_ok() && g.upload(in.g).is_ok() &&
                 beta.upload(in.beta).is_ok() && o.resize(in.q.size()).is_ok() && ws.resize(ws_bytes).is_ok());
@@ -111,7 +113,7 @@ struct DeviceRun {
     a.workspace = w.get(), a.workspace_bytes = w.size() * sizeof(uint8_t), a.state_tile = state_tile, a.precise = precise;
     a.state_buffers = state_buffers, a.output = output, a.tables_uploaded = tables_uploaded, a.bf16 = bf16;
     a.state_warps = state_warps, a.bf16_workspace = bf16_workspace, a.bf16_intra = bf16_intra;
-    a.state_mma = state_mma;
+    a.state_mma = state_mma, a.state_prefetch = state_prefetch;
     return kda_chunk_prefill(a, nullptr);
   }
 };
@@ -276,6 +278,50 @@ TEST_F(KdaChunk, WgmmaStateKernelMatchesMmaSync) {
   wgmma_vs_mma({2, 64, {1, 65, 300}}, 96, 0, 0);                   // D = 64: mma.sync
   wgmma_vs_mma({2, 128, {65, 300}}, 97, 16, 0);                    // tile 16: mma.sync
   wgmma_vs_mma({2, 128, {65, 300}}, 98, 64, 0, 0, 16);             // 16 warps: mma.sync
+}
+
+// The wgmma state kernel with a head's CTAs as one cluster loading the shared inputs once by
+// TMA multicast (state_mma = 3, 4: the cluster barrier waited early / late) against the plain wgmma kernel (2): bit-identical o and pool
+// (the same operands in the same shared-memory layout, the same wgmma sequence); tiles 32 / 64
+// (clusters of 4 / 2), 1 (run as 2), 2 and 3 stages, ragged batches with partial chunks and
+// empty sequences' neighbours, several passes, the L2 prefetch on.
+void multicast_vs_wgmma(const Problem& p, uint32_t seed, int tile, int buffers, size_t ws_bytes, int prefetch, int mma) {
+  SCOPED_TRACE(::testing::Message() << "H=" << p.H << " tile=" << tile << " buffers=" << buffers << " ws=" << ws_bytes << " pf=" << prefetch
+                                    << " mma=" << mma);
+  const Inputs in = make_inputs(p, seed);
+  const std::vector<int32_t> slots = scattered_slots(p, seed + 7);
+  std::vector<float> pool = randn(p.slots * p.slot_floats(), seed + 8, 0.1f);
+  auto pool_wg = dev(pool), pool_mc = dev(pool);
+  const size_t bytes = ws_bytes ? ws_bytes : full_workspace(p);
+  DeviceRun dw(in, bytes), dc(in, bytes);
+  dw.state_mma = 2, dc.state_mma = mma;
+  dw.state_prefetch = dc.state_prefetch = prefetch;
+  ASSERT_TRUE(dw.run(p, p.lens, 0, slots, pool_wg.get(), tile, false, buffers, KdaChunkOutput::kInState, false, true, 0, 2).is_ok());
+  ASSERT_TRUE(dc.run(p, p.lens, 0, slots, pool_mc.get(), tile, false, buffers, KdaChunkOutput::kInState, false, true, 0, 2).is_ok());
+  const std::vector<float> ow = host(dw.o), oc = host(dc.o), sw = host(pool_wg), sc = host(pool_mc);
+  const std::vector<float> o = cpu_prefill(p, in, slots, pool);
+  std::printf("  bf16 packed H=%ld tile=%d buffers=%d pf=%d mma=%d: multicast output / pool nerr %.2e / %.2e, vs wgmma %.2e / %.2e\n",
+              static_cast<long>(p.H), tile, buffers, prefetch, mma, nerr(oc, o), nerr(sc, pool), nerr(oc, ow), nerr(sc, sw));
+  EXPECT_LE(nerr(oc, o), kBoundBf16);
+  ASSERT_EQ(ow.size(), oc.size());
+  EXPECT_EQ(std::memcmp(ow.data(), oc.data(), ow.size() * sizeof(float)), 0) << "output differs";
+  EXPECT_EQ(std::memcmp(sw.data(), sc.data(), sw.size() * sizeof(float)), 0) << "pool differs";
+}
+
+void multicast_vs_wgmma(const Problem& p, uint32_t seed, int tile, int buffers, size_t ws_bytes = 0, int prefetch = 0) {
+  for (int mma : {3, 4}) multicast_vs_wgmma(p, seed, tile, buffers, ws_bytes, prefetch, mma);
+}
+
+TEST_F(KdaChunk, WgmmaStateMulticastMatchesWgmma) {
+  for (int buffers : {1, 2, 3})
+    for (int tile : {32, 64}) multicast_vs_wgmma({2, 128, {1, 63, 64, 65, 129, 300}}, 111, tile, buffers);
+  multicast_vs_wgmma({4, 128, {1, 63, 64, 65, 200, 1000}}, 112, 0, 0);
+  Problem strong{2, 128, {100, 257}};
+  strong.min_log_decay = kKdaChunkMinLogDecay;
+  multicast_vs_wgmma(strong, 113, 64, 0);
+  const Problem p{2, 128, {1, 200, 63, 400}};
+  multicast_vs_wgmma(p, 114, 32, 2, kda_chunk_workspace_bytes(p.H, p.D, 3));  // several passes
+  multicast_vs_wgmma({3, 128, {5, 700, 64}}, 115, 32, 3, kda_chunk_workspace_bytes(3, 128, 4), 2);
 }
 
 // The launcher's warp rule (kda_chunk_state_warps): 16 only where asked for, at D = 128 with
