@@ -1,16 +1,17 @@
 // moe_expert_mlp_prefill's kWgmmaCarry / kWgmmaCarry6 (contract: moe_prefill.h; design:
-// docs/design.md "Ring carried across tiles"). kWgmma's tiles, MMAs and k order (two
-// warpgroups, two m64 blocks each, A = weights dequantised in registers, B = token tiles of 128
-// in order from a cp.async ring in the 128-byte swizzle), but the ring and the weight prefetch
-// run on across the persistent tile loop: the next tile is known one tile ahead (tile queue or
-// static stride), so the last kAhead chunks of a tile copy the next tile's first kAhead token
-// chunks while this tile's last k-steps and its epilogue run. (The packed words are still
-// loaded at the tile's start, one chunk ahead as in kWgmma.) A tile then never starts on an empty ring. The gate/up
-// epilogue applies the activation in registers (each warpgroup holds the gate and the up rows
-// of the same outputs) and stages bf16 in the ring slot of the tile's last chunk, the one slot
-// no copy is in flight to; kWgmma staged fp32 gate and up across most of the ring, which
-// would have stopped the carry. kWgmmaCarry: 5 ring slots (3 chunks ahead, as kWgmma);
-// kWgmmaCarry6: 6 slots (4 ahead). Outputs bit-identical to kWgmma.
+// docs/design.md, the kWgmmaCarry paragraph; figures: docs/perf.md "Ring carried across
+// tiles"). kWgmma's tiles, MMAs and k order (two warpgroups, two m64 blocks each, A = weights
+// dequantised in registers, B = token tiles of 128 in order from a cp.async ring in the
+// 128-byte swizzle), but the token ring runs on across the persistent tile loop: the next tile
+// is known a tile ahead (tile queue or static stride), so the last kAhead chunks of a tile copy
+// the next tile's first kAhead token chunks while this tile's last k-steps and its epilogue
+// run, and a tile never starts on an empty ring. (The packed words are still loaded at the
+// tile's start, one chunk ahead as in kWgmma.) The gate/up epilogue applies the activation in
+// registers (each warpgroup holds the gate and the up rows of the same outputs) and stages
+// bf16 in the ring slot of the tile's last chunk, the one slot no copy is in flight to;
+// kWgmma staged fp32 gate and up across most of the ring, which would have stopped the carry.
+// kWgmmaCarry: 5 ring slots (3 chunks ahead, as kWgmma); kWgmmaCarry6: 6 slots (4 ahead).
+// Outputs bit-identical to kWgmma.
 #include <cuda_bf16.h>
 
 #include "moe/moe_prefill.h"
@@ -70,14 +71,6 @@ __device__ __forceinline__ void load_w(const TileW& w, int c, int chunks, uint4 
   q[3] = __ldg(reinterpret_cast<const uint4*>(w.pb + tile_bytes + c * 512));
   s[2] = __ldg(reinterpret_cast<const uint32_t*>(w.sb + c * 32));
   s[3] = __ldg(reinterpret_cast<const uint32_t*>(w.sb + chunks * 32 + c * 32));
-}
-
-// Chunk 0's lines of load_w (the lane's 16 bytes of each tile, the scale rows) into L2.
-__device__ __forceinline__ void prefetch_w(const TileW& w, int chunks) {
-  const int64_t tile_bytes = int64_t(chunks) * 512;
-  const void* p[6] = {w.pa, w.pa + tile_bytes, w.pb, w.pb + tile_bytes, w.sa, w.sb};
-#pragma unroll
-  for (int i = 0; i < 6; ++i) asm volatile("prefetch.global.L2 [%0];" ::"l"(p[i]));
 }
 
 // Token rows [0, n) of tile t's chunk c into `slot` (rows past t.ntok zero-filled): 16-byte
@@ -160,24 +153,18 @@ __device__ __forceinline__ void run_tile(const Mxfp4Decode& a, const Mxfp4Decode
     }
   }
   wgmma_wait<0>();
-#if PDS_CARRY_PREFETCH
-  // The next tile's first packed words and scales into L2 over the epilogue. (Off: with it,
-  // and with those words loaded into registers here instead, ptxas serialises the wgmmas
-  // (C7515); loaded in the last chunk, the next tile's pointers stayed live across the k-steps:
-  // ~0.9 KB of spills in the gate/up kernels.)
-  if (const Tile nt = *nts; nt.ntok > 0) {
-    const TileW wn = tile_weights<kGated>(a, b, nt);
-    if (wn.live) prefetch_w(wn, chunks);
-  }
-#endif
+  // (The next tile's first packed words are not carried: loaded into registers here, or
+  // prefetched into L2 here, ptxas serialised the wgmmas (C7515); loaded in the last chunk, the
+  // next tile's pointers stayed live across the k-steps: ~0.9 KB of spills in gate/up.)
 
   // Accumulator element 4j + v: weight row 16 warp + g + 8 (v / 2) of the block, token 8j + 2t + v % 2.
   if constexpr (kGated) {
     __syncthreads();  // every warpgroup's wgmmas are done with the last chunk's slot: the staging
     // act (bf16) in wgmma_k_position order (the down launch's B), row tok of 256 bytes, 16-byte
     // unit u at u ^ (tok % 8): tok % 8 does not change with j, so each thread's 64 addresses are
-    // four bases + immediates (a key that did left ptxas 64 live addresses and ~1 KB of spills). No copy is in flight to this slot; the next one to it is issued
-    // after the next tile's chunk-1 barrier.
+    // four bases + immediates (a key that did left ptxas 64 live addresses and ~1 KB of spills).
+    // No copy is in flight to this slot; the next one to it is issued after the next tile's
+    // chunk-1 barrier.
     uint8_t* stg = smem + ((base + chunks - 1) % kStages) * kStageBytes;
     auto stage = [&](const MoeAct& f_act) {
 #pragma unroll
@@ -233,7 +220,9 @@ __global__ void __launch_bounds__(kThreads, 1)
   extern __shared__ uint8_t smem_raw[];
   __shared__ int tile_start[kMaxExperts + 1];
   // Tiles of iterations it, it + 1, it + 2 in slots it % 3 ..: iteration it runs the first,
-  // carries into the second, and thread 0 fetches the third. Slot (it + 2) % 3 was last read
+  // carries into the second, and thread 0 fetches the third (so the queue is claimed two tiles
+  // ahead; a one-ahead claim published mid-tile, with the next tile's coordinates recomputed
+  // in each of the last kAhead chunks, measured slower: docs/perf.md "Ring carried across tiles"). Slot (it + 2) % 3 was last read
   // at iteration it - 1's start, before that tile's chunk barriers.
   __shared__ int tile_of[3];
   __shared__ Tile next_tile[2];  // iteration it's next tile in slot it % 2 (thread 0), rewritten two iterations later
