@@ -74,9 +74,13 @@ bool moe_prefill_fits(const MoeDecodeWeights& w);
 // kWgmmaG2 / kWgmmaSmemWG2: kWgmma / kWgmmaSmemW with one wgmma commit group per two k-steps
 // (both k-steps dequantised first), so up to four wgmmas stay queued a warpgroup. Same k order
 // on every output: bit-identical to kWgmma.
+// kWgmmaCarry / kWgmmaCarry6: kWgmma with the cp.async ring and the weight prefetch carried
+// across the persistent tile loop (the next tile's first chunks fetched during this tile's last
+// k-steps and epilogue; the gate/up activation applied in registers and staged as bf16 in one
+// ring slot); 5 / 6 ring slots. Same MMAs in the same k order: bit-identical to kWgmma.
 enum class MoePrefillKernel {
   kAuto, kMmaSync, kWgmma, kWgmmaWideN, kWgmmaSmemW, kWgmmaSmemWDeep, kWgmmaTma, kWgmmaTma4, kWgmmaProducer, kWgmma160,
-  kWgmmaG2, kWgmmaSmemWG2
+  kWgmmaG2, kWgmmaSmemWG2, kWgmmaCarry, kWgmmaCarry6
 };
 MoePrefillKernel moe_prefill_choice(MoePrefillKernel kernel = MoePrefillKernel::kAuto);
 

@@ -47,4 +47,9 @@ Status expert_mlp_prefill_wgmma_tma(const MoeDecodeWeights& w, const int32_t* of
 Status expert_mlp_prefill_wgmma_producer(const MoeDecodeWeights& w, const int32_t* offsets, int64_t experts, int64_t capacity,
                                          const uint16_t* x_sorted, uint16_t* act, float* out_sorted, void* queue, cudaStream_t stream);
 
+// The same for kWgmmaCarry / kWgmmaCarry6 (moe_prefill_carry_sm90.cu).
+Status expert_mlp_prefill_wgmma_carry(const MoeDecodeWeights& w, const int32_t* offsets, int64_t experts, int64_t capacity,
+                                      const uint16_t* x_sorted, uint16_t* act, float* out_sorted, void* queue, MoePrefillKernel kernel,
+                                      cudaStream_t stream);
+
 }  // namespace pdserve::cuda::moe_prefill_detail

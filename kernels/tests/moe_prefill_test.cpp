@@ -31,7 +31,8 @@ using MoePrefill = GpuTest;
 constexpr MoePrefillKernel kKernels[] = {MoePrefillKernel::kMmaSync, MoePrefillKernel::kWgmma, MoePrefillKernel::kWgmmaWideN,
                                          MoePrefillKernel::kWgmmaSmemW, MoePrefillKernel::kWgmmaSmemWDeep, MoePrefillKernel::kWgmmaTma,
                                          MoePrefillKernel::kWgmmaTma4, MoePrefillKernel::kWgmmaProducer, MoePrefillKernel::kWgmma160,
-                                         MoePrefillKernel::kWgmmaG2, MoePrefillKernel::kWgmmaSmemWG2};
+                                         MoePrefillKernel::kWgmmaG2, MoePrefillKernel::kWgmmaSmemWG2,
+                                         MoePrefillKernel::kWgmmaCarry, MoePrefillKernel::kWgmmaCarry6};
 const char* name_of(MoePrefillKernel k) {
   switch (k) {
     case MoePrefillKernel::kWgmma: return "wgmma";
@@ -43,6 +44,8 @@ const char* name_of(MoePrefillKernel k) {
     case MoePrefillKernel::kWgmmaProducer: return "wgmma-producer";
     case MoePrefillKernel::kWgmma160: return "wgmma-160";
     case MoePrefillKernel::kWgmmaG2: return "wgmma-g2";
+    case MoePrefillKernel::kWgmmaCarry: return "wgmma-carry";
+    case MoePrefillKernel::kWgmmaCarry6: return "wgmma-carry6";
     case MoePrefillKernel::kWgmmaSmemWG2: return "wgmma-smemW-g2";
     default: return "mma.sync";
   }
@@ -128,7 +131,8 @@ double run_prefill(const Routing& r, int64_t tokens, int64_t k, int64_t begin, c
     if (kernel == MoePrefillKernel::kWgmma) y_wgmma = y;
     if (kernel == MoePrefillKernel::kWgmmaSmemW || kernel == MoePrefillKernel::kWgmmaSmemWDeep || kernel == MoePrefillKernel::kWgmmaTma ||
         kernel == MoePrefillKernel::kWgmmaTma4 || kernel == MoePrefillKernel::kWgmmaProducer || kernel == MoePrefillKernel::kWgmma160 ||
-        kernel == MoePrefillKernel::kWgmmaG2 || kernel == MoePrefillKernel::kWgmmaSmemWG2) {
+        kernel == MoePrefillKernel::kWgmmaG2 || kernel == MoePrefillKernel::kWgmmaSmemWG2 || kernel == MoePrefillKernel::kWgmmaCarry ||
+        kernel == MoePrefillKernel::kWgmmaCarry6) {
       EXPECT_TRUE(y == y_wgmma) << what << " [" << name_of(kernel) << "]: not bit-identical to wgmma";
     }
     const double err = nerr(y, ref);
