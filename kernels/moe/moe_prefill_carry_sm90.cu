@@ -264,7 +264,7 @@ Status launch(const Mxfp4Decode& a, const Mxfp4Decode& b, const int32_t* offsets
               uint16_t* act, float* out, const MoeAct& fn, TileQueue* queue, cudaStream_t stream) {
   auto kernel = queue ? prefill_carry<kStages, kGated, kWide, true> : prefill_carry<kStages, kGated, kWide, false>;
   const int64_t per_tile = kGated ? 128 : 256;
-  const int64_t max_tiles = (capacity / kTokTile + experts) * ((a.rows + per_tile - 1) / per_tile);
+  const int64_t max_tiles = max_output_tiles(capacity, kTokTile, experts, a.rows, per_tile);
   constexpr size_t kSmem = smem_bytes<kStages>();
   PDS_ASSIGN_OR_RETURN(unsigned grid, grid_for(kernel, kSmem, max_tiles, kThreads));
   kernel<<<grid, kThreads, kSmem, stream>>>(a, b, offsets, static_cast<int>(experts), x, act, out, fn, queue);

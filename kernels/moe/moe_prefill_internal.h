@@ -31,6 +31,12 @@ Status run_gate_up_then_down(const MoeDecodeWeights& w, const uint16_t* x_sorted
                           : launch(down, narrow, w.w2, w.w2, act, nullptr, out_sorted, fn);
 }
 
+// An upper bound on one launch's (token tile, output tile) pairs, for sizing its grid: the
+// experts' rows (capacity in all) take at most capacity / tok_tile + one partial tile an expert.
+inline int64_t max_output_tiles(int64_t capacity, int64_t tok_tile, int64_t experts, int64_t rows, int64_t per_tile) {
+  return (capacity / tok_tile + experts) * ((rows + per_tile - 1) / per_tile);
+}
+
 // Gate/up + activation, then down, with wgmma (`kernel`: one of the kWgmma* loops); x_sorted
 // in wgmma_k_position order, act written (and read) in it too. `queue`: the tile queue's two
 // words, or null (static stride).

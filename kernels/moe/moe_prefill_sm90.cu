@@ -248,7 +248,7 @@ Status launch(const Mxfp4Decode& a, const Mxfp4Decode& b, const int32_t* offsets
               uint16_t* act, float* out, const MoeAct& fn, TileQueue* queue, cudaStream_t stream) {
   auto kernel = queue ? prefill_gemm<kGated, kWide, true> : prefill_gemm<kGated, kWide, false>;
   const int64_t per_tile = kGated ? 256 : 512;
-  const int64_t max_tiles = (capacity / kTokTile + experts) * ((a.rows + per_tile - 1) / per_tile);
+  const int64_t max_tiles = max_output_tiles(capacity, kTokTile, experts, a.rows, per_tile);
   PDS_ASSIGN_OR_RETURN(unsigned grid, grid_for(kernel, kSmem, max_tiles, kThreads));
   kernel<<<grid, kThreads, kSmem, stream>>>(a, b, offsets, static_cast<int>(experts), x, act, out, fn, queue);
   return last_launch_status(kGated ? "moe_expert_mlp_prefill gate/up" : "moe_expert_mlp_prefill down");

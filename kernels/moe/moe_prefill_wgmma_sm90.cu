@@ -399,7 +399,7 @@ Status launch(const Mxfp4Decode& a, const Mxfp4Decode& b, const int32_t* offsets
   using C = Cfg<kVar>;
   auto kernel = queue ? prefill_wgmma<kVar, kGated, kWide, true> : prefill_wgmma<kVar, kGated, kWide, false>;
   const int64_t per_tile = kGated ? C::kOutGated : C::kOutDown;
-  const int64_t max_tiles = (capacity / C::kTokTile + experts) * ((a.rows + per_tile - 1) / per_tile);
+  const int64_t max_tiles = max_output_tiles(capacity, C::kTokTile, experts, a.rows, per_tile);
   PDS_ASSIGN_OR_RETURN(unsigned grid, grid_for(kernel, C::kSmem, max_tiles, kThreads));
   kernel<<<grid, kThreads, C::kSmem, stream>>>(a, b, offsets, static_cast<int>(experts), x, act, out, fn, queue);
   return last_launch_status(kGated ? "moe_expert_mlp_prefill (wgmma) gate/up" : "moe_expert_mlp_prefill (wgmma) down");

@@ -301,7 +301,7 @@ Status launch(const Mxfp4Decode& a, const Mxfp4Decode& b, const int32_t* offsets
   PDS_RETURN_IF_ERROR(encode_rows_map(&map, x, capacity, a.cols));
   auto kernel = queue ? prefill_wgmma_tma<kForm, kGated, kWide, true> : prefill_wgmma_tma<kForm, kGated, kWide, false>;
   const int64_t per_tile = kGated ? kOutGated : kOutDown;
-  const int64_t max_tiles = (capacity / kTokTile + experts) * ((a.rows + per_tile - 1) / per_tile);
+  const int64_t max_tiles = max_output_tiles(capacity, kTokTile, experts, a.rows, per_tile);
   PDS_ASSIGN_OR_RETURN(unsigned grid, grid_for(kernel, kSmem, max_tiles, kThreads));
   kernel<<<grid, kThreads, kSmem, stream>>>(map, a, b, offsets, static_cast<int>(experts), act, out, fn, queue);
   return last_launch_status(kGated ? "moe_expert_mlp_prefill (wgmma tma) gate/up" : "moe_expert_mlp_prefill (wgmma tma) down");
