@@ -119,8 +119,10 @@ struct KdaChunkArgs {
   // chunk, so o and the state are bit-identical to the plain schedule. Passes of several
   // sequences take the plain schedule. 1: off; 0: pick (in bf16 mode
   // kKdaChunkBf16PipelineBlocks with the mma.sync state kernel, where it measured faster at every
-  // shape: docs/perf.md "Leaner bf16 intra kernel"; with the wgmma one 8 blocks for passes of >=
-  // kKdaChunkWgmmaPipelineMinChunks chunks, plain below; off otherwise). It changes the job tables: tables_uploaded needs an earlier call with the
+  // shape: docs/perf.md "Leaner bf16 intra kernel"; with the multicast split pick
+  // (kKdaChunkMulticastMinChunks) 4 blocks, 8 from kKdaChunkWgmmaPipelineMinChunks chunks; with
+  // the wgmma one otherwise 8 blocks for passes of >= kKdaChunkWgmmaPipelineMinChunks chunks,
+  // plain below; off otherwise). It changes the job tables: tables_uploaded needs an earlier call with the
   // same value.
   int pipeline_blocks = 0;
 };
@@ -137,6 +139,14 @@ inline constexpr int kKdaChunkWgmmaPipelineBlocks = 8;
 inline constexpr int kKdaChunkStatePrefetch = 0;
 // state_mma's pick: 1 mma.sync, 2 wgmma.
 inline constexpr int kKdaChunkStateMma = 2;
+// bf16 passes of one sequence (D = 128) from this many chunks on, with state_tile, state_mma,
+// state_warps, pipeline_blocks, bf16_workspace and output all left to the pick, take state tile
+// 64 on the multicast wgmma kernel (kKdaChunkMulticastStateMma) and pipelined blocks (4; 8 from
+// kKdaChunkWgmmaPipelineMinChunks chunks): at T = 16K H32 1181-1186 us against 1247-1267 for
+// tile 32 plain, at 64K 4322 (8 blocks) against 4737-4808 (docs/perf.md "The merged tree on two
+// H200s, eighth session"). Shorter or several-sequence passes keep tile 32 (plain).
+inline constexpr int64_t kKdaChunkMulticastMinChunks = 128;
+inline constexpr int kKdaChunkMulticastStateMma = 4;
 // bf16_workspace's pick (docs/perf.md "Packed bf16 workspace").
 inline constexpr bool kKdaChunkPackBf16 = true;
 // The in-state kernel's warps for KdaChunkArgs::state_warps `asked` at head dim D and state

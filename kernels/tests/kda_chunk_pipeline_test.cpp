@@ -250,6 +250,30 @@ TEST_F(KdaChunkPipeline, WgmmaMulticastStateBitIdentical) {
   }
 }
 
+// bf16's pick for a one-sequence pass of >= kKdaChunkMulticastMinChunks chunks (D = 128): state
+// tile 64 on the multicast wgmma kernel, pipelined (4 blocks). It must equal that configuration
+// asked for explicitly and the plain tile-32 wgmma call (a value column's state evolves alone, so
+// the tile does not change its sums); one chunk short of the threshold it equals the plain call.
+TEST_F(KdaChunkPipeline, MulticastSplitPickBitIdentical) {
+  for (int64_t chunks : {kKdaChunkMulticastMinChunks, kKdaChunkMulticastMinChunks - 1}) {
+    const bool split = chunks >= kKdaChunkMulticastMinChunks;
+    const Problem p{2, 128, {chunks * kKdaChunk - (split ? 27 : 0)}};
+    const Inputs in = make_inputs(p, 29);
+    SCOPED_TRACE(::testing::Message() << "T " << p.T());
+    const Outcome pick = run(p, in, Mode::kBf16, KdaChunkOutput::kPick, 0);
+    // Split: the configuration the pick stands for, and plain tile-32 wgmma; else plain with the picks.
+    const Outcome asked = split ? run(p, in, Mode::kBf16, KdaChunkOutput::kPick, 4, 0, 0, 64, 0, 4) : run(p, in, Mode::kBf16, KdaChunkOutput::kPick, 1);
+    EXPECT_TRUE(same_bits(pick.o, asked.o)) << "output differs from the configuration asked explicitly";
+    EXPECT_TRUE(same_bits(pick.pool, asked.pool)) << "final state differs from the configuration asked explicitly";
+    if (!split) continue;
+    const Outcome plain32 = run(p, in, Mode::kBf16, KdaChunkOutput::kPick, 1, 0, 0, 32, 0, 2);
+    EXPECT_TRUE(same_bits(pick.o, plain32.o)) << "output differs from plain tile 32";
+    EXPECT_TRUE(same_bits(pick.pool, plain32.pool)) << "final state differs from plain tile 32";
+  }
+  std::printf("  bf16 pick at %ld chunks (= tile 64 multicast x 4 blocks = plain tile 32) and one short of it (= plain) checked\n",
+              static_cast<long>(kKdaChunkMulticastMinChunks));
+}
+
 // One sequence of 42 chunks (the last partial), block counts from 2 to more than the chunks.
 TEST_F(KdaChunkPipeline, OneSequenceBitIdentical) { expect_identical({4, 128, {64 * 41 + 23}}, 0, {0, 2, 5, 8, 64}); }
 
