@@ -143,8 +143,11 @@ Status CudaModel::plan_mla(const int32_t* ctx, int64_t rows, bool in_graph, Step
   st->mla.plan = d_plan;
   st->mla.capacity = capacity;
   // The plan's copy ring for this step's shape. A graph keeps the ring it was captured with;
-  // both rings read the same plan image, so a replay stays correct either way.
-  st->mla.ring = plan.ring;
+  // every ring reads the same plan image, so a replay stays correct either way. Not the
+  // one-tile items' kLeanPrefetch: a bucket's graph captured on short contexts would keep it
+  // when they grow (1-9% slower there), and here its pre-wait window is about nil (the q
+  // absorb before it does not trigger early; design.md "MLA split-KV decode").
+  st->mla.ring = plan.ring == MlaDecodeRing::kLeanPrefetch ? MlaDecodeRing::kLean : plan.ring;
   st->mla.merge_mode = plan.merge;  // the separate merge's form (early loads for rows of many items)
   // The fused merge's counters: zeroed when the buffer is new (here, outside any capture);
   // every run leaves them zero, so graphs replay without a reset node.

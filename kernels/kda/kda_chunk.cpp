@@ -164,33 +164,35 @@ Status kda_chunk_prefill(const KdaChunkArgs& a, cudaStream_t stream) {
   // A long one-sequence bf16 pass with every state choice left to the pick: state tile 64 in
   // multicast clusters (state_mma 4), pipelined, so the state pass holds half the SMs and the
   // intra kernel the rest (docs/perf.md "The merged tree on two H200s, eighth session").
-  auto split_pick = [&](const Pass& p) {
-    return a.bf16 && D == 128 && p.seqs == 1 && p.chunks >= kKdaChunkMulticastMinChunks && a.state_tile == 0 && a.state_mma == 0 &&
+  // Only where tile 32 would have been picked (>= 96 tiles of 32 value rows: H >= 24 at D = 128,
+  // the measured head counts); fewer heads keep the narrow tiles that spread the state pass.
+  auto multicast_pick = [&](const Pass& p) {
+    return a.bf16 && D == 128 && p.seqs == 1 && (D / 32) * H >= 96 && p.chunks >= kKdaChunkMulticastMinChunks && a.state_tile == 0 && a.state_mma == 0 &&
            a.state_warps == 0 && a.pipeline_blocks == 0 && a.bf16_workspace != 1 && a.output == KdaChunkOutput::kPick;
   };
   auto plan_state = [&](const Pass& p) {
     StatePlan sp{};
-    const bool split = split_pick(p);
+    const bool multicast = multicast_pick(p);
     // Narrow state slices when wide ones would leave most SMs idle.
-    sp.vt = split ? 64 : a.state_tile;
+    sp.vt = multicast ? 64 : a.state_tile;
     if (sp.vt == 0) sp.vt = (D / 32) * H * p.seqs >= 96 ? 32 : 16;
     if (D == 32) sp.vt = 32;  // 16 leaves too few state tiles for the block's 8 warps; 64 > D
     if (sp.vt > D) sp.vt = static_cast<int>(D);
     sp.separate = a.output == KdaChunkOutput::kPick ? separate_output_pays(math == kda_chunk::k3xTf32, D, H, p.chunks, p.serial)
                                                     : a.output == KdaChunkOutput::kSeparate;
     sp.packed = math == kda_chunk::kBf16 && !sp.separate && (a.bf16_workspace == 0 ? kKdaChunkPackBf16 : a.bf16_workspace == 2);
-    const int mma = split ? kKdaChunkMulticastStateMma : a.state_mma == 0 ? kKdaChunkStateMma : a.state_mma;
+    const int mma = multicast ? kKdaChunkMulticastStateMma : a.state_mma == 0 ? kKdaChunkStateMma : a.state_mma;
     sp.wgmma = sp.packed && a.state_warps != 16 && mma >= 2 && kda_chunk_state_wgmma_supported(static_cast<int>(D), sp.vt);
     sp.multicast = sp.wgmma && mma >= 3 ? mma - 2 : 0;
     return sp;
   };
-  // Pipelined blocks of a one-sequence pass: as asked, else bf16's pick - the multicast split
+  // Pipelined blocks of a one-sequence pass: as asked, else bf16's pick - the multicast pick
   // 4 blocks, 8 from kKdaChunkWgmmaPipelineMinChunks chunks; with the wgmma state kernel 8
   // blocks from kKdaChunkWgmmaPipelineMinChunks chunks on and plain below, else 4.
   auto blocks_for = [&](const Pass& p) -> int64_t {
     if (a.pipeline_blocks != 0) return a.pipeline_blocks;
     if (!a.bf16) return 1;
-    if (split_pick(p)) return p.chunks >= kKdaChunkWgmmaPipelineMinChunks ? kKdaChunkWgmmaPipelineBlocks : kKdaChunkBf16PipelineBlocks;
+    if (multicast_pick(p)) return p.chunks >= kKdaChunkWgmmaPipelineMinChunks ? kKdaChunkWgmmaPipelineBlocks : kKdaChunkBf16PipelineBlocks;
     if (!plan_state(p).wgmma) return kKdaChunkBf16PipelineBlocks;
     return p.chunks >= kKdaChunkWgmmaPipelineMinChunks ? kKdaChunkWgmmaPipelineBlocks : 1;
   };

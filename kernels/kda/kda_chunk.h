@@ -18,8 +18,9 @@
 // workspace's front, which later calls for the same batch (the other KDA layers of a step)
 // may reuse (KdaChunkArgs::tables_uploaded).
 // Not graph-capturable (host tables, pageable uploads): prefill runs eagerly. (With
-// tables_uploaded there is no upload; the pipelined schedule - bf16 mode's pick - then
-// captures too: its second stream is forked from and joined to the caller's with events.)
+// tables_uploaded there is no upload; the pipelined schedule - bf16 mode's pick with the
+// mma.sync state kernel, and with the wgmma one for passes of >= kKdaChunkMulticastMinChunks
+// chunks - then captures too: its second stream is forked from and joined to the caller's with events.)
 #pragma once
 
 #include <cuda_runtime.h>
@@ -96,7 +97,8 @@ struct KdaChunkArgs {
   // the H200 every d measured made the state kernel 13-17% slower, docs/perf.md "State
   // kernel: bf16 B operands, L2 prefetch"), -1: off, 1 .. 8: d. Results do not depend on it.
   int state_prefetch = 0;
-  // The packed bf16 workspace's state kernel: 0: pick (kKdaChunkStateMma), 1: mma.sync (8 or
+  // The packed bf16 workspace's state kernel: 0: pick (kKdaChunkStateMma; kKdaChunkMulticastStateMma
+  // for the one-sequence passes of kKdaChunkMulticastMinChunks, which also take tile 64), 1: mma.sync (8 or
   // state_warps warps), 2: wgmma (sm_90a warpgroup MMA, operands from shared memory; D = 128 at
   // state tiles 32 / 64 with state_warps 0 / 8, elsewhere the mma.sync kernel; docs/perf.md
   // "State kernel on wgmma"). The same bf16 operands, fp32 sums in the tensor core's order.
@@ -107,7 +109,10 @@ struct KdaChunkArgs {
   int state_mma = 0;
   // true: the workspace already holds this batch's job tables, uploaded by an earlier call on
   // this stream with the same cu_seqlens, slots, slot_stride, heads, head_dim and workspace
-  // (pointer and bytes); only layer_offset (and the tensors) may differ. Skips the uploads.
+  // (pointer and bytes) and every other field here that steers the picks (bf16, precise,
+  // output, state_tile, state_mma, state_warps, bf16_workspace, pipeline_blocks: they decide
+  // the pipelined split the tables hold); only layer_offset (and the tensors) may differ.
+  // Skips the uploads.
   bool tables_uploaded = false;
   // Pipelined schedule (docs/perf.md "Pipelined intra / state schedule"): 2 ..
   // kKdaChunkMaxPipelineBlocks splits every pass that holds one sequence (or one piece of a
@@ -137,9 +142,9 @@ inline constexpr int64_t kKdaChunkWgmmaPipelineMinChunks = 1024;
 inline constexpr int kKdaChunkWgmmaPipelineBlocks = 8;
 // state_prefetch's pick (chunks ahead; 0: none).
 inline constexpr int kKdaChunkStatePrefetch = 0;
-// state_mma's pick: 1 mma.sync, 2 wgmma.
+// state_mma's pick: 1 mma.sync, 2 wgmma (4, multicast: kKdaChunkMulticastMinChunks below).
 inline constexpr int kKdaChunkStateMma = 2;
-// bf16 passes of one sequence (D = 128) from this many chunks on, with state_tile, state_mma,
+// bf16 passes of one sequence (D = 128, >= 24 heads) from this many chunks on, with state_tile, state_mma,
 // state_warps, pipeline_blocks, bf16_workspace and output all left to the pick, take state tile
 // 64 on the multicast wgmma kernel (kKdaChunkMulticastStateMma) and pipelined blocks (4; 8 from
 // kKdaChunkWgmmaPipelineMinChunks chunks): at T = 16K H32 1181-1186 us against 1247-1267 for

@@ -389,7 +389,9 @@ __global__ void __launch_bounds__(256, 2) state_wgmma_kernel(const float* __rest
     if constexpr (MC) {
       if (!bars) {
         cluster_arrive_relaxed();
-      } else if (tid == 0) {  // this stage free here: tell every CTA's empty barrier
+      } else if (tid == 0 && n + NS < job.chunks) {  // this stage free here: tell every CTA's empty barrier
+        // (only where chunk n + NS refills it: the last NS chunks' arrivals would have no waiter
+        // and could still be landing in a peer's shared memory as it exits)
         for (int c = 0; c < CS; ++c) mbar_arrive_remote(sb + Sm::BAR + (NS + n % NS) * 8, c);
       }
     }

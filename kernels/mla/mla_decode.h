@@ -35,7 +35,7 @@ namespace pdserve::cuda {
 
 // Image layout (int32): [0] num_items, [1] rows, [2] capacity, [3] the L2 prefetch count: tiles
 // each item prefetches before the pdl wait (kLeanPrefetch), or the L2's lead over the ring
-// (kLeanAhead); min(item's tiles, kMlaPrefetchTileBudget / num_items), >= 1;
+// (kLeanAhead); min(the longest item's tiles, kMlaPrefetchTileBudget / num_items), >= 1;
 // items from word 4: capacity x {row, token_begin, token_end, partial_slot (-1: direct)};
 // then rows x {first_item, num_items, group_size, num_groups}: the fused merge's tree, items
 // [first + g x group_size, ...) form group g; a row with one group merges in one step.
@@ -200,7 +200,8 @@ inline constexpr MlaDecodeRing kMlaLongItemRing = MlaDecodeRing::kLean;
 // Items of one tile (chunk <= kMlaTileTokens: 1 x 1K, 1 x 4K): kLeanPrefetch, whose pre-wait
 // prefetch is then the item's whole read; 3-5% faster than kLean there on the H200 in two
 // calls, and 1-9% slower wherever items hold two tiles or more (docs/perf.md, MLA decode,
-// tenth version). Falls back to kLean where MlaDecodeWork::cache_pages is 0.
+// tenth version). Falls back to kLean where MlaDecodeWork::cache_pages is 0. The CUDA backend
+// runs kLean instead (cuda_model.cpp: a graph keeps its first step's ring).
 inline constexpr MlaDecodeRing kMlaOneTileItemRing = MlaDecodeRing::kLeanPrefetch;
 MlaDecodeRing mla_decode_pick_ring(int64_t chunk_tokens);
 

@@ -206,7 +206,7 @@ __device__ __forceinline__ void wa_chunk_narrow(const uint4 (&q)[4], const uint3
   step(std::integral_constant<int, 3>{});
 }
 
-// ---- kWeightsAPdlF32 (moedec11, opt-in): the E8M0 scale applied to fp32 partial sums rather
+// ---- kWeightsAPdlF32 (moedec11; kAuto's pick from 129 to 4095 pairs): the E8M0 scale applied to fp32 partial sums rather
 // than to every bf16x2 register. The MMA takes the codes as dequant_bits leaves them, E2M1 x
 // 2^-126 (bf16 subnormals for codes 0 and +-0.5: the tensor core must keep them), against
 // token rows staged as bf16(x) x 2^kF32TokenShift (exact: a power of two); each (A operand,

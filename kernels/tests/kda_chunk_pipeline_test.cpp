@@ -250,14 +250,14 @@ TEST_F(KdaChunkPipeline, WgmmaMulticastStateBitIdentical) {
   }
 }
 
-// bf16's pick for a one-sequence pass of >= kKdaChunkMulticastMinChunks chunks (D = 128): state
+// bf16's pick for a one-sequence pass of >= kKdaChunkMulticastMinChunks chunks (D = 128, >= 24 heads): state
 // tile 64 on the multicast wgmma kernel, pipelined (4 blocks). It must equal that configuration
 // asked for explicitly and the plain tile-32 wgmma call (a value column's state evolves alone, so
 // the tile does not change its sums); one chunk short of the threshold it equals the plain call.
 TEST_F(KdaChunkPipeline, MulticastSplitPickBitIdentical) {
   for (int64_t chunks : {kKdaChunkMulticastMinChunks, kKdaChunkMulticastMinChunks - 1}) {
     const bool split = chunks >= kKdaChunkMulticastMinChunks;
-    const Problem p{2, 128, {chunks * kKdaChunk - (split ? 27 : 0)}};
+    const Problem p{24, 128, {chunks * kKdaChunk - (split ? 27 : 0)}};  // 24 heads: the fewest the pick takes
     const Inputs in = make_inputs(p, 29);
     SCOPED_TRACE(::testing::Message() << "T " << p.T());
     const Outcome pick = run(p, in, Mode::kBf16, KdaChunkOutput::kPick, 0);

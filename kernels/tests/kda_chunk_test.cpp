@@ -281,7 +281,7 @@ TEST_F(KdaChunk, WgmmaStateKernelMatchesMmaSync) {
 }
 
 // The wgmma state kernel with a head's CTAs as one cluster loading the shared inputs once by
-// TMA multicast (state_mma = 3, 4: the cluster barrier waited early / late) against the plain wgmma kernel (2): bit-identical o and pool
+// TMA multicast (state_mma = 3, 4: a cluster barrier a chunk / per-stage empty mbarriers) against the plain wgmma kernel (2): bit-identical o and pool
 // (the same operands in the same shared-memory layout, the same wgmma sequence); tiles 32 / 64
 // (clusters of 4 / 2), 1 (run as 2), 2 and 3 stages, ragged batches with partial chunks and
 // empty sequences' neighbours, several passes, the L2 prefetch on.
