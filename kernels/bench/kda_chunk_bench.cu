@@ -82,9 +82,12 @@ void run_shape(int64_t T, int64_t H, int tile, kda_chunk::Math math, int buffers
   a.precise = math == kda_chunk::k3xTf32, a.bf16 = math == kda_chunk::kBf16, a.state_buffers = buffers, a.output = static_cast<KdaChunkOutput>(output);
   a.state_warps = warps, a.bf16_workspace = bf16_ws, a.bf16_intra = bf16_intra, a.state_prefetch = prefetch;
   a.state_mma = state_mma;
-  // The launcher's workspace format (kda_chunk.cpp), for the kernels timed alone below.
-  const bool packed = math == kda_chunk::kBf16 && output != 2 && (bf16_ws == 0 ? kKdaChunkPackBf16 : bf16_ws == 2);
   a.pipeline_blocks = 1;  // plain (bf16's pick is pipelined)
+  // The launcher's state kernel for the plain call, the one the kernels timed alone below run.
+  const int64_t nch = (T + 63) / 64;
+  const KdaChunkStatePlan plan = kda_chunk_plan_state(a, 1, nch, nch);
+  const bool packed = plan.packed, wgmma = plan.wgmma;
+  const int vt = plan.vt, multicast = plan.multicast;
   const double us = bench::median_us([&](int) { check(kda_chunk_prefill(a, nullptr), "kda_chunk_prefill"); });
   check(cuda_status(cudaDeviceSynchronize(), "sync"), "sync");
   // The pipelined schedule (KdaChunkArgs::pipeline_blocks) on the same buffers, and the grids
@@ -97,7 +100,6 @@ void run_shape(int64_t T, int64_t H, int tile, kda_chunk::Math math, int buffers
   }
   a.pipeline_blocks = 1;
   // The kernels alone (the same tables kda_chunk_prefill builds for one sequence).
-  const int64_t nch = (T + 63) / 64;
   std::vector<kda_chunk::ChunkJob> cj;
   for (int64_t c = 0; c < nch; ++c) cj.push_back({c * 64, static_cast<int32_t>(std::min<int64_t>(64, T - c * 64)), 0});
   const kda_chunk::SeqJob sj{0, T, 0, 0, static_cast<int32_t>(nch)};
@@ -106,12 +108,7 @@ void run_shape(int64_t T, int64_t H, int tile, kda_chunk::Math math, int buffers
   check(cuda_status(cudaMemcpy(dchunks.get(), cj.data(), cj.size() * sizeof(cj[0]), cudaMemcpyHostToDevice), "tables"), "tables");
   check(cuda_status(cudaMemcpy(dseq.get(), &sj, sizeof(sj), cudaMemcpyHostToDevice), "tables"), "tables");
   DeviceBuffer<float> inter(static_cast<size_t>(nch * H) * kda_chunk::Layout<128>::floats);
-  const int vt = tile ? tile : 32;
   const int state_warps = kda_chunk_state_warps(warps, D, vt);  // the launcher's (0: its pick, 8)
-  // The launcher's state kernel (kda_chunk.cpp): wgmma where asked for (or picked) and supported.
-  const int mma = state_mma == 0 ? kKdaChunkStateMma : state_mma;
-  const bool wgmma = packed && warps != 16 && mma >= 2 && kda_chunk_state_wgmma_supported(128, vt);
-  const int multicast = wgmma && mma >= 3 ? mma - 2 : 0;
   const double us_intra = bench::median_us([&](int) {
     check(cuda_status(kda_chunk_intra_launch(128, math, a.q, a.k, a.v, a.g, a.beta, H,
                                              dchunks.get(), nch, inter.get(), nullptr, packed, bf16_intra == 2),
@@ -120,7 +117,7 @@ void run_shape(int64_t T, int64_t H, int tile, kda_chunk::Math math, int buffers
   });
   // (The separate-output state kernel overwrites u with v_new: repeated runs time the same
   // work on drifting values.)
-  const bool separate = output == 2;
+  const bool separate = plan.separate;
   const double us_state = bench::median_us([&](int) {
     if (separate)
       check(cuda_status(kda_chunk_state_split_launch(128, vt, math, buffers != 1, inter.get(), H, dseq.get(), 1, a.state, 0, nullptr), "state"),
@@ -150,7 +147,9 @@ void run_shape(int64_t T, int64_t H, int tile, kda_chunk::Math math, int buffers
   if (!pipeline.empty()) {
     cudaDeviceProp prop{};
     check(cudaGetDeviceProperties(&prop, 0), "props");
-    const int pick_vt = tile ? tile : (D / 32) * H >= 96 ? 32 : 16;
+    a.pipeline_blocks = 0;  // the pick's pipelined pass (its tile: the multicast pick's where it applies)
+    const int pick_vt = kda_chunk_plan_state(a, 1, nch, nch).vt;
+    a.pipeline_blocks = 1;
     std::printf("  grids: intra %ld x %ld CTAs of 256 (%ld a block of %d chunks at 8 blocks), state %ld x %ld CTAs of 256, "
                 "%d SMs, %zu B shared memory an SM\n",
                 static_cast<long>(nch), static_cast<long>(H), static_cast<long>(nch / 8 * H), static_cast<int>(nch / 8),

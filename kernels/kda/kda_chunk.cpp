@@ -84,6 +84,36 @@ int64_t kda_chunk_count(const int64_t* cu_seqlens, int64_t num_seqs) {
   return n;
 }
 
+// A long one-sequence bf16 pass with every state choice left to the pick: state tile 64 in
+// multicast clusters (state_mma 4), pipelined, so the state pass holds half the SMs and the
+// intra kernel the rest (docs/perf.md "The merged tree on two H200s, eighth session").
+// Only where tile 32 would have been picked (>= 96 tiles of 32 value rows: H >= 24 at D = 128,
+// the measured head counts); fewer heads keep the narrow tiles that spread the state pass.
+bool kda_chunk_multicast_pick(const KdaChunkArgs& a, int64_t seqs, int64_t chunks) {
+  const int64_t D = a.head_dim, H = a.heads;
+  return a.bf16 && D == 128 && seqs == 1 && (D / 32) * H >= 96 && chunks >= kKdaChunkMulticastMinChunks && a.state_tile == 0 &&
+         a.state_mma == 0 && a.state_warps == 0 && a.pipeline_blocks == 0 && a.bf16_workspace != 1 && a.output == KdaChunkOutput::kPick;
+}
+
+KdaChunkStatePlan kda_chunk_plan_state(const KdaChunkArgs& a, int64_t seqs, int64_t chunks, int64_t serial) {
+  const int64_t D = a.head_dim, H = a.heads;
+  const kda_chunk::Math math = a.bf16 ? kda_chunk::kBf16 : a.precise ? kda_chunk::k3xTf32 : kda_chunk::kTf32;
+  KdaChunkStatePlan sp;
+  const bool multicast = kda_chunk_multicast_pick(a, seqs, chunks);
+  // Narrow state slices when wide ones would leave most SMs idle.
+  sp.vt = multicast ? 64 : a.state_tile;
+  if (sp.vt == 0) sp.vt = (D / 32) * H * seqs >= 96 ? 32 : 16;
+  if (D == 32) sp.vt = 32;  // 16 leaves too few state tiles for the block's 8 warps; 64 > D
+  if (sp.vt > D) sp.vt = static_cast<int>(D);
+  sp.separate = a.output == KdaChunkOutput::kPick ? separate_output_pays(math == kda_chunk::k3xTf32, D, H, chunks, serial)
+                                                  : a.output == KdaChunkOutput::kSeparate;
+  sp.packed = math == kda_chunk::kBf16 && !sp.separate && (a.bf16_workspace == 0 ? kKdaChunkPackBf16 : a.bf16_workspace == 2);
+  const int mma = multicast ? kKdaChunkMulticastStateMma : a.state_mma == 0 ? kKdaChunkStateMma : a.state_mma;
+  sp.wgmma = sp.packed && a.state_warps != 16 && mma >= 2 && kda_chunk_state_wgmma_supported(static_cast<int>(D), sp.vt);
+  sp.multicast = sp.wgmma && mma >= 3 ? mma - 2 : 0;
+  return sp;
+}
+
 Status kda_chunk_prefill(const KdaChunkArgs& a, cudaStream_t stream) {
   const int64_t H = a.heads, D = a.head_dim;
   if (!kda_chunk_supported(D)) return invalid_argument("kda_chunk_prefill: head_dim must be 32, 64 or 128");
@@ -155,37 +185,8 @@ Status kda_chunk_prefill(const KdaChunkArgs& a, cudaStream_t stream) {
     passes.push_back(p);
   }
   const kda_chunk::Math math = a.bf16 ? kda_chunk::kBf16 : a.precise ? kda_chunk::k3xTf32 : kda_chunk::kTf32;
-  // A pass's state kernel: value rows a CTA, output place, workspace format, kernel.
-  struct StatePlan {
-    int vt;
-    bool separate, packed, wgmma;
-    int multicast;  // the wgmma kernel's: 0 off, 1 / 2 (state_mma 3 / 4)
-  };
-  // A long one-sequence bf16 pass with every state choice left to the pick: state tile 64 in
-  // multicast clusters (state_mma 4), pipelined, so the state pass holds half the SMs and the
-  // intra kernel the rest (docs/perf.md "The merged tree on two H200s, eighth session").
-  // Only where tile 32 would have been picked (>= 96 tiles of 32 value rows: H >= 24 at D = 128,
-  // the measured head counts); fewer heads keep the narrow tiles that spread the state pass.
-  auto multicast_pick = [&](const Pass& p) {
-    return a.bf16 && D == 128 && p.seqs == 1 && (D / 32) * H >= 96 && p.chunks >= kKdaChunkMulticastMinChunks && a.state_tile == 0 && a.state_mma == 0 &&
-           a.state_warps == 0 && a.pipeline_blocks == 0 && a.bf16_workspace != 1 && a.output == KdaChunkOutput::kPick;
-  };
-  auto plan_state = [&](const Pass& p) {
-    StatePlan sp{};
-    const bool multicast = multicast_pick(p);
-    // Narrow state slices when wide ones would leave most SMs idle.
-    sp.vt = multicast ? 64 : a.state_tile;
-    if (sp.vt == 0) sp.vt = (D / 32) * H * p.seqs >= 96 ? 32 : 16;
-    if (D == 32) sp.vt = 32;  // 16 leaves too few state tiles for the block's 8 warps; 64 > D
-    if (sp.vt > D) sp.vt = static_cast<int>(D);
-    sp.separate = a.output == KdaChunkOutput::kPick ? separate_output_pays(math == kda_chunk::k3xTf32, D, H, p.chunks, p.serial)
-                                                    : a.output == KdaChunkOutput::kSeparate;
-    sp.packed = math == kda_chunk::kBf16 && !sp.separate && (a.bf16_workspace == 0 ? kKdaChunkPackBf16 : a.bf16_workspace == 2);
-    const int mma = multicast ? kKdaChunkMulticastStateMma : a.state_mma == 0 ? kKdaChunkStateMma : a.state_mma;
-    sp.wgmma = sp.packed && a.state_warps != 16 && mma >= 2 && kda_chunk_state_wgmma_supported(static_cast<int>(D), sp.vt);
-    sp.multicast = sp.wgmma && mma >= 3 ? mma - 2 : 0;
-    return sp;
-  };
+  auto multicast_pick = [&](const Pass& p) { return kda_chunk_multicast_pick(a, p.seqs, p.chunks); };
+  auto plan_state = [&](const Pass& p) { return kda_chunk_plan_state(a, p.seqs, p.chunks, p.serial); };
   // Pipelined blocks of a one-sequence pass: as asked, else bf16's pick - the multicast pick
   // 4 blocks, 8 from kKdaChunkWgmmaPipelineMinChunks chunks; with the wgmma state kernel 8
   // blocks from kKdaChunkWgmmaPipelineMinChunks chunks on and plain below, else 4.
@@ -235,7 +236,7 @@ Status kda_chunk_prefill(const KdaChunkArgs& a, cudaStream_t stream) {
   for (const Pass& p : passes) {
     const ChunkJob* cj = chunk_table + p.chunk0;
     const SeqJob* sj = seq_table + p.seq0;
-    const StatePlan sp = plan_state(p);
+    const KdaChunkStatePlan sp = plan_state(p);
     const int vt = sp.vt;
     const bool separate = sp.separate, packed = sp.packed, wgmma = sp.wgmma;
     const int warps = kda_chunk_state_warps(a.state_warps, D, vt);

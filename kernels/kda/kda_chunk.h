@@ -161,6 +161,19 @@ inline int kda_chunk_state_warps(int asked, int64_t D, int vt) { return asked ==
 // chunks); the pipelined schedule's split, here for its tests.
 inline int64_t kda_chunk_pipeline_block_start(int64_t chunks, int64_t blocks, int64_t b) { return chunks * b / blocks; }
 
+// The state kernel kda_chunk_prefill runs for a pass of `seqs` sequences and `chunks` chunks whose
+// longest sequence has `serial` chunks (its pick, here for the benchmark too): value rows a CTA,
+// the output in a separate pass, the packed bf16 workspace, wgmma, and the multicast form (0 off;
+// 1 / 2: state_mma 3 / 4).
+struct KdaChunkStatePlan {
+  int vt = 32;
+  bool separate = false, packed = false, wgmma = false;
+  int multicast = 0;
+};
+KdaChunkStatePlan kda_chunk_plan_state(const KdaChunkArgs& a, int64_t seqs, int64_t chunks, int64_t serial);
+// Whether such a pass takes the multicast pick (state tile 64, kKdaChunkMulticastStateMma, pipelined).
+bool kda_chunk_multicast_pick(const KdaChunkArgs& a, int64_t seqs, int64_t chunks);
+
 bool kda_chunk_supported(int64_t head_dim);
 // Bytes of workspace that let one pass cover `chunks` chunks of all heads (a call with less
 // splits the batch into passes; the state carries between them through the slots).

@@ -14,6 +14,7 @@
 // Outputs bit-identical to kWgmma.
 #include <cuda_bf16.h>
 
+#include "mla/wgmma_bf16.cuh"
 #include "moe/moe_prefill.h"
 #include "moe/moe_prefill_device.cuh"
 #include "moe/moe_prefill_internal.h"
@@ -34,8 +35,6 @@ constexpr size_t smem_bytes() {
   static_assert(size_t(kStages) * kStageBytes + 1024 + (kMaxExperts + 4) * 4 <= 227 * 1024, "shared memory a CTA");
   return size_t(kStages) * kStageBytes + 1024;  // + the 1024-byte alignment the swizzle atoms need
 }
-
-__device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); }
 
 // This thread's weight pointers for a tile (kWgmma's layout): warp's two 8-row tiles of each
 // m64 block, lane's 16 bytes; the scale word of row g. live: the warpgroup's rows are real
@@ -121,7 +120,7 @@ __device__ __forceinline__ void run_tile(const Mxfp4Decode& a, const Mxfp4Decode
   uint32_t sc[4];
   for (int c = 0; c < chunks; ++c) {
     cp_async_wait<kAhead - 1>();
-    fence_proxy_async();  // the cp.async writes (generic proxy) become visible to wgmma (async proxy)
+    wgmma::fence_proxy_async();  // the cp.async writes (generic proxy) become visible to wgmma (async proxy)
     __syncthreads();
     // Slot (base + c + kAhead) % kStages was last read by chunk c - 2 of this stream (this
     // tile's or the last one's), finished by every warpgroup before this barrier.

@@ -15,6 +15,7 @@
 
 #include <cstdlib>
 
+#include "mla/wgmma_bf16.cuh"
 #include "moe/moe_prefill.h"
 #include "moe/moe_prefill_device.cuh"
 #include "moe/moe_prefill_internal.h"
@@ -80,7 +81,6 @@ struct Cfg {
   static_assert(kSmem <= 227 * 1024, "shared memory a CTA");
 };
 
-__device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); }
 
 // One tile. kWgmma: gated 128 gate + 128 up outputs (warpgroup wg: rows 64 wg .. + 63 of
 // each), down 256 outputs (warpgroup wg: rows 128 wg .. + 127 as two m64 blocks).
@@ -209,7 +209,7 @@ __device__ __forceinline__ void run_tile(const Mxfp4Decode& a, const Mxfp4Decode
     if (live) load_w(0, qn, sn);
   for (int c = 0; c < chunks; ++c) {
     cp_async_wait<kAhead - 1>();
-    if constexpr (!(ablate_mask<kVar>() & 4)) fence_proxy_async();  // the cp.async writes (generic proxy) become visible to wgmma (async proxy)
+    if constexpr (!(ablate_mask<kVar>() & 4)) wgmma::fence_proxy_async();  // the cp.async writes (generic proxy) become visible to wgmma (async proxy)
     if constexpr (!(ablate_mask<kVar>() & 8)) __syncthreads();
     // Slot (c + kAhead) % kStages was last read by chunk c + kAhead - kStages <= c - 2,
     // whose wgmmas every warpgroup finished before this barrier (wait<kPending <= 2> leaves
