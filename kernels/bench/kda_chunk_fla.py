@@ -13,7 +13,7 @@ With --dump DIR the accuracy step runs after the first shape and writes its fp32
 final state to DIR (raw float32; meta.txt holds T H D), for `kda_chunk_bench --accuracy DIR`
 to put ours and fla's against the same fp32 CPU reference in the same run; the timings then
 take bf16 safe_gate only, at the bench's shapes (T 16K / 64K, H 32 / 24), after an untimed
-compile at the first; with FLA_GATE=FILE they wait for FILE (one GPU shared with our bench);
+compile at the first shape of each head count; with FLA_GATE=FILE they wait for FILE (one GPU shared with our bench);
 FLA_SHAPES="TxH,..." picks the shapes, FLA_ACC=0 skips the accuracy step.
 """
 import os
@@ -105,8 +105,9 @@ def main():
             return lambda: chunk_kda(q, k, v, g, beta, scale=D ** -0.5, initial_state=h0, output_final_state=True,
                                      state_v_first=True, safe_gate=True, lower_bound=-5.0)
 
-        with torch.inference_mode():  # compile (and autotune) at the first shape, untimed
-            run_for(*shapes[0])()
+        with torch.inference_mode():  # compile (and autotune) at the first shape of each head count, untimed
+            for H in dict.fromkeys(h for _, h in shapes):
+                run_for(next(t for t, h in shapes if h == H), H)()
         torch.cuda.synchronize()
         torch.cuda.empty_cache()
         print("fla compiled", flush=True)
