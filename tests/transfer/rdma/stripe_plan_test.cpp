@@ -28,7 +28,9 @@ void expect_same_bytes(const std::vector<WriteOp>& in, const StripePlan& plan) {
   for (size_t i = 0; i < pieces.size(); ++i) {
     const WriteOp& p = pieces[i];
     out_bytes += p.length;
-    if (i) EXPECT_TRUE(pieces[i - 1].remote_region != p.remote_region || pieces[i - 1].remote_offset + pieces[i - 1].length <= p.remote_offset);
+    if (i) {
+      EXPECT_TRUE(pieces[i - 1].remote_region != p.remote_region || pieces[i - 1].remote_offset + pieces[i - 1].length <= p.remote_offset);
+    }
     uint64_t covered = 0;
     for (const WriteOp& w : src) {
       if (w.remote_region != p.remote_region) continue;
