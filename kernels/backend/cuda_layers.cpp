@@ -191,17 +191,19 @@ Status CudaModel::kda_layer(const DeviceLayer& l, const Step& st, const float* x
     chunk_slots.push_back(static_cast<int32_t>(seq.state_slot));
   }
   if (chunked && !chunk_slots.empty()) {
-    // Workspace for one pass over the batch, capped: longer batches run in several passes.
-    constexpr size_t kMaxWorkspace = size_t{512} << 20;
+    // Workspace for one pass over the batch, capped at one pass of the largest step the
+    // server runs (its token budget and sequence limit; at least 512 MiB): such a step is one
+    // pass, where the launcher's one-pass picks apply (kda_chunk_plan.h). Grow-only scratch.
     const int64_t n_seqs = static_cast<int64_t>(chunk_slots.size());
-    const size_t ws_bytes = std::max(kda_chunk_workspace_bytes(H, D, 1),
-                                     std::min(kMaxWorkspace, kda_chunk_workspace_bytes(H, D, kda_chunk_count(cu.data(), n_seqs))));
+    const size_t ws_cap = kda_prefill_workspace_cap(H, D, opts_.prefill_step_tokens, opts_.prefill_step_seqs);
+    const size_t ws_bytes = kda_prefill_workspace_bytes(H, D, kda_chunk_count(cu.data(), n_seqs), ws_cap);
     PDS_ASSIGN_OR_RETURN(float* ws, scratch<float>(kKdaChunkWs, ws_bytes / sizeof(float) + 1));
     KdaChunkArgs a;
     a.q = q, a.k = k, a.v = v, a.g = g, a.beta = beta, a.o = o;
     a.heads = H, a.head_dim = D, a.num_seqs = n_seqs, a.cu_seqlens = cu.data(), a.slots = chunk_slots.data();
     a.state = state_, a.slot_stride = slot_floats_, a.layer_offset = l.pool_layer * kda_layer_floats_ + kda_conv_floats_;
     a.workspace = ws, a.workspace_bytes = ws_bytes;
+    a.bf16 = opts_.bf16_kda_prefill;  // opt-in (device_forward.h): fla's precision class, not the CPU's 1e-4
     // Every KDA layer of the step plans the same batch: upload its tables once.
     Step::KdaChunkTables& t = st.kda_chunk_tables;
     a.tables_uploaded = t.workspace == ws && t.workspace_bytes == ws_bytes && t.cu == cu && t.slots == chunk_slots;

@@ -8,6 +8,8 @@
 // (where the time goes).
 //   kda_chunk_bench --packed [picks]: bf16 mode's fp32 vs packed bf16 workspace, plain and
 //   pipelined, then the launcher's picks (with "picks": the former default and the picks only).
+//   kda_chunk_bench --engine [max_running]: the backend's call at the K3 prefill rank's 8K step
+//   (old 512 MiB workspace cap vs the step-sized one, 3xTF32 and bf16; passes, us per layer).
 //   kda_chunk_bench --pipeline: plain vs the pipelined schedule (4 and 8 blocks) at those shapes,
 //   every precision (the launcher's pick of the output place), with the grids.
 //   kda_chunk_bench [T H state_tile math state_buffers output warps blocks ws intra prefetch mma]   (math 0: tf32, 1: 3xTF32,
@@ -258,6 +260,61 @@ std::vector<int> block_counts(const char* list) {
   return out;
 }
 
+// The CUDA backend's call (kernels/backend/cuda_layers.cpp CudaModel::kda_layer) at one
+// step's batch: sequences of `lens` tokens in slots 0.. of a pool, H heads of D = 128, every
+// pick left to the launcher, the workspace the backend sizes for the cap, the job tables
+// uploaded by the step's first KDA layer and reused by the rest (timed: a later layer's call).
+void engine_call(const std::vector<int64_t>& lens, int64_t H, bool bf16, size_t cap, const char* label) {
+  const int64_t D = 128, nseq = static_cast<int64_t>(lens.size());
+  std::vector<int64_t> cu{0};
+  for (int64_t l : lens) cu.push_back(cu.back() + l);
+  const int64_t T = cu.back(), n = T * H * D, chunks = kda_chunk_count(cu.data(), nseq);
+  std::vector<int32_t> slots(static_cast<size_t>(nseq));
+  for (int64_t s = 0; s < nseq; ++s) slots[static_cast<size_t>(s)] = static_cast<int32_t>(s);
+  DeviceBuffer<float> q = random_buffer(n, 1, 0), k = random_buffer(n, 2, 0), v = random_buffer(n, 3, 0);
+  DeviceBuffer<float> g = random_buffer(n, 4, 1), beta = random_buffer(T * H, 5, 2), o(n);
+  DeviceBuffer<float> state = random_buffer(nseq * H * D * D, 6, 0);
+  check(l2_normalize(q.get(), T * H, D, 1e-6f, 1.0f / std::sqrt(float(D)), nullptr), "l2 q");
+  check(l2_normalize(k.get(), T * H, D, 1e-6f, 1.0f, nullptr), "l2 k");
+  const size_t ws_bytes = kda_prefill_workspace_bytes(H, D, chunks, cap);
+  DeviceBuffer<uint8_t> ws(ws_bytes);
+  KdaChunkArgs a;
+  a.q = q.get(), a.k = k.get(), a.v = v.get(), a.g = g.get(), a.beta = beta.get(), a.o = o.get();
+  a.heads = H, a.head_dim = D, a.num_seqs = nseq, a.cu_seqlens = cu.data(), a.slots = slots.data();
+  a.state = state.get(), a.slot_stride = H * D * D, a.layer_offset = 0;
+  a.workspace = ws.get(), a.workspace_bytes = ws_bytes, a.bf16 = bf16;
+  check(kda_chunk_prefill(a, nullptr), "kda_chunk_prefill (first layer: uploads)");
+  a.tables_uploaded = true;
+  const double us = bench::median_us([&](int) { check(kda_chunk_prefill(a, nullptr), "kda_chunk_prefill"); });
+  check(cuda_status(cudaDeviceSynchronize(), "sync"), "sync");
+  const int64_t passes = kda_chunk_pass_count(H, D, chunks, ws_bytes);
+  const int64_t first = std::min(chunks, kda_chunk_pass_capacity(H, D, chunks, ws_bytes));
+  const bool mc = passes == 1 && kda_chunk_multicast_pick(a, nseq, first);
+  const double C = 64, flops = double(chunks) * H * (5 * C * C * D + 6 * C * D * D);
+  const double bytes = 4.0 * (5.0 * n + T * H + 2.0 * nseq * H * D * D);
+  const double floor_us = std::max(bytes / bench::g_bw, flops / bench::g_flops) * 1e6;
+  std::printf("engine %-22s %s T=%5ld seqs=%ld H=%ld D=128 chunks=%ld  ws %7.1f MiB  passes %ld%s  %8.1f us  floor %6.1f us  x%.2f floor\n", label,
+              bf16 ? "bf16  " : "3xtf32", static_cast<long>(T), static_cast<long>(nseq), static_cast<long>(H), static_cast<long>(chunks),
+              ws_bytes / 1048576.0, static_cast<long>(passes), mc ? " (multicast pick)" : "", us, floor_us, us / floor_us);
+}
+
+// --engine [max_running]: what the backend's KDA prefill gains at the K3 prefill rank (TP4: 24
+// heads, D = 128) for an 8K-token step, one sequence and 4 x 2048: the old fixed 512 MiB cap
+// vs the cap sized for the step (8192 tokens, max_running sequences), 3xTF32 and bf16.
+void engine(int64_t max_running) {
+  const int64_t H = 24, step = 8192;
+  const size_t old_cap = kKdaPrefillWorkspaceFloor, new_cap = kda_prefill_workspace_cap(H, 128, step, max_running);
+  std::printf("kda_chunk_workspace_bytes(24, 128, 128) = %zu B (%.1f MiB, every mode); cap for 8192 tokens x %ld seqs: %zu B (%.1f MiB, %ld chunks)\n",
+              kda_chunk_workspace_bytes(H, 128, 128), kda_chunk_workspace_bytes(H, 128, 128) / 1048576.0, static_cast<long>(max_running), new_cap,
+              new_cap / 1048576.0, static_cast<long>(kda_prefill_max_chunks(step, max_running)));
+  for (const std::vector<int64_t>& lens : {std::vector<int64_t>{step}, std::vector<int64_t>{2048, 2048, 2048, 2048}}) {
+    engine_call(lens, H, false, old_cap, "(i) old 512 MiB cap");
+    engine_call(lens, H, false, new_cap, "(ii) step cap");
+    engine_call(lens, H, true, old_cap, "(bf16) old 512 MiB cap");
+    engine_call(lens, H, true, new_cap, "(iii) step cap");
+  }
+}
+
 }  // namespace
 }  // namespace pdserve::cuda
 
@@ -265,6 +322,10 @@ int main(int argc, char** argv) {
   using namespace pdserve::cuda;
   if (argc == 3 && std::strcmp(argv[1], "--accuracy") == 0) {
     accuracy(argv[2]);
+    return 0;
+  }
+  if ((argc == 2 || argc == 3) && std::strcmp(argv[1], "--engine") == 0) {
+    engine(argc == 3 ? std::atol(argv[2]) : 16);  // 16: RuntimeConfig's max_running default
     return 0;
   }
   if (argc == 2 && std::strcmp(argv[1], "--pipeline") == 0) {

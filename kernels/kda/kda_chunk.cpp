@@ -30,13 +30,10 @@ bool separate_output_pays(bool precise, int64_t D, int64_t H, int64_t pass_chunk
   return precise && D == 128 && H * pass_chunks < kKdaChunkSeparateMaxWidth * serial_chunks;
 }
 
-constexpr size_t align256(size_t n) { return (n + 255) / 256 * 256; }
-
-int64_t chunk_floats(int64_t D) { return 4 * kKdaChunk * D + kKdaChunk * kKdaChunk + D + D * D; }
-
-// Tables of `chunks` chunks: one ChunkJob each and at most one SeqJob each (every sequence
-// piece of a pass has at least one chunk).
-size_t table_bytes(int64_t chunks) { return align256(chunks * sizeof(ChunkJob)) + align256(chunks * sizeof(SeqJob)); }
+static_assert(sizeof(ChunkJob) == kKdaChunkJobBytes && sizeof(SeqJob) == kKdaSeqJobBytes, "kda_chunk_plan.h sizes the tables");
+constexpr size_t align256(size_t n) { return kda_chunk_align256(n); }
+// (Every sequence piece of a pass has at least one chunk: one SeqJob a chunk at most.)
+size_t table_bytes(int64_t chunks) { return kda_chunk_table_bytes(chunks); }
 
 // One pass: its slices of the tables (pass-local chunk indices in SeqJob::chunk0).
 struct Pass {
@@ -73,16 +70,6 @@ Status pipeline_streams(PipelineStreams*& out) {
 }  // namespace
 
 bool kda_chunk_supported(int64_t head_dim) { return head_dim == 32 || head_dim == 64 || head_dim == 128; }
-
-size_t kda_chunk_workspace_bytes(int64_t heads, int64_t head_dim, int64_t chunks) {
-  return table_bytes(chunks) + static_cast<size_t>(chunks * heads * chunk_floats(head_dim)) * sizeof(float);
-}
-
-int64_t kda_chunk_count(const int64_t* cu_seqlens, int64_t num_seqs) {
-  int64_t n = 0;
-  for (int64_t s = 0; s < num_seqs; ++s) n += (cu_seqlens[s + 1] - cu_seqlens[s] + kKdaChunk - 1) / kKdaChunk;
-  return n;
-}
 
 // A long one-sequence bf16 pass with every state choice left to the pick: state tile 64 in
 // multicast clusters (state_mma 4), pipelined, so the state pass holds half the SMs and the
@@ -140,8 +127,7 @@ Status kda_chunk_prefill(const KdaChunkArgs& a, cudaStream_t stream) {
   // Every pass's tables at the workspace's front (uploaded once, reusable by later layers),
   // the per-chunk intermediates of one pass after them.
   const size_t tables = table_bytes(total);
-  const size_t per_chunk = static_cast<size_t>(H * chunk_floats(D)) * sizeof(float);
-  const int64_t capacity = a.workspace_bytes > tables ? static_cast<int64_t>((a.workspace_bytes - tables) / per_chunk) : 0;
+  const int64_t capacity = kda_chunk_pass_capacity(H, D, total, a.workspace_bytes);  // kda_chunk_pass_count's rule
   if (capacity < 1) return invalid_argument("kda_chunk_prefill: workspace smaller than the tables and one chunk");
 
   char* base = static_cast<char*>(a.workspace);
@@ -249,7 +235,7 @@ Status kda_chunk_prefill(const KdaChunkArgs& a, cudaStream_t stream) {
     const int stages = a.state_buffers == 3 ? 3 : double_buffer ? 2 : 1;
     auto intra = [&](int64_t c0, int64_t n, cudaStream_t s) {
       return cuda_status(kda_chunk_intra_launch(static_cast<int>(D), math, a.q, a.k, a.v, a.g, a.beta, H, cj + c0, n,
-                                                inter + c0 * H * chunk_floats(D), s, packed, a.bf16_intra == 2),
+                                                inter + c0 * H * kda_chunk_floats(D), s, packed, a.bf16_intra == 2),
                          "kda_chunk_intra");
     };
     auto state = [&](const SeqJob* jobs, int64_t n, cudaStream_t s) {

@@ -28,11 +28,11 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "kda/kda_chunk_plan.h"  // kKdaChunk, workspace sizing
 #include "pdserve/core/status.h"
 
 namespace pdserve::cuda {
 
-inline constexpr int kKdaChunk = 64;               // tokens per chunk (the UT block)
 inline constexpr float kKdaChunkMinLogDecay = -10.0f;  // smallest g the factored exponentials allow
 
 // Where o = q S + intra-chunk attention is computed (docs/design.md "Chunked prefill").
@@ -175,11 +175,7 @@ KdaChunkStatePlan kda_chunk_plan_state(const KdaChunkArgs& a, int64_t seqs, int6
 bool kda_chunk_multicast_pick(const KdaChunkArgs& a, int64_t seqs, int64_t chunks);
 
 bool kda_chunk_supported(int64_t head_dim);
-// Bytes of workspace that let one pass cover `chunks` chunks of all heads (a call with less
-// splits the batch into passes; the state carries between them through the slots).
-size_t kda_chunk_workspace_bytes(int64_t heads, int64_t head_dim, int64_t chunks);
-// Chunks of kKdaChunk tokens in the batch (what a single pass needs).
-int64_t kda_chunk_count(const int64_t* cu_seqlens, int64_t num_seqs);
+// kda_chunk_workspace_bytes, kda_chunk_count, kda_chunk_pass_count: kda_chunk_plan.h.
 Status kda_chunk_prefill(const KdaChunkArgs& a, cudaStream_t stream);
 
 }  // namespace pdserve::cuda

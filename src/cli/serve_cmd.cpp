@@ -120,6 +120,8 @@ void add_server_options(CLI::App* cmd, const std::shared_ptr<server::ServeConfig
   cmd->add_flag("!--no-cuda-graphs", cfg->cuda_graphs, "--device cuda: run decode steps eagerly instead of replaying CUDA graphs");
   cmd->add_flag("--bf16-mla-prefill", cfg->cuda_bf16_mla_prefill,
                 "--device cuda: prefill attention on bf16 tensor cores (~150x faster at 8K chunks; logits move ~1e-3 from the fp32 path)");
+  cmd->add_flag("--bf16-kda-prefill", cfg->cuda_bf16_kda_prefill,
+                "--device cuda: chunked KDA prefill with bf16 matmul operands (fla's precision class, ~5e-3; off: 3xTF32, 1e-4 of the CPU)");
   cmd->add_option("--served-model-name", cfg->served_model_name, "Model name in the API (default: directory name)");
   cmd->add_option("--host", cfg->host, "Address to listen on")->capture_default_str();
   cmd->add_option("--port", cfg->port, "Port (0: any free port)")->capture_default_str();

@@ -24,6 +24,8 @@ Status ServeConfig::validate() const {
     return invalid_argument("config pp (--pp): pipeline parallelism is for the prefill (or unified) role; decode takes --tp only");
   if (cuda_bf16_mla_prefill && device != "cuda")
     return invalid_argument("config cuda_bf16_mla_prefill (--bf16-mla-prefill): needs --device cuda");
+  if (cuda_bf16_kda_prefill && device != "cuda")
+    return invalid_argument("config cuda_bf16_kda_prefill (--bf16-kda-prefill): needs --device cuda");
   if (pp > 1 && device == "cuda" && tp > 1)
     return invalid_argument("config pp (--pp) with tp (--tp): on --device cuda a pipeline stage is one GPU (--tp 1) for now; "
                             "stages of several tensor-parallel ranks run on --device cpu");
@@ -68,6 +70,7 @@ Json ServeConfig::to_json() const {
          {"device", device},
          {"cuda_graphs", cuda_graphs},
          {"cuda_bf16_mla_prefill", cuda_bf16_mla_prefill},
+         {"cuda_bf16_kda_prefill", cuda_bf16_kda_prefill},
          {"nnodes", nnodes},
          {"node_rank", node_rank},
          {"dist_init_addr", dist_init_addr},

@@ -90,6 +90,12 @@ TEST(Limits, BadLimitValuesAreRefusedAtStartupNamingTheField) {
   EXPECT_NE(cfg.validate().message().find("--bf16-mla-prefill"), std::string::npos);
   cfg.device = "cuda";
   EXPECT_TRUE(cfg.validate().is_ok()) << cfg.validate().message();
+  cfg = tiny_config();
+  cfg.cuda_bf16_kda_prefill = true;
+  EXPECT_NE(cfg.validate().message().find("--bf16-kda-prefill"), std::string::npos);
+  EXPECT_EQ(cfg.to_json()["cuda_bf16_kda_prefill"], true);
+  cfg.device = "cuda";
+  EXPECT_TRUE(cfg.validate().is_ok()) << cfg.validate().message();
 }
 
 }  // namespace

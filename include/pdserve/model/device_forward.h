@@ -83,6 +83,15 @@ struct CudaForwardOptions {
   // where the shape allows (head_dim 32/64/128, gate bounded below by >= -10); false keeps the
   // token-by-token kda_recurrent.
   bool chunked_kda_prefill = true;
+  // The chunked KDA prefill in bf16 mode (KdaChunkArgs::bf16: matmul operands rounded to bf16,
+  // fp32 accumulation and state; fla chunk_kda's precision class, ~5e-3 normalised error).
+  // Off by default: the default 3xTF32 mode keeps the backend within 1e-4 of the CPU backend.
+  bool bf16_kda_prefill = false;
+  // The largest prefill step the caller will run (rows, and sequences): the KDA workspace cap
+  // grows to one pass of such a step (kda_chunk_plan.h kda_prefill_workspace_cap), so the
+  // chunked kernel's one-pass picks apply. 0: the 512 MiB floor only (longer batches split).
+  int64_t prefill_step_tokens = 0;
+  int64_t prefill_step_seqs = 1;
 };
 
 // The whole (unsharded) model on CUDA device 0, pools of the given geometry.
