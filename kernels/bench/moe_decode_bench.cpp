@@ -14,7 +14,7 @@
 // --kernels picks the timed kernels by name (comma-separated; default all): staged, streamed,
 // wa, wa-noprefetch, wa-strided, fused, fused-split, fused-split-pdl, fused-split24,
 // fused-split24-stagger, fused-split-stagger, wa-pdl, wa-pdl-l2,
-// wa-pdl-l2all, wa-pdl-splitk, wa-pdl-f32; kAuto is always timed.
+// wa-pdl-l2all, wa-pdl-splitk, wa-pdl-f32, wa-pdl-l2-stagger, wa-pdl-f32-stagger; kAuto is always timed.
 //
 //   moe_decode_bench [--bw BYTES_PER_S] [--reps N] [--routes FILE] [--only BATCH] [--kernels LIST]
 #include <algorithm>
@@ -162,6 +162,8 @@ void run_bench(const char* routes_path) {
     const double twp3 = time_kernel("wa-pdl-l2all", MoeDecodeKernel::kWeightsAPdlL2All);
     const double twk = time_kernel("wa-pdl-splitk", MoeDecodeKernel::kWeightsAPdlSplitK);
     const double twf = time_kernel("wa-pdl-f32", MoeDecodeKernel::kWeightsAPdlF32);
+    const double tw2s = time_kernel("wa-pdl-l2-stagger", MoeDecodeKernel::kWeightsAPdlL2Stagger);
+    const double twfs = time_kernel("wa-pdl-f32-stagger", MoeDecodeKernel::kWeightsAPdlF32Stagger);
     // The decode call alone captured per weight set on a non-blocking stream and replayed (the
     // backend's decode graphs; a programmatic dependent launch becomes a programmatic edge).
     // `work(set, stream)` captured once per weight set on a non-blocking stream, then the
@@ -193,6 +195,8 @@ void run_bench(const char* routes_path) {
     const double gwp3 = time_graph("wa-pdl-l2all", MoeDecodeKernel::kWeightsAPdlL2All);
     const double gwk = time_graph("wa-pdl-splitk", MoeDecodeKernel::kWeightsAPdlSplitK);
     const double gwf = time_graph("wa-pdl-f32", MoeDecodeKernel::kWeightsAPdlF32);
+    const double gw2s = time_graph("wa-pdl-l2-stagger", MoeDecodeKernel::kWeightsAPdlL2Stagger);
+    const double gwfs = time_graph("wa-pdl-f32-stagger", MoeDecodeKernel::kWeightsAPdlF32Stagger);
     const double tauto = median_us([&](int i) { decode(i, nullptr); });
     const MoeDecodeKernel chosen = moe_decode_choice(wd[0], local, cap, true);
     const char* chosen_name = chosen == MoeDecodeKernel::kFused                ? "fused"
@@ -207,6 +211,8 @@ void run_bench(const char* routes_path) {
                               : chosen == MoeDecodeKernel::kWeightsAPdlL2All   ? "weights on A, PDL down, all down to L2"
                               : chosen == MoeDecodeKernel::kWeightsAPdlSplitK  ? "weights on A, PDL down, split K"
                               : chosen == MoeDecodeKernel::kWeightsAPdlF32     ? "weights on A, PDL down, scale on fp32 sums"
+                              : chosen == MoeDecodeKernel::kWeightsAPdlL2Stagger ? "weights on A, PDL down, down to L2, staggered start"
+                              : chosen == MoeDecodeKernel::kWeightsAPdlF32Stagger ? "weights on A, PDL down, scale on fp32 sums, staggered start"
                               : chosen == MoeDecodeKernel::kWeightsAStrided    ? "weights on A, strided"
                                                                                : "other";
     const double ta = median_us([&](int i) {
@@ -243,12 +249,16 @@ void run_bench(const char* routes_path) {
     krow("weights on A, PDL down, all down to L2", twp3, ratio(twn, twp3) + "x no L2 prefetch");
     krow("weights on A, PDL down, split K", twk, ratio(twp, twk) + "x PDL down");
     krow("weights on A, PDL down, scale on fp32 sums", twf, ratio(twp, twf) + "x PDL down");
+    krow("weights on A, PDL down, down to L2, staggered start", tw2s, ratio(twp2, tw2s) + "x PDL down, down to L2");
+    krow("weights on A, PDL down, scale on fp32 sums, staggered start", twfs, ratio(twf, twfs) + "x scale on fp32 sums");
     krow("graph: weights on A, no L2 prefetch", gwn);
     krow("graph: weights on A, PDL down", gwp, ratio(gwn, gwp) + "x no L2 prefetch, graph");
     krow("graph: weights on A, PDL down, down to L2", gwp2, ratio(gwn, gwp2) + "x no L2 prefetch, graph");
     krow("graph: weights on A, PDL down, all down to L2", gwp3, ratio(gwn, gwp3) + "x no L2 prefetch, graph");
     krow("graph: weights on A, PDL down, split K", gwk, ratio(gwp, gwk) + "x PDL down, graph");
     krow("graph: weights on A, PDL down, scale on fp32 sums", gwf, ratio(gwp, gwf) + "x PDL down, graph");
+    krow("graph: weights on A, PDL down, down to L2, staggered start", gw2s, ratio(gwp2, gw2s) + "x PDL down, down to L2, graph");
+    krow("graph: weights on A, PDL down, scale on fp32 sums, staggered start", gwfs, ratio(gwf, gwfs) + "x scale on fp32 sums, graph");
     row(b + " decode expert MLP, kAuto -> " + chosen_name, tauto, bytes, floor_us, "with a workspace, as the backend");
     row(b + " anchor moe_expert_mlp", ta, bytes, floor_us, "kAuto is " + ratio(ta, tauto) + "x faster");
     row(b + " permute+decode+combine", tall, bytes, floor_us, "eager");

@@ -142,6 +142,14 @@ Status mxfp4_unpack_decode(const uint8_t* packed, const uint8_t* scales, int64_t
 // bytes above 128 (wide_scales) run kWeightsAPdl's two-multiply step. Same needs as kWeightsAPdl.
 // Measured 1.001-1.024x kWeightsAPdl at B 1-192 and 6% fewer instructions (docs/perf.md), so
 // kAuto takes it from kMoeDecodeL2MaxCapacity to kMoeDecodeFusedMinCapacity pairs.
+// kWeightsAPdlL2Stagger / kWeightsAPdlF32Stagger (branch moedec12): kWeightsAPdlL2 / kWeightsAPdlF32
+// with a staggered gate/up start: each warp issues its second unit's loads only once its first
+// unit's words have landed, so the launch's first wave of DRAM requests is one unit an SM (8 MB
+// at K3's shape, 132 CTAs) rather than two and every CTA's first MMAs start about twice as soon;
+// later units load during the previous unit's MMAs as before. The down launch is unchanged.
+// Same needs as kWeightsAPdl. Measured 0.99-1.01x their base forms at B 1-64 on the H200 (the
+// first wave was not a real cost; B = 1 is bound by the MMA warps' issue rate as B = 64 is:
+// docs/perf.md), so opt-in; kAuto never takes them.
 enum class MoeDecodeKernel {
   kAuto,
   kStreamed,
@@ -159,7 +167,9 @@ enum class MoeDecodeKernel {
   kWeightsAPdlL2,
   kWeightsAPdlL2All,
   kWeightsAPdlSplitK,
-  kWeightsAPdlF32
+  kWeightsAPdlF32,
+  kWeightsAPdlL2Stagger,
+  kWeightsAPdlF32Stagger
 };
 
 constexpr int kMoeDecodeSplitK = 2;  // K slices of kWeightsAPdlSplitK (2: the atomic sums are exact-order-free)

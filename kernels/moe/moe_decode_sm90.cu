@@ -123,11 +123,12 @@ __global__ void __launch_bounds__(kThreads) decode_gemm(Mxfp4Decode a, Mxfp4Deco
 
 // The register double buffer of the staged and weights-on-A kernels: unit u + step's
 // weights load into one register set while unit u computes from the other. before(u)
-// runs first each step (the L2 prefetch hook).
-template <typename Regs, typename Unit, typename Load, typename Compute, typename Before>
-__device__ __forceinline__ void ping_pong(Unit u, Unit units, Unit step, Load&& load, Compute&& compute, Before&& before) {
+// runs first each step (the L2 prefetch hook); settle(u, regs) once, after the first load and
+// before the second is issued (kWeightsAPdl*Stagger: wait for the first unit's words).
+template <typename Regs, typename Unit, typename Load, typename Compute, typename Before, typename Settle>
+__device__ __forceinline__ void ping_pong(Unit u, Unit units, Unit step, Load&& load, Compute&& compute, Before&& before, Settle&& settle) {
   Regs ra, rb;
-  if (u < units) load(u, ra);
+  if (u < units) load(u, ra), settle(u, ra);
   while (u < units) {
     before(u);
     if (u + step < units) load(u + step, rb);
@@ -139,6 +140,11 @@ __device__ __forceinline__ void ping_pong(Unit u, Unit units, Unit step, Load&& 
     compute(u, rb);
     u += step;
   }
+}
+
+template <typename Regs, typename Unit, typename Load, typename Compute, typename Before>
+__device__ __forceinline__ void ping_pong(Unit u, Unit units, Unit step, Load&& load, Compute&& compute, Before&& before) {
+  ping_pong<Regs>(u, units, step, load, compute, before, [](Unit, const Regs&) {});
 }
 
 // ---- Staged variant: for cols <= kWarps * kBatch * 128 (one load batch per unit, K3's
@@ -514,7 +520,26 @@ __device__ __forceinline__ void wa_prefetch_next_start(const Mxfp4Decode& next, 
 // stores each slice's sums and zeroes rows [offsets[0], offsets[experts]) of the output
 // (aux = out, next.rows = its width); down (x = that workspace, aux = act) sums the slices
 // and applies the activation when it stages a row, and adds its partial outputs atomically.
-template <bool kGated, bool kWide, bool kBlocked, bool kPrefetch, int kPdl = kPlain, int kL2 = kL2None, int kSplit = 1, bool kF32 = false>
+// kStagger (kWeightsAPdl*Stagger, gate/up only): a warp issues its second unit's loads only once
+// its first unit's words have landed (wa_settle), so the launch's first wave of requests is one
+// unit an SM (8 MB at K3's shape) rather than two and the first unit lands about twice as soon;
+// the second still loads during the first's MMAs, as before.
+__device__ __forceinline__ void wa_settle(const WaRegs& r, uint32_t chunks, int warp, uint32_t* sink) {
+  uint32_t x = 0;
+#pragma unroll
+  for (int j = 0; j < kWaBatch; ++j)
+    if (uint32_t(warp + j * kWaWarps) < chunks) {  // only the words wa_load filled (kSplit == 1: chunks [0, chunks))
+#pragma unroll
+      for (int k = 0; k < 4; ++k) x ^= r.q[j][k].x ^ r.q[j][k].y ^ r.q[j][k].z ^ r.q[j][k].w ^ r.s[j][k];
+    }
+  // The store needs every word (a scoreboard wait on the loads); the fence keeps the next
+  // unit's loads from being scheduled above it.
+  *reinterpret_cast<volatile uint32_t*>(sink) = x;
+  __threadfence_block();
+}
+
+template <bool kGated, bool kWide, bool kBlocked, bool kPrefetch, int kPdl = kPlain, int kL2 = kL2None, int kSplit = 1, bool kF32 = false,
+          bool kStagger = false>
 __global__ void __launch_bounds__(kWaThreads, 1) decode_gemm_wa(Mxfp4Decode a, Mxfp4Decode b, const int32_t* __restrict__ offsets,
                                                                 int experts, const float* __restrict__ x, float* __restrict__ y, MoeAct act,
                                                                 Mxfp4Decode next, uint32_t next_grid, float* aux) {
@@ -522,6 +547,8 @@ __global__ void __launch_bounds__(kWaThreads, 1) decode_gemm_wa(Mxfp4Decode a, M
   __shared__ int s_list[kMaxExperts];
   __shared__ int s_count;
   __shared__ float s_red[2][kWaWarps][4][kWaTokens][8];
+  __shared__ uint32_t s_sink[kStagger ? kWaWarps : 1];
+  static_assert(!kStagger || kSplit == 1, "wa_settle reads the chunks of an unsplit unit");
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   if (kPdl == kPhases && kGated) pdl_bulk::pdl_trigger();  // the down launch may be scheduled now
   list_touched_experts(offsets, experts, s_list, &s_count);
@@ -551,6 +578,9 @@ __global__ void __launch_bounds__(kWaThreads, 1) decode_gemm_wa(Mxfp4Decode a, M
       [&](uint32_t v) {
         if (kPrefetch && threadIdx.x < 4 && v + 2 * step < units) wa_prefetch<kGated>(a, b, sp, v + 2 * step, threadIdx.x);
         if (kL2 != kL2None && kGated && v + step >= units) wa_prefetch_next_start<kL2>(next, s_list, s_count, next_grid, threadIdx.x);
+      },
+      [&](uint32_t, const WaRegs& r) {
+        if constexpr (kStagger) wa_settle(r, sp.chunks, warp, &s_sink[warp]);
       });
   if (kWaits && !waited) pdl_bulk::pdl_wait();  // no work: still complete only after gate/up
 }
@@ -599,10 +629,10 @@ Status launch(const Mxfp4Decode& a, const Mxfp4Decode& b, const int32_t* offsets
 // partial sums go to `part` (the workspace past the queue words) and it zeroes `out`; the down
 // launch activates them as it stages rows, writes `act` and adds its halves into `out`. Nothing
 // runs on the host between the launches (graph-safe).
-template <bool kWideGate, bool kWideDown, int kL2, int kS, bool kF32 = false>
+template <bool kWideGate, bool kWideDown, int kL2, int kS, bool kF32 = false, bool kStagger = false>
 Status launch_wa_phases(const MoeDecodeWeights& w, const int32_t* offsets, int64_t experts, const float* x, float* act, float* out,
                         const MoeAct& fn, cudaStream_t stream, float* part) {
-  const auto gate = decode_gemm_wa<true, kWideGate, true, false, kPhases, kL2, kS, kF32>;
+  const auto gate = decode_gemm_wa<true, kWideGate, true, false, kPhases, kL2, kS, kF32, kStagger>;
   const auto down = decode_gemm_wa<false, kWideDown, true, false, kPhases, kL2None, kS, kF32>;
   const size_t smem_g = size_t(kWaTokens) * (w.w1.cols + kStagedPad) * sizeof(uint16_t);
   const size_t smem_d = size_t(kWaTokens) * (w.w2.cols + kStagedPad) * sizeof(uint16_t);
@@ -620,14 +650,14 @@ Status launch_wa_phases(const MoeDecodeWeights& w, const int32_t* offsets, int64
   return last_launch_status("moe decode down");
 }
 
-template <int kL2, int kS = 1, bool kF32 = false>
+template <int kL2, int kS = 1, bool kF32 = false, bool kStagger = false>
 Status launch_wa_phases_any(const MoeDecodeWeights& w, const int32_t* offsets, int64_t experts, const float* x, float* act, float* out,
                             const MoeAct& fn, cudaStream_t stream, float* part = nullptr) {
   const bool wg = w.w1.wide_scales || w.w3.wide_scales, wd = w.w2.wide_scales;
-  if (wg) return wd ? launch_wa_phases<true, true, kL2, kS, kF32>(w, offsets, experts, x, act, out, fn, stream, part)
-                    : launch_wa_phases<true, false, kL2, kS, kF32>(w, offsets, experts, x, act, out, fn, stream, part);
-  return wd ? launch_wa_phases<false, true, kL2, kS, kF32>(w, offsets, experts, x, act, out, fn, stream, part)
-            : launch_wa_phases<false, false, kL2, kS, kF32>(w, offsets, experts, x, act, out, fn, stream, part);
+  if (wg) return wd ? launch_wa_phases<true, true, kL2, kS, kF32, kStagger>(w, offsets, experts, x, act, out, fn, stream, part)
+                    : launch_wa_phases<true, false, kL2, kS, kF32, kStagger>(w, offsets, experts, x, act, out, fn, stream, part);
+  return wd ? launch_wa_phases<false, true, kL2, kS, kF32, kStagger>(w, offsets, experts, x, act, out, fn, stream, part)
+            : launch_wa_phases<false, false, kL2, kS, kF32, kStagger>(w, offsets, experts, x, act, out, fn, stream, part);
 }
 
 }  // namespace
@@ -699,7 +729,8 @@ Status moe_expert_mlp_decode(const MoeDecodeWeights& w, const int32_t* offsets, 
   if (kernel == MoeDecodeKernel::kStaged && !f.fits) return invalid_argument("moe_expert_mlp_decode: the staged kernel takes cols <= 4096");
   const bool phases = kernel == MoeDecodeKernel::kWeightsAPdl || kernel == MoeDecodeKernel::kWeightsAPdlL2 ||
                       kernel == MoeDecodeKernel::kWeightsAPdlL2All || kernel == MoeDecodeKernel::kWeightsAPdlSplitK ||
-                      kernel == MoeDecodeKernel::kWeightsAPdlF32;
+                      kernel == MoeDecodeKernel::kWeightsAPdlF32 || kernel == MoeDecodeKernel::kWeightsAPdlL2Stagger ||
+                      kernel == MoeDecodeKernel::kWeightsAPdlF32Stagger;
   const bool wants_wa = kernel == MoeDecodeKernel::kWeightsA || kernel == MoeDecodeKernel::kWeightsANoPrefetch ||
                         kernel == MoeDecodeKernel::kWeightsAStrided || phases;
   if (wants_wa && !f.wa)
@@ -722,6 +753,10 @@ Status moe_expert_mlp_decode(const MoeDecodeWeights& w, const int32_t* offsets, 
   }
   if (kind == MoeDecodeKernel::kWeightsAPdlF32)
     return launch_wa_phases_any<kL2None, 1, true>(w, offsets, local_experts, x_sorted, act, out_sorted, a, stream);
+  if (kind == MoeDecodeKernel::kWeightsAPdlF32Stagger)
+    return launch_wa_phases_any<kL2None, 1, true, true>(w, offsets, local_experts, x_sorted, act, out_sorted, a, stream);
+  if (kind == MoeDecodeKernel::kWeightsAPdlL2Stagger)
+    return launch_wa_phases_any<kL2First, 1, false, true>(w, offsets, local_experts, x_sorted, act, out_sorted, a, stream);
   if (kind == MoeDecodeKernel::kWeightsAPdl) return launch_wa_phases_any<kL2None>(w, offsets, local_experts, x_sorted, act, out_sorted, a, stream);
   if (kind == MoeDecodeKernel::kWeightsAPdlL2) return launch_wa_phases_any<kL2First>(w, offsets, local_experts, x_sorted, act, out_sorted, a, stream);
   if (kind == MoeDecodeKernel::kWeightsAPdlL2All)

@@ -5,10 +5,11 @@
 // GPU tests (skip without an sm_90 GPU): moe_permute -> moe_expert_mlp_decode ->
 // moe_combine against the routed part of moe_forward on the CPU (moe_reference.h), fresh
 // random inputs: K3 expert shape with top-16 routing at batch 1, 4 and 64, skewed routing
-// (one expert with 40 rows, the rest empty), a single row, scales above 2^1 (the
+// (one expert with 40 rows, the rest empty), a single row, B = 1-3 on 1-3 experts of a wide
+// gate/up (1-3 units a CTA), scales above 2^1 (the
 // two-multiply path), both activations; each case on every kernel (kStreamed, kStaged,
 // kWeightsA and its two schedule variants, kFused, kFusedSplit, kFusedSplitPdl, the two
-// 24-warp split forms and kFusedSplitStaggered) and on kAuto (with a queue workspace, as the backend calls it). Each
+// 24-warp split forms, kFusedSplitStaggered and the two-launch PDL forms) and on kAuto (with a queue workspace, as the backend calls it). Each
 // fused form also: repeated launches and CUDA-graph replays (of permute -> decode, from
 // cleared permute outputs) give the first launch's bits and leave the workspace zero; two
 // calls (kFused, then kFusedSplit24Warps) on two streams with separate
@@ -162,6 +163,8 @@ const char* kernel_name(MoeDecodeKernel k) {
     case MoeDecodeKernel::kWeightsAPdlL2All: return "weights-A pdl l2 all";
     case MoeDecodeKernel::kWeightsAPdlSplitK: return "weights-A pdl split-K";
     case MoeDecodeKernel::kWeightsAPdlF32: return "weights-A pdl f32-scale";
+    case MoeDecodeKernel::kWeightsAPdlL2Stagger: return "weights-A pdl l2 staggered";
+    case MoeDecodeKernel::kWeightsAPdlF32Stagger: return "weights-A pdl f32-scale staggered";
   }
   return "?";
 }
@@ -205,7 +208,8 @@ double run_decode(const Routing& r, int64_t tokens, int64_t k, int64_t begin, co
                                MoeDecodeKernel::kFused, MoeDecodeKernel::kFusedSplit, MoeDecodeKernel::kFusedSplitPdl, MoeDecodeKernel::kFusedSplit24Warps,
                                MoeDecodeKernel::kFusedSplit24WarpsStaggered, MoeDecodeKernel::kFusedSplitStaggered, MoeDecodeKernel::kWeightsAPdl,
                                MoeDecodeKernel::kWeightsAPdlL2, MoeDecodeKernel::kWeightsAPdlL2All, MoeDecodeKernel::kWeightsAPdlSplitK,
-                               MoeDecodeKernel::kWeightsAPdlF32, MoeDecodeKernel::kAuto})
+                               MoeDecodeKernel::kWeightsAPdlF32, MoeDecodeKernel::kWeightsAPdlL2Stagger, MoeDecodeKernel::kWeightsAPdlF32Stagger,
+                               MoeDecodeKernel::kAuto})
     err = std::max(err, run_decode_with(r, tokens, k, begin, h, dw, x, ref, what, kern));
   return err;
 }
@@ -240,6 +244,30 @@ TEST_F(MoeDecode, SkewedRoutingOneRowAndEmptyExperts) {
   EXPECT_LT(run_decode(r, 30, 4, 0, h8, MoeActivation::kSiTU, 56, "uniform SiTU"), 1e-2);
 }
 
+// Small batches on an expert wide enough that the gate/up launch has 128 units an expert (inter
+// 2048) and 132 CTAs: B = 1 touches one expert (one unit a CTA: the staggered start settles and
+// issues nothing more, 4 CTAs idle), B = 2 two (two units a CTA), B = 3 three, two rows on one of
+// them (three units a CTA, runs across expert boundaries); the other local experts stay empty.
+// Dim 256 (2 chunks): 14 of 16 warps load no gate/up words, which the settle step must allow.
+TEST_F(MoeDecode, SmallBatchFewUnitsSkewedAndEmptyExperts) {
+  const int64_t local = 4, begin = 8, k = 2;
+  const HostExperts h = make_experts(local, 2048, 256, 70, true);
+  const std::vector<std::vector<int32_t>> picks = {{1}, {1, 3}, {3, 3, 0, 1}};  // local expert of token t's first pick
+  for (size_t i = 0; i < picks.size(); ++i) {
+    const int64_t tokens = static_cast<int64_t>(std::min<size_t>(picks[i].size(), 3));
+    Routing r{std::vector<int32_t>(tokens * k), std::vector<float>(tokens * k)};
+    for (int64_t t = 0; t < tokens; ++t) {
+      r.ids[t * k] = static_cast<int32_t>(begin + picks[i][t]), r.weights[t * k] = 0.6f;
+      // The second pick: off this rank, except B = 3's last token, whose second pick is local expert picks[2][3].
+      const bool local_second = i == 2 && t == tokens - 1;
+      r.ids[t * k + 1] = local_second ? static_cast<int32_t>(begin + picks[i][3]) : static_cast<int32_t>(100 + t);
+      r.weights[t * k + 1] = 0.4f;
+    }
+    const std::string what = "small batch B=" + std::to_string(tokens);
+    EXPECT_LT(run_decode(r, tokens, k, begin, h, MoeActivation::kSiTU, 71 + static_cast<uint32_t>(i), what.c_str()), 1e-2);
+  }
+}
+
 TEST_F(MoeDecode, ScalesAboveTwoTakeTheTwoMultiplyPath) {
   const HostExperts h = make_experts(4, 128, 256, 60, false, 124, 10);  // scale bytes 124..133
   const Routing r = route(12, 4, 2, 61);
@@ -262,7 +290,8 @@ TEST_F(MoeDecode, FusedKernelRepeatsAndReplaysFromAGraph) {
   for (MoeDecodeKernel kern : {MoeDecodeKernel::kFused, MoeDecodeKernel::kFusedSplit, MoeDecodeKernel::kFusedSplitPdl,
                                MoeDecodeKernel::kFusedSplit24Warps, MoeDecodeKernel::kFusedSplit24WarpsStaggered,
                                MoeDecodeKernel::kFusedSplitStaggered, MoeDecodeKernel::kWeightsAPdl, MoeDecodeKernel::kWeightsAPdlL2,
-                               MoeDecodeKernel::kWeightsAPdlL2All, MoeDecodeKernel::kWeightsAPdlSplitK, MoeDecodeKernel::kWeightsAPdlF32}) {
+                               MoeDecodeKernel::kWeightsAPdlL2All, MoeDecodeKernel::kWeightsAPdlSplitK, MoeDecodeKernel::kWeightsAPdlF32,
+                               MoeDecodeKernel::kWeightsAPdlL2Stagger, MoeDecodeKernel::kWeightsAPdlF32Stagger}) {
     SCOPED_TRACE(kernel_name(kern));
     fused_repeats_and_replays(kern);
   }
