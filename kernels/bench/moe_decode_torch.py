@@ -10,6 +10,7 @@ bytes actually read / time. CUDA events, median of REPS after warm-up; 2 weight 
 import sys
 
 import torch
+from bench_timing import median_us
 
 DIM, INTER = 3584, 3072
 MAT = DIM * INTER
@@ -19,22 +20,6 @@ REPS = 50
 
 def situ(g, u, beta=4.0, lin=25.0):
     return beta * torch.tanh(g / beta) * torch.sigmoid(g) * (lin * torch.tanh(u / lin))
-
-
-def median_us(fn):
-    for i in range(3):
-        fn(i)
-    torch.cuda.synchronize()
-    ts = []
-    for i in range(REPS):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        fn(i)
-        b.record()
-        b.synchronize()
-        ts.append(a.elapsed_time(b) * 1e3)
-    ts.sort()
-    return ts[len(ts) // 2]
 
 
 def main():
@@ -67,7 +52,7 @@ def main():
             print(f"| B={tokens} {name} | {us:.1f} | {floor:.1f} | {us / floor:.2f}x | {mx / us * 1e-6:.2f} TB/s | "
                   f"{bf / us * 1e-6:.2f} TB/s | {nt} experts, {sum(counts)} rows {note}")
 
-        report("torch bf16 per-expert matmuls, eager", median_us(loop))
+        report("torch bf16 per-expert matmuls, eager", median_us(loop, REPS))
         graphs = []
         for s in range(sets):
             g = torch.cuda.CUDAGraph()
@@ -76,7 +61,7 @@ def main():
             with torch.cuda.graph(g):
                 loop(s)
             graphs.append(g)
-        report("torch bf16 per-expert matmuls, graph", median_us(lambda i: graphs[i % sets].replay()))
+        report("torch bf16 per-expert matmuls, graph", median_us(lambda i: graphs[i % sets].replay(), REPS))
         if hasattr(torch, "_grouped_mm"):
             try:
                 xcat = torch.cat(xs)
@@ -88,7 +73,7 @@ def main():
                     a = situ(h[:, :INTER], h[:, INTER:]).contiguous()
                     return torch._grouped_mm(a, w2[s].transpose(-2, -1), offs=offs)
 
-                report("torch._grouped_mm bf16", median_us(grouped))
+                report("torch._grouped_mm bf16", median_us(grouped, REPS))
             except Exception as ex:  # noqa: BLE001 - report and go on
                 print(f"| B={tokens} torch._grouped_mm | - | - | - | - | - | failed: {type(ex).__name__}: {str(ex)[:120]}")
         del w13, w2

@@ -28,6 +28,7 @@ import sys
 import time
 
 import torch
+from bench_timing import median_us, moe_prefill_counts
 
 EXPERTS, TOPK, DIM, INTER = 896, 16, 3584, 3072
 MAT = DIM * INTER
@@ -51,22 +52,6 @@ T0 = time.time()
 
 def log(*a):
     print(*a, flush=True)
-
-
-def median_us(fn, reps, warm=3):
-    for i in range(warm):
-        fn(i)
-    torch.cuda.synchronize()
-    ts = []
-    for i in range(reps):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        fn(i)
-        b.record()
-        b.synchronize()
-        ts.append(a.elapsed_time(b) * 1e3)
-    ts.sort()
-    return ts[len(ts) // 2]
 
 
 def quantize(w, num_warps, keep_raw=False):
@@ -179,31 +164,6 @@ def check_small(ws, n_local, ep):
         f"({'ok' if err < 3e-2 else 'MISMATCH'}; ref = fp32 on the bf16-dequantised MXFP4 weights)")
 
 
-def prefill_counts(kind, n_local=224, total=32768, tokens=8192):
-    """moe_prefill_bench's counts_for(): uniform, Zipf 1/(e+1), or expert 0 on every token."""
-    c = [0] * n_local
-    w = [1.0] * n_local
-    fixed = 0
-    if kind == "zipf":
-        w = [1.0 / (e + 1) for e in range(n_local)]
-    if kind == "hot":
-        c[0] = fixed = tokens
-        w[0] = 0.0
-    s = sum(w)
-    given = fixed
-    for e in range(n_local):
-        if w[e] > 0:
-            c[e] = int((total - fixed) * w[e] / s)
-            given += c[e]
-    e = 0
-    while given < total:
-        if w[e] > 0:
-            c[e] += 1
-            given += 1
-        e = (e + 1) % n_local
-    return c
-
-
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("routes")
@@ -261,7 +221,7 @@ def main():
         if time.time() - T0 > a.deadline:
             log(f"| {kind} | (skipped: past --deadline) |")
             continue
-        c = prefill_counts(kind, n_local)
+        c = moe_prefill_counts(kind, n_local, 32768, 8192)
         time_case(f"{kind} (max {max(c)} min {min(c)} a expert)", 8192, c, n_local, 4, ws, a.reps,
                   flops / PEAK * 1e6, flops, "TFLOP/s")
     log(f"done in {time.time() - T0:.0f} s")

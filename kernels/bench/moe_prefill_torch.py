@@ -6,51 +6,13 @@ grouped matmul (torch._grouped_mm) if this torch has it. CUDA events, 3 warm-ups
 import argparse
 
 import torch
+from bench_timing import median_us, moe_prefill_counts
 
 E, INTER, DIM, ROWS, TOKENS = 224, 3072, 3584, 32768, 8192
 
 
-def counts_for(kind, total):  # moe_prefill_bench.cpp's counts_for
-    w = [1.0] * E
-    c = [0] * E
-    fixed = 0
-    if kind == "zipf":
-        w = [1.0 / (e + 1) for e in range(E)]
-    if kind == "hot":
-        c[0] = fixed = TOKENS
-        w[0] = 0.0
-    s = sum(w)
-    given = fixed
-    for e in range(E):
-        if w[e] > 0:
-            c[e] = int(float(total - fixed) * w[e] / s)
-            given += c[e]
-    e = 0
-    while given < total:
-        if w[e] > 0:
-            c[e] += 1
-            given += 1
-        e = (e + 1) % E
-    return c
-
-
 def situ(g, u):
     return 4.0 * torch.tanh(g / 4.0) * torch.sigmoid(g) * (25.0 * torch.tanh(u / 25.0))
-
-
-def median_us(f, reps):
-    for _ in range(3):
-        f()
-    ts = []
-    for _ in range(reps):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        f()
-        b.record()
-        b.synchronize()
-        ts.append(a.elapsed_time(b) * 1e3)
-    ts.sort()
-    return ts[len(ts) // 2]
 
 
 def main():
@@ -65,7 +27,7 @@ def main():
     flops = 2.0 * ROWS * 3 * INTER * DIM
     print(f"torch {torch.__version__}, {torch.cuda.get_device_name()}")
     for kind in ("uniform", "zipf", "hot"):
-        c = counts_for(kind, ROWS)
+        c = moe_prefill_counts(kind, E, ROWS, TOKENS)
         off = [0]
         for v in c:
             off.append(off[-1] + v)
@@ -78,7 +40,7 @@ def main():
                     h = x[s:t] @ w13[e].t()
                     out[s:t] = situ(h[:, :INTER], h[:, INTER:]) @ w2[e].t()
 
-        us = median_us(per_expert, args.reps)
+        us = median_us(lambda i: per_expert(), args.reps)
         print(f"torch per-expert {kind:7s}: {us:9.1f} us  {flops / us * 1e-6:6.1f} TFLOP/s")
         if hasattr(torch, "_grouped_mm"):
             offs = torch.tensor(off[1:], dtype=torch.int32, device=dev)
@@ -90,7 +52,7 @@ def main():
                 return torch._grouped_mm(a, b2, offs=offs)
 
             try:
-                us = median_us(grouped, args.reps)
+                us = median_us(lambda i: grouped(), args.reps)
                 per_expert()
                 err = (grouped().float() - out.float()).abs().max().item() / out.float().abs().max().item()
                 print(f"torch _grouped_mm {kind:7s}: {us:9.1f} us  {flops / us * 1e-6:6.1f} TFLOP/s  (vs per-expert: normalised diff {err:.2g})")
