@@ -7,7 +7,8 @@
 //   old kernel; tune: only the merge/tile options table, graphs, at the 3-head shapes; ring: only the
 //   ring table: the lean ring with the chained / early / fused merge, the burst ring, the run alone, the copy ring
 //   alone, at the small-batch / long-context shapes; ninth version; pf: the L2 prefetch rings
-//   (lead over the ring, pre-wait), tenth version)
+//   (lead over the ring, pre-wait), tenth version; timeline: per-CTA start / end stamps of the run and the merge
+//   over a graph of back-to-back steps, where batch 1's time goes, eleventh version)
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -15,6 +16,7 @@
 #include <numeric>
 
 #include "bench/bench_util.h"
+#include "bench/mla_decode_timeline.h"
 #include "common/pdl_bulk.cuh"
 #include "mla/mla_decode.h"
 
@@ -27,6 +29,7 @@ bool g_no_old = false;  // "noold": skip the old kernel (seconds at long context
 bool g_tune = false;    // "tune": only the options table
 bool g_ring = false;    // "ring": only the ring / merge table (ninth version)
 bool g_pf = false;      // "pf": only the pre-wait prefetch table (tenth version)
+bool g_timeline = false;  // "timeline": only the per-CTA timelines (eleventh version)
 constexpr int64_t kLat = 512, kRope = 64, kEntry = kLat + kRope, kPage = 64;
 
 // The copy ring alone (diagnostic, "ring" table): the run's plan, page tables, 16-token bulk
@@ -144,7 +147,8 @@ void bench_shape(const Shape& s, bool run_old) {
   });
   // Back to back inside one CUDA graph (as the decode step runs it): no launch gaps.
   constexpr int kInGraph = 20;
-  auto graph_step_us = [&](const MlaDecodeWork& wv) {
+  // tl: each step of the graph writes its timeline records at tl + step x tl_stride (null: none).
+  auto graph_step_us = [&](const MlaDecodeWork& wv, uint64_t* tl = nullptr, int64_t tl_stride = 0) {
     cudaStream_t stream;
     cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking);
     cudaGraph_t graph;
@@ -152,7 +156,9 @@ void bench_shape(const Shape& s, bool run_old) {
     check(cuda_status(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), "capture"), "capture");
     for (int i = 0; i < kInGraph; ++i) {
       a.page_table = tables[i % copies].get();
-      check(mla_decode_run(a, wv, stream), "mla_decode_run (capture)");
+      MlaDecodeWork wi = wv;
+      if (tl) wi.timeline = tl + i * tl_stride;
+      check(mla_decode_run(a, wi, stream), "mla_decode_run (capture)");
     }
     check(cuda_status(cudaStreamEndCapture(stream, &graph), "end capture"), "capture");
     check(cuda_status(cudaGraphInstantiate(&exec, graph, 0), "instantiate"), "instantiate");
@@ -178,6 +184,39 @@ void bench_shape(const Shape& s, bool run_old) {
     cudaStreamDestroy(stream);
     return graph_runs[graph_runs.size() / 2];
   };
+  if (g_timeline) {
+    // Eleventh version: the default step (the plan's ring and merge, pdl, late trigger), and
+    // the same with the fused merge (no second kernel); each timed plain (graph us/step), then
+    // the instrumented graph replayed 8 times, the last replay's 20 steps summarised.
+    const int64_t recs = mla_decode_timeline_records(s.batch, s.heads, kLat, cap), stride = recs * kMlaTimelineWords;
+    DeviceBuffer<uint64_t> tl;
+    check(tl.resize(kInGraph * stride), "timeline");
+    // Then two contrasts: the early trigger (the merge may launch once every run CTA is past its
+    // wait) and the run alone (no merge: wrong output; the kernel before each run is a run).
+    constexpr int kCfg = 4;
+    MlaDecodeWork tw[kCfg] = {w, w, w, w};
+    for (auto& x : tw) x.counters = nullptr, x.trigger = MlaDecodeTrigger::kLate;
+    tw[1].merge_mode = MlaDecodeMerge::kFused, tw[1].counters = counters.get();
+    tw[2].trigger = MlaDecodeTrigger::kEarly;
+    tw[3].merge = false;
+    const char* cfg_names[] = {"default (late trigger, separate merge)", "fused merge", "early trigger", "run alone (no merge)"};
+    for (int c = 0; c < kCfg; ++c) {
+      if (c != 0 && !plan.any_split) continue;
+      const double plain = graph_step_us(tw[c]);
+      check(cuda_status(cudaMemset(tl.get(), 0, tl.size() * sizeof(uint64_t)), "timeline clear"), "timeline clear");
+      const double instr = graph_step_us(tw[c], tl.get(), stride);
+      std::vector<uint64_t> host(tl.size());
+      check(cuda_status(cudaMemcpy(host.data(), tl.get(), host.size() * sizeof(uint64_t), cudaMemcpyDeviceToHost), "timeline copy"), "timeline copy");
+      std::vector<TimelineStep> steps;
+      for (int i = 0; i < kInGraph; ++i) steps.push_back(parse_timeline_step(host.data() + i * stride, cap, recs));
+      char label[160];
+      const char* rings[] = {"auto", "shallow", "deep", "lean", "lean-deep", "lean-burst", "lean-prefetch", "lean-ahead"};
+      std::snprintf(label, sizeof(label), "%ld x %ld, %ld items, ring %s, %s", static_cast<long>(s.batch), static_cast<long>(s.ctx),
+                    static_cast<long>(plan.num_items), rings[static_cast<int>(tw[c].ring)], cfg_names[c]);
+      print_timeline(label, steps, plain, instr, floor_us, bytes / static_cast<double>(plan.num_items));
+    }
+    return;
+  }
   if (g_pf) {
     // Tenth version, same plan, pdl + late trigger, the plan's merge form, graphs (three
     // interleaved rounds, the median round): c0 = kLean (the ninth version's default); c1 =
@@ -380,10 +419,13 @@ int main(int argc, char** argv) {
   g_tune = argc > 1 && std::strcmp(argv[1], "tune") == 0;
   g_ring = argc > 1 && std::strcmp(argv[1], "ring") == 0;
   g_pf = argc > 1 && std::strcmp(argv[1], "pf") == 0;
-  read_ceiling();
+  g_timeline = argc > 1 && std::strcmp(argv[1], "timeline") == 0;
+  if (!g_timeline) read_ceiling();
   std::vector<Shape> shapes;
   const bool focus = argc > 1 && std::strcmp(argv[1], "focus") == 0;  // the TP32 rank's shapes only
-  if (g_pf) {
+  if (g_timeline) {
+    shapes = {{3, 1, 1024}, {3, 1, 16384}, {3, 1, 65536}, {3, 8, 65536}};
+  } else if (g_pf) {
     shapes = {{3, 1, 1024}, {3, 1, 4096}, {3, 1, 16384}, {3, 1, 65536}, {3, 8, 1024}, {3, 8, 16384}, {3, 32, 16384},
               {3, 8, 65536}, {3, 32, 1024}, {3, 128, 16384}};
     std::printf("pf rows (graph us/step (TB/s), pdl + late trigger, the plan's merge): | batch | ctx | items | L2 lead c1 / c2 / c3 | "

@@ -184,7 +184,23 @@ struct MlaDecodeWork {
   MlaDecodeTrigger trigger = kMlaDefaultTrigger;
   float* part_o = nullptr;
   float* part_lse = nullptr;
+  // Bench only (mla_decode_bench timeline): non-null launches instrumented instantiations of
+  // the run (kLean / kLeanPrefetch, 3 heads) and of the separate merge, whose thread 0 writes
+  // one record of kMlaTimelineWords per CTA (layout below); any other ring returns an error.
+  // Null (always, outside the bench): the kernels have no instrumentation code at all.
+  uint64_t* timeline = nullptr;
 };
+
+// Timeline record (uint64): words 2e, 2e + 1 = %globaltimer (ns) and clock64 at event e
+// (kMlaTimelineEvents); word 10 = %smid; word 11 = 1 where the CTA wrote the record. The run's
+// CTA i at record i; the merge's CTA (x, y, z) at record capacity + (x gridDim.y + y) gridDim.z + z.
+// Run events: entry, past griddepcontrol.wait, first tile landed, main loop done, exit (before
+// the late trigger). Merge events: entry, past the wait, weights ready, partials summed, exit.
+inline constexpr int kMlaTimelineEvents = 5;
+inline constexpr int64_t kMlaTimelineWords = 12;
+inline int64_t mla_decode_timeline_records(int64_t rows, int64_t heads, int64_t latent_dim, int64_t capacity) {
+  return capacity + rows * heads * ((latent_dim + 63) / 64);
+}
 
 // Shapes the split-KV kernel takes (else use mla_attend_latent): heads <= 32, latent_dim even
 // and <= 512, (latent_dim + rope_dim) % 4 == 0 and <= 576.

@@ -22,19 +22,29 @@ constexpr int kMergeStaged = 1024;  // the merge kernel keeps up to this many it
 // so a row of up to 8 x kMergeEarly items costs one L2 round trip after the run, not one for
 // the weights plus one per 8 items a warp (4 more at 256 items: 1 x 16K, 1 x 64K).
 // !EARLY (kSeparateChained and kAuto, the eighth version's merge): weights first, then 8 items a warp in flight.
+// TL (bench only, MlaDecodeWork::timeline): thread 0 stamps the CTA's record; timeline points
+// at the merge's first record (mla_decode.h).
 constexpr int kMergeEarly = 32;
-template <bool EARLY>
+template <bool EARLY, bool TL = false>
 __global__ void __launch_bounds__(kThreads) mla_merge_kernel(const __grid_constant__ MlaDecodeArgs a, const int32_t* __restrict__ plan,
-                                                             const float* __restrict__ part_o, const float* __restrict__ part_lse) {
+                                                             const float* __restrict__ part_o, const float* __restrict__ part_lse,
+                                                             uint64_t* timeline) {
   __shared__ float s_w[kMergeStaged];
   __shared__ float s_red[2][kWarps];
   __shared__ float2 s_acc[kWarps][32];
+  uint64_t* const rec = TL ? timeline + ((blockIdx.x * gridDim.y + blockIdx.y) * gridDim.z + blockIdx.z) * kMlaTimelineWords : nullptr;
+  if constexpr (TL) {
+    if (threadIdx.x == 0) timeline_stamp(rec, 0);
+  }
   const int row = blockIdx.x, h = blockIdx.y, capacity = plan[2];
   const int32_t* info = plan + 4 + 4 * capacity + 4 * row;
   const int first = info[0], n = info[1];
   if (n == 1) return;  // written by the run (a row without tokens too: its one empty item)
   pdl_wait();  // the run's partials (and, for the zero rows, nothing before us reads o_lat)
   pdl_trigger();
+  if constexpr (TL) {
+    if (threadIdx.x == 0) timeline_stamp(rec, 1);
+  }
   const int H = static_cast<int>(a.heads), lat = static_cast<int>(a.latent_dim);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, d = blockIdx.z * 64 + 2 * lane;
   float* out = a.o_lat + (static_cast<int64_t>(row) * H + h) * lat;
@@ -76,6 +86,9 @@ __global__ void __launch_bounds__(kThreads) mla_merge_kernel(const __grid_consta
   sum = warp_sum(sum);
   if (lane == 0) s_red[1][warp] = sum;
   __syncthreads();  // the weights and the partial sums
+  if constexpr (TL) {
+    if (threadIdx.x == 0) timeline_stamp(rec, 2);
+  }
   float total = 0.0f;
 #pragma unroll
   for (int k = 0; k < kWarps; ++k) total += s_red[1][k];
@@ -101,6 +114,9 @@ __global__ void __launch_bounds__(kThreads) mla_merge_kernel(const __grid_consta
       acc = make_float2(fmaf(w, v.x, acc.x), fmaf(w, v.y, acc.y));
     }
   }
+  if constexpr (TL) {
+    if (threadIdx.x == 0) timeline_stamp(rec, 3);
+  }
   s_acc[warp][lane] = acc;
   __syncthreads();
   if (warp == 0 && d < lat) {
@@ -108,6 +124,12 @@ __global__ void __launch_bounds__(kThreads) mla_merge_kernel(const __grid_consta
 #pragma unroll
     for (int k = 0; k < kWarps; ++k) o = make_float2(o.x + s_acc[k][lane].x, o.y + s_acc[k][lane].y);
     *reinterpret_cast<float2*>(out + d) = make_float2(o.x * inv, o.y * inv);
+  }
+  if constexpr (TL) {
+    if (threadIdx.x == 0) {
+      timeline_stamp(rec, 4);
+      timeline_open(rec);
+    }
   }
 }
 
@@ -118,9 +140,11 @@ namespace mla_decode_detail {
 Status launch_merge(const MlaDecodeArgs& a, const MlaDecodeWork& w, cudaStream_t stream) {
   const dim3 grid(static_cast<unsigned>(a.rows), static_cast<unsigned>(a.heads), static_cast<unsigned>((a.latent_dim + 63) / 64));
   // kSeparate: the early-load form; kAuto and kSeparateChained: the chained one.
-  const cudaError_t e = w.merge_mode == MlaDecodeMerge::kSeparate
-                            ? launch_pdl(w.pdl, mla_merge_kernel<true>, grid, dim3(kThreads), 0, stream, a, w.plan, w.part_o, w.part_lse)
-                            : launch_pdl(w.pdl, mla_merge_kernel<false>, grid, dim3(kThreads), 0, stream, a, w.plan, w.part_o, w.part_lse);
+  const bool early = w.merge_mode == MlaDecodeMerge::kSeparate;
+  uint64_t* tl = w.timeline ? w.timeline + w.capacity * kMlaTimelineWords : nullptr;  // the merge's records follow the run's
+  const auto pick = [&](auto kernel) { return launch_pdl(w.pdl, kernel, grid, dim3(kThreads), 0, stream, a, w.plan, w.part_o, w.part_lse, tl); };
+  const cudaError_t e = tl ? (early ? pick(mla_merge_kernel<true, true>) : pick(mla_merge_kernel<false, true>))
+                           : (early ? pick(mla_merge_kernel<true>) : pick(mla_merge_kernel<false>));
   if (e != cudaSuccess) return cuda_status(e, "mla_decode_run (merge)");
   return last_launch_status("mla_decode_run (merge)");
 }

@@ -214,6 +214,7 @@ Status mla_decode_run(const MlaDecodeArgs& a, const MlaDecodeWork& w, cudaStream
   const bool fused = w.merge_mode == MlaDecodeMerge::kFused ||
                      (w.merge_mode == MlaDecodeMerge::kAuto && kMlaDefaultMergeFused && w.counters != nullptr);
   if (fused && w.counters == nullptr) return invalid_argument("mla_decode_run: the fused merge needs the counters workspace");
+  if (w.timeline != nullptr && !warp_variant) return invalid_argument("mla_decode_run: the timeline takes the warp variant only");
   int32_t* counters = fused ? w.counters : nullptr;  // null: the run leaves split rows to the separate merge
   const MlaDecodeRing ring = w.dynamic_tiles && fused ? MlaDecodeRing::kShallow  // the queue is tuned to the shallow tile
                              : w.ring == MlaDecodeRing::kAuto ? kMlaDefaultRing

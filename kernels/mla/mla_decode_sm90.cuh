@@ -32,6 +32,20 @@ __device__ __forceinline__ void cp_async16(void* smem, const void* gmem, int src
 __device__ __forceinline__ void bulk_prefetch_l2(const void* src, unsigned bytes) {
   asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(src), "r"(bytes) : "memory");
 }
+// Bench-only timeline (MlaDecodeWork::timeline, layout in mla_decode.h): event e of the CTA's
+// record, by the calling thread.
+__device__ __forceinline__ void timeline_stamp(uint64_t* rec, int e) {
+  uint64_t gt;
+  asm volatile("mov.u64 %0, %%globaltimer;\n" : "=l"(gt)::"memory");
+  rec[2 * e] = gt;
+  rec[2 * e + 1] = static_cast<uint64_t>(clock64());
+}
+__device__ __forceinline__ void timeline_open(uint64_t* rec) {
+  unsigned sm;
+  asm volatile("mov.u32 %0, %%smid;\n" : "=r"(sm));
+  rec[10] = sm;
+  rec[11] = 1;
+}
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
 __device__ __forceinline__ void cp_async_wait_one() { asm volatile("cp.async.wait_group 1;\n" ::); }
 // All but the newest N commit groups have landed.

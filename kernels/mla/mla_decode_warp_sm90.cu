@@ -33,10 +33,13 @@ using namespace mla_decode_detail;
 // P) in the prologue and tile j + P whenever it issues tile j's bulk copy, so a CTA has P more
 // tiles in flight than its stages hold (the table entries are read after the wait, as the
 // copies' own are).
-template <int NH, bool BULK, int TILE, int STAGES, bool LEAN = false, bool FILL = false, bool PREFETCH = false, bool AHEAD = false>
+// TL (bench only, MlaDecodeWork::timeline): thread 0 stamps the CTA's record (mla_decode.h);
+// false everywhere else, where the stamps compile to nothing.
+template <int NH, bool BULK, int TILE, int STAGES, bool LEAN = false, bool FILL = false, bool PREFETCH = false, bool AHEAD = false,
+          bool TL = false>
 __global__ void __launch_bounds__(kThreads, 2)
     mla_decode_warp_kernel(const __grid_constant__ MlaDecodeArgs a, const int32_t* __restrict__ plan, float* part_o, float* part_lse,
-                           int32_t* counters, bool dynamic_tiles, bool late_trigger, int64_t cache_pages) {
+                           int32_t* counters, bool dynamic_tiles, bool late_trigger, int64_t cache_pages, uint64_t* timeline) {
   extern __shared__ float4 smem_raw[];
   static_assert(TILE % kWarps == 0 && TILE <= kTile * 2 && TILE * STAGES <= kTile * kStages, "the ring fits run_shared_bytes");
   constexpr int kPerWarp = TILE / kWarps;  // tokens of a tile each warp scores
@@ -47,6 +50,10 @@ __global__ void __launch_bounds__(kThreads, 2)
   __shared__ int s_valid[STAGES];                   // LEAN: stage s's tokens to score (0: a negative page)
   static_assert(!LEAN || BULK, "the lean kernel takes the bulk loader");
   const int item = blockIdx.x;
+  uint64_t* const rec = TL ? timeline + item * kMlaTimelineWords : nullptr;
+  if constexpr (TL) {
+    if (threadIdx.x == 0) timeline_stamp(rec, 0);
+  }
   if (item >= plan[0]) return;
   const int4 it = reinterpret_cast<const int4*>(plan + 4)[item];
   const int row = it.x, begin = it.y, slot = it.w;
@@ -100,6 +107,9 @@ __global__ void __launch_bounds__(kThreads, 2)
   pdl_wait();  // q and the cache may come from the kernels before (only the plan is read above;
                // PREFETCH: the table too, for hints only)
   if (!late_trigger) pdl_trigger();  // MlaDecodeTrigger::kEarly
+  if constexpr (TL) {
+    if (threadIdx.x == 0) timeline_stamp(rec, 1);
+  }
   // Tile [t0, t0 + TILE) into stage `st`: kCpAsync = one commit group (every thread);
   // BULK = thread 0 arms the stage's barrier with the valid bytes (pages hold whole tiles).
   auto issue = [&](int t0, int st) {
@@ -217,6 +227,9 @@ __global__ void __launch_bounds__(kThreads, 2)
       t0 = begin + i * TILE;
       if constexpr (BULK) mbar_wait(&s_full[i % STAGES], (i / STAGES) & 1);
       else cp_async_wait_all_but<kAhead - 1>();
+      if constexpr (TL) {
+        if (threadIdx.x == 0 && i == 0) timeline_stamp(rec, 2);
+      }
     }
     const float* tile = tiles + (i % STAGES) * TILE * entry;
     __syncthreads();  // tile i visible; every warp is past tile i-1, so its stage is free
@@ -312,6 +325,9 @@ __global__ void __launch_bounds__(kThreads, 2)
     }
   }
 
+  if constexpr (TL) {
+    if (threadIdx.x == 0) timeline_stamp(rec, 3);
+  }
   // Combine the warps: states through shared memory (the tile stages are free once drained).
   asm volatile("cp.async.wait_all;\n" ::);
   __syncthreads();
@@ -356,6 +372,12 @@ __global__ void __launch_bounds__(kThreads, 2)
   }
   // The combine's states (s_acc) are read before arrive_last's barrier; then tiles hold the weights.
   if (slot >= 0 && counters) fused_merge_tail(a, plan, row, item, part_o, part_lse, counters, tiles);
+  if constexpr (TL) {
+    if (threadIdx.x == 0) {
+      timeline_stamp(rec, 4);
+      timeline_open(rec);
+    }
+  }
   if (late_trigger) pdl_trigger();  // MlaDecodeTrigger::kLate: the merge launches as the run's CTAs finish
 }
 
@@ -366,15 +388,25 @@ cudaError_t opt_in_shared(Kernel kernel) {
   return cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, 100);
 }
 
-template <int NH, bool BULK, int TILE, int STAGES, bool LEAN = false, bool FILL = false, bool PREFETCH = false, bool AHEAD = false>
+template <int NH, bool BULK, int TILE, int STAGES, bool LEAN = false, bool FILL = false, bool PREFETCH = false, bool AHEAD = false,
+          bool TL = false>
 Status launch_warp_run(const MlaDecodeArgs& a, const MlaDecodeWork& w, int32_t* counters, cudaStream_t stream) {
+  // The timeline's instantiations: the rings batch 1 runs (kLean, kLeanPrefetch) at 3 heads only.
+  if constexpr (!TL) {
+    if (w.timeline != nullptr) {
+      if constexpr (NH == 3 && LEAN && !FILL && !AHEAD && TILE == kTile && STAGES == kStages)
+        return launch_warp_run<NH, BULK, TILE, STAGES, LEAN, FILL, PREFETCH, AHEAD, true>(a, w, counters, stream);
+      else
+        return invalid_argument("mla_decode_run: the timeline takes the kLean / kLeanPrefetch rings at 3 heads only");
+    }
+  }
   const size_t smem = run_shared_bytes(a);
-  constexpr auto kernel = mla_decode_warp_kernel<NH, BULK, TILE, STAGES, LEAN, FILL, PREFETCH, AHEAD>;
+  constexpr auto kernel = mla_decode_warp_kernel<NH, BULK, TILE, STAGES, LEAN, FILL, PREFETCH, AHEAD, TL>;
   static const cudaError_t opt_in = opt_in_shared(kernel);  // first (eager) call, never in a capture
   if (opt_in != cudaSuccess) return cuda_status(opt_in, "mla_decode_run (shared memory opt-in)");
   const cudaError_t e = launch_pdl(w.pdl, kernel, dim3(static_cast<unsigned>(w.launch_items)), dim3(kThreads),
                                    smem, stream, a, w.plan, w.part_o, w.part_lse, counters, w.dynamic_tiles,
-                                   w.trigger == MlaDecodeTrigger::kLate, w.cache_pages);
+                                   w.trigger == MlaDecodeTrigger::kLate, w.cache_pages, w.timeline);
   if (e != cudaSuccess) return cuda_status(e, "mla_decode_run (warp variant)");
   return last_launch_status("mla_decode_run (warp variant)");
 }
