@@ -8,7 +8,8 @@
 //   ring table: the lean ring with the chained / early / fused merge, the burst ring, the run alone, the copy ring
 //   alone, at the small-batch / long-context shapes; ninth version; pf: the L2 prefetch rings
 //   (lead over the ring, pre-wait), tenth version; timeline: per-CTA start / end stamps of the run and the merge
-//   over a graph of back-to-back steps, where batch 1's time goes, eleventh version)
+//   over a graph of back-to-back steps, where batch 1's time goes, eleventh version ("timeline short": 1 x 1K and
+//   1 x 64K only); m12: the separate merge's slices (16 / 32 / 64 dims a CTA) and the early trigger, twelfth version)
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -27,6 +28,7 @@ namespace {
 
 bool g_no_old = false;  // "noold": skip the old kernel (seconds at long context)
 bool g_tune = false;    // "tune": only the options table
+bool g_m12 = false;     // "m12": the merge slices and the early trigger (twelfth version)
 bool g_ring = false;    // "ring": only the ring / merge table (ninth version)
 bool g_pf = false;      // "pf": only the pre-wait prefetch table (tenth version)
 bool g_timeline = false;  // "timeline": only the per-CTA timelines (eleventh version)
@@ -138,6 +140,7 @@ void bench_shape(const Shape& s, bool run_old) {
   w.ring = plan.ring;  // the plan's copy ring, as the backend passes it
   w.merge_mode = plan.merge;  // and the plan's merge form
   w.cache_pages = pool_pages;  // bounds kLeanPrefetch's hints
+  w.trigger = plan.trigger;    // the plan's trigger (early for one-tile items), as callers pass it
 
   const double floor_us = bytes / g_bw * 1e6;
   g_reps = 20;
@@ -196,6 +199,7 @@ void bench_shape(const Shape& s, bool run_old) {
     constexpr int kCfg = 4;
     MlaDecodeWork tw[kCfg] = {w, w, w, w};
     for (auto& x : tw) x.counters = nullptr, x.trigger = MlaDecodeTrigger::kLate;
+    tw[0].trigger = plan.trigger;  // the default: the plan's trigger and merge slice
     tw[1].merge_mode = MlaDecodeMerge::kFused, tw[1].counters = counters.get();
     tw[2].trigger = MlaDecodeTrigger::kEarly;
     tw[3].merge = false;
@@ -215,6 +219,34 @@ void bench_shape(const Shape& s, bool run_old) {
                     static_cast<long>(plan.num_items), rings[static_cast<int>(tw[c].ring)], cfg_names[c]);
       print_timeline(label, steps, plain, instr, floor_us, bytes / static_cast<double>(plan.num_items));
     }
+    return;
+  }
+  if (g_m12) {
+    // Twelfth version, same plan, pdl, the plan's ring and merge form, graphs (five interleaved
+    // rounds, the median round): c0 = the eleventh version's default (64-dim merge slices, late
+    // trigger); c1 / c2 = 16 / 32-dim slices, late; c3 = 64, early trigger; c4 = 16, early;
+    // c5 = the new default (the launch's slice, the plan's trigger).
+    constexpr int kCfg = 6;
+    MlaDecodeWork mw[kCfg];
+    for (int o = 0; o < kCfg; ++o) mw[o] = w, mw[o].counters = nullptr, mw[o].trigger = MlaDecodeTrigger::kLate;
+    mw[0].merge_slice = 64;
+    mw[1].merge_slice = 16;
+    mw[2].merge_slice = 32;
+    mw[3].merge_slice = 64, mw[3].trigger = MlaDecodeTrigger::kEarly;
+    mw[4].merge_slice = 16, mw[4].trigger = MlaDecodeTrigger::kEarly;
+    mw[5].merge_slice = 0, mw[5].trigger = plan.trigger;
+    std::vector<double> rounds[kCfg];
+    for (int r = 0; r < 5; ++r)
+      for (int o = 0; o < kCfg; ++o) rounds[o].push_back(graph_step_us(mw[o]));
+    std::printf("m12 | %4ld | %6ld | %4ld | %d | %s | %7.2f |", static_cast<long>(s.batch), static_cast<long>(s.ctx),
+                static_cast<long>(plan.num_items), mla_decode_merge_slice(s.batch, s.heads, kLat),
+                plan.trigger == MlaDecodeTrigger::kEarly ? "early" : "late", floor_us);
+    for (int o = 0; o < kCfg; ++o) {
+      std::sort(rounds[o].begin(), rounds[o].end());
+      std::printf(" %8.2f |", rounds[o][2]);
+    }
+    std::printf(" %5.3f | %8.2f / %8.2f |\n", rounds[0][2] / rounds[5][2], rounds[0][0], rounds[5][0]);
+    std::fflush(stdout);
     return;
   }
   if (g_pf) {
@@ -420,11 +452,18 @@ int main(int argc, char** argv) {
   g_ring = argc > 1 && std::strcmp(argv[1], "ring") == 0;
   g_pf = argc > 1 && std::strcmp(argv[1], "pf") == 0;
   g_timeline = argc > 1 && std::strcmp(argv[1], "timeline") == 0;
-  if (!g_timeline) read_ceiling();
+  g_m12 = argc > 1 && std::strcmp(argv[1], "m12") == 0;
+  if (!g_timeline && !g_m12) read_ceiling();
   std::vector<Shape> shapes;
   const bool focus = argc > 1 && std::strcmp(argv[1], "focus") == 0;  // the TP32 rank's shapes only
   if (g_timeline) {
     shapes = {{3, 1, 1024}, {3, 1, 16384}, {3, 1, 65536}, {3, 8, 65536}};
+    if (argc > 2 && std::strcmp(argv[2], "short") == 0) shapes = {{3, 1, 1024}, {3, 1, 65536}};
+  } else if (g_m12) {
+    shapes = {{3, 1, 1024}, {3, 1, 4096}, {3, 1, 16384}, {3, 1, 65536}, {3, 8, 16384}, {3, 8, 65536}, {3, 32, 16384}};
+    std::printf("m12 rows (graph us/step, pdl, the plan's ring and merge form; median of 5 interleaved rounds): | batch | ctx | items | "
+                "auto slice | plan's trigger | floor us | c0 slice 64, late (11th default) | c1 slice 16, late | c2 slice 32, late | "
+                "c3 slice 64, early | c4 slice 16, early | c5 new default | c0 / c5 | fastest round c0 / c5 |\n");
   } else if (g_pf) {
     shapes = {{3, 1, 1024}, {3, 1, 4096}, {3, 1, 16384}, {3, 1, 65536}, {3, 8, 1024}, {3, 8, 16384}, {3, 32, 16384},
               {3, 8, 65536}, {3, 32, 1024}, {3, 128, 16384}};

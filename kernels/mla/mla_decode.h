@@ -87,12 +87,25 @@ inline constexpr bool kMlaDefaultMergeFused = false;
 // Between the measured 64 items a row (the chained form faster) and 256 (the early one faster).
 inline constexpr int64_t kMlaEarlyMergeMinItems = 128;
 
+// With pdl: where the run lets the merge launch. kEarly: right after its own wait (the merge's
+// CTAs may then sit resident, waiting, while the run still streams); kLate: after each CTA
+// has written its output, so the merge only launches as the run's last CTAs finish.
+enum class MlaDecodeTrigger { kEarly, kLate };
+inline constexpr MlaDecodeTrigger kMlaDefaultTrigger = MlaDecodeTrigger::kLate;
+// Items of one tile (the plan's kMlaOneTileItemRing steps: 1 x 1K, 1 x 4K): kEarly, the
+// merge's CTAs resident and waiting while the run's one tile streams (docs/perf.md, MLA
+// decode, twelfth version).
+inline constexpr MlaDecodeTrigger kMlaOneTileTrigger = MlaDecodeTrigger::kEarly;
+
 struct MlaDecodePlan {
   int64_t rows = 0, capacity = 0, num_items = 0;
   MlaDecodeRing ring = MlaDecodeRing::kShallow;  // the ring measured faster for this step's shape (mla_decode_pick_ring)
   // The separate merge's form: kSeparate (early loads) where a row has more than
   // kMlaEarlyMergeMinItems items, else kAuto (the chained form). Callers pass it unless they fuse.
   MlaDecodeMerge merge = MlaDecodeMerge::kAuto;
+  // With pdl: where the run lets the merge launch (MlaDecodeWork::trigger): kMlaOneTileTrigger
+  // where items hold one tile (the ring is kMlaOneTileItemRing), else kMlaDefaultTrigger.
+  MlaDecodeTrigger trigger = kMlaDefaultTrigger;
   bool any_split = false;     // some row has >= 2 items: the merge has work
   bool any_empty = false;     // some row has ctx_len <= 0 (its one empty item writes zeros)
   std::vector<int32_t> image; // mla_decode_plan_words(rows, capacity) words
@@ -146,11 +159,6 @@ enum class MlaDecodeVariant { kAuto, kBlock, kWarp };
 // (docs/perf.md, "MLA split-KV latent decode on the H200", fourth version).
 enum class MlaDecodeLoader { kAuto, kCpAsync, kBulk };
 
-// With pdl: where the run lets the merge launch. kEarly: right after its own wait (the merge's
-// CTAs may then sit resident, waiting, while the run still streams); kLate: after each CTA
-// has written its output, so the merge only launches as the run's last CTAs finish.
-enum class MlaDecodeTrigger { kEarly, kLate };
-inline constexpr MlaDecodeTrigger kMlaDefaultTrigger = MlaDecodeTrigger::kLate;
 
 
 // Device side of one step's plan. part_o: [capacity][heads][latent_dim], part_lse:
@@ -182,6 +190,9 @@ struct MlaDecodeWork {
   // The cache's page count (one layer): bounds kLeanPrefetch's pre-wait prefetches (0: none).
   int64_t cache_pages = 0;
   MlaDecodeTrigger trigger = kMlaDefaultTrigger;
+  // The separate merge's dims a CTA (16, 32 or 64; 0: mla_decode_merge_slice). The output is
+  // bit-identical across slices (mla_decode_merge_sm90.cu); only the CTA count changes.
+  int merge_slice = 0;
   float* part_o = nullptr;
   float* part_lse = nullptr;
   // Bench only (mla_decode_bench timeline): non-null launches instrumented instantiations of
@@ -199,7 +210,16 @@ struct MlaDecodeWork {
 inline constexpr int kMlaTimelineEvents = 5;
 inline constexpr int64_t kMlaTimelineWords = 12;
 inline int64_t mla_decode_timeline_records(int64_t rows, int64_t heads, int64_t latent_dim, int64_t capacity) {
-  return capacity + rows * heads * ((latent_dim + 63) / 64);
+  return capacity + rows * heads * ((latent_dim + 15) / 16);  // room for the narrowest merge slice
+}
+
+// The separate merge's slice (MlaDecodeWork::merge_slice 0): kMlaNarrowMergeSlice dims a CTA
+// where the 64-dim form would launch fewer CTAs than half the SMs' slots (kMlaTargetItems / 2:
+// batch 1-5 at 3 heads, 24 CTAs a row), else 64. From the launch's shape only, so a graph keeps
+// its grid; docs/perf.md, MLA decode, twelfth version.
+inline constexpr int kMlaNarrowMergeSlice = 16;
+inline int mla_decode_merge_slice(int64_t rows, int64_t heads, int64_t latent_dim) {
+  return rows * heads * ((latent_dim + 63) / 64) < kMlaTargetItems / 2 ? kMlaNarrowMergeSlice : 64;
 }
 
 // Shapes the split-KV kernel takes (else use mla_attend_latent): heads <= 32, latent_dim even

@@ -1,5 +1,5 @@
 // The separate merge of the split-KV MLA decode (mla_decode.h, MlaDecodeMerge::kSeparate*):
-// one CTA per (row, head, 64-dim slice) combines a split row's partials into the output.
+// one CTA per (row, head, slice of 16, 32 or 64 dims) combines a split row's partials into the output.
 #include "mla/mla_decode_sm90.cuh"
 
 namespace pdserve::cuda {
@@ -24,14 +24,19 @@ constexpr int kMergeStaged = 1024;  // the merge kernel keeps up to this many it
 // !EARLY (kSeparateChained and kAuto, the eighth version's merge): weights first, then 8 items a warp in flight.
 // TL (bench only, MlaDecodeWork::timeline): thread 0 stamps the CTA's record; timeline points
 // at the merge's first record (mla_decode.h).
+// SLICE (MlaDecodeWork::merge_slice): the dims a CTA owns, 64 (one warp a chain) or 16 / 32
+// (more CTAs a row: 8 lanes or 16 a chain). Every output element sums the same 8 chains (items
+// i = c, c + 8, ... in order, chain c), in the same order, with the same weights whatever the
+// slice, so the output is bit-identical across slices; only 4 x SLICE threads load partials.
 constexpr int kMergeEarly = 32;
-template <bool EARLY, bool TL = false>
+constexpr int kMergeChains = kWarps;  // the 8 item chains an element sums (the 64-dim form's warps)
+template <bool EARLY, bool TL = false, int SLICE = 64>
 __global__ void __launch_bounds__(kThreads) mla_merge_kernel(const __grid_constant__ MlaDecodeArgs a, const int32_t* __restrict__ plan,
                                                              const float* __restrict__ part_o, const float* __restrict__ part_lse,
                                                              uint64_t* timeline) {
   __shared__ float s_w[kMergeStaged];
   __shared__ float s_red[2][kWarps];
-  __shared__ float2 s_acc[kWarps][32];
+  __shared__ float2 s_acc[kMergeChains][SLICE / 2];
   uint64_t* const rec = TL ? timeline + ((blockIdx.x * gridDim.y + blockIdx.y) * gridDim.z + blockIdx.z) * kMlaTimelineWords : nullptr;
   if constexpr (TL) {
     if (threadIdx.x == 0) timeline_stamp(rec, 0);
@@ -46,10 +51,13 @@ __global__ void __launch_bounds__(kThreads) mla_merge_kernel(const __grid_consta
     if (threadIdx.x == 0) timeline_stamp(rec, 1);
   }
   const int H = static_cast<int>(a.heads), lat = static_cast<int>(a.latent_dim);
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, d = blockIdx.z * 64 + 2 * lane;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  constexpr int kCols = SLICE / 2;  // threads a chain (two dims each)
+  const int chain = threadIdx.x / kCols, col = threadIdx.x % kCols, d = blockIdx.z * SLICE + 2 * col;
+  const bool loads = chain < kMergeChains;  // 4 x SLICE threads load partials
   float* out = a.o_lat + (static_cast<int64_t>(row) * H + h) * lat;
   if (n == 0) {
-    if (warp == 0 && d < lat) *reinterpret_cast<float2*>(out + d) = make_float2(0.0f, 0.0f);
+    if (chain == 0 && d < lat) *reinterpret_cast<float2*>(out + d) = make_float2(0.0f, 0.0f);
     return;
   }
   const float* lse = part_lse + static_cast<int64_t>(first) * H + h;
@@ -60,8 +68,8 @@ __global__ void __launch_bounds__(kThreads) mla_merge_kernel(const __grid_consta
   if constexpr (EARLY) {
 #pragma unroll
     for (int k = 0; k < kMergeEarly; ++k) {
-      const int i = warp + k * kWarps;
-      early[k] = d < lat && i < n ? __ldcg(src + i * item_stride) : make_float2(0.0f, 0.0f);
+      const int i = chain + k * kMergeChains;
+      early[k] = loads && d < lat && i < n ? __ldcg(src + i * item_stride) : make_float2(0.0f, 0.0f);
     }
   }
   float mx = -INFINITY;
@@ -94,21 +102,21 @@ __global__ void __launch_bounds__(kThreads) mla_merge_kernel(const __grid_consta
   for (int k = 0; k < kWarps; ++k) total += s_red[1][k];
   const float inv = m == -INFINITY ? 0.0f : 1.0f / total;
   float2 acc = make_float2(0.0f, 0.0f);
-  if (d < lat && m != -INFINITY) {
-    int i0 = warp;
+  if (loads && d < lat && m != -INFINITY) {
+    int i0 = chain;
     if constexpr (EARLY) {
 #pragma unroll
       for (int k = 0; k < kMergeEarly; ++k) {
-        const int i = warp + k * kWarps;
+        const int i = chain + k * kMergeChains;
         if (i < n) {
           const float w = staged ? s_w[i] : exp2f(lse[static_cast<int64_t>(i) * H] - m);
           acc = make_float2(fmaf(w, early[k].x, acc.x), fmaf(w, early[k].y, acc.y));
         }
       }
-      i0 += kMergeEarly * kWarps;
+      i0 += kMergeEarly * kMergeChains;
     }
 #pragma unroll 8
-    for (int i = i0; i < n; i += kWarps) {
+    for (int i = i0; i < n; i += kMergeChains) {
       const float w = staged ? s_w[i] : exp2f(lse[static_cast<int64_t>(i) * H] - m);
       const float2 v = *reinterpret_cast<const float2*>(part_o + ((static_cast<int64_t>(first) + i) * H + h) * lat + d);
       acc = make_float2(fmaf(w, v.x, acc.x), fmaf(w, v.y, acc.y));
@@ -117,12 +125,12 @@ __global__ void __launch_bounds__(kThreads) mla_merge_kernel(const __grid_consta
   if constexpr (TL) {
     if (threadIdx.x == 0) timeline_stamp(rec, 3);
   }
-  s_acc[warp][lane] = acc;
+  if (loads) s_acc[chain][col] = acc;
   __syncthreads();
-  if (warp == 0 && d < lat) {
+  if (chain == 0 && d < lat) {
     float2 o = make_float2(0.0f, 0.0f);
 #pragma unroll
-    for (int k = 0; k < kWarps; ++k) o = make_float2(o.x + s_acc[k][lane].x, o.y + s_acc[k][lane].y);
+    for (int k = 0; k < kMergeChains; ++k) o = make_float2(o.x + s_acc[k][col].x, o.y + s_acc[k][col].y);
     *reinterpret_cast<float2*>(out + d) = make_float2(o.x * inv, o.y * inv);
   }
   if constexpr (TL) {
@@ -138,13 +146,19 @@ __global__ void __launch_bounds__(kThreads) mla_merge_kernel(const __grid_consta
 namespace mla_decode_detail {
 
 Status launch_merge(const MlaDecodeArgs& a, const MlaDecodeWork& w, cudaStream_t stream) {
-  const dim3 grid(static_cast<unsigned>(a.rows), static_cast<unsigned>(a.heads), static_cast<unsigned>((a.latent_dim + 63) / 64));
+  const int slice = w.merge_slice != 0 ? w.merge_slice : mla_decode_merge_slice(a.rows, a.heads, a.latent_dim);
+  if (slice != 16 && slice != 32 && slice != 64) return invalid_argument("mla_decode_run: merge slice must be 0, 16, 32 or 64");
+  const dim3 grid(static_cast<unsigned>(a.rows), static_cast<unsigned>(a.heads), static_cast<unsigned>((a.latent_dim + slice - 1) / slice));
   // kSeparate: the early-load form; kAuto and kSeparateChained: the chained one.
   const bool early = w.merge_mode == MlaDecodeMerge::kSeparate;
   uint64_t* tl = w.timeline ? w.timeline + w.capacity * kMlaTimelineWords : nullptr;  // the merge's records follow the run's
   const auto pick = [&](auto kernel) { return launch_pdl(w.pdl, kernel, grid, dim3(kThreads), 0, stream, a, w.plan, w.part_o, w.part_lse, tl); };
-  const cudaError_t e = tl ? (early ? pick(mla_merge_kernel<true, true>) : pick(mla_merge_kernel<false, true>))
-                           : (early ? pick(mla_merge_kernel<true>) : pick(mla_merge_kernel<false>));
+  const auto by_slice = [&](auto k16, auto k32, auto k64) { return slice == 16 ? pick(k16) : slice == 32 ? pick(k32) : pick(k64); };
+  const cudaError_t e =
+      tl ? (early ? by_slice(mla_merge_kernel<true, true, 16>, mla_merge_kernel<true, true, 32>, mla_merge_kernel<true, true, 64>)
+                  : by_slice(mla_merge_kernel<false, true, 16>, mla_merge_kernel<false, true, 32>, mla_merge_kernel<false, true, 64>))
+         : (early ? by_slice(mla_merge_kernel<true, false, 16>, mla_merge_kernel<true, false, 32>, mla_merge_kernel<true, false, 64>)
+                  : by_slice(mla_merge_kernel<false, false, 16>, mla_merge_kernel<false, false, 32>, mla_merge_kernel<false, false, 64>));
   if (e != cudaSuccess) return cuda_status(e, "mla_decode_run (merge)");
   return last_launch_status("mla_decode_run (merge)");
 }

@@ -89,6 +89,7 @@ Status build_mla_decode_plan(const int32_t* ctx_len, int64_t rows, int64_t page_
     }
   }
   plan->ring = mla_decode_pick_ring(chunk);
+  plan->trigger = plan->ring == kMlaOneTileItemRing && chunk <= kMlaTileTokens ? kMlaOneTileTrigger : kMlaDefaultTrigger;
   plan->merge = most_items > kMlaEarlyMergeMinItems ? MlaDecodeMerge::kSeparate : MlaDecodeMerge::kAuto;
   plan->image[0] = static_cast<int32_t>(plan->num_items);
   plan->image[1] = static_cast<int32_t>(rows);

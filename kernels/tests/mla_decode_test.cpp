@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstring>
 #include <cmath>
 #include <numeric>
 #include <random>
@@ -195,17 +196,20 @@ TEST(MlaDecodePlan, ShortAndLongItemsPickTheirRings) {
     const std::vector<int32_t> c(rows, ctx);
     ASSERT_TRUE(build_mla_decode_plan(c.data(), rows, 64, mla_decode_plan_capacity(rows), &plan).is_ok());
     EXPECT_EQ(plan.ring, kMlaShortItemRing) << rows << " x " << ctx;
+    EXPECT_EQ(plan.trigger, kMlaDefaultTrigger) << rows << " x " << ctx;
   }
   for (const auto& [rows, ctx] : one_tile) {
     const std::vector<int32_t> c(rows, ctx);
     ASSERT_TRUE(build_mla_decode_plan(c.data(), rows, 64, mla_decode_plan_capacity(rows), &plan).is_ok());
     EXPECT_EQ(plan.ring, kMlaOneTileItemRing) << rows << " x " << ctx;
     EXPECT_EQ(plan.image[3], 1) << rows << " x " << ctx;  // the item's one tile
+    EXPECT_EQ(plan.trigger, kMlaOneTileTrigger) << rows << " x " << ctx;
   }
   for (const auto& [rows, ctx] : shallow) {
     const std::vector<int32_t> c(rows, ctx);
     ASSERT_TRUE(build_mla_decode_plan(c.data(), rows, 64, mla_decode_plan_capacity(rows), &plan).is_ok());
     EXPECT_EQ(plan.ring, kMlaLongItemRing) << rows << " x " << ctx;
+    EXPECT_EQ(plan.trigger, kMlaDefaultTrigger) << rows << " x " << ctx;
   }
   EXPECT_EQ(mla_decode_pick_ring(kMlaTileTokens), kMlaOneTileItemRing);
   EXPECT_EQ(mla_decode_pick_ring(2 * kMlaTileTokens), kMlaShortItemRing);
@@ -328,6 +332,8 @@ void run_case(const Case& c, uint32_t seed) {
                         {MlaDecodeVariant::kAuto, MlaDecodeLoader::kBulk, true, kLate, kFused, false},
                         {MlaDecodeVariant::kAuto, MlaDecodeLoader::kAuto, true, kLate, MlaDecodeMerge::kAuto, false,
                          MlaDecodeRing::kAuto},  // the defaults, with the plan's ring
+                        {MlaDecodeVariant::kAuto, MlaDecodeLoader::kAuto, true, kEarly, MlaDecodeMerge::kAuto, false,
+                         MlaDecodeRing::kAuto},  // ... with the early trigger (the one-tile plans' pick)
                         // The deep ring (8-token tiles, 6 stages): bulk loader (kCpAsync keeps the
                         // shallow ring), with and without pdl, separate and fused merge.
                         {MlaDecodeVariant::kAuto, MlaDecodeLoader::kBulk, false, kEarly, MlaDecodeMerge::kSeparate, false, kDeep},
@@ -410,6 +416,31 @@ void run_case(const Case& c, uint32_t seed) {
         for (int64_t i = 0; i < c.heads * c.lat; ++i) ASSERT_EQ(got[c.negative_row * c.heads * c.lat + i], 0.0f);
       }
     }
+    // The separate merge's slices (16, 32, 64 dims a CTA) sum every element in the same order:
+    // bit-identical outputs, both merge forms, with pdl and the plan's ring.
+    for (MlaDecodeMerge form : {kSeparate, kChained}) {
+      std::vector<float> wide;
+      for (int slice : {64, 16, 32}) {
+        ASSERT_TRUE(out.upload(std::vector<float>(rows * c.heads * c.lat, NAN)).is_ok());
+        ASSERT_TRUE(part_o.upload(std::vector<float>(cap * c.heads * c.lat, NAN)).is_ok());
+        w.variant = MlaDecodeVariant::kAuto, w.loader = MlaDecodeLoader::kAuto, w.pdl = true, w.trigger = kLate;
+        w.merge_mode = form, w.counters = nullptr, w.dynamic_tiles = false, w.ring = plan.ring, w.cache_pages = pages;
+        w.merge_slice = slice;
+        ASSERT_TRUE(dql.upload(std::vector<float>(ql.size(), 0.0f)).is_ok());
+        ASSERT_TRUE(add_inplace(dql.get(), dql_src.get(), static_cast<int64_t>(ql.size()), stream).is_ok());
+        ASSERT_TRUE(mla_decode_run(a, w, stream).is_ok());
+        ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+        const auto got = host(out);
+        EXPECT_LT(nerr(got, ref), 2e-5) << "merge slice " << slice << " form " << static_cast<int>(form);
+        if (slice == 64) wide = got;
+        else
+          EXPECT_EQ(std::memcmp(got.data(), wide.data(), got.size() * sizeof(float)), 0)
+              << "merge slice " << slice << " differs from 64, form " << static_cast<int>(form) << " heads " << c.heads;
+      }
+    }
+    w.merge_slice = 7;  // refused, not launched
+    EXPECT_FALSE(mla_decode_run(a, w, stream).is_ok());
+    w.merge_slice = 0;
     cudaStreamDestroy(stream);
   }
 }
