@@ -141,6 +141,7 @@ void bench_shape(const Shape& s, bool run_old) {
   w.merge_mode = plan.merge;  // and the plan's merge form
   w.cache_pages = pool_pages;  // bounds kLeanPrefetch's hints
   w.trigger = plan.trigger;    // the plan's trigger (early for one-tile items), as callers pass it
+  w.merge_slice = plan.merge_slice;  // and the merge's slice
 
   const double floor_us = bytes / g_bw * 1e6;
   g_reps = 20;
@@ -203,7 +204,7 @@ void bench_shape(const Shape& s, bool run_old) {
     tw[1].merge_mode = MlaDecodeMerge::kFused, tw[1].counters = counters.get();
     tw[2].trigger = MlaDecodeTrigger::kEarly;
     tw[3].merge = false;
-    const char* cfg_names[] = {"default (late trigger, separate merge)", "fused merge", "early trigger", "run alone (no merge)"};
+    const char* cfg_names[] = {"default (the plan's trigger, separate merge)", "fused merge", "early trigger", "run alone (no merge)"};
     for (int c = 0; c < kCfg; ++c) {
       if (c != 0 && !plan.any_split) continue;
       const double plain = graph_step_us(tw[c]);
@@ -225,7 +226,8 @@ void bench_shape(const Shape& s, bool run_old) {
     // Twelfth version, same plan, pdl, the plan's ring and merge form, graphs (five interleaved
     // rounds, the median round): c0 = the eleventh version's default (64-dim merge slices, late
     // trigger); c1 / c2 = 16 / 32-dim slices, late; c3 = 64, early trigger; c4 = 16, early;
-    // c5 = the new default (the launch's slice, the plan's trigger).
+    // c5 = the plan's slice and trigger (as measured on the H200: the launch's slice, 16 at
+    // batch 1, everywhere; the plan now picks 64 for one-tile items, c3 there).
     constexpr int kCfg = 6;
     MlaDecodeWork mw[kCfg];
     for (int o = 0; o < kCfg; ++o) mw[o] = w, mw[o].counters = nullptr, mw[o].trigger = MlaDecodeTrigger::kLate;
@@ -234,12 +236,12 @@ void bench_shape(const Shape& s, bool run_old) {
     mw[2].merge_slice = 32;
     mw[3].merge_slice = 64, mw[3].trigger = MlaDecodeTrigger::kEarly;
     mw[4].merge_slice = 16, mw[4].trigger = MlaDecodeTrigger::kEarly;
-    mw[5].merge_slice = 0, mw[5].trigger = plan.trigger;
+    mw[5].merge_slice = plan.merge_slice, mw[5].trigger = plan.trigger;
     std::vector<double> rounds[kCfg];
     for (int r = 0; r < 5; ++r)
       for (int o = 0; o < kCfg; ++o) rounds[o].push_back(graph_step_us(mw[o]));
     std::printf("m12 | %4ld | %6ld | %4ld | %d | %s | %7.2f |", static_cast<long>(s.batch), static_cast<long>(s.ctx),
-                static_cast<long>(plan.num_items), mla_decode_merge_slice(s.batch, s.heads, kLat),
+                static_cast<long>(plan.num_items), plan.merge_slice ? plan.merge_slice : mla_decode_merge_slice(s.batch, s.heads, kLat),
                 plan.trigger == MlaDecodeTrigger::kEarly ? "early" : "late", floor_us);
     for (int o = 0; o < kCfg; ++o) {
       std::sort(rounds[o].begin(), rounds[o].end());

@@ -70,7 +70,7 @@ namespace pdserve::cuda {
 // kAuto: the run's default, kShallow; the plan's pick (MlaDecodePlan::ring) is what callers pass.
 enum class MlaDecodeRing { kAuto, kShallow, kDeep, kLean, kLeanDeep, kLeanBurst, kLeanPrefetch, kLeanAhead };
 
-// Where split rows are merged. kSeparate / kSeparateChained: a second kernel (grid row x head x 64-dim slice).
+// Where split rows are merged. kSeparate / kSeparateChained: a second kernel (grid row x head x slice of MlaDecodeWork::merge_slice dims).
 // kFused: in the run, by the last CTA of each group / row (needs MlaDecodeWork::counters).
 // kAuto: kSeparateChained, the measured default (docs/perf.md, MLA decode, sixth version: the
 // fused tail's chain of atomics and L2 round trips in one CTA costs more than a second kernel
@@ -106,6 +106,10 @@ struct MlaDecodePlan {
   // With pdl: where the run lets the merge launch (MlaDecodeWork::trigger): kMlaOneTileTrigger
   // where items hold one tile (the ring is kMlaOneTileItemRing), else kMlaDefaultTrigger.
   MlaDecodeTrigger trigger = kMlaDefaultTrigger;
+  // The separate merge's slice (MlaDecodeWork::merge_slice): 64 where items hold one tile (with
+  // the early trigger the 64-dim merge measured as fast as the 16-dim one, and 16-dim with the
+  // late trigger 1 us slower there), else 0 (the launch's pick, mla_decode_merge_slice).
+  int merge_slice = 0;
   bool any_split = false;     // some row has >= 2 items: the merge has work
   bool any_empty = false;     // some row has ctx_len <= 0 (its one empty item writes zeros)
   std::vector<int32_t> image; // mla_decode_plan_words(rows, capacity) words
@@ -191,8 +195,9 @@ struct MlaDecodeWork {
   int64_t cache_pages = 0;
   MlaDecodeTrigger trigger = kMlaDefaultTrigger;
   // The separate merge's dims a CTA (16, 32 or 64; 0: mla_decode_merge_slice). The output is
-  // bit-identical across slices (mla_decode_merge_sm90.cu); only the CTA count changes.
-  int merge_slice = 0;
+  // bit-identical across slices (mla_decode_merge_sm90.cu); only the CTA count changes. 64 (the
+  // eleventh version's grid) unless the caller passes the plan's pick (MlaDecodePlan::merge_slice).
+  int merge_slice = 64;
   float* part_o = nullptr;
   float* part_lse = nullptr;
   // Bench only (mla_decode_bench timeline): non-null launches instrumented instantiations of
@@ -213,7 +218,7 @@ inline int64_t mla_decode_timeline_records(int64_t rows, int64_t heads, int64_t 
   return capacity + rows * heads * ((latent_dim + 15) / 16);  // room for the narrowest merge slice
 }
 
-// The separate merge's slice (MlaDecodeWork::merge_slice 0): kMlaNarrowMergeSlice dims a CTA
+// The separate merge's slice (MlaDecodeWork::merge_slice 0, the plan's pick past one-tile items): kMlaNarrowMergeSlice dims a CTA
 // where the 64-dim form would launch fewer CTAs than half the SMs' slots (kMlaTargetItems / 2:
 // batch 1-5 at 3 heads, 24 CTAs a row), else 64. From the launch's shape only, so a graph keeps
 // its grid; docs/perf.md, MLA decode, twelfth version.

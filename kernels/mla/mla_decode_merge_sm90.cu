@@ -8,15 +8,15 @@ namespace {
 
 using namespace mla_decode_detail;
 
-// Grid (row, head, 64-dim slice): rows with one item were written by the run; rows with none
-// get zeros; rows with several combine their partials weighted by 2^(lse - max). The 8 warps
-// split the items (a warp reads 256 contiguous bytes of each), lane = two dims.
+// Grid (row, head, SLICE-dim slice): rows with one item were written by the run; rows with none
+// get zeros; rows with several combine their partials weighted by 2^(lse - max). 8 chains
+// split the items (at SLICE 64 a chain is a warp reading 256 contiguous bytes of each), a thread = two dims.
 constexpr int kMergeStaged = 1024;  // the merge kernel keeps up to this many items' weights in shared memory
 
-// Grid (row, head, 64-dim slice): rows with one item were written by the run; rows with
+// Grid (row, head, SLICE-dim slice): rows with one item were written by the run; rows with
 // several combine their partials weighted by 2^(lse - max). All 256 threads read the lse
-// values at once into shared memory (one round trip to L2, then block reductions); the 8 warps
-// split the items (a warp reads 256 contiguous bytes of each), lane = two dims.
+// values at once into shared memory (one round trip to L2, then block reductions); the 8 chains
+// split the items (see SLICE below), a thread = two dims.
 // EARLY (MlaDecodeMerge::kSeparate, the plan's pick for rows of many items): each warp issues the loads of its first
 // kMergeEarly items into registers BEFORE the weights' round trip (they do not depend on it),
 // so a row of up to 8 x kMergeEarly items costs one L2 round trip after the run, not one for

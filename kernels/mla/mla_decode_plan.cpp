@@ -89,7 +89,9 @@ Status build_mla_decode_plan(const int32_t* ctx_len, int64_t rows, int64_t page_
     }
   }
   plan->ring = mla_decode_pick_ring(chunk);
-  plan->trigger = plan->ring == kMlaOneTileItemRing && chunk <= kMlaTileTokens ? kMlaOneTileTrigger : kMlaDefaultTrigger;
+  const bool one_tile = plan->ring == kMlaOneTileItemRing && chunk <= kMlaTileTokens;
+  plan->trigger = one_tile ? kMlaOneTileTrigger : kMlaDefaultTrigger;
+  plan->merge_slice = one_tile ? 64 : 0;
   plan->merge = most_items > kMlaEarlyMergeMinItems ? MlaDecodeMerge::kSeparate : MlaDecodeMerge::kAuto;
   plan->image[0] = static_cast<int32_t>(plan->num_items);
   plan->image[1] = static_cast<int32_t>(rows);

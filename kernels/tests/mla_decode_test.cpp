@@ -197,6 +197,7 @@ TEST(MlaDecodePlan, ShortAndLongItemsPickTheirRings) {
     ASSERT_TRUE(build_mla_decode_plan(c.data(), rows, 64, mla_decode_plan_capacity(rows), &plan).is_ok());
     EXPECT_EQ(plan.ring, kMlaShortItemRing) << rows << " x " << ctx;
     EXPECT_EQ(plan.trigger, kMlaDefaultTrigger) << rows << " x " << ctx;
+    EXPECT_EQ(plan.merge_slice, 0) << rows << " x " << ctx;
   }
   for (const auto& [rows, ctx] : one_tile) {
     const std::vector<int32_t> c(rows, ctx);
@@ -204,12 +205,14 @@ TEST(MlaDecodePlan, ShortAndLongItemsPickTheirRings) {
     EXPECT_EQ(plan.ring, kMlaOneTileItemRing) << rows << " x " << ctx;
     EXPECT_EQ(plan.image[3], 1) << rows << " x " << ctx;  // the item's one tile
     EXPECT_EQ(plan.trigger, kMlaOneTileTrigger) << rows << " x " << ctx;
+    EXPECT_EQ(plan.merge_slice, 64) << rows << " x " << ctx;
   }
   for (const auto& [rows, ctx] : shallow) {
     const std::vector<int32_t> c(rows, ctx);
     ASSERT_TRUE(build_mla_decode_plan(c.data(), rows, 64, mla_decode_plan_capacity(rows), &plan).is_ok());
     EXPECT_EQ(plan.ring, kMlaLongItemRing) << rows << " x " << ctx;
     EXPECT_EQ(plan.trigger, kMlaDefaultTrigger) << rows << " x " << ctx;
+    EXPECT_EQ(plan.merge_slice, 0) << rows << " x " << ctx;
   }
   EXPECT_EQ(mla_decode_pick_ring(kMlaTileTokens), kMlaOneTileItemRing);
   EXPECT_EQ(mla_decode_pick_ring(2 * kMlaTileTokens), kMlaShortItemRing);
@@ -397,6 +400,7 @@ void run_case(const Case& c, uint32_t seed) {
       w.dynamic_tiles = o.dynamic_tiles;
       w.ring = o.ring == MlaDecodeRing::kAuto ? plan.ring : o.ring;
       w.cache_pages = o.cache_pages_div == 0 ? 0 : pages / o.cache_pages_div;
+      w.merge_slice = o.ring == MlaDecodeRing::kAuto ? plan.merge_slice : 64;  // the defaults: the plan's slice
       if (o.pdl) {
         ASSERT_TRUE(dql.upload(std::vector<float>(ql.size(), 0.0f)).is_ok());
         ASSERT_TRUE(add_inplace(dql.get(), dql_src.get(), static_cast<int64_t>(ql.size()), stream).is_ok());
@@ -440,7 +444,7 @@ void run_case(const Case& c, uint32_t seed) {
     }
     w.merge_slice = 7;  // refused, not launched
     EXPECT_FALSE(mla_decode_run(a, w, stream).is_ok());
-    w.merge_slice = 0;
+    w.merge_slice = 64;
     cudaStreamDestroy(stream);
   }
 }
