@@ -30,10 +30,9 @@ bool separate_output_pays(bool precise, int64_t D, int64_t H, int64_t pass_chunk
   return precise && D == 128 && H * pass_chunks < kKdaChunkSeparateMaxWidth * serial_chunks;
 }
 
+// kda_chunk_plan.h sizes the tables (every sequence piece of a pass has at least one chunk: one
+// SeqJob a chunk at most).
 static_assert(sizeof(ChunkJob) == kKdaChunkJobBytes && sizeof(SeqJob) == kKdaSeqJobBytes, "kda_chunk_plan.h sizes the tables");
-constexpr size_t align256(size_t n) { return kda_chunk_align256(n); }
-// (Every sequence piece of a pass has at least one chunk: one SeqJob a chunk at most.)
-size_t table_bytes(int64_t chunks) { return kda_chunk_table_bytes(chunks); }
 
 // One pass: its slices of the tables (pass-local chunk indices in SeqJob::chunk0).
 struct Pass {
@@ -126,13 +125,13 @@ Status kda_chunk_prefill(const KdaChunkArgs& a, cudaStream_t stream) {
   if (total == 0) return Status::ok();
   // Every pass's tables at the workspace's front (uploaded once, reusable by later layers),
   // the per-chunk intermediates of one pass after them.
-  const size_t tables = table_bytes(total);
+  const size_t tables = kda_chunk_table_bytes(total);
   const int64_t capacity = kda_chunk_pass_capacity(H, D, total, a.workspace_bytes);  // kda_chunk_pass_count's rule
   if (capacity < 1) return invalid_argument("kda_chunk_prefill: workspace smaller than the tables and one chunk");
 
   char* base = static_cast<char*>(a.workspace);
   auto* chunk_table = reinterpret_cast<ChunkJob*>(base);
-  auto* seq_table = reinterpret_cast<SeqJob*>(base + align256(total * sizeof(ChunkJob)));
+  auto* seq_table = reinterpret_cast<SeqJob*>(base + kda_chunk_align256(total * sizeof(ChunkJob)));
   float* inter = reinterpret_cast<float*>(base + tables);
 
   // Plan every pass on the host (cheap; the same plan for every layer of a step).

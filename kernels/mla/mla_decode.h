@@ -163,8 +163,6 @@ enum class MlaDecodeVariant { kAuto, kBlock, kWarp };
 // (docs/perf.md, "MLA split-KV latent decode on the H200", fourth version).
 enum class MlaDecodeLoader { kAuto, kCpAsync, kBulk };
 
-
-
 // Device side of one step's plan. part_o: [capacity][heads][latent_dim], part_lse:
 // [capacity][heads]. launch_items: CTAs to launch (the plan's num_items when known on the host,
 // its capacity inside a graph: surplus CTAs exit). merge: launch the separate merge (always,
