@@ -68,7 +68,11 @@ namespace pdserve::cuda {
 // bulk copy is issued, so a CTA has that many more tiles in flight than its three stages hold
 // (all after the pdl wait; no shared memory or barrier added).
 // kAuto: the run's default, kShallow; the plan's pick (MlaDecodePlan::ring) is what callers pass.
-enum class MlaDecodeRing { kAuto, kShallow, kDeep, kLean, kLeanDeep, kLeanBurst, kLeanPrefetch, kLeanAhead };
+// kLeanWide / kLeanWidePrefetch (the cluster form only, MlaDecodeMerge::kCluster; elsewhere
+// kLean / kLeanPrefetch): kLean's loop on 16-token tiles in 5 stages (180 KiB: one CTA an SM, so
+// a cluster of 16 spans 16 SMs), every stage filled at the start (an item of up to 5 tiles is
+// one burst: 1 x 1K's 4-tile items); the prefetch form adds kLeanPrefetch's pre-wait L2 hints.
+enum class MlaDecodeRing { kAuto, kShallow, kDeep, kLean, kLeanDeep, kLeanBurst, kLeanPrefetch, kLeanAhead, kLeanWide, kLeanWidePrefetch };
 
 // Where split rows are merged. kSeparate / kSeparateChained: a second kernel (grid row x head x slice of MlaDecodeWork::merge_slice dims).
 // kFused: in the run, by the last CTA of each group / row (needs MlaDecodeWork::counters).

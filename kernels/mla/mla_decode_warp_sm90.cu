@@ -11,6 +11,11 @@ namespace {
 
 using namespace mla_decode_detail;
 
+// The wide ring (MlaDecodeRing::kLeanWide*, cluster form only): 5 stages of 16 tokens.
+constexpr int kWideStages = 5;
+constexpr int kWideTokens = kWideStages * kTile;
+inline size_t wide_shared_bytes() { return static_cast<size_t>(kWideTokens) * kMaxEntry * sizeof(float); }
+
 // MlaDecodeMerge::kCluster's merge, after each CTA of the cluster (one row's items) wrote its
 // partial (o normalised, lse in log2 units) to its own shared memory: one cluster barrier
 // (release / acquire: the peers' partials are visible), then CTA r of n merges elements
@@ -91,7 +96,8 @@ __global__ void __launch_bounds__(kThreads, 2)
     mla_decode_warp_kernel(const __grid_constant__ MlaDecodeArgs a, const int32_t* __restrict__ plan, float* part_o, float* part_lse,
                            int32_t* counters, bool dynamic_tiles, bool late_trigger, int64_t cache_pages, uint64_t* timeline) {
   extern __shared__ float4 smem_raw[];
-  static_assert(TILE % kWarps == 0 && TILE <= kTile * 2 && TILE * STAGES <= kTile * kStages, "the ring fits run_shared_bytes");
+  static_assert(TILE % kWarps == 0 && TILE <= kTile * 2 && (TILE * STAGES <= kTile * kStages || (CLUSTER && TILE * STAGES <= kWideTokens)),
+                "the ring fits run_shared_bytes (the cluster's wide ring: wide_shared_bytes)");
   constexpr int kPerWarp = TILE / kWarps;  // tokens of a tile each warp scores
   float* tiles = reinterpret_cast<float*>(smem_raw);  // [STAGES][TILE][entry]; then the warps' states
   __shared__ float s_m[kWarps][NH], s_l[kWarps][NH];
@@ -475,8 +481,11 @@ Status launch_warp_run(const MlaDecodeArgs& a, const MlaDecodeWork& w, int32_t* 
 template <int NH, bool BULK, int TILE, int STAGES, bool LEAN = false, bool PREFETCH = false>
 Status launch_cluster_run(const MlaDecodeArgs& a, const MlaDecodeWork& w, cudaStream_t stream) {
   constexpr auto kernel = mla_decode_warp_kernel<NH, BULK, TILE, STAGES, LEAN, false, PREFETCH, false, false, true>;
+  constexpr bool kWide = TILE * STAGES > kTile * kStages;
   static const cudaError_t opt_in = [] {  // first (eager) call, never in a capture
-    const cudaError_t e = opt_in_shared(kernel);
+    cudaError_t e = opt_in_shared(kernel);
+    if (e == cudaSuccess && kWide)
+      e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(wide_shared_bytes()));
     if (e != cudaSuccess) return e;
     return cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
   }();
@@ -484,7 +493,7 @@ Status launch_cluster_run(const MlaDecodeArgs& a, const MlaDecodeWork& w, cudaSt
   cudaLaunchConfig_t cfg = {};
   cfg.gridDim = dim3(static_cast<unsigned>(a.rows * w.cluster));
   cfg.blockDim = dim3(kThreads);
-  cfg.dynamicSmemBytes = run_shared_bytes(a);
+  cfg.dynamicSmemBytes = kWide ? wide_shared_bytes() : run_shared_bytes(a);
   cfg.stream = stream;
   cudaLaunchAttribute attr[2];
   attr[0].id = cudaLaunchAttributeClusterDimension;
@@ -508,6 +517,10 @@ Status launch_cluster_run(const MlaDecodeArgs& a, const MlaDecodeWork& w, bool b
   const bool lean = a.latent_dim == 512 && a.rope_dim == 64;
   if (!lean) return launch_cluster_run<NH, true, kTile, kStages>(a, w, stream);
   if (ring == MlaDecodeRing::kLeanDeep) return launch_cluster_run<NH, true, kTile / 2, 2 * kStages, true>(a, w, stream);
+  if (ring == MlaDecodeRing::kLeanWidePrefetch && w.cache_pages > 0)
+    return launch_cluster_run<NH, true, kTile, kWideStages, true, true>(a, w, stream);
+  if (ring == MlaDecodeRing::kLeanWide || ring == MlaDecodeRing::kLeanWidePrefetch)
+    return launch_cluster_run<NH, true, kTile, kWideStages, true>(a, w, stream);
   if (ring == MlaDecodeRing::kLeanPrefetch && w.cache_pages > 0) return launch_cluster_run<NH, true, kTile, kStages, true, true>(a, w, stream);
   return launch_cluster_run<NH, true, kTile, kStages, true>(a, w, stream);  // kLean (any other ring)
 }
@@ -523,6 +536,8 @@ Status launch_warp_run(const MlaDecodeArgs& a, const MlaDecodeWork& w, bool bulk
   if (ring == MlaDecodeRing::kLeanDeep && lean) return launch_warp_run<NH, true, kTile / 2, 2 * kStages, true>(a, w, counters, stream);
   if (ring == MlaDecodeRing::kDeep || ring == MlaDecodeRing::kLeanDeep)
     return launch_warp_run<NH, true, kTile / 2, 2 * kStages>(a, w, counters, stream);
+  if (ring == MlaDecodeRing::kLeanWide) ring = MlaDecodeRing::kLean;  // the wide ring: the cluster form only
+  if (ring == MlaDecodeRing::kLeanWidePrefetch) ring = MlaDecodeRing::kLeanPrefetch;
   if (ring == MlaDecodeRing::kLean && lean) return launch_warp_run<NH, true, kTile, kStages, true>(a, w, counters, stream);
   if (ring == MlaDecodeRing::kLeanBurst && lean) return launch_warp_run<NH, true, kTile, kStages, true, true>(a, w, counters, stream);
   if (ring == MlaDecodeRing::kLeanPrefetch && lean) {  // without the cache's size nothing to prefetch: kLean itself

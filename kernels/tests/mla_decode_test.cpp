@@ -311,7 +311,7 @@ struct Case {
 };
 
 // The one-launch cluster form (MlaDecodeMerge::kCluster) on the case's inputs: cluster plans of
-// 16, 8, 4 and 2 items a row, the lean, lean-deep and lean-prefetch rings (K3's widths; other
+// 16, 8, 4 and 2 items a row, the lean, lean-deep, lean-prefetch, wide and wide-prefetch rings (K3's widths; other
 // shapes run the plain bulk or cp.async ring), with and without pdl (with: the kernel just
 // before writes q), both triggers, the cp.async loader; then a graph of two launches replayed
 // twice. The merge order differs from the separate merge's (weights summed, then divided): the
@@ -335,7 +335,11 @@ void run_cluster_forms(const Case& c, MlaDecodeArgs a, const std::vector<float>&
                              {8, MlaDecodeRing::kLeanDeep, false, kLate},
                              {4, MlaDecodeRing::kLean, true, kEarly},
                              {2, MlaDecodeRing::kLeanPrefetch, false, kLate},
-                             {16, MlaDecodeRing::kLean, true, kLate, MlaDecodeLoader::kCpAsync}};
+                             {16, MlaDecodeRing::kLean, true, kLate, MlaDecodeLoader::kCpAsync},
+                             {16, MlaDecodeRing::kLeanWide, true, kLate},
+                             {16, MlaDecodeRing::kLeanWidePrefetch, true, kEarly},
+                             {8, MlaDecodeRing::kLeanWidePrefetch, false, kLate},
+                             {4, MlaDecodeRing::kLeanWide, true, kEarly}};
   for (const ClusterOpt& o : opts) {
     if (rows * o.cluster > cap) continue;
     MlaDecodePlan plan;
@@ -586,8 +590,8 @@ void run_case(const Case& c, uint32_t seed) {
               << "merge slice " << slice << " differs from 64, form " << static_cast<int>(form) << " heads " << c.heads;
       }
     }
-    w.merge_slice = 7;  // refused, not launched
-    EXPECT_FALSE(mla_decode_run(a, w, stream).is_ok());
+    w.merge_slice = 7;  // refused, not launched (the slices' loop set a separate merge form)
+    if (!c.cluster_only) EXPECT_FALSE(mla_decode_run(a, w, stream).is_ok());
     w.merge_slice = 64;
     if (waves == 1) run_cluster_forms(c, a, ref, pages, cap, dql, dql_src, ql.size(), out, stream);
     cudaStreamDestroy(stream);
@@ -638,6 +642,10 @@ TEST_F(MlaDecode, ClusterMergeMatchesTheCpuReference) {
   run_case({2, 32, 16, 4, {1, 3, 17, 0}, false, -1, true}, seed++);  // the tiny models' widths (cp.async ring)
   run_case({3, 32, 16, 16, {1, 15, 16, 33, 260}, false, -1, true}, seed++);  // ... bulk, not lean
 }
+
+// One small case of the cluster forms, for compute-sanitizer racecheck (the whole test above
+// is too slow under it).
+TEST_F(MlaDecode, ClusterSmallCase) { run_case({3, 512, 64, 64, {1024, 65}, false, -1, true}, 400); }
 
 TEST_F(MlaDecode, TinyModelShapes) {
   // The engine's tiny test models: latent 32, rope 16, small pages.
