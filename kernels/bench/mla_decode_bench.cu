@@ -269,7 +269,7 @@ void bench_shape(const Shape& s, bool run_old) {
     // (one launch, MlaDecodeMerge::kCluster) with c1 = 16 items a row, kLean, late trigger;
     // c2 = 16, kLeanDeep, late; c3 = 8, kLean, late; c4 = 16, kLeanPrefetch, early trigger;
     // c5 = c1 with the early trigger; c6 = what the plan with allow_cluster picks (the cluster
-    // plan's form where it fits, else c0); the wide ring (one CTA an SM, the item's tiles in one
+    // plan's form where it fits if kMlaPickCluster, else c0: measured as c0); the wide ring (one CTA an SM, the item's tiles in one
     // burst): c7 = 16, kLeanWide, late; c8 = c7, early; c9 = 16, kLeanWidePrefetch, early;
     // c10 = 8, kLeanWidePrefetch, early. A form that cannot launch here prints nan.
     // Floors (the same graphs): fa = one empty kernel, the run's grid (c0's items) and block;
@@ -293,6 +293,9 @@ void bench_shape(const Shape& s, bool run_old) {
       cw[o].plan = cplans.back().get(), cw[o].launch_items = cp.num_items, cw[o].merge_mode = MlaDecodeMerge::kCluster;
       cw[o].cluster = cp.cluster, cw[o].ring = cp.ring, cw[o].trigger = cp.trigger;
     }
+    // The forms as measured on the H200 (mladec13's second call; the cluster plan's own ring and
+    // trigger, set from that table, are c9's at 1-2 rows, c4's at 4, c5's beyond).
+    for (int o : {1, 2, 3, 5, 7}) cw[o].ring = MlaDecodeRing::kLean, cw[o].trigger = MlaDecodeTrigger::kLate;
     cw[2].ring = MlaDecodeRing::kLeanDeep;
     cw[4].ring = MlaDecodeRing::kLeanPrefetch, cw[4].trigger = MlaDecodeTrigger::kEarly;
     cw[5].trigger = MlaDecodeTrigger::kEarly;

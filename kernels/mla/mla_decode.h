@@ -159,19 +159,29 @@ inline int64_t mla_decode_plan_words(int64_t rows, int64_t capacity) { return 4 
 inline int64_t mla_decode_counter_words(int64_t rows, int64_t capacity) { return capacity + 2 * rows; }
 
 // The one-launch cluster form (MlaDecodeMerge::kCluster). kMlaClusterItems: the items a row
-// (CTAs a cluster). The plan's pick (build_mla_decode_plan with allow_cluster) applies where
-// every row holds at most kMlaClusterMaxTokens tokens and the step at most kMlaClusterMaxRows
-// rows (docs/perf.md, MLA decode, thirteenth version).
+// (CTAs a cluster). mla_decode_cluster_fits: every row holds at most kMlaClusterMaxTokens
+// tokens, the step at most kMlaClusterMaxRows rows, rows x kMlaClusterItems within the capacity.
+// kMlaPickCluster: whether build_mla_decode_plan with allow_cluster picks it where it fits.
+// false: on the H200 it was faster nowhere by more than 3% and 49% slower at 1 x 1K (16 CTAs
+// of 4 tiles each against 64 CTAs of one: docs/perf.md, MLA decode, thirteenth version), so
+// callers opt in by building the cluster plan themselves.
 inline constexpr int kMlaClusterItems = 16;
 inline constexpr int kMlaClusterMaxCtas = 16;  // the H200's largest (non-portable) cluster
 inline constexpr int64_t kMlaClusterMaxTokens = 1024;
 inline constexpr int64_t kMlaClusterMaxRows = 4;
-// The ring the cluster plan runs (its items hold up to 4 tiles at 1 x 1K).
+inline constexpr bool kMlaPickCluster = false;
+// kAuto's ring in a kCluster run (mla_decode_run): kLean.
 inline constexpr MlaDecodeRing kMlaClusterRing = MlaDecodeRing::kLean;
+// The cluster plan's ring, the fastest cluster form measured at each row count (thirteenth
+// version): kLeanWidePrefetch (one CTA an SM) up to kMlaClusterWideMaxRows rows, kLeanPrefetch
+// up to kMlaClusterMaxRows, kLean beyond (the wide ring's clusters of 16 SMs stop fitting side by
+// side: 8 x 1K 20.7 us against 13.5). Its trigger: early (0.8-1.2 us faster than late at 1 x 1K
+// and 2 x 1K in back-to-back steps).
+inline constexpr int64_t kMlaClusterWideMaxRows = 2;
 // The cluster plan: row b's `cluster` items are [b x cluster, (b + 1) x cluster), item r holding
 // granules [r c, (r + 1) c) of the row (c = ceil(granules / cluster)), clipped to ctx (items
 // past the row's end are empty); every item's partial_slot is its index (the partial stays in
-// shared memory). ring: the warp variant's ring it runs. capacity >= rows x cluster.
+// shared memory). ring and trigger: as above. capacity >= rows x cluster.
 Status build_mla_decode_cluster_plan(const int32_t* ctx_len, int64_t rows, int64_t page_size, int64_t capacity, int cluster,
                                      MlaDecodePlan* plan);
 bool mla_decode_cluster_fits(const int32_t* ctx_len, int64_t rows, int64_t capacity);

@@ -10,7 +10,7 @@ namespace pdserve::cuda {
 
 Status build_mla_decode_plan(const int32_t* ctx_len, int64_t rows, int64_t page_size, int64_t capacity, MlaDecodePlan* plan,
                              int64_t waves, int64_t fan_in, bool allow_cluster) {
-  if (allow_cluster && page_size > 0 && mla_decode_cluster_fits(ctx_len, rows, capacity))
+  if (kMlaPickCluster && allow_cluster && page_size > 0 && mla_decode_cluster_fits(ctx_len, rows, capacity))
     return build_mla_decode_cluster_plan(ctx_len, rows, page_size, capacity, kMlaClusterItems, plan);
   if (rows < 0 || page_size <= 0 || capacity < 0 || waves < 1) return invalid_argument("mla decode plan: bad rows, page size or capacity");
   if (fan_in < 1 || fan_in > kMlaMaxMergeFanIn) return invalid_argument("mla decode plan: merge fan-in outside [1, 64]");
@@ -148,9 +148,11 @@ Status build_mla_decode_cluster_plan(const int32_t* ctx_len, int64_t rows, int64
     row_info[4 * b + 2] = cluster;
     row_info[4 * b + 3] = 1;
   }
-  plan->ring = kMlaClusterRing;
+  plan->ring = rows <= kMlaClusterWideMaxRows ? MlaDecodeRing::kLeanWidePrefetch
+               : rows <= kMlaClusterMaxRows   ? MlaDecodeRing::kLeanPrefetch
+                                              : MlaDecodeRing::kLean;
   plan->merge = MlaDecodeMerge::kCluster;
-  plan->trigger = kMlaDefaultTrigger;
+  plan->trigger = MlaDecodeTrigger::kEarly;
   plan->merge_slice = 0;
   plan->image[0] = static_cast<int32_t>(plan->num_items);
   plan->image[1] = static_cast<int32_t>(rows);

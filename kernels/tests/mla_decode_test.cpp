@@ -244,7 +244,8 @@ TEST(MlaDecodePlan, RowsOfManyItemsPickTheEarlyMerge) {
 
 // The cluster plan: exactly `cluster` items a row, at row x cluster + r, consecutive in token
 // order, granule-aligned, covering [0, ctx) once (empty items only past the row's end), each
-// item's slot its index; the plan with allow_cluster picks it exactly where it fits.
+// item's slot its index; the plan with allow_cluster picks it only where it fits (and only if
+// kMlaPickCluster).
 TEST(MlaDecodePlan, ClusterPlanGivesEachRowItsClusterOfItems) {
   const int64_t page = 64;
   const std::vector<std::vector<int32_t>> cases = {{1}, {63}, {64}, {65}, {1024}, {4096}, {0}, {1, 63, 64, 65}, {1024, 0, 33}, {100000}};
@@ -280,6 +281,17 @@ TEST(MlaDecodePlan, ClusterPlanGivesEachRowItsClusterOfItems) {
       }
     }
   }
+  // The cluster plan's ring and trigger by rows (the thirteenth version's fastest forms).
+  for (int64_t rows : {1, 2, 3, 4, 5, 8}) {
+    const std::vector<int32_t> c(rows, 1024);
+    MlaDecodePlan p;
+    ASSERT_TRUE(build_mla_decode_cluster_plan(c.data(), rows, page, mla_decode_plan_capacity(rows), 16, &p).is_ok());
+    EXPECT_EQ(p.ring, rows <= kMlaClusterWideMaxRows ? MlaDecodeRing::kLeanWidePrefetch
+                      : rows <= kMlaClusterMaxRows   ? MlaDecodeRing::kLeanPrefetch
+                                                     : MlaDecodeRing::kLean)
+        << rows;
+    EXPECT_EQ(p.trigger, MlaDecodeTrigger::kEarly);
+  }
   // Refused: a cluster past 16, or more items than the capacity.
   const std::vector<int32_t> one = {1024};
   MlaDecodePlan plan;
@@ -290,7 +302,7 @@ TEST(MlaDecodePlan, ClusterPlanGivesEachRowItsClusterOfItems) {
   ASSERT_TRUE(build_mla_decode_plan(one.data(), 1, page, mla_decode_plan_capacity(1), &plan).is_ok());
   EXPECT_NE(plan.merge, MlaDecodeMerge::kCluster);
   ASSERT_TRUE(build_mla_decode_plan(one.data(), 1, page, mla_decode_plan_capacity(1), &plan, 1, kMlaMergeFanIn, true).is_ok());
-  EXPECT_EQ(plan.merge == MlaDecodeMerge::kCluster, kMlaClusterMaxTokens >= 1024);
+  EXPECT_EQ(plan.merge == MlaDecodeMerge::kCluster, kMlaPickCluster && kMlaClusterMaxTokens >= 1024);
   const std::vector<int32_t> longer = {static_cast<int32_t>(kMlaClusterMaxTokens) + 1};
   ASSERT_TRUE(build_mla_decode_plan(longer.data(), 1, page, mla_decode_plan_capacity(1), &plan, 1, kMlaMergeFanIn, true).is_ok());
   EXPECT_NE(plan.merge, MlaDecodeMerge::kCluster);
