@@ -162,7 +162,7 @@ inline int64_t mla_decode_counter_words(int64_t rows, int64_t capacity) { return
 // (CTAs a cluster). mla_decode_cluster_fits: every row holds at most kMlaClusterMaxTokens
 // tokens, the step at most kMlaClusterMaxRows rows, rows x kMlaClusterItems within the capacity.
 // kMlaPickCluster: whether build_mla_decode_plan with allow_cluster picks it where it fits.
-// false: on the H200 it was faster nowhere by more than 3% and 49% slower at 1 x 1K (16 CTAs
+// false: on the H200 it was faster nowhere by more than 4% and 49% slower at 1 x 1K (16 CTAs
 // of 4 tiles each against 64 CTAs of one: docs/perf.md, MLA decode, thirteenth version), so
 // callers opt in by building the cluster plan themselves.
 inline constexpr int kMlaClusterItems = 16;
@@ -175,7 +175,7 @@ inline constexpr MlaDecodeRing kMlaClusterRing = MlaDecodeRing::kLean;
 // The cluster plan's ring, the fastest cluster form measured at each row count (thirteenth
 // version): kLeanWidePrefetch (one CTA an SM) up to kMlaClusterWideMaxRows rows, kLeanPrefetch
 // up to kMlaClusterMaxRows, kLean beyond (the wide ring's clusters of 16 SMs stop fitting side by
-// side: 8 x 1K 20.7 us against 13.5). Its trigger: early (0.8-1.2 us faster than late at 1 x 1K
+// side: 8 x 1K 20.7 us against 13.5). Its trigger: early (0.8-1.1 us faster than late at 1 x 1K
 // and 2 x 1K in back-to-back steps).
 inline constexpr int64_t kMlaClusterWideMaxRows = 2;
 // The cluster plan: row b's `cluster` items are [b x cluster, (b + 1) x cluster), item r holding
