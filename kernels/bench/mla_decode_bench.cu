@@ -9,7 +9,10 @@
 //   alone, at the small-batch / long-context shapes; ninth version; pf: the L2 prefetch rings
 //   (lead over the ring, pre-wait), tenth version; timeline: per-CTA start / end stamps of the run and the merge
 //   over a graph of back-to-back steps, where batch 1's time goes, eleventh version ("timeline short": 1 x 1K and
-//   1 x 64K only); m12: the separate merge's slices (16 / 32 / 64 dims a CTA) and the early trigger, twelfth version)
+//   1 x 64K only); m12: the separate merge's slices (16 / 32 / 64 dims a CTA) and the early trigger, twelfth version;
+//   m13: the one-launch cluster form against the plan's pick, and the launch floors, thirteenth version)
+#include <cooperative_groups.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -32,6 +35,7 @@ bool g_m12 = false;     // "m12": the merge slices and the early trigger (twelft
 bool g_ring = false;    // "ring": only the ring / merge table (ninth version)
 bool g_pf = false;      // "pf": only the pre-wait prefetch table (tenth version)
 bool g_timeline = false;  // "timeline": only the per-CTA timelines (eleventh version)
+bool g_m13 = false;       // "m13": the cluster form and the launch floors (thirteenth version)
 constexpr int64_t kLat = 512, kRope = 64, kEntry = kLat + kRope, kPage = 64;
 
 // The copy ring alone (diagnostic, "ring" table): the run's plan, page tables, 16-token bulk
@@ -74,6 +78,43 @@ __global__ void __launch_bounds__(256, 2) copy_ring_kernel(const float* __restri
     acc += tiles[(i % kStages) * kTile * kEntry + threadIdx.x];
   }
   if (threadIdx.x == 0) out[item] = acc;
+}
+
+// The launch floors (m13), each launched like the run (pdl, 256 threads, the run's shared
+// memory) in graphs of back-to-back steps: an empty body (the wait and the trigger only); the
+// same with a cluster barrier (the cluster form's shape); and one tile's cache bytes (16 tokens
+// x 576 floats, 36,864 B) read from DRAM per CTA, summed and one value written: the launch and
+// one DRAM round trip.
+__global__ void __launch_bounds__(256) floor_empty_kernel() {
+  pdserve::cuda::pdl_bulk::pdl_wait();
+  pdserve::cuda::pdl_bulk::pdl_trigger();
+}
+__global__ void __launch_bounds__(256) floor_cluster_kernel() {
+  pdserve::cuda::pdl_bulk::pdl_wait();
+  pdserve::cuda::pdl_bulk::pdl_trigger();
+  cooperative_groups::this_cluster().sync();
+}
+__global__ void __launch_bounds__(256) floor_read_kernel(const float* __restrict__ src, float* out) {
+  pdserve::cuda::pdl_bulk::pdl_wait();
+  constexpr int kVec = 16 * kEntry / 4 / 256;  // float4 a thread: 9
+  const float4* p = reinterpret_cast<const float4*>(src + static_cast<int64_t>(blockIdx.x) * 16 * kEntry) + threadIdx.x;
+  float4 v[kVec];
+#pragma unroll
+  for (int k = 0; k < kVec; ++k) v[k] = __ldcs(p + k * 256);
+  float acc = 0.0f;
+#pragma unroll
+  for (int k = 0; k < kVec; ++k) acc += v[k].x + v[k].y + v[k].z + v[k].w;
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, o);
+  __shared__ float s_sum[8];
+  if (threadIdx.x % 32 == 0) s_sum[threadIdx.x / 32] = acc;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    float t = 0.0f;
+    for (int k = 0; k < 8; ++k) t += s_sum[k];
+    out[blockIdx.x] = t;
+  }
+  pdserve::cuda::pdl_bulk::pdl_trigger();
 }
 
 struct Shape {
@@ -220,6 +261,160 @@ void bench_shape(const Shape& s, bool run_old) {
                     static_cast<long>(plan.num_items), rings[static_cast<int>(tw[c].ring)], cfg_names[c]);
       print_timeline(label, steps, plain, instr, floor_us, bytes / static_cast<double>(plan.num_items));
     }
+    return;
+  }
+  if (g_m13) {
+    // Thirteenth version, graphs (five interleaved rounds, the median round), all pdl: c0 = the
+    // twelfth version's pick (the plan's ring, merge, slice and trigger); the cluster form
+    // (one launch, MlaDecodeMerge::kCluster) with c1 = 16 items a row, kLean, late trigger;
+    // c2 = 16, kLeanDeep, late; c3 = 8, kLean, late; c4 = 16, kLeanPrefetch, early trigger;
+    // c5 = c1 with the early trigger; c6 = what the plan with allow_cluster picks (the cluster
+    // plan's form where it fits if kMlaPickCluster, else c0: measured as c0); the wide ring (one CTA an SM, the item's tiles in one
+    // burst): c7 = 16, kLeanWide, late; c8 = c7, early; c9 = 16, kLeanWidePrefetch, early;
+    // c10 = 8, kLeanWidePrefetch, early. A form that cannot launch here prints nan.
+    // Floors (the same graphs): fa = one empty kernel, the run's grid (c0's items) and block;
+    // fb = two empty kernels, the run's grid then the merge's (rows x heads x latent / 64, pdl);
+    // fc = one kernel, the run's grid, each CTA reading one tile of cache bytes from DRAM (the
+    // step's own bytes at one-tile items) and writing one value; fd = one empty kernel, c1's
+    // grid in clusters of 16, one cluster barrier. Then max |c1 - c0| over the output.
+    constexpr int kCfg = 11;
+    MlaDecodeWork cw[kCfg];
+    std::vector<DeviceBuffer<int32_t>> cplans;
+    MlaDecodePlan picked;
+    check(build_mla_decode_plan(ctx.data(), s.batch, kPage, cap, &picked, kMlaPlanWaves, kMlaMergeFanIn, true), "plan (pick)");
+    for (int o = 0; o < kCfg; ++o) {
+      cw[o] = w, cw[o].counters = nullptr;
+      if (o == 0 || (o == 6 && picked.merge != MlaDecodeMerge::kCluster)) continue;
+      const int cl = o == 3 || o == 10 ? 8 : 16;
+      MlaDecodePlan cp;
+      if (o == 6) cp = picked;
+      else check(build_mla_decode_cluster_plan(ctx.data(), s.batch, kPage, cap, cl, &cp), "cluster plan");
+      cplans.push_back(upload(cp.image));
+      cw[o].plan = cplans.back().get(), cw[o].launch_items = cp.num_items, cw[o].merge_mode = MlaDecodeMerge::kCluster;
+      cw[o].cluster = cp.cluster, cw[o].ring = cp.ring, cw[o].trigger = cp.trigger;
+    }
+    // The forms as measured on the H200 (mladec13's second call; the cluster plan's own ring and
+    // trigger, set from that table, are c9's at 1-2 rows, c4's at 4, c5's beyond).
+    for (int o : {1, 2, 3, 5, 7}) cw[o].ring = MlaDecodeRing::kLean, cw[o].trigger = MlaDecodeTrigger::kLate;
+    cw[2].ring = MlaDecodeRing::kLeanDeep;
+    cw[4].ring = MlaDecodeRing::kLeanPrefetch, cw[4].trigger = MlaDecodeTrigger::kEarly;
+    cw[5].trigger = MlaDecodeTrigger::kEarly;
+    cw[7].ring = MlaDecodeRing::kLeanWide;
+    cw[8].ring = MlaDecodeRing::kLeanWide, cw[8].trigger = MlaDecodeTrigger::kEarly;
+    cw[9].ring = MlaDecodeRing::kLeanWidePrefetch, cw[9].trigger = MlaDecodeTrigger::kEarly;
+    cw[10].ring = MlaDecodeRing::kLeanWidePrefetch, cw[10].trigger = MlaDecodeTrigger::kEarly;
+    // The floors' graphs: `launch(stream, step)` kInGraph times, replayed like graph_step_us.
+    auto graph_fn_us = [&](const auto& launch) {
+      cudaStream_t stream;
+      cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking);
+      launch(stream, 0);  // eager first (attribute opt-ins)
+      cudaStreamSynchronize(stream);
+      cudaGraph_t graph;
+      cudaGraphExec_t exec;
+      check(cuda_status(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), "capture"), "capture");
+      for (int i = 0; i < kInGraph; ++i) launch(stream, i);
+      check(cuda_status(cudaStreamEndCapture(stream, &graph), "end capture"), "capture");
+      check(cuda_status(cudaGraphInstantiate(&exec, graph, 0), "instantiate"), "instantiate");
+      std::vector<double> runs;
+      cudaEvent_t e0, e1;
+      cudaEventCreate(&e0);
+      cudaEventCreate(&e1);
+      for (int r = 0; r < 8; ++r) {
+        cudaEventRecord(e0, stream);
+        cudaGraphLaunch(exec, stream);
+        cudaEventRecord(e1, stream);
+        cudaEventSynchronize(e1);
+        float ms = 0;
+        cudaEventElapsedTime(&ms, e0, e1);
+        if (r > 0) runs.push_back(ms * 1e3 / kInGraph);
+      }
+      check(cuda_status(cudaGetLastError(), "floor graph replay"), "floor graph replay");
+      std::sort(runs.begin(), runs.end());
+      cudaEventDestroy(e0);
+      cudaEventDestroy(e1);
+      cudaGraphExecDestroy(exec);
+      cudaGraphDestroy(graph);
+      cudaStreamDestroy(stream);
+      return runs[runs.size() / 2];
+    };
+    const size_t run_smem = 3 * 16 * kEntry * sizeof(float);
+    for (auto k : {floor_empty_kernel, floor_cluster_kernel})
+      check(cuda_status(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(run_smem)), "floor smem"), "floor smem");
+    check(cuda_status(cudaFuncSetAttribute(floor_cluster_kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1), "floor cluster"), "floor cluster");
+    auto launch_ex = [&](auto kernel, unsigned grid, dim3 block, size_t smem, unsigned cluster, cudaStream_t st, auto... args) {
+      cudaLaunchConfig_t cfg = {};
+      cfg.gridDim = dim3(grid);
+      cfg.blockDim = block;
+      cfg.dynamicSmemBytes = smem;
+      cfg.stream = st;
+      cudaLaunchAttribute attr[2];
+      attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+      attr[0].val.programmaticStreamSerializationAllowed = 1;
+      attr[1].id = cudaLaunchAttributeClusterDimension;
+      attr[1].val.clusterDim.x = cluster, attr[1].val.clusterDim.y = 1, attr[1].val.clusterDim.z = 1;
+      cfg.attrs = attr;
+      cfg.numAttrs = cluster > 1 ? 2 : 1;
+      check(cuda_status(cudaLaunchKernelEx(&cfg, kernel, args...), "floor launch"), "floor launch");
+    };
+    const unsigned run_grid = static_cast<unsigned>(plan.num_items);
+    const unsigned merge_grid = static_cast<unsigned>(s.batch * s.heads * (kLat / 64));
+    DeviceBuffer<float> sink;
+    check(sink.resize(std::max<int64_t>(cap, 1)), "sink");
+    const int64_t copy_floats = step_pages * kPage * kEntry;  // the step's pages, one copy of them
+    constexpr int kFloors = 4;
+    std::vector<double> rounds[kCfg + kFloors];
+    // Eager first (the kernels' opt-ins, outside a capture); a form that cannot launch is skipped.
+    bool runs[kCfg];
+    for (int o = 0; o < kCfg; ++o) {
+      const pdserve::Status st = mla_decode_run(a, cw[o], nullptr);
+      runs[o] = st.is_ok() && cudaDeviceSynchronize() == cudaSuccess;
+      if (!runs[o]) std::printf("m13: c%d does not run here: %s\n", o, st.message().c_str());
+      cudaGetLastError();
+    }
+    for (int r = 0; r < 5; ++r) {
+      for (int o = 0; o < kCfg; ++o) rounds[o].push_back(runs[o] ? graph_step_us(cw[o]) : NAN);
+      rounds[kCfg].push_back(graph_fn_us([&](cudaStream_t st, int) { launch_ex(floor_empty_kernel, run_grid, dim3(256), run_smem, 1, st); }));
+      rounds[kCfg + 1].push_back(graph_fn_us([&](cudaStream_t st, int) {
+        launch_ex(floor_empty_kernel, run_grid, dim3(256), run_smem, 1, st);
+        launch_ex(floor_empty_kernel, merge_grid, dim3(256), 0, 1, st);
+      }));
+      rounds[kCfg + 2].push_back(graph_fn_us([&](cudaStream_t st, int i) {
+        const float* src = cache.get() + (i % copies) * copy_floats;
+        launch_ex(floor_read_kernel, run_grid, dim3(256), 0, 1, st, src, sink.get());
+      }));
+      rounds[kCfg + 3].push_back(graph_fn_us([&](cudaStream_t st, int) {
+        launch_ex(floor_cluster_kernel, static_cast<unsigned>(s.batch * 16), dim3(256), run_smem, 16, st);
+      }));
+    }
+    // The cluster forms' outputs (c1, c9) against the twelfth version's (same inputs).
+    std::vector<float> o0(out.size()), o1(out.size());
+    a.page_table = tables[0].get();
+    check(mla_decode_run(a, cw[0], nullptr), "c0");
+    check(cuda_status(cudaMemcpy(o0.data(), out.get(), o0.size() * 4, cudaMemcpyDeviceToHost), "c0 out"), "c0 out");
+    double maxdiff[2] = {NAN, NAN};
+    for (int k = 0; k < 2; ++k) {
+      const int o = k ? 9 : 1;
+      if (!runs[o]) continue;
+      check(cuda_status(cudaMemset(out.get(), 0xff, out.size() * 4), "nan fill"), "nan fill");
+      check(mla_decode_run(a, cw[o], nullptr), "cluster");
+      check(cuda_status(cudaMemcpy(o1.data(), out.get(), o1.size() * 4, cudaMemcpyDeviceToHost), "cluster out"), "cluster out");
+      maxdiff[k] = 0.0;
+      for (size_t i = 0; i < o0.size(); ++i) maxdiff[k] = std::max(maxdiff[k], std::isnan(o1[i]) ? INFINITY : std::fabs(double(o0[i]) - o1[i]));
+    }
+    double med[kCfg + kFloors];
+    for (int o = 0; o < kCfg + kFloors; ++o) {
+      std::sort(rounds[o].begin(), rounds[o].end());
+      med[o] = rounds[o][2];
+    }
+    int best = 1;  // the fastest cluster form (c6 is a copy of one of them or of c0)
+    for (int o = 1; o < kCfg; ++o)
+      if (o != 6 && runs[o] && (!(med[best] <= med[o]))) best = o;
+    std::printf("m13 | %4ld | %6ld | %4ld | %s | %7.2f |", static_cast<long>(s.batch), static_cast<long>(s.ctx), static_cast<long>(plan.num_items),
+                picked.merge == MlaDecodeMerge::kCluster ? "cluster" : "12th", floor_us);
+    for (int o = 0; o < kCfg + kFloors; ++o) std::printf(" %6.2f |", med[o]);
+    std::printf(" %5.2f / %5.2f / %5.2f | c%d: %5.2f / %5.2f | %5.3f | %.2e / %.2e |\n", med[0] / med[kCfg], med[0] / med[kCfg + 1],
+                med[0] / med[kCfg + 2], best, med[best] / med[kCfg + 3], med[best] / med[kCfg + 2], med[0] / med[best], maxdiff[0], maxdiff[1]);
+    std::fflush(stdout);
     return;
   }
   if (g_m12) {
@@ -455,12 +650,20 @@ int main(int argc, char** argv) {
   g_pf = argc > 1 && std::strcmp(argv[1], "pf") == 0;
   g_timeline = argc > 1 && std::strcmp(argv[1], "timeline") == 0;
   g_m12 = argc > 1 && std::strcmp(argv[1], "m12") == 0;
-  if (!g_timeline && !g_m12) read_ceiling();
+  g_m13 = argc > 1 && std::strcmp(argv[1], "m13") == 0;
+  if (!g_timeline && !g_m12 && !g_m13) read_ceiling();
   std::vector<Shape> shapes;
   const bool focus = argc > 1 && std::strcmp(argv[1], "focus") == 0;  // the TP32 rank's shapes only
   if (g_timeline) {
     shapes = {{3, 1, 1024}, {3, 1, 16384}, {3, 1, 65536}, {3, 8, 65536}};
     if (argc > 2 && std::strcmp(argv[2], "short") == 0) shapes = {{3, 1, 1024}, {3, 1, 65536}};
+  } else if (g_m13) {
+    shapes = {{3, 1, 1024}, {3, 1, 2048}, {3, 1, 4096}, {3, 2, 1024}, {3, 4, 1024}, {3, 1, 512}, {3, 1, 256}, {3, 1, 64}, {3, 8, 1024}};
+    std::printf("m13 rows (graph us/step, pdl; median of 5 interleaved rounds): | batch | ctx | items (12th) | pick with allow_cluster | "
+                "floor us (bytes) | c0 12th pick | c1 cluster 16, lean | c2 cluster 16, lean-deep | c3 cluster 8, lean | "
+                "c4 cluster 16, lean-prefetch, early | c5 = c1, early trigger | c6 allow_cluster pick | c7 cluster 16, wide | "
+                "c8 = c7, early | c9 cluster 16, wide-prefetch, early | c10 cluster 8, wide-prefetch, early | fa empty kernel | fb empty run + merge | "
+                "fc one tile from DRAM a CTA | fd empty cluster kernel | c0 / fa, fb, fc | best cluster form: / fd, fc | c0 / best | max abs c1 - c0 / c9 - c0 |\n");
   } else if (g_m12) {
     shapes = {{3, 1, 1024}, {3, 1, 4096}, {3, 1, 16384}, {3, 1, 65536}, {3, 8, 16384}, {3, 8, 65536}, {3, 32, 16384}};
     std::printf("m12 rows (graph us/step, pdl, the plan's ring and merge form; median of 5 interleaved rounds): | batch | ctx | items | "

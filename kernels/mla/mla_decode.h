@@ -68,7 +68,11 @@ namespace pdserve::cuda {
 // bulk copy is issued, so a CTA has that many more tiles in flight than its three stages hold
 // (all after the pdl wait; no shared memory or barrier added).
 // kAuto: the run's default, kShallow; the plan's pick (MlaDecodePlan::ring) is what callers pass.
-enum class MlaDecodeRing { kAuto, kShallow, kDeep, kLean, kLeanDeep, kLeanBurst, kLeanPrefetch, kLeanAhead };
+// kLeanWide / kLeanWidePrefetch (the cluster form only, MlaDecodeMerge::kCluster; elsewhere
+// kLean / kLeanPrefetch): kLean's loop on 16-token tiles in 5 stages (180 KiB: one CTA an SM, so
+// a cluster of 16 spans 16 SMs), every stage filled at the start (an item of up to 5 tiles is
+// one burst: 1 x 1K's 4-tile items); the prefetch form adds kLeanPrefetch's pre-wait L2 hints.
+enum class MlaDecodeRing { kAuto, kShallow, kDeep, kLean, kLeanDeep, kLeanBurst, kLeanPrefetch, kLeanAhead, kLeanWide, kLeanWidePrefetch };
 
 // Where split rows are merged. kSeparate / kSeparateChained: a second kernel (grid row x head x slice of MlaDecodeWork::merge_slice dims).
 // kFused: in the run, by the last CTA of each group / row (needs MlaDecodeWork::counters).
@@ -82,7 +86,14 @@ enum class MlaDecodeRing { kAuto, kShallow, kDeep, kLean, kLeanDeep, kLeanBurst,
 // (against 32), measured slower than the chained form at rows of up to 64 items and faster at
 // 256 (ninth version): the plan picks it for rows of more than kMlaEarlyMergeMinItems items
 // (MlaDecodePlan::merge), which callers pass like the ring.
-enum class MlaDecodeMerge { kAuto, kSeparate, kFused, kSeparateChained };
+// kCluster (thirteenth version, one launch): a row's items are the CTAs of one thread-block
+// cluster (MlaDecodeWork::cluster of them, <= 16); each CTA keeps its partial (o, lse) in its
+// own shared memory, the cluster syncs, then each CTA merges a slice of the row's heads x dims
+// reading its peers' partials through distributed shared memory and writes the output: no
+// merge kernel, no global partials. Needs the cluster plan (build_mla_decode_cluster_plan:
+// exactly `cluster` items a row, item row x cluster + r, empty items allowed) and the warp
+// variant; the launch is rows x cluster CTAs whatever launch_items says.
+enum class MlaDecodeMerge { kAuto, kSeparate, kFused, kSeparateChained, kCluster };
 inline constexpr bool kMlaDefaultMergeFused = false;
 // Between the measured 64 items a row (the chained form faster) and 256 (the early one faster).
 inline constexpr int64_t kMlaEarlyMergeMinItems = 128;
@@ -110,6 +121,8 @@ struct MlaDecodePlan {
   // the early trigger the 64-dim merge measured as fast as the 16-dim one, and 16-dim with the
   // late trigger 1 us slower there), else 0 (the launch's pick, mla_decode_merge_slice).
   int merge_slice = 0;
+  // kCluster plans (build_mla_decode_cluster_plan): the items a row (the cluster size); else 0.
+  int cluster = 0;
   bool any_split = false;     // some row has >= 2 items: the merge has work
   bool any_empty = false;     // some row has ctx_len <= 0 (its one empty item writes zeros)
   std::vector<int32_t> image; // mla_decode_plan_words(rows, capacity) words
@@ -145,11 +158,39 @@ inline int64_t mla_decode_plan_words(int64_t rows, int64_t capacity) { return 4 
 // warp variant's dynamic tiles): int32 words of the workspace.
 inline int64_t mla_decode_counter_words(int64_t rows, int64_t capacity) { return capacity + 2 * rows; }
 
+// The one-launch cluster form (MlaDecodeMerge::kCluster). kMlaClusterItems: the items a row
+// (CTAs a cluster). mla_decode_cluster_fits: every row holds at most kMlaClusterMaxTokens
+// tokens, the step at most kMlaClusterMaxRows rows, rows x kMlaClusterItems within the capacity.
+// kMlaPickCluster: whether build_mla_decode_plan with allow_cluster picks it where it fits.
+// false: on the H200 it was faster nowhere by more than 4% and 49% slower at 1 x 1K (16 CTAs
+// of 4 tiles each against 64 CTAs of one: docs/perf.md, MLA decode, thirteenth version), so
+// callers opt in by building the cluster plan themselves.
+inline constexpr int kMlaClusterItems = 16;
+inline constexpr int kMlaClusterMaxCtas = 16;  // the H200's largest (non-portable) cluster
+inline constexpr int64_t kMlaClusterMaxTokens = 1024;
+inline constexpr int64_t kMlaClusterMaxRows = 4;
+inline constexpr bool kMlaPickCluster = false;
+// kAuto's ring in a kCluster run (mla_decode_run): kLean.
+inline constexpr MlaDecodeRing kMlaClusterRing = MlaDecodeRing::kLean;
+// The cluster plan's ring, the fastest cluster form measured at each row count (thirteenth
+// version): kLeanWidePrefetch (one CTA an SM) up to kMlaClusterWideMaxRows rows, kLeanPrefetch
+// up to kMlaClusterMaxRows, kLean beyond (the wide ring's clusters of 16 SMs stop fitting side by
+// side: 8 x 1K 20.7 us against 13.5). Its trigger: early (0.8-1.1 us faster than late at 1 x 1K
+// and 2 x 1K in back-to-back steps).
+inline constexpr int64_t kMlaClusterWideMaxRows = 2;
+// The cluster plan: row b's `cluster` items are [b x cluster, (b + 1) x cluster), item r holding
+// granules [r c, (r + 1) c) of the row (c = ceil(granules / cluster)), clipped to ctx (items
+// past the row's end are empty); every item's partial_slot is its index (the partial stays in
+// shared memory). ring and trigger: as above. capacity >= rows x cluster.
+Status build_mla_decode_cluster_plan(const int32_t* ctx_len, int64_t rows, int64_t page_size, int64_t capacity, int cluster,
+                                     MlaDecodePlan* plan);
+bool mla_decode_cluster_fits(const int32_t* ctx_len, int64_t rows, int64_t capacity);
+
 // ctx_len: [rows] host values. Deterministic: the same ctx_len give the same image. waves >= 1:
 // the fewest waves of kMlaTargetItems items to split into (never past the capacity). fan_in
 // in [1, kMlaMaxMergeFanIn]: the most items a row merges in one step (kMlaMergeFanIn).
 Status build_mla_decode_plan(const int32_t* ctx_len, int64_t rows, int64_t page_size, int64_t capacity, MlaDecodePlan* plan,
-                             int64_t waves = kMlaPlanWaves, int64_t fan_in = kMlaMergeFanIn);
+                             int64_t waves = kMlaPlanWaves, int64_t fan_in = kMlaMergeFanIn, bool allow_cluster = false);
 
 // kBlock: any head count (<= 32), the block shares each tile's scores (three barriers a tile).
 // kWarp: <= 3 heads (the TP32 rank) and latent % 4 == 0, each warp its own online softmax over its tokens
@@ -196,6 +237,9 @@ struct MlaDecodeWork {
   // bit-identical across slices (mla_decode_merge_sm90.cu); only the CTA count changes. 64 (the
   // eleventh version's grid) unless the caller passes the plan's pick (MlaDecodePlan::merge_slice).
   int merge_slice = 64;
+  // kCluster: CTAs a cluster = items a row (the plan's MlaDecodePlan::cluster; 2..16, 16 needs
+  // the non-portable cluster size). part_o / part_lse are not used.
+  int cluster = kMlaClusterItems;
   float* part_o = nullptr;
   float* part_lse = nullptr;
   // Bench only (mla_decode_bench timeline): non-null launches instrumented instantiations of

@@ -9,7 +9,9 @@
 namespace pdserve::cuda {
 
 Status build_mla_decode_plan(const int32_t* ctx_len, int64_t rows, int64_t page_size, int64_t capacity, MlaDecodePlan* plan,
-                             int64_t waves, int64_t fan_in) {
+                             int64_t waves, int64_t fan_in, bool allow_cluster) {
+  if (kMlaPickCluster && allow_cluster && page_size > 0 && mla_decode_cluster_fits(ctx_len, rows, capacity))
+    return build_mla_decode_cluster_plan(ctx_len, rows, page_size, capacity, kMlaClusterItems, plan);
   if (rows < 0 || page_size <= 0 || capacity < 0 || waves < 1) return invalid_argument("mla decode plan: bad rows, page size or capacity");
   if (fan_in < 1 || fan_in > kMlaMaxMergeFanIn) return invalid_argument("mla decode plan: merge fan-in outside [1, 64]");
   const int64_t granule = mla_decode_granule(page_size);
@@ -98,6 +100,63 @@ Status build_mla_decode_plan(const int32_t* ctx_len, int64_t rows, int64_t page_
   plan->image[2] = static_cast<int32_t>(capacity);
   // kLeanPrefetch's pre-wait tiles an item: the step's budget shared out, at least one, never
   // past an item's own tiles (the kernel also stops at its item's end).
+  const int64_t item_tiles = (longest_item + kMlaTileTokens - 1) / kMlaTileTokens;
+  plan->image[3] = static_cast<int32_t>(
+      std::clamp<int64_t>(kMlaPrefetchTileBudget / std::max<int64_t>(plan->num_items, 1), 1, std::max<int64_t>(item_tiles, 1)));
+  return Status::ok();
+}
+
+bool mla_decode_cluster_fits(const int32_t* ctx_len, int64_t rows, int64_t capacity) {
+  if (rows < 1 || rows > kMlaClusterMaxRows || rows * kMlaClusterItems > capacity) return false;
+  for (int64_t b = 0; b < rows; ++b)
+    if (ctx_len[b] > kMlaClusterMaxTokens) return false;
+  return true;
+}
+
+Status build_mla_decode_cluster_plan(const int32_t* ctx_len, int64_t rows, int64_t page_size, int64_t capacity, int cluster,
+                                     MlaDecodePlan* plan) {
+  if (rows < 0 || page_size <= 0 || capacity < 0) return invalid_argument("mla decode cluster plan: bad rows, page size or capacity");
+  if (cluster < 1 || cluster > kMlaClusterMaxCtas) return invalid_argument("mla decode cluster plan: cluster outside [1, 16]");
+  if (rows * cluster > capacity)
+    return invalid_argument("mla decode cluster plan: " + std::to_string(rows * cluster) + " items exceed the capacity " +
+                            std::to_string(capacity));
+  const int64_t granule = mla_decode_granule(page_size);
+  plan->rows = rows;
+  plan->capacity = capacity;
+  plan->num_items = rows * cluster;
+  plan->cluster = cluster;
+  plan->any_split = rows > 0;  // the merge is in the run: every row's items are combined there
+  plan->any_empty = false;
+  plan->image.assign(mla_decode_plan_words(rows, capacity), 0);
+  int32_t* items = plan->image.data() + 4;
+  int32_t* row_info = items + 4 * capacity;
+  int64_t longest_item = 0;
+  for (int64_t b = 0; b < rows; ++b) {
+    const int64_t n = std::max<int64_t>(ctx_len[b], 0);
+    plan->any_empty |= n == 0;
+    const int64_t chunk = std::max<int64_t>(1, ((n + granule - 1) / granule + cluster - 1) / cluster) * granule;
+    longest_item = std::max(longest_item, std::min(n, chunk));
+    for (int64_t r = 0; r < cluster; ++r) {
+      int32_t* it = items + 4 * (b * cluster + r);
+      it[0] = static_cast<int32_t>(b);
+      it[1] = static_cast<int32_t>(std::min(n, r * chunk));
+      it[2] = static_cast<int32_t>(std::min(n, (r + 1) * chunk));
+      it[3] = static_cast<int32_t>(b * cluster + r);
+    }
+    row_info[4 * b] = static_cast<int32_t>(b * cluster);
+    row_info[4 * b + 1] = cluster;
+    row_info[4 * b + 2] = cluster;
+    row_info[4 * b + 3] = 1;
+  }
+  plan->ring = rows <= kMlaClusterWideMaxRows ? MlaDecodeRing::kLeanWidePrefetch
+               : rows <= kMlaClusterMaxRows   ? MlaDecodeRing::kLeanPrefetch
+                                              : MlaDecodeRing::kLean;
+  plan->merge = MlaDecodeMerge::kCluster;
+  plan->trigger = MlaDecodeTrigger::kEarly;
+  plan->merge_slice = 0;
+  plan->image[0] = static_cast<int32_t>(plan->num_items);
+  plan->image[1] = static_cast<int32_t>(rows);
+  plan->image[2] = static_cast<int32_t>(capacity);
   const int64_t item_tiles = (longest_item + kMlaTileTokens - 1) / kMlaTileTokens;
   plan->image[3] = static_cast<int32_t>(
       std::clamp<int64_t>(kMlaPrefetchTileBudget / std::max<int64_t>(plan->num_items, 1), 1, std::max<int64_t>(item_tiles, 1)));

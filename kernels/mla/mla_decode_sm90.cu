@@ -215,6 +215,13 @@ Status mla_decode_run(const MlaDecodeArgs& a, const MlaDecodeWork& w, cudaStream
                      (w.merge_mode == MlaDecodeMerge::kAuto && kMlaDefaultMergeFused && w.counters != nullptr);
   if (fused && w.counters == nullptr) return invalid_argument("mla_decode_run: the fused merge needs the counters workspace");
   if (w.timeline != nullptr && !warp_variant) return invalid_argument("mla_decode_run: the timeline takes the warp variant only");
+  if (w.merge_mode == MlaDecodeMerge::kCluster) {
+    if (!warp_variant) return invalid_argument("mla_decode_run: the cluster merge takes the warp variant (<= 3 heads)");
+    if (w.timeline != nullptr) return invalid_argument("mla_decode_run: the timeline does not take the cluster merge");
+    if (w.cluster < 1 || w.cluster > kMlaClusterMaxCtas || a.rows * w.cluster > w.capacity)
+      return invalid_argument("mla_decode_run: the cluster merge needs 1..16 items a row within the capacity");
+    return launch_cluster_variant(a, w, bulk, w.ring == MlaDecodeRing::kAuto ? kMlaClusterRing : w.ring, stream);
+  }
   int32_t* counters = fused ? w.counters : nullptr;  // null: the run leaves split rows to the separate merge
   const MlaDecodeRing ring = w.dynamic_tiles && fused ? MlaDecodeRing::kShallow  // the queue is tuned to the shallow tile
                              : w.ring == MlaDecodeRing::kAuto ? kMlaDefaultRing

@@ -261,6 +261,9 @@ inline size_t run_shared_bytes(const MlaDecodeArgs& a) {
 // The warp variant's run (mla_decode_warp_sm90.cu): heads <= 3, latent_dim % 4 == 0.
 Status launch_warp_variant(const MlaDecodeArgs& a, const MlaDecodeWork& w, bool bulk, MlaDecodeRing ring, int32_t* counters,
                            cudaStream_t stream);
+// MlaDecodeMerge::kCluster's one launch (mla_decode_warp_sm90.cu): the warp variant's run, rows x
+// w.cluster CTAs in clusters of w.cluster, merged through distributed shared memory.
+Status launch_cluster_variant(const MlaDecodeArgs& a, const MlaDecodeWork& w, bool bulk, MlaDecodeRing ring, cudaStream_t stream);
 // The separate merge of split rows (mla_decode_merge_sm90.cu), grid (row, head, 64-dim slice).
 Status launch_merge(const MlaDecodeArgs& a, const MlaDecodeWork& w, cudaStream_t stream);
 

@@ -1,6 +1,8 @@
 // The warp variant of the split-KV MLA decode's run (mla_decode.h; <= 3 heads): the kernel in
 // its ring forms (shallow, deep, lean, lean-burst, lean-prefetch, lean-ahead) and the launcher
 // that picks the form.
+#include <cooperative_groups.h>
+
 #include "mla/mla_decode_sm90.cuh"
 
 namespace pdserve::cuda {
@@ -8,6 +10,57 @@ namespace pdserve::cuda {
 namespace {
 
 using namespace mla_decode_detail;
+
+// The wide ring (MlaDecodeRing::kLeanWide*, cluster form only): 5 stages of 16 tokens.
+constexpr int kWideStages = 5;
+constexpr int kWideTokens = kWideStages * kTile;
+inline size_t wide_shared_bytes() { return static_cast<size_t>(kWideTokens) * kMaxEntry * sizeof(float); }
+
+// MlaDecodeMerge::kCluster's merge, after each CTA of the cluster (one row's items) wrote its
+// partial (o normalised, lse in log2 units) to its own shared memory: one cluster barrier
+// (release / acquire: the peers' partials are visible), then CTA r of n merges elements
+// [r s, (r + 1) s) of the row's NH x lat (s = ceil(NH lat / n)), one a thread, loading all n
+// peers' lse and values at once (independent distributed-shared-memory loads), and writes the
+// output; a second barrier keeps every CTA (its shared memory) alive until its peers have read
+// it. out = sum_q 2^(lse_q - m) o_q / sum_q 2^(lse_q - m), m = max_q lse_q, q in rank order
+// (the separate merge normalises the weights first: the same sum up to rounding). A row whose
+// items all have lse -inf (no tokens, or all pages negative) writes zeros.
+template <int NH>
+__device__ __forceinline__ void cluster_merge(const MlaDecodeArgs& a, int row, bool live, const float* s_part, const float* s_lse, int lat) {
+  namespace cg = cooperative_groups;
+  cg::cluster_group cluster = cg::this_cluster();
+  cluster.sync();
+  const int n = static_cast<int>(cluster.num_blocks()), rank = static_cast<int>(cluster.block_rank());
+  const int per = NH * lat, slice = (per + n - 1) / n, j1 = min(per, (rank + 1) * slice);
+  for (int j = rank * slice + static_cast<int>(threadIdx.x); live && j < j1; j += kThreads) {
+    const int h = j / lat;
+    float lse[kMlaClusterMaxCtas], v[kMlaClusterMaxCtas];
+#pragma unroll
+    for (int q = 0; q < kMlaClusterMaxCtas; ++q) {
+      if (q < n) {
+        lse[q] = *cluster.map_shared_rank(s_lse + h, q);
+        v[q] = *cluster.map_shared_rank(s_part + j, q);
+      }
+    }
+    float m = -INFINITY;
+#pragma unroll
+    for (int q = 0; q < kMlaClusterMaxCtas; ++q)
+      if (q < n) m = fmaxf(m, lse[q]);
+    float sum = 0.0f, o = 0.0f;
+    if (m != -INFINITY) {
+#pragma unroll
+      for (int q = 0; q < kMlaClusterMaxCtas; ++q) {
+        if (q < n) {
+          const float wq = exp2f(lse[q] - m);
+          sum += wq;
+          o = fmaf(wq, v[q], o);
+        }
+      }
+    }
+    a.o_lat[static_cast<int64_t>(row) * per + j] = sum > 0.0f ? o / sum : 0.0f;
+  }
+  cluster.sync();
+}
 
 // The warp variant (<= 3 heads, latent_dim % 4 == 0): each warp runs its own online softmax
 // over its two tokens of every tile, for all heads, with a private accumulator (lane = 16
@@ -35,13 +88,16 @@ using namespace mla_decode_detail;
 // copies' own are).
 // TL (bench only, MlaDecodeWork::timeline): thread 0 stamps the CTA's record (mla_decode.h);
 // false everywhere else, where the stamps compile to nothing.
+// CLUSTER (MlaDecodeMerge::kCluster): the CTA's partial goes to its own shared memory, and the
+// cluster (= the row's items) merges them through distributed shared memory (cluster_merge).
 template <int NH, bool BULK, int TILE, int STAGES, bool LEAN = false, bool FILL = false, bool PREFETCH = false, bool AHEAD = false,
-          bool TL = false>
+          bool TL = false, bool CLUSTER = false>
 __global__ void __launch_bounds__(kThreads, 2)
     mla_decode_warp_kernel(const __grid_constant__ MlaDecodeArgs a, const int32_t* __restrict__ plan, float* part_o, float* part_lse,
                            int32_t* counters, bool dynamic_tiles, bool late_trigger, int64_t cache_pages, uint64_t* timeline) {
   extern __shared__ float4 smem_raw[];
-  static_assert(TILE % kWarps == 0 && TILE <= kTile * 2 && TILE * STAGES <= kTile * kStages, "the ring fits run_shared_bytes");
+  static_assert(TILE % kWarps == 0 && TILE <= kTile * 2 && (TILE * STAGES <= kTile * kStages || (CLUSTER && TILE * STAGES <= kWideTokens)),
+                "the ring fits run_shared_bytes (the cluster's wide ring: wide_shared_bytes)");
   constexpr int kPerWarp = TILE / kWarps;  // tokens of a tile each warp scores
   float* tiles = reinterpret_cast<float*>(smem_raw);  // [STAGES][TILE][entry]; then the warps' states
   __shared__ float s_m[kWarps][NH], s_l[kWarps][NH];
@@ -54,8 +110,11 @@ __global__ void __launch_bounds__(kThreads, 2)
   if constexpr (TL) {
     if (threadIdx.x == 0) timeline_stamp(rec, 0);
   }
-  if (item >= plan[0]) return;
-  const int4 it = reinterpret_cast<const int4*>(plan + 4)[item];
+  // CLUSTER: no CTA may leave before the cluster's barriers; one past the plan's items (a plan
+  // that does not match the launch) runs an empty item of row 0 and writes nothing.
+  const bool live = item < plan[0];
+  if (!CLUSTER && !live) return;
+  const int4 it = live ? reinterpret_cast<const int4*>(plan + 4)[item] : make_int4(0, 0, 0, -1);
   const int row = it.x, begin = it.y, slot = it.w;
   int end = it.z;
   // Dynamic tiles (bulk loader, fused merge, split rows): the row's CTAs share its tiles
@@ -332,6 +391,8 @@ __global__ void __launch_bounds__(kThreads, 2)
   asm volatile("cp.async.wait_all;\n" ::);
   __syncthreads();
   float* s_acc = tiles;  // [kWarps][NH][lat]; fits: 8 NH lat <= 48 entry for NH <= 6
+  float* const s_part = tiles + kWarps * NH * lat;  // CLUSTER: the CTA's partial [NH][lat] (9 NH lat <= 48 entry)
+  __shared__ float s_lse[NH];
 #pragma unroll
   for (int h = 0; h < NH; ++h) {
     if (lane == 0) {
@@ -365,13 +426,18 @@ __global__ void __launch_bounds__(kThreads, 2)
         o = make_float2(fmaf(wgt[w], v.x, o.x), fmaf(wgt[w], v.y, o.y));
       }
       const float inv = L > 0.0f ? 1.0f / L : 0.0f;
-      float* dst = slot < 0 ? a.o_lat + (static_cast<int64_t>(row) * NH + h) * lat : part_o + (static_cast<int64_t>(slot) * NH + h) * lat;
+      float* dst = CLUSTER ? s_part + h * lat : slot < 0 ? a.o_lat + (static_cast<int64_t>(row) * NH + h) * lat : part_o + (static_cast<int64_t>(slot) * NH + h) * lat;
       *reinterpret_cast<float2*>(dst + col2) = make_float2(o.x * inv, o.y * inv);
     }
-    if (slot >= 0 && threadIdx.x == 0) part_lse[static_cast<int64_t>(slot) * NH + h] = L > 0.0f ? mx + log2f(L) : -INFINITY;
+    if constexpr (CLUSTER) {
+      if (threadIdx.x == 0) s_lse[h] = L > 0.0f ? mx + log2f(L) : -INFINITY;
+    } else {
+      if (slot >= 0 && threadIdx.x == 0) part_lse[static_cast<int64_t>(slot) * NH + h] = L > 0.0f ? mx + log2f(L) : -INFINITY;
+    }
   }
+  if constexpr (CLUSTER) cluster_merge<NH>(a, row, live, s_part, s_lse, lat);
   // The combine's states (s_acc) are read before arrive_last's barrier; then tiles hold the weights.
-  if (slot >= 0 && counters) fused_merge_tail(a, plan, row, item, part_o, part_lse, counters, tiles);
+  if (!CLUSTER && slot >= 0 && counters) fused_merge_tail(a, plan, row, item, part_o, part_lse, counters, tiles);
   if constexpr (TL) {
     if (threadIdx.x == 0) {
       timeline_stamp(rec, 4);
@@ -411,6 +477,54 @@ Status launch_warp_run(const MlaDecodeArgs& a, const MlaDecodeWork& w, int32_t* 
   return last_launch_status("mla_decode_run (warp variant)");
 }
 
+// MlaDecodeMerge::kCluster: rows x w.cluster CTAs in clusters of w.cluster (one row each).
+template <int NH, bool BULK, int TILE, int STAGES, bool LEAN = false, bool PREFETCH = false>
+Status launch_cluster_run(const MlaDecodeArgs& a, const MlaDecodeWork& w, cudaStream_t stream) {
+  constexpr auto kernel = mla_decode_warp_kernel<NH, BULK, TILE, STAGES, LEAN, false, PREFETCH, false, false, true>;
+  constexpr bool kWide = TILE * STAGES > kTile * kStages;
+  static const cudaError_t opt_in = [] {  // first (eager) call, never in a capture
+    cudaError_t e = opt_in_shared(kernel);
+    if (e == cudaSuccess && kWide)
+      e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(wide_shared_bytes()));
+    if (e != cudaSuccess) return e;
+    return cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
+  }();
+  if (opt_in != cudaSuccess) return cuda_status(opt_in, "mla_decode_run (cluster opt-in)");
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = dim3(static_cast<unsigned>(a.rows * w.cluster));
+  cfg.blockDim = dim3(kThreads);
+  cfg.dynamicSmemBytes = kWide ? wide_shared_bytes() : run_shared_bytes(a);
+  cfg.stream = stream;
+  cudaLaunchAttribute attr[2];
+  attr[0].id = cudaLaunchAttributeClusterDimension;
+  attr[0].val.clusterDim.x = static_cast<unsigned>(w.cluster);
+  attr[0].val.clusterDim.y = 1;
+  attr[0].val.clusterDim.z = 1;
+  attr[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[1].val.programmaticStreamSerializationAllowed = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = w.pdl ? 2 : 1;
+  const cudaError_t e = cudaLaunchKernelEx(&cfg, kernel, a, w.plan, static_cast<float*>(nullptr), static_cast<float*>(nullptr),
+                                           static_cast<int32_t*>(nullptr), false, w.trigger == MlaDecodeTrigger::kLate, w.cache_pages,
+                                           static_cast<uint64_t*>(nullptr));
+  if (e != cudaSuccess) return cuda_status(e, "mla_decode_run (cluster)");
+  return last_launch_status("mla_decode_run (cluster)");
+}
+
+template <int NH>
+Status launch_cluster_run(const MlaDecodeArgs& a, const MlaDecodeWork& w, bool bulk, MlaDecodeRing ring, cudaStream_t stream) {
+  if (!bulk) return launch_cluster_run<NH, false, kTile, kStages>(a, w, stream);
+  const bool lean = a.latent_dim == 512 && a.rope_dim == 64;
+  if (!lean) return launch_cluster_run<NH, true, kTile, kStages>(a, w, stream);
+  if (ring == MlaDecodeRing::kLeanDeep) return launch_cluster_run<NH, true, kTile / 2, 2 * kStages, true>(a, w, stream);
+  if (ring == MlaDecodeRing::kLeanWidePrefetch && w.cache_pages > 0)
+    return launch_cluster_run<NH, true, kTile, kWideStages, true, true>(a, w, stream);
+  if (ring == MlaDecodeRing::kLeanWide || ring == MlaDecodeRing::kLeanWidePrefetch)
+    return launch_cluster_run<NH, true, kTile, kWideStages, true>(a, w, stream);
+  if (ring == MlaDecodeRing::kLeanPrefetch && w.cache_pages > 0) return launch_cluster_run<NH, true, kTile, kStages, true, true>(a, w, stream);
+  return launch_cluster_run<NH, true, kTile, kStages, true>(a, w, stream);  // kLean (any other ring)
+}
+
 // The deep ring only with the bulk loader (the cp.async form stays the measured kShallow one)
 // and without dynamic tiles (their queue is tuned to kShallow's tile).
 template <int NH>
@@ -422,6 +536,8 @@ Status launch_warp_run(const MlaDecodeArgs& a, const MlaDecodeWork& w, bool bulk
   if (ring == MlaDecodeRing::kLeanDeep && lean) return launch_warp_run<NH, true, kTile / 2, 2 * kStages, true>(a, w, counters, stream);
   if (ring == MlaDecodeRing::kDeep || ring == MlaDecodeRing::kLeanDeep)
     return launch_warp_run<NH, true, kTile / 2, 2 * kStages>(a, w, counters, stream);
+  if (ring == MlaDecodeRing::kLeanWide) ring = MlaDecodeRing::kLean;  // the wide ring: the cluster form only
+  if (ring == MlaDecodeRing::kLeanWidePrefetch) ring = MlaDecodeRing::kLeanPrefetch;
   if (ring == MlaDecodeRing::kLean && lean) return launch_warp_run<NH, true, kTile, kStages, true>(a, w, counters, stream);
   if (ring == MlaDecodeRing::kLeanBurst && lean) return launch_warp_run<NH, true, kTile, kStages, true, true>(a, w, counters, stream);
   if (ring == MlaDecodeRing::kLeanPrefetch && lean) {  // without the cache's size nothing to prefetch: kLean itself
@@ -441,6 +557,12 @@ Status launch_warp_variant(const MlaDecodeArgs& a, const MlaDecodeWork& w, bool 
   return a.heads == 1   ? launch_warp_run<1>(a, w, bulk, ring, counters, stream)
          : a.heads == 2 ? launch_warp_run<2>(a, w, bulk, ring, counters, stream)
                         : launch_warp_run<3>(a, w, bulk, ring, counters, stream);
+}
+
+Status launch_cluster_variant(const MlaDecodeArgs& a, const MlaDecodeWork& w, bool bulk, MlaDecodeRing ring, cudaStream_t stream) {
+  return a.heads == 1   ? launch_cluster_run<1>(a, w, bulk, ring, stream)
+         : a.heads == 2 ? launch_cluster_run<2>(a, w, bulk, ring, stream)
+                        : launch_cluster_run<3>(a, w, bulk, ring, stream);
 }
 
 }  // namespace mla_decode_detail

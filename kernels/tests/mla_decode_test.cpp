@@ -242,6 +242,76 @@ TEST(MlaDecodePlan, RowsOfManyItemsPickTheEarlyMerge) {
   EXPECT_EQ(plan.merge, MlaDecodeMerge::kSeparate);
 }
 
+// The cluster plan: exactly `cluster` items a row, at row x cluster + r, consecutive in token
+// order, granule-aligned, covering [0, ctx) once (empty items only past the row's end), each
+// item's slot its index; the plan with allow_cluster picks it only where it fits (and only if
+// kMlaPickCluster).
+TEST(MlaDecodePlan, ClusterPlanGivesEachRowItsClusterOfItems) {
+  const int64_t page = 64;
+  const std::vector<std::vector<int32_t>> cases = {{1}, {63}, {64}, {65}, {1024}, {4096}, {0}, {1, 63, 64, 65}, {1024, 0, 33}, {100000}};
+  for (int cluster : {16, 8, 4, 1}) {
+    for (const auto& ctx : cases) {
+      const int64_t rows = ctx.size(), cap = mla_decode_plan_capacity(rows);
+      MlaDecodePlan plan;
+      ASSERT_TRUE(build_mla_decode_cluster_plan(ctx.data(), rows, page, cap, cluster, &plan).is_ok());
+      EXPECT_EQ(plan.merge, MlaDecodeMerge::kCluster);
+      EXPECT_EQ(plan.cluster, cluster);
+      EXPECT_EQ(plan.num_items, rows * cluster);
+      EXPECT_EQ(plan.image[0], rows * cluster);
+      EXPECT_GE(plan.image[3], 1);
+      PlanView v{plan};
+      for (int64_t b = 0; b < rows; ++b) {
+        EXPECT_EQ(v.row(b)[0], b * cluster);
+        EXPECT_EQ(v.row(b)[1], cluster);
+        int32_t pos = 0, nonempty = 0;
+        for (int r = 0; r < cluster; ++r) {
+          const int32_t* it = v.item(b * cluster + r);
+          EXPECT_EQ(it[0], b);
+          EXPECT_EQ(it[1], pos) << "row " << b << " item " << r;
+          EXPECT_GE(it[2], it[1]);
+          if (it[2] > it[1]) {
+            EXPECT_EQ(nonempty, r) << "an empty item before a non-empty one";
+            ++nonempty;
+            EXPECT_EQ(it[1] % mla_decode_granule(page), 0);
+          }
+          EXPECT_EQ(it[3], b * cluster + r);
+          pos = it[2];
+        }
+        EXPECT_EQ(pos, std::max(ctx[b], 0)) << "row " << b;
+      }
+    }
+  }
+  // The cluster plan's ring and trigger by rows (the thirteenth version's fastest forms).
+  for (int64_t rows : {1, 2, 3, 4, 5, 8}) {
+    const std::vector<int32_t> c(rows, 1024);
+    MlaDecodePlan p;
+    ASSERT_TRUE(build_mla_decode_cluster_plan(c.data(), rows, page, mla_decode_plan_capacity(rows), 16, &p).is_ok());
+    EXPECT_EQ(p.ring, rows <= kMlaClusterWideMaxRows ? MlaDecodeRing::kLeanWidePrefetch
+                      : rows <= kMlaClusterMaxRows   ? MlaDecodeRing::kLeanPrefetch
+                                                     : MlaDecodeRing::kLean)
+        << rows;
+    EXPECT_EQ(p.trigger, MlaDecodeTrigger::kEarly);
+  }
+  // Refused: a cluster past 16, or more items than the capacity.
+  const std::vector<int32_t> one = {1024};
+  MlaDecodePlan plan;
+  EXPECT_FALSE(build_mla_decode_cluster_plan(one.data(), 1, page, 64, 17, &plan).is_ok());
+  EXPECT_FALSE(build_mla_decode_cluster_plan(one.data(), 1, page, 8, 16, &plan).is_ok());
+  // The pick: only with allow_cluster, only rows of at most kMlaClusterMaxTokens, at most
+  // kMlaClusterMaxRows rows.
+  ASSERT_TRUE(build_mla_decode_plan(one.data(), 1, page, mla_decode_plan_capacity(1), &plan).is_ok());
+  EXPECT_NE(plan.merge, MlaDecodeMerge::kCluster);
+  ASSERT_TRUE(build_mla_decode_plan(one.data(), 1, page, mla_decode_plan_capacity(1), &plan, 1, kMlaMergeFanIn, true).is_ok());
+  EXPECT_EQ(plan.merge == MlaDecodeMerge::kCluster, kMlaPickCluster && kMlaClusterMaxTokens >= 1024);
+  const std::vector<int32_t> longer = {static_cast<int32_t>(kMlaClusterMaxTokens) + 1};
+  ASSERT_TRUE(build_mla_decode_plan(longer.data(), 1, page, mla_decode_plan_capacity(1), &plan, 1, kMlaMergeFanIn, true).is_ok());
+  EXPECT_NE(plan.merge, MlaDecodeMerge::kCluster);
+  expect_plan_covers(plan, longer, page);
+  const std::vector<int32_t> many(kMlaClusterMaxRows + 1, 64);
+  ASSERT_TRUE(build_mla_decode_plan(many.data(), many.size(), page, mla_decode_plan_capacity(many.size()), &plan, 1, kMlaMergeFanIn, true).is_ok());
+  EXPECT_NE(plan.merge, MlaDecodeMerge::kCluster);
+}
+
 class MlaDecode : public ktest::GpuTest {};
 
 struct Case {
@@ -249,7 +319,94 @@ struct Case {
   std::vector<int32_t> ctx;
   bool graph_launch = false;     // launch the full capacity and always merge, as a graph does
   int64_t negative_row = -1;     // this row's page table is all -1: its output must be zero
+  bool cluster_only = false;     // only the cluster forms (run_cluster_forms), one plan
 };
+
+// The one-launch cluster form (MlaDecodeMerge::kCluster) on the case's inputs: cluster plans of
+// 16, 8, 4 and 2 items a row, the lean, lean-deep, lean-prefetch, wide and wide-prefetch rings (K3's widths; other
+// shapes run the plain bulk or cp.async ring), with and without pdl (with: the kernel just
+// before writes q), both triggers, the cp.async loader; then a graph of two launches replayed
+// twice. The merge order differs from the separate merge's (weights summed, then divided): the
+// same bound against the CPU reference. Heads > 3: refused (warp variant only).
+void run_cluster_forms(const Case& c, MlaDecodeArgs a, const std::vector<float>& ref, int64_t pages, int64_t cap, DeviceBuffer<float>& dql,
+                       DeviceBuffer<float>& dql_src, size_t q_size, DeviceBuffer<float>& out, cudaStream_t stream) {
+  const int64_t rows = c.ctx.size();
+  struct ClusterOpt {
+    int cluster;
+    MlaDecodeRing ring;
+    bool pdl;
+    MlaDecodeTrigger trigger;
+    MlaDecodeLoader loader = MlaDecodeLoader::kAuto;
+  };
+  constexpr auto kLate = MlaDecodeTrigger::kLate, kEarly = MlaDecodeTrigger::kEarly;
+  const ClusterOpt opts[] = {{16, MlaDecodeRing::kLean, true, kLate},
+                             {16, MlaDecodeRing::kLean, false, kEarly},
+                             {16, MlaDecodeRing::kLeanDeep, true, kLate},
+                             {16, MlaDecodeRing::kLeanPrefetch, true, kEarly},
+                             {8, MlaDecodeRing::kLean, true, kLate},
+                             {8, MlaDecodeRing::kLeanDeep, false, kLate},
+                             {4, MlaDecodeRing::kLean, true, kEarly},
+                             {2, MlaDecodeRing::kLeanPrefetch, false, kLate},
+                             {16, MlaDecodeRing::kLean, true, kLate, MlaDecodeLoader::kCpAsync},
+                             {16, MlaDecodeRing::kLeanWide, true, kLate},
+                             {16, MlaDecodeRing::kLeanWidePrefetch, true, kEarly},
+                             {8, MlaDecodeRing::kLeanWidePrefetch, false, kLate},
+                             {4, MlaDecodeRing::kLeanWide, true, kEarly}};
+  for (const ClusterOpt& o : opts) {
+    if (rows * o.cluster > cap) continue;
+    MlaDecodePlan plan;
+    ASSERT_TRUE(build_mla_decode_cluster_plan(c.ctx.data(), rows, c.page, cap, o.cluster, &plan).is_ok());
+    auto dplan = dev(plan.image);
+    MlaDecodeWork w;
+    w.plan = dplan.get(), w.capacity = cap, w.launch_items = plan.num_items, w.merge_mode = MlaDecodeMerge::kCluster;
+    w.cluster = o.cluster, w.ring = o.ring, w.pdl = o.pdl, w.trigger = o.trigger, w.loader = o.loader, w.cache_pages = pages;
+    if (c.heads > 3) {
+      EXPECT_FALSE(mla_decode_run(a, w, stream).is_ok()) << "the cluster form takes <= 3 heads";
+      return;
+    }
+    ASSERT_TRUE(out.upload(std::vector<float>(rows * c.heads * c.lat, NAN)).is_ok());
+    if (o.pdl) {
+      ASSERT_TRUE(dql.upload(std::vector<float>(q_size, 0.0f)).is_ok());
+      ASSERT_TRUE(add_inplace(dql.get(), dql_src.get(), static_cast<int64_t>(q_size), stream).is_ok());
+    }
+    ASSERT_TRUE(mla_decode_run(a, w, stream).is_ok());
+    ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+    const auto got = host(out);
+    EXPECT_LT(nerr(got, ref), 2e-5) << "cluster " << o.cluster << " ring " << static_cast<int>(o.ring) << " pdl " << o.pdl << " trigger "
+                                    << static_cast<int>(o.trigger) << " loader " << static_cast<int>(o.loader) << " heads " << c.heads;
+    if (c.negative_row >= 0) {
+      for (int64_t i = 0; i < c.heads * c.lat; ++i) ASSERT_EQ(got[c.negative_row * c.heads * c.lat + i], 0.0f);
+    }
+  }
+  if (c.heads > 3 || rows * kMlaClusterItems > cap) return;
+  // A graph of two steps (pdl, the plan's cluster), replayed twice over NaN-filled outputs.
+  MlaDecodePlan plan;
+  ASSERT_TRUE(build_mla_decode_cluster_plan(c.ctx.data(), rows, c.page, cap, kMlaClusterItems, &plan).is_ok());
+  auto dplan = dev(plan.image);
+  MlaDecodeWork w;
+  w.plan = dplan.get(), w.capacity = cap, w.launch_items = cap, w.merge_mode = MlaDecodeMerge::kCluster;
+  w.cluster = plan.cluster, w.ring = plan.ring, w.pdl = true, w.cache_pages = pages;
+  ASSERT_TRUE(mla_decode_run(a, w, stream).is_ok());  // eager first: the kernel's one-time opt-in
+  ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+  cudaStream_t cs = nullptr;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&cs, cudaStreamNonBlocking), cudaSuccess);
+  cudaGraph_t graph = nullptr;
+  cudaGraphExec_t exec = nullptr;
+  ASSERT_EQ(cudaStreamBeginCapture(cs, cudaStreamCaptureModeThreadLocal), cudaSuccess);
+  const bool ok1 = mla_decode_run(a, w, cs).is_ok(), ok2 = mla_decode_run(a, w, cs).is_ok();
+  ASSERT_EQ(cudaStreamEndCapture(cs, &graph), cudaSuccess);
+  ASSERT_TRUE(ok1 && ok2);
+  ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
+  for (int r = 0; r < 2; ++r) {
+    ASSERT_TRUE(out.upload(std::vector<float>(rows * c.heads * c.lat, NAN)).is_ok());
+    ASSERT_EQ(cudaGraphLaunch(exec, cs), cudaSuccess);
+    ASSERT_EQ(cudaStreamSynchronize(cs), cudaSuccess);
+    EXPECT_LT(nerr(host(out), ref), 2e-5) << "cluster graph replay " << r;
+  }
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+  cudaStreamDestroy(cs);
+}
 
 void run_case(const Case& c, uint32_t seed) {
   const int64_t rows = c.ctx.size(), entry = c.lat + c.rope;
@@ -282,6 +439,7 @@ void run_case(const Case& c, uint32_t seed) {
   // fused merge in one step up to 16 or 64 items, or two-step trees from 5 items on.
   const std::pair<int64_t, int64_t> plans[] = {{1, kMlaMergeFanIn}, {3, 4}, {1, kMlaMaxMergeFanIn}};
   for (const auto& [waves, fan_in] : plans) {
+    if (c.cluster_only && waves != 1) continue;
     const int64_t cap = mla_decode_plan_capacity(rows, waves);
     MlaDecodePlan plan;
     ASSERT_TRUE(build_mla_decode_plan(c.ctx.data(), rows, c.page, cap, &plan, waves, fan_in).is_ok());
@@ -389,6 +547,7 @@ void run_case(const Case& c, uint32_t seed) {
     ASSERT_EQ(cudaStreamCreate(&stream), cudaSuccess);
     auto dql_src = dev(ql);  // q is zero until the kernel just before the run adds it in
     for (const Opt& o : opts) {
+      if (c.cluster_only) break;
       ASSERT_TRUE(out.upload(std::vector<float>(rows * c.heads * c.lat, NAN)).is_ok());
       // And in the partials: a merge that read one before it was written (this run's, not the
       // previous option's identical values) would show as NaN.
@@ -423,6 +582,7 @@ void run_case(const Case& c, uint32_t seed) {
     // The separate merge's slices (16, 32, 64 dims a CTA) sum every element in the same order:
     // bit-identical outputs, both merge forms, with pdl and the plan's ring.
     for (MlaDecodeMerge form : {kSeparate, kChained}) {
+      if (c.cluster_only) break;
       std::vector<float> wide;
       for (int slice : {64, 16, 32}) {
         ASSERT_TRUE(out.upload(std::vector<float>(rows * c.heads * c.lat, NAN)).is_ok());
@@ -442,9 +602,10 @@ void run_case(const Case& c, uint32_t seed) {
               << "merge slice " << slice << " differs from 64, form " << static_cast<int>(form) << " heads " << c.heads;
       }
     }
-    w.merge_slice = 7;  // refused, not launched
-    EXPECT_FALSE(mla_decode_run(a, w, stream).is_ok());
+    w.merge_slice = 7;  // refused, not launched (the slices' loop set a separate merge form)
+    if (!c.cluster_only) EXPECT_FALSE(mla_decode_run(a, w, stream).is_ok());
     w.merge_slice = 64;
+    if (waves == 1) run_cluster_forms(c, a, ref, pages, cap, dql, dql_src, ql.size(), out, stream);
     cudaStreamDestroy(stream);
   }
 }
@@ -480,6 +641,23 @@ TEST_F(MlaDecode, ManyRowsMixOfSingleAndSplitRows) {
 TEST_F(MlaDecode, LongSingleRowManySplits) {
   run_case({3, 512, 64, 64, {40000}}, 12);
 }
+
+// Batch 1 and a few rows through the cluster form (run_cluster_forms, inside run_case):
+// contexts 1, 63, 64, 65, 1K, pages half full (32 of 64 tokens), an all -1 page table row.
+TEST_F(MlaDecode, ClusterMergeMatchesTheCpuReference) {
+  const std::vector<std::vector<int32_t>> ctxs = {{1}, {63}, {64}, {65}, {1024}, {32}, {1, 63, 64, 65}, {1024, 0, 96}};
+  uint32_t seed = 300;
+  for (const auto& ctx : ctxs) run_case({3, 512, 64, 64, ctx, false, -1, true}, seed++);
+  for (int64_t heads : {1, 2}) run_case({heads, 512, 64, 64, {1024, 65}, false, -1, true}, seed++);
+  run_case({3, 512, 64, 64, {300, 1000, 130}, false, 1, true}, seed++);
+  run_case({3, 512, 64, 64, {1024, 777}, true, -1, true}, seed++);
+  run_case({2, 32, 16, 4, {1, 3, 17, 0}, false, -1, true}, seed++);  // the tiny models' widths (cp.async ring)
+  run_case({3, 32, 16, 16, {1, 15, 16, 33, 260}, false, -1, true}, seed++);  // ... bulk, not lean
+}
+
+// One small case of the cluster forms, for compute-sanitizer racecheck (the whole test above
+// is too slow under it).
+TEST_F(MlaDecode, ClusterSmallCase) { run_case({3, 512, 64, 64, {1024, 65}, false, -1, true}, 400); }
 
 TEST_F(MlaDecode, TinyModelShapes) {
   // The engine's tiny test models: latent 32, rope 16, small pages.
