@@ -56,6 +56,9 @@ struct Wg {
   static constexpr int kWarps = kGroups * 4;
   static constexpr int kRounds = kGroups == 4 ? 4 : 5;
   static constexpr uint32_t kMaxChunks = 2u * kGroups * kRounds;
+  // k16 steps a wgmma commit group (fence, commit and wait once a group): 2 where the registers
+  // allow (3 warpgroups), else 1.
+  static constexpr int kStepsPerCommit = kGroups == 4 ? 1 : 2;
 };
 
 // A warp's words of one unit: round r's chunk, tiles 2p and 2p + 1 of its operand.
@@ -89,6 +92,9 @@ __device__ __forceinline__ void wg_load(const Mxfp4Decode& a, const Mxfp4Decode&
         r.q[rd][j] = load_stream(pq + (j * sp.chunks + kStep * rd) * 32u);
         r.s[rd][j] = __ldg(ps + (j * sp.chunks + kStep * rd) * 8u);
       }
+    } else {  // no chunk: zero codes give a zero A (c_b of an odd chunk count), no select a step
+#pragma unroll
+      for (int j = 0; j < 2; ++j) r.q[rd][j] = make_uint4(0u, 0u, 0u, 0u), r.s[rd][j] = 0u;
     }
   }
 }
@@ -116,8 +122,9 @@ __device__ __forceinline__ void wg_stage_rows(const float* x, int64_t r0, uint32
   asm volatile("fence.proxy.async.shared::cta;" ::: "memory");  // generic stores -> wgmma's reads
 }
 
-// The B descriptor: K-major, 128-byte swizzle, start address >> 4, stride byte offset `sbo`
-// (the second 8-column block; 0 reads the first block twice).
+// The B descriptor (K-major, 128-byte swizzle): start address >> 4 (bits 0-13), the leading byte
+// offset 16 >> 4 (bits 16-29), the stride byte offset `sbo` >> 4 (bits 32-45: the second
+// 8-column block; 0 reads the first block twice), swizzle mode 1 = 128 bytes (bits 62-63).
 __device__ __forceinline__ uint64_t wg_desc(uint32_t addr, uint32_t sbo) {
   return uint64_t((addr & 0x3FFFFu) >> 4) | (uint64_t(1) << 16) | (uint64_t(sbo >> 4) << 32) | (uint64_t(1) << 62);
 }
@@ -152,7 +159,10 @@ __device__ __forceinline__ void wg_compute(const Mxfp4Decode& a, const WaSpace& 
                                            const WgRegs<Wg<kGroups>::kRounds>& r, uint8_t* xs, uint32_t xs_addr,
                                            float (*s_red2)[Wg<kGroups>::kWarps][2][kWaTokens][8], int& staged_e, int& staged_r0, int& buf) {
   using C = Wg<kGroups>;
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
+  const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+  // The warp index through a shuffle from lane 0: ptxas then knows it is warp-uniform and keeps the
+  // descriptors in uniform registers (no R2UR a step).
+  const int warp = int(threadIdx.x >> 5);
   const uint32_t G = uint32_t(warp >> 2), hs = uint32_t((warp >> 1) & 1);
   int e;
   uint32_t n;
@@ -169,34 +179,48 @@ __device__ __forceinline__ void wg_compute(const Mxfp4Decode& a, const WaSpace& 
     float (*s_red)[2][kWaTokens][8] = s_red2[buf];
     buf ^= 1;
     float d[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
-    uint32_t fr[2][4];  // k16 step s's fragment in fr[s % 2]: free once step s + 1 is committed and one step pends
+    // k16 step s's fragment in fr[s % (2 kPer)]; kPer steps a commit group, one group pending after
+    // each wait: a buffer is rewritten only after the group that read it is done.
+    constexpr int kPer = C::kStepsPerCommit;
+    uint32_t fr[2 * kPer][4];
 #pragma unroll
     for (int rd = 0; rd < C::kRounds; ++rd) {
       const uint32_t ca = 2u * kGroups * rd + 2u * G;
       if (ca >= sp.chunks) break;  // uniform in the warpgroup
-      const bool mine = ca + hs < sp.chunks;
       const uint32_t sbo = ca + 1 < sp.chunks ? 2u * kAtomBytes : 0u;
       uint32_t ev0 = 0, od0 = 0, ev1 = 0, od1 = 0;
       if constexpr (!kWide) narrow_multipliers(r.s[rd][0], &ev0, &od0), narrow_multipliers(r.s[rd][1], &ev1, &od1);
       const uint32_t at = xs_addr + 2u * ca * kAtomBytes;
-      auto step = [&](auto ic) {  // k16 step s = 2i + h of the chunk: group i, half h
-        constexpr int s = decltype(ic)::value, i = s >> 1, h = s & 1;
-        uint32_t (&f)[4] = fr[h];
-        wg_frag<kWide, i, h>(r.q[rd][0], r.q[rd][1], r.s[rd][0], r.s[rd][1], ev0, od0, ev1, od1, f);
-        if (!mine) f[0] = f[1] = f[2] = f[3] = 0u;
-        wgmma_fence();
-        wgmma_rs<16>(d, f, wg_desc(at + uint32_t(i >> 1) * kAtomBytes + 32u * uint32_t(s & 3), sbo));
-        wgmma_commit();
-        wgmma_wait<1>();  // step s - 1 is done: its fragment buffer, the next step's, may be rewritten
+      auto frag = [&](auto ic) {  // k16 step s = 2i + h of the chunk (group i, half h) into its buffer
+        constexpr int st = decltype(ic)::value, i = st >> 1, h = st & 1;
+        wg_frag<kWide, i, h>(r.q[rd][0], r.q[rd][1], r.s[rd][0], r.s[rd][1], ev0, od0, ev1, od1, fr[st % (2 * kPer)]);
       };
-      step(std::integral_constant<int, 0>{});
-      step(std::integral_constant<int, 1>{});
-      step(std::integral_constant<int, 2>{});
-      step(std::integral_constant<int, 3>{});
-      step(std::integral_constant<int, 4>{});
-      step(std::integral_constant<int, 5>{});
-      step(std::integral_constant<int, 6>{});
-      step(std::integral_constant<int, 7>{});
+      auto mma = [&](auto ic) {
+        constexpr int st = decltype(ic)::value;
+        constexpr uint32_t kOff = uint32_t(st >> 2) * kAtomBytes + 32u * uint32_t(st & 3);
+        wgmma_rs<16>(d, fr[st % (2 * kPer)], wg_desc(at + kOff, sbo));
+      };
+      // One commit group: its kPer fragments, the fence (after every A write), its wgmmas.
+      auto group = [&](auto qc) {
+        constexpr int q = decltype(qc)::value;
+        frag(std::integral_constant<int, q * kPer>{});
+        if constexpr (kPer == 2) frag(std::integral_constant<int, q * kPer + 1>{});
+        wgmma_fence();
+        mma(std::integral_constant<int, q * kPer>{});
+        if constexpr (kPer == 2) mma(std::integral_constant<int, q * kPer + 1>{});
+        wgmma_commit();
+        wgmma_wait<1>();  // the previous group is done: its buffers, the next group's, may be rewritten
+      };
+      group(std::integral_constant<int, 0>{});
+      group(std::integral_constant<int, 1>{});
+      group(std::integral_constant<int, 2>{});
+      group(std::integral_constant<int, 3>{});
+      if constexpr (kPer == 1) {
+        group(std::integral_constant<int, 4>{});
+        group(std::integral_constant<int, 5>{});
+        group(std::integral_constant<int, 6>{});
+        group(std::integral_constant<int, 7>{});
+      }
     }
     wgmma_wait<0>();
     // This warp's block: (row g of tile 2p, tokens 2t, 2t + 1), (row g of tile 2p + 1, the same).
