@@ -154,9 +154,10 @@ Status mxfp4_unpack_decode(const uint8_t* packed, const uint8_t* scales, int64_t
 // units, L2 pull and reduction with the MMA step on warpgroup MMA (wgmma.m64n16k16, A = the
 // dequantised weights in registers as in mma.sync, B = the 8 staged tokens in shared memory in
 // the 128-byte swizzle; each warpgroup runs two chunks a k16 step through B's two 8-column
-// blocks). Same needs as kWeightsAPdl; opt-in (docs/perf.md has its figures). kWeightsAPdlWgmma3:
+// blocks). Same needs as kWeightsAPdl. Measured 0.75-0.86x kWeightsAPdlL2 / kWeightsAPdlF32 at
+// B 1-192 on the H200 (more instructions a weight: docs/perf.md), so opt-in. kWeightsAPdlWgmma3:
 // the same with 3 warpgroups (12 warps, up to 168 registers: the 16-warp form spills a few
-// registers), needs dim, inter <= 3840 besides.
+// registers), needs dim, inter <= 3840 besides; 0.76-0.87x.
 enum class MoeDecodeKernel {
   kAuto,
   kStreamed,

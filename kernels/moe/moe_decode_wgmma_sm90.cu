@@ -24,8 +24,13 @@
 // atoms sit 2 x 1024 bytes after c_a's, so columns 8-15 are reached by the descriptor's stride
 // byte offset (SBO, bits 32-45, bytes >> 4: 2048 -> 128, any multiple of 1024 keeps every 8-row
 // group on a swizzle atom). Where c_b does not exist (odd chunk counts) SBO = 0 and warps 2, 3
-// feed zero A. Registers: two unit sets of 4 chunks x 2 tiles x (16 + 4) bytes = 80 registers,
-// 8 accumulators, 2 x 4 fragment registers: 512 threads at 128 registers.
+// feed zero A (zero codes loaded in its place). Registers: two unit sets of 4 chunks x 2 tiles x
+// (16 + 4) bytes = 80 registers, 8 accumulators, 2 x 4 fragment registers: 512 threads at 128
+// registers, no spills (narrow scales). kWeightsAPdlWgmma3: 3 warpgroups, 5 rounds (cols <= 3840),
+// two k16 steps a commit group, 168 registers.
+// Measured on the H200 (docs/perf.md, branch moedec13): correct, 0.75-0.87x kWeightsAPdlL2 / F32
+// at B 1-192: the issue rate rose, but each HGMMA carries a warp's one 16 x 16 slice of A (one
+// HMMA's work) plus the descriptor moves and the arrive / wait, 1.3-1.6x the instructions.
 #include <cstdint>
 #include <type_traits>
 
