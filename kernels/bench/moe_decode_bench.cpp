@@ -14,7 +14,8 @@
 // --kernels picks the timed kernels by name (comma-separated; default all): staged, streamed,
 // wa, wa-noprefetch, wa-strided, fused, fused-split, fused-split-pdl, fused-split24,
 // fused-split24-stagger, fused-split-stagger, wa-pdl, wa-pdl-l2,
-// wa-pdl-l2all, wa-pdl-splitk, wa-pdl-f32, wa-pdl-l2-stagger, wa-pdl-f32-stagger; kAuto is always timed.
+// wa-pdl-l2all, wa-pdl-splitk, wa-pdl-f32, wa-pdl-l2-stagger, wa-pdl-f32-stagger, wa-pdl-wgmma,
+// wa-pdl-wgmma3; kAuto is always timed.
 //
 //   moe_decode_bench [--bw BYTES_PER_S] [--reps N] [--routes FILE] [--only BATCH] [--kernels LIST]
 #include <algorithm>
@@ -164,6 +165,8 @@ void run_bench(const char* routes_path) {
     const double twf = time_kernel("wa-pdl-f32", MoeDecodeKernel::kWeightsAPdlF32);
     const double tw2s = time_kernel("wa-pdl-l2-stagger", MoeDecodeKernel::kWeightsAPdlL2Stagger);
     const double twfs = time_kernel("wa-pdl-f32-stagger", MoeDecodeKernel::kWeightsAPdlF32Stagger);
+    const double twg = time_kernel("wa-pdl-wgmma", MoeDecodeKernel::kWeightsAPdlWgmma);
+    const double twg3 = time_kernel("wa-pdl-wgmma3", MoeDecodeKernel::kWeightsAPdlWgmma3);
     // The decode call alone captured per weight set on a non-blocking stream and replayed (the
     // backend's decode graphs; a programmatic dependent launch becomes a programmatic edge).
     // `work(set, stream)` captured once per weight set on a non-blocking stream, then the
@@ -197,6 +200,8 @@ void run_bench(const char* routes_path) {
     const double gwf = time_graph("wa-pdl-f32", MoeDecodeKernel::kWeightsAPdlF32);
     const double gw2s = time_graph("wa-pdl-l2-stagger", MoeDecodeKernel::kWeightsAPdlL2Stagger);
     const double gwfs = time_graph("wa-pdl-f32-stagger", MoeDecodeKernel::kWeightsAPdlF32Stagger);
+    const double gwg = time_graph("wa-pdl-wgmma", MoeDecodeKernel::kWeightsAPdlWgmma);
+    const double gwg3 = time_graph("wa-pdl-wgmma3", MoeDecodeKernel::kWeightsAPdlWgmma3);
     const double tauto = median_us([&](int i) { decode(i, nullptr); });
     const MoeDecodeKernel chosen = moe_decode_choice(wd[0], local, cap, true);
     const char* chosen_name = chosen == MoeDecodeKernel::kFused                ? "fused"
@@ -213,6 +218,8 @@ void run_bench(const char* routes_path) {
                               : chosen == MoeDecodeKernel::kWeightsAPdlF32     ? "weights on A, PDL down, scale on fp32 sums"
                               : chosen == MoeDecodeKernel::kWeightsAPdlL2Stagger ? "weights on A, PDL down, down to L2, staggered start"
                               : chosen == MoeDecodeKernel::kWeightsAPdlF32Stagger ? "weights on A, PDL down, scale on fp32 sums, staggered start"
+                              : chosen == MoeDecodeKernel::kWeightsAPdlWgmma   ? "weights on A, PDL down, wgmma"
+                              : chosen == MoeDecodeKernel::kWeightsAPdlWgmma3  ? "weights on A, PDL down, wgmma, 3 warpgroups"
                               : chosen == MoeDecodeKernel::kWeightsAStrided    ? "weights on A, strided"
                                                                                : "other";
     const double ta = median_us([&](int i) {
@@ -251,6 +258,8 @@ void run_bench(const char* routes_path) {
     krow("weights on A, PDL down, scale on fp32 sums", twf, ratio(twp, twf) + "x PDL down");
     krow("weights on A, PDL down, down to L2, staggered start", tw2s, ratio(twp2, tw2s) + "x PDL down, down to L2");
     krow("weights on A, PDL down, scale on fp32 sums, staggered start", twfs, ratio(twf, twfs) + "x scale on fp32 sums");
+    krow("weights on A, PDL down, wgmma", twg, ratio(twp2, twg) + "x PDL down, down to L2; " + ratio(twf, twg) + "x scale on fp32 sums");
+    krow("weights on A, PDL down, wgmma, 3 warpgroups", twg3, ratio(twp2, twg3) + "x PDL down, down to L2; " + ratio(twf, twg3) + "x scale on fp32 sums");
     krow("graph: weights on A, no L2 prefetch", gwn);
     krow("graph: weights on A, PDL down", gwp, ratio(gwn, gwp) + "x no L2 prefetch, graph");
     krow("graph: weights on A, PDL down, down to L2", gwp2, ratio(gwn, gwp2) + "x no L2 prefetch, graph");
@@ -259,6 +268,8 @@ void run_bench(const char* routes_path) {
     krow("graph: weights on A, PDL down, scale on fp32 sums", gwf, ratio(gwp, gwf) + "x PDL down, graph");
     krow("graph: weights on A, PDL down, down to L2, staggered start", gw2s, ratio(gwp2, gw2s) + "x PDL down, down to L2, graph");
     krow("graph: weights on A, PDL down, scale on fp32 sums, staggered start", gwfs, ratio(gwf, gwfs) + "x scale on fp32 sums, graph");
+    krow("graph: weights on A, PDL down, wgmma, 3 warpgroups", gwg3, ratio(gwp2, gwg3) + "x PDL down, down to L2, graph; " + ratio(gwf, gwg3) + "x scale on fp32 sums, graph");
+    krow("graph: weights on A, PDL down, wgmma", gwg, ratio(gwp2, gwg) + "x PDL down, down to L2, graph; " + ratio(gwf, gwg) + "x scale on fp32 sums, graph");
     row(b + " decode expert MLP, kAuto -> " + chosen_name, tauto, bytes, floor_us, "with a workspace, as the backend");
     row(b + " anchor moe_expert_mlp", ta, bytes, floor_us, "kAuto is " + ratio(ta, tauto) + "x faster");
     row(b + " permute+decode+combine", tall, bytes, floor_us, "eager");

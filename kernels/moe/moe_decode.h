@@ -150,6 +150,14 @@ Status mxfp4_unpack_decode(const uint8_t* packed, const uint8_t* scales, int64_t
 // Same needs as kWeightsAPdl. Measured 0.99-1.01x their base forms at B 1-64 on the H200 (the
 // first wave was not a real cost; B = 1 is bound by the MMA warps' issue rate as B = 64 is:
 // docs/perf.md), so opt-in; kAuto never takes them.
+// kWeightsAPdlWgmma (branch moedec13, moe_decode_wgmma_sm90.cu): kWeightsAPdlL2's two launches,
+// units, L2 pull and reduction with the MMA step on warpgroup MMA (wgmma.m64n16k16, A = the
+// dequantised weights in registers as in mma.sync, B = the 8 staged tokens in shared memory in
+// the 128-byte swizzle; each warpgroup runs two chunks a k16 step through B's two 8-column
+// blocks). Same needs as kWeightsAPdl. Measured 0.75-0.86x kWeightsAPdlL2 / kWeightsAPdlF32 at
+// B 1-192 on the H200 (more instructions a weight: docs/perf.md), so opt-in. kWeightsAPdlWgmma3:
+// the same with 3 warpgroups (12 warps, up to 168 registers: the 16-warp form spills a few
+// registers), needs dim, inter <= 3840 besides; 0.76-0.87x.
 enum class MoeDecodeKernel {
   kAuto,
   kStreamed,
@@ -169,7 +177,9 @@ enum class MoeDecodeKernel {
   kWeightsAPdlSplitK,
   kWeightsAPdlF32,
   kWeightsAPdlL2Stagger,
-  kWeightsAPdlF32Stagger
+  kWeightsAPdlF32Stagger,
+  kWeightsAPdlWgmma,
+  kWeightsAPdlWgmma3
 };
 
 constexpr int kMoeDecodeSplitK = 2;  // K slices of kWeightsAPdlSplitK (2: the atomic sums are exact-order-free)

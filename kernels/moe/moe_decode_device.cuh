@@ -61,12 +61,32 @@ __device__ __forceinline__ uint32_t word_of(const uint4& q, int i) { return i ==
 // 9 bit operations a word: out0 a mask, out1 and out2 a shift or rotate and a mask, out3 two
 // rotates and two masks (no 32-bit layout gives all four outputs by one move each).
 __device__ __forceinline__ uint32_t rotl(uint32_t q, int n) { return __funnelshift_l(q, q, n); }
-__device__ __forceinline__ void dequant_bits(uint32_t q, uint32_t (&b)[4]) {
+// Half h of dequant_bits: registers 2h, 2h + 1 (k-step h of the word's group; the wgmma
+// kernel dequantises one k16 step at a time).
+template <int h>
+__device__ __forceinline__ void dequant_bits_half(uint32_t q, uint32_t (&b)[2]) {
   constexpr uint32_t kMask = 0x81C081C0u;
-  b[0] = q & kMask;
-  b[1] = (q << 4) & kMask;
-  b[2] = rotl(q, 10) & kMask;
-  b[3] = (rotl(q, 22) & 0x00400040u) | (rotl(q, 30) & 0x81808180u);
+  if constexpr (h == 0) {
+    b[0] = q & kMask;
+    b[1] = (q << 4) & kMask;
+  } else {
+    b[0] = rotl(q, 10) & kMask;
+    b[1] = (rotl(q, 22) & 0x00400040u) | (rotl(q, 30) & 0x81808180u);
+  }
+}
+__device__ __forceinline__ void dequant_bits(uint32_t q, uint32_t (&b)[4]) {
+  uint32_t l[2], h[2];
+  dequant_bits_half<0>(q, l);
+  dequant_bits_half<1>(q, h);
+  b[0] = l[0], b[1] = l[1], b[2] = h[0], b[3] = h[1];
+}
+
+// The wide path's second multiplier: 2^(s-127) in both halves (as e8m0_to_f32), applied after
+// the lift by 2^126 (kWideLift) that makes the codes normal bf16.
+constexpr uint32_t kWideLift = 0x7E807E80u;
+__device__ __forceinline__ uint32_t wide_multiplier(uint32_t s) {
+  const uint32_t one = s == 0 ? 0x0040u : s == 255 ? 0x7FC0u : (s << 7);
+  return one * 0x10001u;
 }
 
 template <bool kWide>
@@ -77,11 +97,9 @@ __device__ __forceinline__ void dequant_word(uint32_t q, uint32_t s, uint32_t (&
 #pragma unroll
     for (int j = 0; j < 4; ++j) b[j] = bf16x2_mul(b[j], c);
   } else {
-    const uint32_t lift = 0x7E807E80u;  // 2^126: the codes become normal bf16
-    const uint32_t one = s == 0 ? 0x0040u : s == 255 ? 0x7FC0u : (s << 7);  // 2^(s-127), as e8m0_to_f32
-    const uint32_t c = one * 0x10001u;
+    const uint32_t c = wide_multiplier(s);
 #pragma unroll
-    for (int j = 0; j < 4; ++j) b[j] = bf16x2_mul(bf16x2_mul(b[j], lift), c);
+    for (int j = 0; j < 4; ++j) b[j] = bf16x2_mul(bf16x2_mul(b[j], kWideLift), c);
   }
 }
 
@@ -315,5 +333,10 @@ bool decode_fused_fits(int64_t dim, int64_t inter);
 // `form`: which fused kernel (kFused, kFusedSplit, kFusedSplitPdl, kFusedSplit24Warps*).
 Status launch_decode_fused(const MoeDecodeWeights& w, const int32_t* offsets, int64_t experts, const float* x, float* act, float* out,
                            const MoeAct& fn, uint32_t* workspace, cudaStream_t stream, MoeDecodeKernel form);
+
+// kWeightsAPdlWgmma (groups = 4) / kWeightsAPdlWgmma3 (3) (moe_decode_wgmma_sm90.cu): the two PDL
+// launches with warpgroup MMA. Needs the kWeightsA shapes; 3 warpgroups also cols <= 3840.
+Status launch_decode_wgmma(const MoeDecodeWeights& w, const int32_t* offsets, int64_t experts, const float* x, float* act, float* out,
+                           const MoeAct& fn, cudaStream_t stream, int groups);
 
 }  // namespace pdserve::cuda::moe_decode_detail

@@ -165,6 +165,8 @@ const char* kernel_name(MoeDecodeKernel k) {
     case MoeDecodeKernel::kWeightsAPdlF32: return "weights-A pdl f32-scale";
     case MoeDecodeKernel::kWeightsAPdlL2Stagger: return "weights-A pdl l2 staggered";
     case MoeDecodeKernel::kWeightsAPdlF32Stagger: return "weights-A pdl f32-scale staggered";
+    case MoeDecodeKernel::kWeightsAPdlWgmma: return "weights-A pdl wgmma";
+    case MoeDecodeKernel::kWeightsAPdlWgmma3: return "weights-A pdl wgmma 3 warpgroups";
   }
   return "?";
 }
@@ -209,7 +211,7 @@ double run_decode(const Routing& r, int64_t tokens, int64_t k, int64_t begin, co
                                MoeDecodeKernel::kFusedSplit24WarpsStaggered, MoeDecodeKernel::kFusedSplitStaggered, MoeDecodeKernel::kWeightsAPdl,
                                MoeDecodeKernel::kWeightsAPdlL2, MoeDecodeKernel::kWeightsAPdlL2All, MoeDecodeKernel::kWeightsAPdlSplitK,
                                MoeDecodeKernel::kWeightsAPdlF32, MoeDecodeKernel::kWeightsAPdlL2Stagger, MoeDecodeKernel::kWeightsAPdlF32Stagger,
-                               MoeDecodeKernel::kAuto})
+                               MoeDecodeKernel::kWeightsAPdlWgmma, MoeDecodeKernel::kWeightsAPdlWgmma3, MoeDecodeKernel::kAuto})
     err = std::max(err, run_decode_with(r, tokens, k, begin, h, dw, x, ref, what, kern));
   return err;
 }
@@ -291,7 +293,8 @@ TEST_F(MoeDecode, FusedKernelRepeatsAndReplaysFromAGraph) {
                                MoeDecodeKernel::kFusedSplit24Warps, MoeDecodeKernel::kFusedSplit24WarpsStaggered,
                                MoeDecodeKernel::kFusedSplitStaggered, MoeDecodeKernel::kWeightsAPdl, MoeDecodeKernel::kWeightsAPdlL2,
                                MoeDecodeKernel::kWeightsAPdlL2All, MoeDecodeKernel::kWeightsAPdlSplitK, MoeDecodeKernel::kWeightsAPdlF32,
-                               MoeDecodeKernel::kWeightsAPdlL2Stagger, MoeDecodeKernel::kWeightsAPdlF32Stagger}) {
+                               MoeDecodeKernel::kWeightsAPdlL2Stagger, MoeDecodeKernel::kWeightsAPdlF32Stagger,
+                               MoeDecodeKernel::kWeightsAPdlWgmma, MoeDecodeKernel::kWeightsAPdlWgmma3}) {
     SCOPED_TRACE(kernel_name(kern));
     fused_repeats_and_replays(kern);
   }
