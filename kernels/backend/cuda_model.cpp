@@ -154,7 +154,10 @@ Status CudaModel::plan_mla(const int32_t* ctx, int64_t rows, bool in_graph, Step
   const bool keep_lean = plan.ring == MlaDecodeRing::kLeanPrefetch || plan.ring == MlaDecodeRing::kLeanBlock ||
                          plan.ring == MlaDecodeRing::kLeanBlockPrefetch;
   st->mla.ring = keep_lean ? MlaDecodeRing::kLean : plan.ring;
-  st->mla.merge_mode = plan.merge;  // the separate merge's form (early loads for rows of many items)
+  // The separate merge's form (early loads for rows of many items); not kSeparateShort, which
+  // the plan picks only with the block-softmax rings the engine does not run (it would stay
+  // captured as rows grow past 64 items, where it is slower).
+  st->mla.merge_mode = plan.merge == MlaDecodeMerge::kSeparateShort ? MlaDecodeMerge::kAuto : plan.merge;
   // The fused merge's counters: zeroed when the buffer is new (here, outside any capture);
   // every run leaves them zero, so graphs replay without a reset node.
   PDS_ASSIGN_OR_RETURN(int32_t* counters, scratch<int32_t>(kMlaCounters, mla_decode_counter_words(rows, capacity)));

@@ -273,17 +273,23 @@ void bench_shape(const Shape& s, bool run_old) {
   }
   if (g_m14) {
     // Fourteenth version, graphs (five interleaved rounds, the median round), all pdl, the plan's
-    // merge form, slice and trigger: c0 = the thirteenth version's pick (kLeanPrefetch for one-tile
-    // items, else kLean); c1 = the new plan's pick (kLeanBlock* for items of <= kMlaBlockSoftmaxMaxChunk
-    // tokens, else c0's); c2 = kLeanBlock; c3 = kLeanBlockPrefetch; c4 / c5 = c0 / c2's run alone (no
-    // merge: wrong output where rows split; the merge's share); c6 = c1 with the short early-load
-    // merge (kSeparateShort: 8 loads a chain before the weights). Floors as m13's: fa one empty
+    // slice and trigger, the thirteenth version's merge form (the chained one where the new plan
+    // picks kSeparateShort) except c1 / c6 / c7: c0 = the thirteenth version's pick (kLeanPrefetch
+    // for one-tile items, else kLean); c1 = the new plan's pick (ring and merge: kLeanBlock* for items
+    // of <= kMlaBlockSoftmaxMaxChunk tokens, kSeparateShort with it up to 64 items a row, else c0's);
+    // c2 = kLeanBlock; c3 = kLeanBlockPrefetch; c4 / c5 = c0 / c2's run alone (no merge: wrong output
+    // where rows split; the merge's share); c6 = c1's ring with the short early-load merge
+    // (kSeparateShort: 8 loads a chain before the weights) at every shape; c7 = c0 with it. Floors as m13's: fa one empty
     // kernel (the run's grid), fb empty run + merge, fc one tile from DRAM a CTA. Then max |c1 -
     // c0| and |c2 - c0| over the output; at 1 x 1K the timelines of c0 and c3.
-    constexpr int kCfg = 7, kFloors = 3;
+    constexpr int kCfg = 8, kFloors = 3;
     const int64_t chunk = plan.image[4 + 2] - plan.image[4 + 1];
     MlaDecodeWork mw[kCfg];
-    for (int o = 0; o < kCfg; ++o) mw[o] = w, mw[o].counters = nullptr;
+    for (int o = 0; o < kCfg; ++o) {
+      mw[o] = w, mw[o].counters = nullptr;
+      if (plan.merge == MlaDecodeMerge::kSeparateShort) mw[o].merge_mode = MlaDecodeMerge::kAuto;  // the 13th's form
+    }
+    mw[1].merge_mode = plan.merge;
     mw[0].ring = chunk <= kMlaTileTokens ? MlaDecodeRing::kLeanPrefetch : MlaDecodeRing::kLean;
     mw[1].ring = plan.ring;
     mw[2].ring = MlaDecodeRing::kLeanBlock;
@@ -291,6 +297,7 @@ void bench_shape(const Shape& s, bool run_old) {
     mw[4].ring = mw[0].ring, mw[4].merge = false;
     mw[5].ring = MlaDecodeRing::kLeanBlock, mw[5].merge = false;
     mw[6].ring = plan.ring, mw[6].merge_mode = MlaDecodeMerge::kSeparateShort;
+    mw[7].ring = mw[0].ring, mw[7].merge_mode = MlaDecodeMerge::kSeparateShort;
     auto graph_fn_us = [&](const auto& launch) {
       cudaStream_t stream;
       cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking);
@@ -377,10 +384,8 @@ void bench_shape(const Shape& s, bool run_old) {
     std::fflush(stdout);
     if (s.batch == 1 && s.ctx == 1024) {
       timeline_of(mw[0], "m14 c0 (13th pick)");
-      timeline_of(mw[3], "m14 c3 (block softmax, prefetch)");
-      MlaDecodeWork short_merge = mw[3];
-      short_merge.merge_mode = MlaDecodeMerge::kSeparateShort;
-      timeline_of(short_merge, "m14 c3 with the short early merge");
+      timeline_of(mw[3], "m14 c3 (block softmax, prefetch; chained merge)");
+      timeline_of(mw[1], "m14 c1 (the new pick: block softmax, prefetch, short early merge)");
     }
     return;
   }
@@ -783,7 +788,7 @@ int main(int argc, char** argv) {
     shapes = {{3, 1, 1024}, {3, 1, 64}, {3, 1, 256}, {3, 1, 2048}, {3, 1, 4096}, {3, 2, 1024}, {3, 4, 1024}, {3, 8, 1024}, {3, 1, 16384}, {3, 8, 16384}};
     std::printf("m14 rows (graph us/step, pdl, the plan's merge form / slice / trigger; median of 5 interleaved rounds): | batch | ctx | items | "
                 "chunk | new pick | floor us (bytes) | c0 13th pick | c1 new pick | c2 lean-block | c3 lean-block-prefetch | c4 c0's run alone | "
-                "c5 c2's run alone | c6 = c1, short early merge | fa empty kernel | fb empty run + merge | fc one tile from DRAM a CTA | c0 / c1 | c1 / fa, fb, fc | "
+                "c5 c2's run alone | c6 = c1's ring, short early merge | c7 = c0, short early merge | fa empty kernel | fb empty run + merge | fc one tile from DRAM a CTA | c0 / c1 | c1 / fa, fb, fc | "
                 "max abs c1 - c0 / c2 - c0 |\n");
   } else if (g_m13) {
     shapes = {{3, 1, 1024}, {3, 1, 2048}, {3, 1, 4096}, {3, 2, 1024}, {3, 4, 1024}, {3, 1, 512}, {3, 1, 256}, {3, 1, 64}, {3, 8, 1024}};

@@ -110,6 +110,10 @@ enum class MlaDecodeMerge { kAuto, kSeparate, kFused, kSeparateChained, kCluster
 inline constexpr bool kMlaDefaultMergeFused = false;
 // Between the measured 64 items a row (the chained form faster) and 256 (the early one faster).
 inline constexpr int64_t kMlaEarlyMergeMinItems = 128;
+// kSeparateShort, the plan's pick where its ring is the block-softmax form (items of <= 2 tiles)
+// and no row has more than this many items: measured 0.2-0.7 us faster than the chained form at
+// 1 x 64 to 8 x 1K (4-64 items a row), and 1.5 us slower than the early form at 1 x 4K (256).
+inline constexpr int64_t kMlaShortMergeMaxItems = 64;
 
 // With pdl: where the run lets the merge launch. kEarly: right after its own wait (the merge's
 // CTAs may then sit resident, waiting, while the run still streams); kLate: after each CTA
@@ -125,7 +129,8 @@ struct MlaDecodePlan {
   int64_t rows = 0, capacity = 0, num_items = 0;
   MlaDecodeRing ring = MlaDecodeRing::kShallow;  // the ring measured faster for this step's shape (mla_decode_pick_ring)
   // The separate merge's form: kSeparate (early loads) where a row has more than
-  // kMlaEarlyMergeMinItems items, else kAuto (the chained form). Callers pass it unless they fuse.
+  // kMlaEarlyMergeMinItems items; kSeparateShort where the ring is kLeanBlock* and no row has
+  // more than kMlaShortMergeMaxItems; else kAuto (the chained form). Callers pass it unless they fuse.
   MlaDecodeMerge merge = MlaDecodeMerge::kAuto;
   // With pdl: where the run lets the merge launch (MlaDecodeWork::trigger): kMlaOneTileTrigger
   // where items hold one tile (the ring is kMlaOneTileItemRing), else kMlaDefaultTrigger.
