@@ -391,7 +391,8 @@ void bench_shape(const Shape& s, bool run_old) {
   }
   if (g_m13) {
     // Thirteenth version, graphs (five interleaved rounds, the median round), all pdl: c0 = the
-    // twelfth version's pick (the plan's ring, merge, slice and trigger); the cluster form
+    // plan's pick (ring, merge, slice and trigger: the twelfth version's when measured, the
+    // fourteenth version's block-softmax ring and short merge for items of <= 2 tiles since); the cluster form
     // (one launch, MlaDecodeMerge::kCluster) with c1 = 16 items a row, kLean, late trigger;
     // c2 = 16, kLeanDeep, late; c3 = 8, kLean, late; c4 = 16, kLeanPrefetch, early trigger;
     // c5 = c1 with the early trigger; c6 = what the plan with allow_cluster picks (the cluster

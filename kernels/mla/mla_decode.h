@@ -111,9 +111,10 @@ inline constexpr bool kMlaDefaultMergeFused = false;
 // Between the measured 64 items a row (the chained form faster) and 256 (the early one faster).
 inline constexpr int64_t kMlaEarlyMergeMinItems = 128;
 // kSeparateShort, the plan's pick where its ring is the block-softmax form (items of <= 2 tiles)
-// and no row has more than this many items: measured 0.2-0.7 us faster than the chained form at
-// 1 x 64 to 8 x 1K (4-64 items a row), and 1.5 us slower than the early form at 1 x 4K (256).
-inline constexpr int64_t kMlaShortMergeMaxItems = 64;
+// and no row has more than this many items: on the H200 0.2-0.7 us faster than the chained form
+// at 1 x 64 to 8 x 1K (4-64 items a row) and 0.2 at 1 x 2K (128), 1.5 us slower than the early
+// form at 1 x 4K (256) (docs/perf.md, MLA decode, fourteenth version).
+inline constexpr int64_t kMlaShortMergeMaxItems = 128;
 
 // With pdl: where the run lets the merge launch. kEarly: right after its own wait (the merge's
 // CTAs may then sit resident, waiting, while the run still streams); kLate: after each CTA

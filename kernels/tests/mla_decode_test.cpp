@@ -230,16 +230,18 @@ TEST(MlaDecodePlan, ShortAndLongItemsPickTheirRings) {
 
 TEST(MlaDecodePlan, RowsOfManyItemsPickTheEarlyMerge) {
   // 1 x 4K / 16K / 64K: one row of 256 items (the early-load merge); 8 x 16K (32 a row), 128 x
-  // 16K (2 a row), 256 x 4K (1): the chained one (kAuto); 1 x 1K (64 items of one tile), 8 x 1K
-  // (32 of two): the short early-load one, with the block-softmax ring (kMlaShortMergeMaxItems).
+  // 16K (2 a row), 256 x 4K (1): the chained one (kAuto); 1 x 1K (64 items of one tile), 1 x 2K
+  // (128), 8 x 1K (32 of two): the short early-load one, with the block-softmax ring, up to
+  // kMlaShortMergeMaxItems items a row.
   const std::pair<int64_t, int32_t> early[] = {{1, 4096}, {1, 16384}, {1, 65536}};
   const std::pair<int64_t, int32_t> chained[] = {{8, 16384}, {128, 16384}, {256, 4096}};
   MlaDecodePlan plan;
-  for (const auto& [rows, ctx] : {std::pair<int64_t, int32_t>{1, 1024}, {8, 1024}, {1, 64}}) {
+  for (const auto& [rows, ctx] : {std::pair<int64_t, int32_t>{1, 1024}, {1, 2048}, {8, 1024}, {1, 64}}) {
     const std::vector<int32_t> c(rows, ctx);
     ASSERT_TRUE(build_mla_decode_plan(c.data(), rows, 64, mla_decode_plan_capacity(rows), &plan).is_ok());
     const bool block = plan.ring == MlaDecodeRing::kLeanBlock || plan.ring == MlaDecodeRing::kLeanBlockPrefetch;
-    EXPECT_EQ(plan.merge, block ? MlaDecodeMerge::kSeparateShort : MlaDecodeMerge::kAuto) << rows << " x " << ctx;
+    EXPECT_EQ(plan.merge, block && plan.num_items / rows <= kMlaShortMergeMaxItems ? MlaDecodeMerge::kSeparateShort : MlaDecodeMerge::kAuto)
+        << rows << " x " << ctx;
   }
   for (const auto& [rows, ctx] : early) {
     const std::vector<int32_t> c(rows, ctx);
