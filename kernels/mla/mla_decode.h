@@ -134,7 +134,7 @@ struct MlaDecodePlan {
   // more than kMlaShortMergeMaxItems; else kAuto (the chained form). Callers pass it unless they fuse.
   MlaDecodeMerge merge = MlaDecodeMerge::kAuto;
   // With pdl: where the run lets the merge launch (MlaDecodeWork::trigger): kMlaOneTileTrigger
-  // where items hold one tile (the ring is kMlaOneTileItemRing), else kMlaDefaultTrigger.
+  // where items hold one tile, else kMlaDefaultTrigger.
   MlaDecodeTrigger trigger = kMlaDefaultTrigger;
   // The separate merge's slice (MlaDecodeWork::merge_slice): 64 where items hold one tile (with
   // the early trigger the 64-dim merge measured as fast as the 16-dim one, and 16-dim with the
@@ -303,7 +303,9 @@ inline constexpr MlaDecodeRing kMlaLongItemRing = MlaDecodeRing::kLean;
 // prefetch is then the item's whole read; 3-5% faster than kLean there on the H200 in two
 // calls, and 1-9% slower wherever items hold two tiles or more (docs/perf.md, MLA decode,
 // tenth version). Falls back to kLean where MlaDecodeWork::cache_pages is 0. The CUDA backend
-// runs kLean instead (cuda_model.cpp: a graph keeps its first step's ring).
+// runs kLean instead (cuda_model.cpp: a graph keeps its first step's ring). Since the fourteenth
+// version the plan picks kLeanBlockPrefetch there instead (kMlaBlockSoftmaxMaxChunk below);
+// kMlaOneTileItemRing is its pick only where that is set below one tile.
 inline constexpr MlaDecodeRing kMlaOneTileItemRing = MlaDecodeRing::kLeanPrefetch;
 // The block-softmax form (kLeanBlock*, fourteenth version): the plan picks it for items of at most
 // kMlaBlockSoftmaxMaxChunk tokens (0: never), kLeanBlockPrefetch for one-tile items, kLeanBlock
