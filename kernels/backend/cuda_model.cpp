@@ -147,8 +147,17 @@ Status CudaModel::plan_mla(const int32_t* ctx, int64_t rows, bool in_graph, Step
   // one-tile items' kLeanPrefetch: a bucket's graph captured on short contexts would keep it
   // when they grow (1-9% slower there), and here its pre-wait window is about nil (the q
   // absorb before it does not trigger early; design.md "MLA split-KV decode").
-  st->mla.ring = plan.ring == MlaDecodeRing::kLeanPrefetch ? MlaDecodeRing::kLean : plan.ring;
-  st->mla.merge_mode = plan.merge;  // the separate merge's form (early loads for rows of many items)
+  // Nor the block-softmax forms (kLeanBlock*, the plan's pick for items of one or two tiles):
+  // correct at any item length, but a graph captured on short contexts would keep them past two
+  // tiles an item, where they are not the measured pick (docs/perf.md, MLA decode, fourteenth
+  // version); the engine keeps kLean until they are measured there.
+  const bool keep_lean = plan.ring == MlaDecodeRing::kLeanPrefetch || plan.ring == MlaDecodeRing::kLeanBlock ||
+                         plan.ring == MlaDecodeRing::kLeanBlockPrefetch;
+  st->mla.ring = keep_lean ? MlaDecodeRing::kLean : plan.ring;
+  // The separate merge's form (early loads for rows of many items); not kSeparateShort, which
+  // the plan picks only with the block-softmax rings the engine does not run (it would stay
+  // captured as rows grow past 64 items, where it is slower).
+  st->mla.merge_mode = plan.merge == MlaDecodeMerge::kSeparateShort ? MlaDecodeMerge::kAuto : plan.merge;
   // The fused merge's counters: zeroed when the buffer is new (here, outside any capture);
   // every run leaves them zero, so graphs replay without a reset node.
   PDS_ASSIGN_OR_RETURN(int32_t* counters, scratch<int32_t>(kMlaCounters, mla_decode_counter_words(rows, capacity)));

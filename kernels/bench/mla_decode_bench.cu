@@ -10,7 +10,8 @@
 //   (lead over the ring, pre-wait), tenth version; timeline: per-CTA start / end stamps of the run and the merge
 //   over a graph of back-to-back steps, where batch 1's time goes, eleventh version ("timeline short": 1 x 1K and
 //   1 x 64K only); m12: the separate merge's slices (16 / 32 / 64 dims a CTA) and the early trigger, twelfth version;
-//   m13: the one-launch cluster form against the plan's pick, and the launch floors, thirteenth version)
+//   m13: the one-launch cluster form against the plan's pick, and the launch floors, thirteenth version; m14: the block-softmax
+//   form (kLeanBlock*) against the thirteenth pick, the floors, and at 1 x 1K both forms' timelines, fourteenth version)
 #include <cooperative_groups.h>
 
 #include <algorithm>
@@ -36,6 +37,7 @@ bool g_ring = false;    // "ring": only the ring / merge table (ninth version)
 bool g_pf = false;      // "pf": only the pre-wait prefetch table (tenth version)
 bool g_timeline = false;  // "timeline": only the per-CTA timelines (eleventh version)
 bool g_m13 = false;       // "m13": the cluster form and the launch floors (thirteenth version)
+bool g_m14 = false;       // "m14": the block-softmax form against the thirteenth pick, and the floors (fourteenth version)
 constexpr int64_t kLat = 512, kRope = 64, kEntry = kLat + kRope, kPage = 64;
 
 // The copy ring alone (diagnostic, "ring" table): the run's plan, page tables, 16-token bulk
@@ -229,13 +231,30 @@ void bench_shape(const Shape& s, bool run_old) {
     cudaStreamDestroy(stream);
     return graph_runs[graph_runs.size() / 2];
   };
+  // One config's timeline (eleventh version): timed plain (graph us/step), then the instrumented
+  // graph replayed 8 times, the last replay's 20 steps summarised under `label`.
+  const int64_t recs = mla_decode_timeline_records(s.batch, s.heads, kLat, cap), stride = recs * kMlaTimelineWords;
+  auto timeline_of = [&](const MlaDecodeWork& wv, const char* cfg_name) {
+    DeviceBuffer<uint64_t> tl;
+    check(tl.resize(kInGraph * stride), "timeline");
+    const double plain = graph_step_us(wv);
+    check(cuda_status(cudaMemset(tl.get(), 0, tl.size() * sizeof(uint64_t)), "timeline clear"), "timeline clear");
+    const double instr = graph_step_us(wv, tl.get(), stride);
+    std::vector<uint64_t> host(tl.size());
+    check(cuda_status(cudaMemcpy(host.data(), tl.get(), host.size() * sizeof(uint64_t), cudaMemcpyDeviceToHost), "timeline copy"), "timeline copy");
+    std::vector<TimelineStep> steps;
+    for (int i = 0; i < kInGraph; ++i) steps.push_back(parse_timeline_step(host.data() + i * stride, cap, recs));
+    char label[200];
+    const char* rings[] = {"auto", "shallow", "deep", "lean", "lean-deep", "lean-burst", "lean-prefetch", "lean-ahead",
+                           "lean-wide", "lean-wide-prefetch", "lean-block", "lean-block-prefetch"};
+    std::snprintf(label, sizeof(label), "%ld x %ld, %ld items, ring %s, %s", static_cast<long>(s.batch), static_cast<long>(s.ctx),
+                  static_cast<long>(plan.num_items), rings[static_cast<int>(wv.ring)], cfg_name);
+    print_timeline(label, steps, plain, instr, floor_us, bytes / static_cast<double>(plan.num_items));
+  };
   if (g_timeline) {
     // Eleventh version: the default step (the plan's ring and merge, pdl, late trigger), and
     // the same with the fused merge (no second kernel); each timed plain (graph us/step), then
     // the instrumented graph replayed 8 times, the last replay's 20 steps summarised.
-    const int64_t recs = mla_decode_timeline_records(s.batch, s.heads, kLat, cap), stride = recs * kMlaTimelineWords;
-    DeviceBuffer<uint64_t> tl;
-    check(tl.resize(kInGraph * stride), "timeline");
     // Then two contrasts: the early trigger (the merge may launch once every run CTA is past its
     // wait) and the run alone (no merge: wrong output; the kernel before each run is a run).
     constexpr int kCfg = 4;
@@ -248,24 +267,132 @@ void bench_shape(const Shape& s, bool run_old) {
     const char* cfg_names[] = {"default (the plan's trigger, separate merge)", "fused merge", "early trigger", "run alone (no merge)"};
     for (int c = 0; c < kCfg; ++c) {
       if (c != 0 && !plan.any_split) continue;
-      const double plain = graph_step_us(tw[c]);
-      check(cuda_status(cudaMemset(tl.get(), 0, tl.size() * sizeof(uint64_t)), "timeline clear"), "timeline clear");
-      const double instr = graph_step_us(tw[c], tl.get(), stride);
-      std::vector<uint64_t> host(tl.size());
-      check(cuda_status(cudaMemcpy(host.data(), tl.get(), host.size() * sizeof(uint64_t), cudaMemcpyDeviceToHost), "timeline copy"), "timeline copy");
-      std::vector<TimelineStep> steps;
-      for (int i = 0; i < kInGraph; ++i) steps.push_back(parse_timeline_step(host.data() + i * stride, cap, recs));
-      char label[160];
-      const char* rings[] = {"auto", "shallow", "deep", "lean", "lean-deep", "lean-burst", "lean-prefetch", "lean-ahead"};
-      std::snprintf(label, sizeof(label), "%ld x %ld, %ld items, ring %s, %s", static_cast<long>(s.batch), static_cast<long>(s.ctx),
-                    static_cast<long>(plan.num_items), rings[static_cast<int>(tw[c].ring)], cfg_names[c]);
-      print_timeline(label, steps, plain, instr, floor_us, bytes / static_cast<double>(plan.num_items));
+      timeline_of(tw[c], cfg_names[c]);
+    }
+    return;
+  }
+  if (g_m14) {
+    // Fourteenth version, graphs (five interleaved rounds, the median round), all pdl, the plan's
+    // slice and trigger, the thirteenth version's merge form (the chained one where the new plan
+    // picks kSeparateShort) except c1 / c6 / c7: c0 = the thirteenth version's pick (kLeanPrefetch
+    // for one-tile items, else kLean); c1 = the new plan's pick (ring and merge: kLeanBlock* for items
+    // of <= kMlaBlockSoftmaxMaxChunk tokens, kSeparateShort with it up to 64 items a row, else c0's);
+    // c2 = kLeanBlock; c3 = kLeanBlockPrefetch; c4 / c5 = c0 / c2's run alone (no merge: wrong output
+    // where rows split; the merge's share); c6 = c1's ring with the short early-load merge
+    // (kSeparateShort: 8 loads a chain before the weights) at every shape; c7 = c0 with it. Floors as m13's: fa one empty
+    // kernel (the run's grid), fb empty run + merge, fc one tile from DRAM a CTA. Then max |c1 -
+    // c0| and |c2 - c0| over the output; at 1 x 1K the timelines of c0 and c3.
+    constexpr int kCfg = 8, kFloors = 3;
+    const int64_t chunk = plan.image[4 + 2] - plan.image[4 + 1];
+    MlaDecodeWork mw[kCfg];
+    for (int o = 0; o < kCfg; ++o) {
+      mw[o] = w, mw[o].counters = nullptr;
+      if (plan.merge == MlaDecodeMerge::kSeparateShort) mw[o].merge_mode = MlaDecodeMerge::kAuto;  // the 13th's form
+    }
+    mw[1].merge_mode = plan.merge;
+    mw[0].ring = chunk <= kMlaTileTokens ? MlaDecodeRing::kLeanPrefetch : MlaDecodeRing::kLean;
+    mw[1].ring = plan.ring;
+    mw[2].ring = MlaDecodeRing::kLeanBlock;
+    mw[3].ring = MlaDecodeRing::kLeanBlockPrefetch;
+    mw[4].ring = mw[0].ring, mw[4].merge = false;
+    mw[5].ring = MlaDecodeRing::kLeanBlock, mw[5].merge = false;
+    mw[6].ring = plan.ring, mw[6].merge_mode = MlaDecodeMerge::kSeparateShort;
+    mw[7].ring = mw[0].ring, mw[7].merge_mode = MlaDecodeMerge::kSeparateShort;
+    auto graph_fn_us = [&](const auto& launch) {
+      cudaStream_t stream;
+      cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking);
+      launch(stream, 0);
+      cudaStreamSynchronize(stream);
+      cudaGraph_t graph;
+      cudaGraphExec_t exec;
+      check(cuda_status(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), "capture"), "capture");
+      for (int i = 0; i < kInGraph; ++i) launch(stream, i);
+      check(cuda_status(cudaStreamEndCapture(stream, &graph), "end capture"), "capture");
+      check(cuda_status(cudaGraphInstantiate(&exec, graph, 0), "instantiate"), "instantiate");
+      std::vector<double> runs;
+      cudaEvent_t e0, e1;
+      cudaEventCreate(&e0);
+      cudaEventCreate(&e1);
+      for (int r = 0; r < 8; ++r) {
+        cudaEventRecord(e0, stream);
+        cudaGraphLaunch(exec, stream);
+        cudaEventRecord(e1, stream);
+        cudaEventSynchronize(e1);
+        float ms = 0;
+        cudaEventElapsedTime(&ms, e0, e1);
+        if (r > 0) runs.push_back(ms * 1e3 / kInGraph);
+      }
+      check(cuda_status(cudaGetLastError(), "floor graph replay"), "floor graph replay");
+      std::sort(runs.begin(), runs.end());
+      cudaEventDestroy(e0);
+      cudaEventDestroy(e1);
+      cudaGraphExecDestroy(exec);
+      cudaGraphDestroy(graph);
+      cudaStreamDestroy(stream);
+      return runs[runs.size() / 2];
+    };
+    const size_t run_smem = 3 * 16 * kEntry * sizeof(float);
+    check(cuda_status(cudaFuncSetAttribute(floor_empty_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(run_smem)), "floor smem"),
+          "floor smem");
+    auto launch_pdl_fn = [&](auto kernel, unsigned grid, size_t smem, cudaStream_t st, auto... args) {
+      check(cuda_status(pdserve::cuda::pdl_bulk::launch_pdl(true, kernel, dim3(grid), dim3(256), smem, st, args...), "floor launch"), "floor launch");
+    };
+    const unsigned run_grid = static_cast<unsigned>(plan.num_items);
+    const unsigned merge_grid = static_cast<unsigned>(s.batch * s.heads * (kLat / 64));
+    DeviceBuffer<float> sink;
+    check(sink.resize(std::max<int64_t>(cap, 1)), "sink");
+    const int64_t copy_floats = step_pages * kPage * kEntry;
+    for (int o = 0; o < kCfg; ++o) check(mla_decode_run(a, mw[o], nullptr), "m14 eager");  // opt-ins outside a capture
+    check(cuda_status(cudaDeviceSynchronize(), "m14 eager"), "m14 eager");
+    std::vector<double> rounds[kCfg + kFloors];
+    for (int r = 0; r < 5; ++r) {
+      for (int o = 0; o < kCfg; ++o) rounds[o].push_back(graph_step_us(mw[o]));
+      rounds[kCfg].push_back(graph_fn_us([&](cudaStream_t st, int) { launch_pdl_fn(floor_empty_kernel, run_grid, run_smem, st); }));
+      rounds[kCfg + 1].push_back(graph_fn_us([&](cudaStream_t st, int) {
+        launch_pdl_fn(floor_empty_kernel, run_grid, run_smem, st);
+        launch_pdl_fn(floor_empty_kernel, merge_grid, 0, st);
+      }));
+      rounds[kCfg + 2].push_back(graph_fn_us([&](cudaStream_t st, int i) {
+        const float* src = cache.get() + (i % copies) * copy_floats;
+        launch_pdl_fn(floor_read_kernel, run_grid, 0, st, src, sink.get());
+      }));
+    }
+    std::vector<float> o0(out.size()), o1(out.size());
+    a.page_table = tables[0].get();
+    check(mla_decode_run(a, mw[0], nullptr), "c0");
+    check(cuda_status(cudaMemcpy(o0.data(), out.get(), o0.size() * 4, cudaMemcpyDeviceToHost), "c0 out"), "c0 out");
+    double maxdiff[2];
+    for (int k = 0; k < 2; ++k) {
+      check(cuda_status(cudaMemset(out.get(), 0xff, out.size() * 4), "nan fill"), "nan fill");
+      check(mla_decode_run(a, mw[k ? 2 : 1], nullptr), "c1 / c2");
+      check(cuda_status(cudaMemcpy(o1.data(), out.get(), o1.size() * 4, cudaMemcpyDeviceToHost), "c1 out"), "c1 out");
+      maxdiff[k] = 0.0;
+      for (size_t i = 0; i < o0.size(); ++i) maxdiff[k] = std::max(maxdiff[k], std::isnan(o1[i]) ? INFINITY : std::fabs(double(o0[i]) - o1[i]));
+    }
+    double med[kCfg + kFloors];
+    for (int o = 0; o < kCfg + kFloors; ++o) {
+      std::sort(rounds[o].begin(), rounds[o].end());
+      med[o] = rounds[o][2];
+    }
+    const char* names[] = {"auto", "shallow", "deep", "lean", "lean-deep", "lean-burst", "lean-prefetch", "lean-ahead",
+                           "lean-wide", "lean-wide-prefetch", "lean-block", "lean-block-prefetch"};
+    std::printf("m14 | %4ld | %6ld | %4ld | %ld | %s | %7.2f |", static_cast<long>(s.batch), static_cast<long>(s.ctx),
+                static_cast<long>(plan.num_items), static_cast<long>(chunk), names[static_cast<int>(plan.ring)], floor_us);
+    for (int o = 0; o < kCfg + kFloors; ++o) std::printf(" %6.2f |", med[o]);
+    std::printf(" %5.3f | %5.2f / %5.2f / %5.2f | %.2e / %.2e |\n", med[0] / med[1], med[1] / med[kCfg], med[1] / med[kCfg + 1],
+                med[1] / med[kCfg + 2], maxdiff[0], maxdiff[1]);
+    std::fflush(stdout);
+    if (s.batch == 1 && s.ctx == 1024) {
+      timeline_of(mw[0], "m14 c0 (13th pick)");
+      timeline_of(mw[3], "m14 c3 (block softmax, prefetch; chained merge)");
+      timeline_of(mw[1], "m14 c1 (the new pick: block softmax, prefetch, short early merge)");
     }
     return;
   }
   if (g_m13) {
     // Thirteenth version, graphs (five interleaved rounds, the median round), all pdl: c0 = the
-    // twelfth version's pick (the plan's ring, merge, slice and trigger); the cluster form
+    // plan's pick (ring, merge, slice and trigger: the twelfth version's when measured, the
+    // fourteenth version's block-softmax ring and short merge for items of <= 2 tiles since); the cluster form
     // (one launch, MlaDecodeMerge::kCluster) with c1 = 16 items a row, kLean, late trigger;
     // c2 = 16, kLeanDeep, late; c3 = 8, kLean, late; c4 = 16, kLeanPrefetch, early trigger;
     // c5 = c1 with the early trigger; c6 = what the plan with allow_cluster picks (the cluster
@@ -651,12 +778,19 @@ int main(int argc, char** argv) {
   g_timeline = argc > 1 && std::strcmp(argv[1], "timeline") == 0;
   g_m12 = argc > 1 && std::strcmp(argv[1], "m12") == 0;
   g_m13 = argc > 1 && std::strcmp(argv[1], "m13") == 0;
-  if (!g_timeline && !g_m12 && !g_m13) read_ceiling();
+  g_m14 = argc > 1 && std::strcmp(argv[1], "m14") == 0;
+  if (!g_timeline && !g_m12 && !g_m13 && !g_m14) read_ceiling();
   std::vector<Shape> shapes;
   const bool focus = argc > 1 && std::strcmp(argv[1], "focus") == 0;  // the TP32 rank's shapes only
   if (g_timeline) {
     shapes = {{3, 1, 1024}, {3, 1, 16384}, {3, 1, 65536}, {3, 8, 65536}};
     if (argc > 2 && std::strcmp(argv[2], "short") == 0) shapes = {{3, 1, 1024}, {3, 1, 65536}};
+  } else if (g_m14) {
+    shapes = {{3, 1, 1024}, {3, 1, 64}, {3, 1, 256}, {3, 1, 2048}, {3, 1, 4096}, {3, 2, 1024}, {3, 4, 1024}, {3, 8, 1024}, {3, 1, 16384}, {3, 8, 16384}};
+    std::printf("m14 rows (graph us/step, pdl, the plan's merge form / slice / trigger; median of 5 interleaved rounds): | batch | ctx | items | "
+                "chunk | new pick | floor us (bytes) | c0 13th pick | c1 new pick | c2 lean-block | c3 lean-block-prefetch | c4 c0's run alone | "
+                "c5 c2's run alone | c6 = c1's ring, short early merge | c7 = c0, short early merge | fa empty kernel | fb empty run + merge | fc one tile from DRAM a CTA | c0 / c1 | c1 / fa, fb, fc | "
+                "max abs c1 - c0 / c2 - c0 |\n");
   } else if (g_m13) {
     shapes = {{3, 1, 1024}, {3, 1, 2048}, {3, 1, 4096}, {3, 2, 1024}, {3, 4, 1024}, {3, 1, 512}, {3, 1, 256}, {3, 1, 64}, {3, 8, 1024}};
     std::printf("m13 rows (graph us/step, pdl; median of 5 interleaved rounds): | batch | ctx | items (12th) | pick with allow_cluster | "

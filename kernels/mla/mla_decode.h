@@ -72,7 +72,17 @@ namespace pdserve::cuda {
 // kLean / kLeanPrefetch): kLean's loop on 16-token tiles in 5 stages (180 KiB: one CTA an SM, so
 // a cluster of 16 spans 16 SMs), every stage filled at the start (an item of up to 5 tiles is
 // one burst: 1 x 1K's 4-tile items); the prefetch form adds kLeanPrefetch's pre-wait L2 hints.
-enum class MlaDecodeRing { kAuto, kShallow, kDeep, kLean, kLeanDeep, kLeanBurst, kLeanPrefetch, kLeanAhead, kLeanWide, kLeanWidePrefetch };
+// kLeanBlock / kLeanBlockPrefetch (fourteenth version, mla_decode_block_sm90.cu; <= 3 heads, K3's
+// widths, bulk loader, else the same fallbacks as kLean): kLean's ring (every stage filled at the
+// start) with ONE softmax for the whole CTA instead of one a warp: per tile, the 8 warps score its
+// 16 tokens (kLean's sums), one block barrier, every warp then updates the same block-wide max /
+// sum per head from the tile's scores, and thread t accumulates latent dims 2t, 2t + 1 of every
+// head over the tile's tokens; the output (or partial) is written by each thread for its own
+// dims, with no combine of warp states at the item's end. Correct for items of any length; built
+// for items of one or two tiles (the plan's pick: mla_decode_pick_ring). The prefetch form adds
+// kLeanPrefetch's pre-wait L2 hints (without MlaDecodeWork::cache_pages: kLeanBlock).
+enum class MlaDecodeRing { kAuto, kShallow, kDeep, kLean, kLeanDeep, kLeanBurst, kLeanPrefetch, kLeanAhead, kLeanWide, kLeanWidePrefetch,
+                           kLeanBlock, kLeanBlockPrefetch };
 
 // Where split rows are merged. kSeparate / kSeparateChained: a second kernel (grid row x head x slice of MlaDecodeWork::merge_slice dims).
 // kFused: in the run, by the last CTA of each group / row (needs MlaDecodeWork::counters).
@@ -93,10 +103,18 @@ enum class MlaDecodeRing { kAuto, kShallow, kDeep, kLean, kLeanDeep, kLeanBurst,
 // merge kernel, no global partials. Needs the cluster plan (build_mla_decode_cluster_plan:
 // exactly `cluster` items a row, item row x cluster + r, empty items allowed) and the warp
 // variant; the launch is rows x cluster CTAs whatever launch_items says.
-enum class MlaDecodeMerge { kAuto, kSeparate, kFused, kSeparateChained, kCluster };
+// kSeparateShort (fourteenth version): the early-load form with 8 loads a chain instead of 32 (a
+// row of up to 64 items, 1 x 1K's, in one L2 round trip after the run, at 8 registers of
+// partials); bit-identical to the other separate forms (the same chains in the same order).
+enum class MlaDecodeMerge { kAuto, kSeparate, kFused, kSeparateChained, kCluster, kSeparateShort };
 inline constexpr bool kMlaDefaultMergeFused = false;
 // Between the measured 64 items a row (the chained form faster) and 256 (the early one faster).
 inline constexpr int64_t kMlaEarlyMergeMinItems = 128;
+// kSeparateShort, the plan's pick where its ring is the block-softmax form (items of <= 2 tiles)
+// and no row has more than this many items: on the H200 0.2-0.7 us faster than the chained form
+// at 1 x 64 to 8 x 1K (4-64 items a row) and 0.2 at 1 x 2K (128), 1.5 us slower than the early
+// form at 1 x 4K (256) (docs/perf.md, MLA decode, fourteenth version).
+inline constexpr int64_t kMlaShortMergeMaxItems = 128;
 
 // With pdl: where the run lets the merge launch. kEarly: right after its own wait (the merge's
 // CTAs may then sit resident, waiting, while the run still streams); kLate: after each CTA
@@ -112,10 +130,11 @@ struct MlaDecodePlan {
   int64_t rows = 0, capacity = 0, num_items = 0;
   MlaDecodeRing ring = MlaDecodeRing::kShallow;  // the ring measured faster for this step's shape (mla_decode_pick_ring)
   // The separate merge's form: kSeparate (early loads) where a row has more than
-  // kMlaEarlyMergeMinItems items, else kAuto (the chained form). Callers pass it unless they fuse.
+  // kMlaEarlyMergeMinItems items; kSeparateShort where the ring is kLeanBlock* and no row has
+  // more than kMlaShortMergeMaxItems; else kAuto (the chained form). Callers pass it unless they fuse.
   MlaDecodeMerge merge = MlaDecodeMerge::kAuto;
   // With pdl: where the run lets the merge launch (MlaDecodeWork::trigger): kMlaOneTileTrigger
-  // where items hold one tile (the ring is kMlaOneTileItemRing), else kMlaDefaultTrigger.
+  // where items hold one tile, else kMlaDefaultTrigger.
   MlaDecodeTrigger trigger = kMlaDefaultTrigger;
   // The separate merge's slice (MlaDecodeWork::merge_slice): 64 where items hold one tile (with
   // the early trigger the 64-dim merge measured as fast as the 16-dim one, and 16-dim with the
@@ -284,8 +303,14 @@ inline constexpr MlaDecodeRing kMlaLongItemRing = MlaDecodeRing::kLean;
 // prefetch is then the item's whole read; 3-5% faster than kLean there on the H200 in two
 // calls, and 1-9% slower wherever items hold two tiles or more (docs/perf.md, MLA decode,
 // tenth version). Falls back to kLean where MlaDecodeWork::cache_pages is 0. The CUDA backend
-// runs kLean instead (cuda_model.cpp: a graph keeps its first step's ring).
+// runs kLean instead (cuda_model.cpp: a graph keeps its first step's ring). Since the fourteenth
+// version the plan picks kLeanBlockPrefetch there instead (kMlaBlockSoftmaxMaxChunk below);
+// kMlaOneTileItemRing is its pick only where that is set below one tile.
 inline constexpr MlaDecodeRing kMlaOneTileItemRing = MlaDecodeRing::kLeanPrefetch;
+// The block-softmax form (kLeanBlock*, fourteenth version): the plan picks it for items of at most
+// kMlaBlockSoftmaxMaxChunk tokens (0: never), kLeanBlockPrefetch for one-tile items, kLeanBlock
+// for longer ones (docs/perf.md, MLA decode, fourteenth version).
+inline constexpr int64_t kMlaBlockSoftmaxMaxChunk = 2 * kMlaTileTokens;
 MlaDecodeRing mla_decode_pick_ring(int64_t chunk_tokens);
 
 bool mla_decode_supported(int64_t heads, int64_t latent_dim, int64_t rope_dim);

@@ -30,7 +30,10 @@ constexpr int kMergeStaged = 1024;  // the merge kernel keeps up to this many it
 // slice, so the output is bit-identical across slices; only 4 x SLICE threads load partials.
 constexpr int kMergeEarly = 32;
 constexpr int kMergeChains = kWarps;  // the 8 item chains an element sums (the 64-dim form's warps)
-template <bool EARLY, bool TL = false, int SLICE = 64>
+// MlaDecodeMerge::kSeparateShort (fourteenth version): the early form with kMergeEarlyShort loads
+// a chain (rows of up to 64 items in one round trip, 8 registers of partials, not 32).
+constexpr int kMergeEarlyShort = 8;
+template <bool EARLY, bool TL = false, int SLICE = 64, int NEARLY = kMergeEarly>
 __global__ void __launch_bounds__(kThreads) mla_merge_kernel(const __grid_constant__ MlaDecodeArgs a, const int32_t* __restrict__ plan,
                                                              const float* __restrict__ part_o, const float* __restrict__ part_lse,
                                                              uint64_t* timeline) {
@@ -64,10 +67,10 @@ __global__ void __launch_bounds__(kThreads) mla_merge_kernel(const __grid_consta
   const bool staged = n <= kMergeStaged;  // else the weights come from L2 again below
   const float2* src = reinterpret_cast<const float2*>(part_o + (static_cast<int64_t>(first) * H + h) * lat + d);
   const int64_t item_stride = static_cast<int64_t>(H) * lat / 2;  // float2 from one item's partial to the next
-  float2 early[EARLY ? kMergeEarly : 1];
+  float2 early[EARLY ? NEARLY : 1];
   if constexpr (EARLY) {
 #pragma unroll
-    for (int k = 0; k < kMergeEarly; ++k) {
+    for (int k = 0; k < NEARLY; ++k) {
       const int i = chain + k * kMergeChains;
       early[k] = loads && d < lat && i < n ? __ldcg(src + i * item_stride) : make_float2(0.0f, 0.0f);
     }
@@ -106,14 +109,14 @@ __global__ void __launch_bounds__(kThreads) mla_merge_kernel(const __grid_consta
     int i0 = chain;
     if constexpr (EARLY) {
 #pragma unroll
-      for (int k = 0; k < kMergeEarly; ++k) {
+      for (int k = 0; k < NEARLY; ++k) {
         const int i = chain + k * kMergeChains;
         if (i < n) {
           const float w = staged ? s_w[i] : exp2f(lse[static_cast<int64_t>(i) * H] - m);
           acc = make_float2(fmaf(w, early[k].x, acc.x), fmaf(w, early[k].y, acc.y));
         }
       }
-      i0 += kMergeEarly * kMergeChains;
+      i0 += NEARLY * kMergeChains;
     }
 #pragma unroll 8
     for (int i = i0; i < n; i += kMergeChains) {
@@ -154,11 +157,16 @@ Status launch_merge(const MlaDecodeArgs& a, const MlaDecodeWork& w, cudaStream_t
   uint64_t* tl = w.timeline ? w.timeline + w.capacity * kMlaTimelineWords : nullptr;  // the merge's records follow the run's
   const auto pick = [&](auto kernel) { return launch_pdl(w.pdl, kernel, grid, dim3(kThreads), 0, stream, a, w.plan, w.part_o, w.part_lse, tl); };
   const auto by_slice = [&](auto k16, auto k32, auto k64) { return slice == 16 ? pick(k16) : slice == 32 ? pick(k32) : pick(k64); };
+  constexpr int kShort = kMergeEarlyShort;
   const cudaError_t e =
-      tl ? (early ? by_slice(mla_merge_kernel<true, true, 16>, mla_merge_kernel<true, true, 32>, mla_merge_kernel<true, true, 64>)
-                  : by_slice(mla_merge_kernel<false, true, 16>, mla_merge_kernel<false, true, 32>, mla_merge_kernel<false, true, 64>))
-         : (early ? by_slice(mla_merge_kernel<true, false, 16>, mla_merge_kernel<true, false, 32>, mla_merge_kernel<true, false, 64>)
-                  : by_slice(mla_merge_kernel<false, false, 16>, mla_merge_kernel<false, false, 32>, mla_merge_kernel<false, false, 64>));
+      w.merge_mode == MlaDecodeMerge::kSeparateShort
+          ? (tl ? by_slice(mla_merge_kernel<true, true, 16, kShort>, mla_merge_kernel<true, true, 32, kShort>, mla_merge_kernel<true, true, 64, kShort>)
+                : by_slice(mla_merge_kernel<true, false, 16, kShort>, mla_merge_kernel<true, false, 32, kShort>,
+                           mla_merge_kernel<true, false, 64, kShort>))
+      : tl ? (early ? by_slice(mla_merge_kernel<true, true, 16>, mla_merge_kernel<true, true, 32>, mla_merge_kernel<true, true, 64>)
+                    : by_slice(mla_merge_kernel<false, true, 16>, mla_merge_kernel<false, true, 32>, mla_merge_kernel<false, true, 64>))
+           : (early ? by_slice(mla_merge_kernel<true, false, 16>, mla_merge_kernel<true, false, 32>, mla_merge_kernel<true, false, 64>)
+                    : by_slice(mla_merge_kernel<false, false, 16>, mla_merge_kernel<false, false, 32>, mla_merge_kernel<false, false, 64>));
   if (e != cudaSuccess) return cuda_status(e, "mla_decode_run (merge)");
   return last_launch_status("mla_decode_run (merge)");
 }

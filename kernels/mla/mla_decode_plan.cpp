@@ -91,10 +91,13 @@ Status build_mla_decode_plan(const int32_t* ctx_len, int64_t rows, int64_t page_
     }
   }
   plan->ring = mla_decode_pick_ring(chunk);
-  const bool one_tile = plan->ring == kMlaOneTileItemRing && chunk <= kMlaTileTokens;
+  const bool one_tile = chunk <= kMlaTileTokens;  // the one-tile rings' trigger and merge slice
   plan->trigger = one_tile ? kMlaOneTileTrigger : kMlaDefaultTrigger;
   plan->merge_slice = one_tile ? 64 : 0;
-  plan->merge = most_items > kMlaEarlyMergeMinItems ? MlaDecodeMerge::kSeparate : MlaDecodeMerge::kAuto;
+  const bool block_ring = plan->ring == MlaDecodeRing::kLeanBlock || plan->ring == MlaDecodeRing::kLeanBlockPrefetch;
+  plan->merge = most_items > kMlaEarlyMergeMinItems                  ? MlaDecodeMerge::kSeparate
+                : block_ring && most_items <= kMlaShortMergeMaxItems ? MlaDecodeMerge::kSeparateShort
+                                                                     : MlaDecodeMerge::kAuto;
   plan->image[0] = static_cast<int32_t>(plan->num_items);
   plan->image[1] = static_cast<int32_t>(rows);
   plan->image[2] = static_cast<int32_t>(capacity);
@@ -164,6 +167,8 @@ Status build_mla_decode_cluster_plan(const int32_t* ctx_len, int64_t rows, int64
 }
 
 MlaDecodeRing mla_decode_pick_ring(int64_t chunk_tokens) {
+  if (chunk_tokens <= kMlaBlockSoftmaxMaxChunk)
+    return chunk_tokens <= kMlaTileTokens ? MlaDecodeRing::kLeanBlockPrefetch : MlaDecodeRing::kLeanBlock;
   if (chunk_tokens <= kMlaTileTokens) return kMlaOneTileItemRing;
   return chunk_tokens <= kMlaDeepRingMaxChunk ? kMlaShortItemRing : kMlaLongItemRing;
 }

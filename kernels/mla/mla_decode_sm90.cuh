@@ -261,6 +261,10 @@ inline size_t run_shared_bytes(const MlaDecodeArgs& a) {
 // The warp variant's run (mla_decode_warp_sm90.cu): heads <= 3, latent_dim % 4 == 0.
 Status launch_warp_variant(const MlaDecodeArgs& a, const MlaDecodeWork& w, bool bulk, MlaDecodeRing ring, int32_t* counters,
                            cudaStream_t stream);
+// MlaDecodeRing::kLeanBlock / kLeanBlockPrefetch's run (mla_decode_block_sm90.cu): heads <= 3, K3's
+// widths, bulk loader, fixed tile ranges (the caller checks); counters: the fused merge's, or null.
+Status launch_block_softmax_variant(const MlaDecodeArgs& a, const MlaDecodeWork& w, MlaDecodeRing ring, int32_t* counters,
+                                    cudaStream_t stream);
 // MlaDecodeMerge::kCluster's one launch (mla_decode_warp_sm90.cu): the warp variant's run, rows x
 // w.cluster CTAs in clusters of w.cluster, merged through distributed shared memory.
 Status launch_cluster_variant(const MlaDecodeArgs& a, const MlaDecodeWork& w, bool bulk, MlaDecodeRing ring, cudaStream_t stream);

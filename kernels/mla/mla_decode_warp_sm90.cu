@@ -534,6 +534,8 @@ Status launch_warp_run(const MlaDecodeArgs& a, const MlaDecodeWork& w, bool bulk
   // The lean kernel: K3's widths only, fixed tile ranges; else the same ring without it.
   const bool lean = a.latent_dim == 512 && a.rope_dim == 64 && !(w.dynamic_tiles && counters);
   if (ring == MlaDecodeRing::kLeanDeep && lean) return launch_warp_run<NH, true, kTile / 2, 2 * kStages, true>(a, w, counters, stream);
+  if ((ring == MlaDecodeRing::kLeanBlock || ring == MlaDecodeRing::kLeanBlockPrefetch) && lean)
+    return launch_block_softmax_variant(a, w, ring, counters, stream);
   if (ring == MlaDecodeRing::kDeep || ring == MlaDecodeRing::kLeanDeep)
     return launch_warp_run<NH, true, kTile / 2, 2 * kStages>(a, w, counters, stream);
   if (ring == MlaDecodeRing::kLeanWide) ring = MlaDecodeRing::kLean;  // the wide ring: the cluster form only

@@ -195,14 +195,16 @@ TEST(MlaDecodePlan, ShortAndLongItemsPickTheirRings) {
   for (const auto& [rows, ctx] : deep) {
     const std::vector<int32_t> c(rows, ctx);
     ASSERT_TRUE(build_mla_decode_plan(c.data(), rows, 64, mla_decode_plan_capacity(rows), &plan).is_ok());
-    EXPECT_EQ(plan.ring, kMlaShortItemRing) << rows << " x " << ctx;
+    const int64_t chunk = plan.image[4 + 2] - plan.image[4 + 1];  // item 0 holds a whole chunk here
+    EXPECT_EQ(plan.ring, chunk <= kMlaBlockSoftmaxMaxChunk ? MlaDecodeRing::kLeanBlock : kMlaShortItemRing) << rows << " x " << ctx;
     EXPECT_EQ(plan.trigger, kMlaDefaultTrigger) << rows << " x " << ctx;
     EXPECT_EQ(plan.merge_slice, 0) << rows << " x " << ctx;
   }
   for (const auto& [rows, ctx] : one_tile) {
     const std::vector<int32_t> c(rows, ctx);
     ASSERT_TRUE(build_mla_decode_plan(c.data(), rows, 64, mla_decode_plan_capacity(rows), &plan).is_ok());
-    EXPECT_EQ(plan.ring, kMlaOneTileItemRing) << rows << " x " << ctx;
+    EXPECT_EQ(plan.ring, kMlaBlockSoftmaxMaxChunk >= kMlaTileTokens ? MlaDecodeRing::kLeanBlockPrefetch : kMlaOneTileItemRing)
+        << rows << " x " << ctx;
     EXPECT_EQ(plan.image[3], 1) << rows << " x " << ctx;  // the item's one tile
     EXPECT_EQ(plan.trigger, kMlaOneTileTrigger) << rows << " x " << ctx;
     EXPECT_EQ(plan.merge_slice, 64) << rows << " x " << ctx;
@@ -214,18 +216,33 @@ TEST(MlaDecodePlan, ShortAndLongItemsPickTheirRings) {
     EXPECT_EQ(plan.trigger, kMlaDefaultTrigger) << rows << " x " << ctx;
     EXPECT_EQ(plan.merge_slice, 0) << rows << " x " << ctx;
   }
-  EXPECT_EQ(mla_decode_pick_ring(kMlaTileTokens), kMlaOneTileItemRing);
-  EXPECT_EQ(mla_decode_pick_ring(2 * kMlaTileTokens), kMlaShortItemRing);
+  // The block-softmax form up to kMlaBlockSoftmaxMaxChunk tokens an item (its prefetch form at one tile).
+  auto short_pick = [](int64_t chunk, MlaDecodeRing otherwise) {
+    if (chunk > kMlaBlockSoftmaxMaxChunk) return otherwise;
+    return chunk <= kMlaTileTokens ? MlaDecodeRing::kLeanBlockPrefetch : MlaDecodeRing::kLeanBlock;
+  };
+  EXPECT_EQ(mla_decode_pick_ring(kMlaTileTokens), short_pick(kMlaTileTokens, kMlaOneTileItemRing));
+  EXPECT_EQ(mla_decode_pick_ring(2 * kMlaTileTokens), short_pick(2 * kMlaTileTokens, kMlaShortItemRing));
+  EXPECT_EQ(mla_decode_pick_ring(3 * kMlaTileTokens), short_pick(3 * kMlaTileTokens, kMlaShortItemRing));
   EXPECT_EQ(mla_decode_pick_ring(kMlaDeepRingMaxChunk), kMlaShortItemRing);
   EXPECT_EQ(mla_decode_pick_ring(kMlaDeepRingMaxChunk + kMlaTileTokens), kMlaLongItemRing);
 }
 
 TEST(MlaDecodePlan, RowsOfManyItemsPickTheEarlyMerge) {
-  // 1 x 4K / 16K / 64K: one row of 256 items (the early-load merge); 1 x 1K (64 items), 8 x
-  // 16K (32 a row), 128 x 16K (2 a row), 256 x 4K (1): the chained one (kAuto).
+  // 1 x 4K / 16K / 64K: one row of 256 items (the early-load merge); 8 x 16K (32 a row), 128 x
+  // 16K (2 a row), 256 x 4K (1): the chained one (kAuto); 1 x 1K (64 items of one tile), 1 x 2K
+  // (128), 8 x 1K (32 of two): the short early-load one, with the block-softmax ring, up to
+  // kMlaShortMergeMaxItems items a row.
   const std::pair<int64_t, int32_t> early[] = {{1, 4096}, {1, 16384}, {1, 65536}};
-  const std::pair<int64_t, int32_t> chained[] = {{1, 1024}, {8, 16384}, {128, 16384}, {256, 4096}};
+  const std::pair<int64_t, int32_t> chained[] = {{8, 16384}, {128, 16384}, {256, 4096}};
   MlaDecodePlan plan;
+  for (const auto& [rows, ctx] : {std::pair<int64_t, int32_t>{1, 1024}, {1, 2048}, {8, 1024}, {1, 64}}) {
+    const std::vector<int32_t> c(rows, ctx);
+    ASSERT_TRUE(build_mla_decode_plan(c.data(), rows, 64, mla_decode_plan_capacity(rows), &plan).is_ok());
+    const bool block = plan.ring == MlaDecodeRing::kLeanBlock || plan.ring == MlaDecodeRing::kLeanBlockPrefetch;
+    EXPECT_EQ(plan.merge, block && plan.num_items / rows <= kMlaShortMergeMaxItems ? MlaDecodeMerge::kSeparateShort : MlaDecodeMerge::kAuto)
+        << rows << " x " << ctx;
+  }
   for (const auto& [rows, ctx] : early) {
     const std::vector<int32_t> c(rows, ctx);
     ASSERT_TRUE(build_mla_decode_plan(c.data(), rows, 64, mla_decode_plan_capacity(rows), &plan).is_ok());
@@ -320,6 +337,7 @@ struct Case {
   bool graph_launch = false;     // launch the full capacity and always merge, as a graph does
   int64_t negative_row = -1;     // this row's page table is all -1: its output must be zero
   bool cluster_only = false;     // only the cluster forms (run_cluster_forms), one plan
+  bool block_only = false;       // only the block-softmax forms (kLeanBlock*), then a captured graph of them
 };
 
 // The one-launch cluster form (MlaDecodeMerge::kCluster) on the case's inputs: cluster plans of
@@ -408,6 +426,36 @@ void run_cluster_forms(const Case& c, MlaDecodeArgs a, const std::vector<float>&
   cudaStreamDestroy(cs);
 }
 
+// The block-softmax form (kLeanBlockPrefetch, pdl, the plan's merge, trigger and slice; the full
+// capacity launched and always merged, as the backend's graphs do) captured as two steps in a
+// graph, replayed twice over NaN-filled outputs and partials.
+void run_block_graph(MlaDecodeArgs a, MlaDecodeWork w, const MlaDecodePlan& plan, int64_t cap, const std::vector<float>& ref,
+                     cudaStream_t stream, DeviceBuffer<float>& out, int64_t out_size, int64_t pages) {
+  w.variant = MlaDecodeVariant::kAuto, w.loader = MlaDecodeLoader::kAuto, w.pdl = true, w.trigger = plan.trigger;
+  w.merge_mode = plan.merge, w.counters = nullptr, w.dynamic_tiles = false, w.ring = MlaDecodeRing::kLeanBlockPrefetch;
+  w.cache_pages = pages, w.merge_slice = plan.merge_slice ? plan.merge_slice : 64, w.launch_items = cap, w.merge = true;
+  ASSERT_TRUE(mla_decode_run(a, w, stream).is_ok());  // eager first: the kernel's one-time opt-in
+  ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+  cudaStream_t cs = nullptr;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&cs, cudaStreamNonBlocking), cudaSuccess);
+  cudaGraph_t graph = nullptr;
+  cudaGraphExec_t exec = nullptr;
+  ASSERT_EQ(cudaStreamBeginCapture(cs, cudaStreamCaptureModeThreadLocal), cudaSuccess);
+  const bool ok1 = mla_decode_run(a, w, cs).is_ok(), ok2 = mla_decode_run(a, w, cs).is_ok();
+  ASSERT_EQ(cudaStreamEndCapture(cs, &graph), cudaSuccess);
+  ASSERT_TRUE(ok1 && ok2);
+  ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
+  for (int r = 0; r < 2; ++r) {
+    ASSERT_TRUE(out.upload(std::vector<float>(out_size, NAN)).is_ok());
+    ASSERT_EQ(cudaGraphLaunch(exec, cs), cudaSuccess);
+    ASSERT_EQ(cudaStreamSynchronize(cs), cudaSuccess);
+    EXPECT_LT(nerr(host(out), ref), 2e-5) << "block-softmax graph replay " << r << " items " << plan.num_items;
+  }
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+  cudaStreamDestroy(cs);
+}
+
 void run_case(const Case& c, uint32_t seed) {
   const int64_t rows = c.ctx.size(), entry = c.lat + c.rope;
   int64_t max_pages = 1, used_pages = 0;
@@ -480,7 +528,24 @@ void run_case(const Case& c, uint32_t seed) {
     constexpr auto kChained = MlaDecodeMerge::kSeparateChained, kSeparate = MlaDecodeMerge::kSeparate;
     constexpr auto kLate = MlaDecodeTrigger::kLate, kEarly = MlaDecodeTrigger::kEarly;
     constexpr auto kFused = MlaDecodeMerge::kFused;
-    const Opt opts[] = {{MlaDecodeVariant::kBlock, MlaDecodeLoader::kAuto, false},
+    constexpr auto kBlock = MlaDecodeRing::kLeanBlock, kBlockPf = MlaDecodeRing::kLeanBlockPrefetch;
+    const Opt opts[] = {
+                        // The block-softmax form (fourteenth version): bulk with and without pdl, both
+                        // triggers, the three merge forms, its pre-wait prefetch with half the pool in
+                        // bounds and none; kCpAsync keeps kShallow.
+                        {MlaDecodeVariant::kAuto, MlaDecodeLoader::kBulk, false, kEarly, kSeparate, false, kBlock},
+                        {MlaDecodeVariant::kAuto, MlaDecodeLoader::kBulk, true, kLate, kSeparate, false, kBlock},
+                        {MlaDecodeVariant::kAuto, MlaDecodeLoader::kBulk, true, kEarly, kChained, false, kBlock},
+                        {MlaDecodeVariant::kAuto, MlaDecodeLoader::kBulk, true, kLate, kFused, false, kBlock},
+                        {MlaDecodeVariant::kAuto, MlaDecodeLoader::kBulk, true, kEarly, kChained, false, kBlockPf},
+                        {MlaDecodeVariant::kAuto, MlaDecodeLoader::kBulk, false, kLate, kSeparate, false, kBlockPf, 2},
+                        {MlaDecodeVariant::kAuto, MlaDecodeLoader::kBulk, true, kLate, kFused, false, kBlockPf, 0},
+                        {MlaDecodeVariant::kAuto, MlaDecodeLoader::kBulk, true, kEarly, MlaDecodeMerge::kSeparateShort, false, kBlockPf},
+                        {MlaDecodeVariant::kAuto, MlaDecodeLoader::kBulk, true, kLate, MlaDecodeMerge::kSeparateShort, false, kLean},
+                        {MlaDecodeVariant::kAuto, MlaDecodeLoader::kCpAsync, false, kEarly, kSeparate, false, kBlock},
+                        {MlaDecodeVariant::kAuto, MlaDecodeLoader::kAuto, true, kEarly, MlaDecodeMerge::kAuto, false,
+                         MlaDecodeRing::kAuto},  // the plan's pick
+{MlaDecodeVariant::kBlock, MlaDecodeLoader::kAuto, false},
                         {MlaDecodeVariant::kAuto, MlaDecodeLoader::kCpAsync, false},
                         {MlaDecodeVariant::kAuto, MlaDecodeLoader::kBulk, false},
                         {MlaDecodeVariant::kAuto, MlaDecodeLoader::kBulk, true},
@@ -548,6 +613,7 @@ void run_case(const Case& c, uint32_t seed) {
     auto dql_src = dev(ql);  // q is zero until the kernel just before the run adds it in
     for (const Opt& o : opts) {
       if (c.cluster_only) break;
+      if (c.block_only && o.ring != kBlock && o.ring != kBlockPf && o.ring != MlaDecodeRing::kAuto) continue;
       ASSERT_TRUE(out.upload(std::vector<float>(rows * c.heads * c.lat, NAN)).is_ok());
       // And in the partials: a merge that read one before it was written (this run's, not the
       // previous option's identical values) would show as NaN.
@@ -555,7 +621,9 @@ void run_case(const Case& c, uint32_t seed) {
       ASSERT_TRUE(part_lse.upload(std::vector<float>(cap * c.heads, NAN)).is_ok());
       w.variant = o.variant, w.loader = o.loader, w.pdl = o.pdl, w.trigger = o.trigger, w.merge_mode = o.merge;
       if (o.merge == MlaDecodeMerge::kAuto) w.merge_mode = plan.merge;  // the defaults: the plan's merge form
-      w.counters = o.merge == kSeparate || o.merge == kChained || o.merge == MlaDecodeMerge::kAuto ? nullptr : counters.get();
+      w.counters = o.merge == kSeparate || o.merge == kChained || o.merge == MlaDecodeMerge::kSeparateShort || o.merge == MlaDecodeMerge::kAuto
+                       ? nullptr
+                       : counters.get();
       w.dynamic_tiles = o.dynamic_tiles;
       w.ring = o.ring == MlaDecodeRing::kAuto ? plan.ring : o.ring;
       w.cache_pages = o.cache_pages_div == 0 ? 0 : pages / o.cache_pages_div;
@@ -581,7 +649,12 @@ void run_case(const Case& c, uint32_t seed) {
     }
     // The separate merge's slices (16, 32, 64 dims a CTA) sum every element in the same order:
     // bit-identical outputs, both merge forms, with pdl and the plan's ring.
-    for (MlaDecodeMerge form : {kSeparate, kChained}) {
+    if (c.block_only) {  // a captured graph of two steps of the block form, replayed twice
+      run_block_graph(a, w, plan, cap, ref, stream, out, c.heads * c.lat * rows, pages);
+      cudaStreamDestroy(stream);
+      continue;
+    }
+    for (MlaDecodeMerge form : {kSeparate, kChained, MlaDecodeMerge::kSeparateShort}) {
       if (c.cluster_only) break;
       std::vector<float> wide;
       for (int slice : {64, 16, 32}) {
@@ -658,6 +731,22 @@ TEST_F(MlaDecode, ClusterMergeMatchesTheCpuReference) {
 // One small case of the cluster forms, for compute-sanitizer racecheck (the whole test above
 // is too slow under it).
 TEST_F(MlaDecode, ClusterSmallCase) { run_case({3, 512, 64, 64, {1024, 65}, false, -1, true}, 400); }
+
+// Batch 1 and a few rows through the block-softmax form (kLeanBlock*, the opts above and a
+// captured graph): contexts 1, 63, 64, 65, 1K, 2K, a half-full page (32), several rows, an all -1
+// page-table row, heads 1 and 2, the tiny models' widths (which run the fallback ring).
+TEST_F(MlaDecode, BlockSoftmaxMatchesTheCpuReference) {
+  const std::vector<std::vector<int32_t>> ctxs = {{1}, {63}, {64}, {65}, {1024}, {2048}, {32}, {1, 63, 64, 65}, {1024, 0, 96}};
+  uint32_t seed = 500;
+  for (const auto& ctx : ctxs) run_case({3, 512, 64, 64, ctx, false, -1, false, true}, seed++);
+  for (int64_t heads : {1, 2}) run_case({heads, 512, 64, 64, {1024, 65}, false, -1, false, true}, seed++);
+  run_case({3, 512, 64, 64, {300, 1000, 130}, false, 1, false, true}, seed++);
+  run_case({3, 512, 64, 64, {1024, 777, 4097}, true, -1, false, true}, seed++);
+  run_case({3, 32, 16, 16, {1, 15, 16, 33, 260}, false, -1, false, true}, seed++);
+}
+
+// One small case of the block-softmax form for compute-sanitizer (memcheck, racecheck).
+TEST_F(MlaDecode, BlockSoftmaxSmallCase) { run_case({3, 512, 64, 64, {1024, 65, 0}, false, -1, false, true}, 600); }
 
 TEST_F(MlaDecode, TinyModelShapes) {
   // The engine's tiny test models: latent 32, rope 16, small pages.
