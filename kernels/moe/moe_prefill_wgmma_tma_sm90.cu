@@ -32,6 +32,8 @@
 #include <cuda_bf16.h>
 
 #include <algorithm>
+#include <cstdio>
+#include <cstdlib>
 #include <string>
 
 #include "common/cuda_check.h"
@@ -121,6 +123,7 @@ struct Ring {
   uint32_t base;        // shared address of stage 0 (1024-aligned)
   uint32_t rank = 0;    // kMc: this CTA's rank in the cluster
   uint32_t peer_empty = 0;  // kMc: the peer's empty[0] (cluster address)
+  bool solo = false;        // kMc diagnostic (PDS_PREFILL_MC_SOLO=1): each CTA copies the whole chunk to itself, no multicast
 };
 
 __device__ __forceinline__ void tma_box(uint32_t dst, const CUtensorMap* map, int col, int row, uint64_t* bar) {
@@ -146,7 +149,7 @@ __device__ __forceinline__ void issue_chunk(const CUtensorMap* map, const Ring& 
   if (n >= kStages) mbar_wait(&r.empty[slot], ((n / kStages) - 1) & 1);
   mbar_arrive_expect_tx(&r.full[slot], kN * 256);  // the whole chunk, both halves
   const uint32_t dst = r.base + slot * kStageBytes;
-  if constexpr (kMc) {
+  if (kMc && !r.solo) {
     const int h = static_cast<int>(r.rank);
 #pragma unroll
     for (int b = 0; b < kN / kBoxRows; ++b)
@@ -320,7 +323,8 @@ __device__ __forceinline__ void run_tile(const Mxfp4Decode& a, const Mxfp4Decode
 template <int kForm, bool kGated, bool kWide, bool kQueue, bool kMc>
 __global__ void __launch_bounds__(Cfg<kForm>::kThreads, 1)
     prefill_wgmma_tma(const __grid_constant__ CUtensorMap map, Mxfp4Decode a, Mxfp4Decode b, const int32_t* __restrict__ offsets, int experts,
-                      uint16_t* __restrict__ act_out, float* __restrict__ out, MoeAct fn, TileQueue* queue_ptr) {  // queue_ptr: null unless kQueue
+                      uint16_t* __restrict__ act_out, float* __restrict__ out, MoeAct fn, TileQueue* queue_ptr,  // queue_ptr: null unless kQueue
+                      int solo) {
   extern __shared__ uint8_t smem_raw[];
   __shared__ int tile_start[kMaxExperts + 1];
   __shared__ int next_tile[2];  // kQueue: thread 0 fetches tile it + 1 while tile it runs
@@ -345,7 +349,7 @@ __global__ void __launch_bounds__(Cfg<kForm>::kThreads, 1)
   if constexpr (kMc) cluster_sync();  // the peer's barriers are initialised before any copy or arrival reaches them
   else __syncthreads();
   const int total = tile_start[experts];
-  const Ring ring{full_bar, empty_bar, smem_u32(smem), rank, kMc ? map_to_cta(smem_u32(empty_bar), rank ^ 1u) : 0u};
+  const Ring ring{full_bar, empty_bar, smem_u32(smem), rank, kMc ? map_to_cta(smem_u32(empty_bar), rank ^ 1u) : 0u, solo != 0};
   uint32_t seq = 0;
 
   int tile = kMc ? int(blockIdx.x / 2) : int(blockIdx.x);
@@ -432,9 +436,18 @@ Status launch(const Mxfp4Decode& a, const Mxfp4Decode& b, const int32_t* offsets
   const int64_t max_tiles = max_output_tiles(capacity, kTokTile, experts, a.rows, per_tile);
   PDS_ASSIGN_OR_RETURN(unsigned grid, grid_for(kernel, kSmem, max_tiles, kThreads));  // also raises the shared-memory limit
   if constexpr (!kMc) {
-    kernel<<<grid, kThreads, kSmem, stream>>>(map, a, b, offsets, static_cast<int>(experts), act, out, fn, queue);
+    kernel<<<grid, kThreads, kSmem, stream>>>(map, a, b, offsets, static_cast<int>(experts), act, out, fn, queue, 0);
   } else {
     PDS_ASSIGN_OR_RETURN(unsigned pairs, cluster_pairs_for(kernel, kThreads));
+    // Diagnostic (docs/perf.md, "Token multicast across a 2-CTA cluster"): the same clusters and
+    // barriers without the multicast; and the cluster count, once.
+    static const int solo = [] {
+      const char* v = std::getenv("PDS_PREFILL_MC_SOLO");
+      return v && v[0] == '1' ? 1 : 0;
+    }();
+    static bool told = false;
+    if (!told && std::getenv("PDS_PREFILL_MC_VERBOSE")) std::fprintf(stderr, "kWgmmaTmaMc: %u clusters of 2 fit (solo %d)\n", pairs, solo);
+    told = true;
     const int64_t units = max_output_tiles(capacity, kTokTile, experts, a.rows, 2 * per_tile);  // pairs of output tiles
     cudaLaunchConfig_t cfg = {};
     cudaLaunchAttribute attr[1];
@@ -446,7 +459,7 @@ Status launch(const Mxfp4Decode& a, const Mxfp4Decode& b, const int32_t* offsets
     cfg.stream = stream;
     cfg.attrs = attr;
     cfg.numAttrs = 1;
-    const cudaError_t err = cudaLaunchKernelEx(&cfg, kernel, map, a, b, offsets, static_cast<int>(experts), act, out, fn, queue);
+    const cudaError_t err = cudaLaunchKernelEx(&cfg, kernel, map, a, b, offsets, static_cast<int>(experts), act, out, fn, queue, solo);
     if (err != cudaSuccess) return cuda_status(err, "moe_expert_mlp_prefill (wgmma tma multicast) launch");
   }
   return last_launch_status(kGated ? "moe_expert_mlp_prefill (wgmma tma) gate/up" : "moe_expert_mlp_prefill (wgmma tma) down");
