@@ -1,6 +1,6 @@
 // Prefill-time routed experts: a grouped GEMM over the local experts on bf16 tensor cores
-// (fp32 accumulate), MXFP4 weights dequantised in registers on the way. Eleven main loops
-// (MoePrefillKernel below): ten warpgroup-MMA ones (kWgmma the default) and the mma.sync
+// (fp32 accumulate), MXFP4 weights dequantised in registers on the way. Fourteen main loops
+// (MoePrefillKernel below): thirteen warpgroup-MMA ones (kWgmma the default) and the mma.sync
 // kernel this comment describes; the wgmma tiles are in docs/design.md.
 // It replaces step 2 of moe.h for many rows per expert; steps 1 and 3 stay, so a prefill
 // chunk runs
@@ -74,13 +74,16 @@ bool moe_prefill_fits(const MoeDecodeWeights& w);
 // kWgmmaG2 / kWgmmaSmemWG2: kWgmma / kWgmmaSmemW with one wgmma commit group per two k-steps
 // (both k-steps dequantised first), so up to four wgmmas stay queued a warpgroup. Same k order
 // on every output: bit-identical to kWgmma.
+// kWgmmaTmaMc: kWgmmaTma on 2-CTA clusters computing two adjacent output tiles of the same
+// (expert, token tile), each CTA bringing half of every token chunk by a multicast bulk copy into
+// both CTAs' rings (half the token bytes from L2). Bit-identical to kWgmma.
 // kWgmmaCarry / kWgmmaCarry6: kWgmma with the cp.async ring and the weight prefetch carried
 // across the persistent tile loop (the next tile's first chunks fetched during this tile's last
 // k-steps and epilogue; the gate/up activation applied in registers and staged as bf16 in one
 // ring slot); 5 / 6 ring slots. Same MMAs in the same k order: bit-identical to kWgmma.
 enum class MoePrefillKernel {
   kAuto, kMmaSync, kWgmma, kWgmmaWideN, kWgmmaSmemW, kWgmmaSmemWDeep, kWgmmaTma, kWgmmaTma4, kWgmmaProducer, kWgmma160,
-  kWgmmaG2, kWgmmaSmemWG2, kWgmmaCarry, kWgmmaCarry6
+  kWgmmaG2, kWgmmaSmemWG2, kWgmmaCarry, kWgmmaCarry6, kWgmmaTmaMc
 };
 MoePrefillKernel moe_prefill_choice(MoePrefillKernel kernel = MoePrefillKernel::kAuto);
 

@@ -266,7 +266,9 @@ Status launch(const Mxfp4Decode& a, const Mxfp4Decode& b, const int32_t* offsets
 // to 160) 0.84-0.97x in one (docs/perf.md, "Token tiles of 160"); kWgmmaG2 (0.70-0.76x, it
 // spills) and kWgmmaSmemWG2 (0.95-1.03x) in one (docs/perf.md, "Bare wgmma loop");
 // kWgmmaCarry(6) (the ring carried across tiles) 1.01-1.09x on one hot expert but 0.90-0.98x
-// with the queue on uniform and Zipf rows in one (docs/perf.md, "Ring carried across tiles").
+// with the queue on uniform and Zipf rows in one (docs/perf.md, "Ring carried across tiles");
+// kWgmmaTmaMc (token chunks multicast across a 2-CTA cluster) 0.82-0.90x with the queue in two
+// (docs/perf.md, "Token multicast across a 2-CTA cluster").
 MoePrefillKernel moe_prefill_choice(MoePrefillKernel kernel) {
   return kernel == MoePrefillKernel::kAuto ? MoePrefillKernel::kWgmma : kernel;
 }

@@ -1,5 +1,5 @@
 // moe_expert_mlp_prefill's warpgroup-MMA forms fed by bulk tensor copies (MoePrefillKernel::
-// kWgmmaTma, kWgmmaTma4; contract: moe_prefill.h, design: docs/design.md). Same CTA tiles,
+// kWgmmaTma, kWgmmaTma4, kWgmmaTmaMc; contract: moe_prefill.h, design: docs/design.md). Same CTA tiles,
 // same dequantisation and the same wgmma sequence per 64-row block as kWgmma (so the outputs
 // are bit-identical to it); what changes is how the tokens arrive and how many warps run:
 //   - The token rows (B) come by cp.async.bulk.tensor (a tensor map over x_sorted or act,
@@ -12,12 +12,28 @@
 //   - kWgmmaTma: two warpgroups, two m64 blocks each (kWgmma's split). kWgmmaTma4: four
 //     warpgroups of one m64 block each (128 registers a thread): twice the warps a scheduler
 //     to hide the dequantisation's dependent chains, the same dequantisation per FLOP.
+//   - kWgmmaTmaMc: kWgmmaTma on 2-CTA thread-block clusters whose two CTAs compute two adjacent
+//     output tiles (2u, 2u + 1) of the same (expert, token tile), so they read the same token
+//     chunks: CTA rank r copies input half r of each chunk (its kN / 32 boxes) by
+//     .multicast::cluster into both CTAs' ring slots, halving the token bytes read from L2.
+//     Each CTA's full barrier expects the whole chunk (both halves, one arrival: its own thread
+//     0); its empty barrier counts one arrival per warp of BOTH CTAs (lane 0 of each warp
+//     arrives locally and on the peer through a mapa address), so neither CTA refills a slot
+//     the other still reads. The pair is the scheduling unit (static stride by the cluster
+//     count, or the queue: rank 0 claims and hands the unit to rank 1 by a store into its
+//     shared memory and a remote mbarrier arrival). An odd last output tile runs with the peer
+//     idle: its warpgroups are not `live` (rows past the end), it still copies its half and
+//     counts its releases, and stores nothing. The gate/up epilogue stages in the ring, which
+//     the peer's next-tile copies also write: it ends with a cluster barrier, not a CTA one.
 // Rows of a box past the tile read the next expert's rows (or zeros past `capacity`, the copy
 // engine's out-of-bounds fill); a token column of B only reaches the same column of the
 // accumulators, which neither epilogue stores.
 #include <cuda.h>
 #include <cuda_bf16.h>
 
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
 #include <string>
 
 #include "common/cuda_check.h"
@@ -59,6 +75,37 @@ static_assert(size_t(2) * kTokTile * kActStride * 4 <= kRingBytes, "the staged g
 // serialised its wgmmas, warning C7512.)
 enum Form : int { kTwoBlocks = 0, kOneBlock = 1 };
 
+// Cluster helpers (kWgmmaTmaMc).
+__device__ __forceinline__ uint32_t cluster_rank() {
+  uint32_t r;
+  asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
+  return r;
+}
+// The shared address `addr` of this CTA mapped to the same offset in the cluster's CTA `cta`.
+__device__ __forceinline__ uint32_t map_to_cta(uint32_t addr, uint32_t cta) {
+  uint32_t r;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(r) : "r"(addr), "r"(cta));
+  return r;
+}
+__device__ __forceinline__ void mbar_arrive_cluster(uint32_t cluster_addr) {
+  asm volatile("mbarrier.arrive.release.cluster.shared::cluster.b64 _, [%0];" ::"r"(cluster_addr) : "memory");
+}
+__device__ __forceinline__ void mbar_wait_cluster(uint64_t* bar, unsigned parity) {
+  uint32_t done = 0;
+  while (!done)
+    asm volatile(
+        "{\n .reg .pred p;\n mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [%1], %2;\n selp.u32 %0, 1, 0, p;\n}\n"
+        : "=r"(done)
+        : "r"(smem_u32(bar)), "r"(parity)
+        : "memory");
+}
+__device__ __forceinline__ void st_cluster_u32(uint32_t cluster_addr, uint32_t v) {
+  asm volatile("st.shared::cluster.u32 [%0], %1;" ::"r"(cluster_addr), "r"(v) : "memory");
+}
+__device__ __forceinline__ void cluster_sync() {
+  asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;" ::: "memory");
+}
+
 // kBlocks m64 blocks a warpgroup; 4 / kBlocks warpgroups cover the CTA tile's four m64 blocks
 // (gate/up: 2 gate + 2 up; down: 4).
 template <int kForm>
@@ -73,7 +120,10 @@ struct Cfg {
 struct Ring {
   uint64_t* full;
   uint64_t* empty;
-  uint32_t base;  // shared address of stage 0 (1024-aligned)
+  uint32_t base;        // shared address of stage 0 (1024-aligned)
+  uint32_t rank = 0;    // kMc: this CTA's rank in the cluster
+  uint32_t peer_empty = 0;  // kMc: the peer's empty[0] (cluster address)
+  bool solo = false;        // kMc diagnostic (PDS_PREFILL_MC_SOLO=1): each CTA copies the whole chunk to itself, no multicast
 };
 
 __device__ __forceinline__ void tma_box(uint32_t dst, const CUtensorMap* map, int col, int row, uint64_t* bar) {
@@ -82,26 +132,41 @@ __device__ __forceinline__ void tma_box(uint32_t dst, const CUtensorMap* map, in
       "l"(reinterpret_cast<uint64_t>(map)), "r"(col), "r"(row), "r"(smem_u32(bar))
       : "memory");
 }
+// The same box into the same offset of every CTA in `mask`, completing on each one's barrier at bar's offset.
+__device__ __forceinline__ void tma_box_mc(uint32_t dst, const CUtensorMap* map, int col, int row, uint64_t* bar, uint16_t mask) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster [%0], [%1, {%2, %3}], [%4], %5;\n" ::"r"(dst),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(col), "r"(row), "r"(smem_u32(bar)), "h"(mask)
+      : "memory");
+}
 
 // Thread 0: chunk c of the tile (rows tok0 .., kN of them) as the CTA's n-th fill, once every
 // thread released the fill that used the stage before.
-template <int kN>
+// kMc: every thread of both CTAs released it; this CTA copies input half `rank` to both.
+template <int kN, bool kMc>
 __device__ __forceinline__ void issue_chunk(const CUtensorMap* map, const Ring& r, uint32_t n, int c, int tok0) {
   const uint32_t slot = n % kStages;
   if (n >= kStages) mbar_wait(&r.empty[slot], ((n / kStages) - 1) & 1);
-  mbar_arrive_expect_tx(&r.full[slot], kN * 256);
+  mbar_arrive_expect_tx(&r.full[slot], kN * 256);  // the whole chunk, both halves
   const uint32_t dst = r.base + slot * kStageBytes;
+  if (kMc && !r.solo) {
+    const int h = static_cast<int>(r.rank);
 #pragma unroll
-  for (int h = 0; h < 2; ++h)
+    for (int b = 0; b < kN / kBoxRows; ++b)
+      tma_box_mc(dst + h * kHalfBytes + b * kBoxBytes, map, c * kChunk + 64 * h, tok0 + kBoxRows * b, &r.full[slot], 0x3);
+  } else {
 #pragma unroll
-    for (int b = 0; b < kN / kBoxRows; ++b) tma_box(dst + h * kHalfBytes + b * kBoxBytes, map, c * kChunk + 64 * h, tok0 + kBoxRows * b, &r.full[slot]);
+    for (int h = 0; h < 2; ++h)
+#pragma unroll
+      for (int b = 0; b < kN / kBoxRows; ++b) tma_box(dst + h * kHalfBytes + b * kBoxBytes, map, c * kChunk + 64 * h, tok0 + kBoxRows * b, &r.full[slot]);
+  }
 }
 
 // One tile (kWgmma's: 128 gate + 128 up outputs, or 256 down outputs, x up to 128 tokens).
 // Warpgroup wg's m64 blocks: kBlocks 2: gate/up rows 64 wg of w1 and w3, down rows 128 wg and
 // + 64; kBlocks 1: gate/up rows 64 (wg % 2) of w1 (wg < 2) or w3, down rows 64 wg. `seq`: the
 // CTA's fills so far (every thread keeps the same count).
-template <int kForm, bool kGated, bool kWide, int kN>
+template <int kForm, bool kGated, bool kWide, int kN, bool kMc>
 __device__ __forceinline__ void run_tile(const Mxfp4Decode& a, const Mxfp4Decode& b, const CUtensorMap* map, uint16_t* __restrict__ act_out,
                                          float* __restrict__ out, const MoeAct& fn, uint8_t* smem, const Ring& ring, uint32_t& seq,
                                          const Tile& tl) {
@@ -116,6 +181,19 @@ __device__ __forceinline__ void run_tile(const Mxfp4Decode& a, const Mxfp4Decode
   const Mxfp4Decode& m0 = (kBlocks == 1 && kGated && wg >= 2) ? b : a;
   const Mxfp4Decode& m1 = kGated ? b : a;
   const bool live = r1 + 64 <= rows;  // rows are a multiple of 128: a warpgroup's rows are all real or none
+  // The stage of fill m is free again as far as this thread (kMc: this warp, after its
+  // .aligned wgmma wait or full wait) is concerned.
+  auto release = [&](uint32_t m) {
+    const uint32_t slot = m % kStages;
+    if constexpr (kMc) {
+      if (lane == 0) {
+        mbar_arrive(&ring.empty[slot]);
+        mbar_arrive_cluster(ring.peer_empty + slot * 8);
+      }
+    } else {
+      mbar_arrive(&ring.empty[slot]);
+    }
+  };
 
   const int64_t tile_bytes = int64_t(chunks) * 512;
   const int64_t t0 = int64_t(tl.e) * rtiles + r0 / 8 + 2 * warp, t1 = int64_t(tl.e) * rtiles + r1 / 8 + 2 * warp;
@@ -137,7 +215,7 @@ __device__ __forceinline__ void run_tile(const Mxfp4Decode& a, const Mxfp4Decode
   };
 
   if (tid == 0)
-    for (int s = 0; s < kAhead && s < chunks; ++s) issue_chunk<kN>(map, ring, seq + s, s, tl.tok0);
+    for (int s = 0; s < kAhead && s < chunks; ++s) issue_chunk<kN, kMc>(map, ring, seq + s, s, tl.tok0);
   __syncwarp();
 
   float acc0[kN / 2], acc1[kBlocks == 2 ? kN / 2 : 1];
@@ -151,11 +229,11 @@ __device__ __forceinline__ void run_tile(const Mxfp4Decode& a, const Mxfp4Decode
   if (live) load_w(0, qn, sn);
   for (int c = 0; c < chunks; ++c) {
     const uint32_t n = seq + c, slot = n % kStages;
-    if (tid == 0 && c + kAhead < chunks) issue_chunk<kN>(map, ring, n + kAhead, c + kAhead, tl.tok0);
+    if (tid == 0 && c + kAhead < chunks) issue_chunk<kN, kMc>(map, ring, n + kAhead, c + kAhead, tl.tok0);
     __syncwarp();  // warp 0 whole again before the .aligned wgmma instructions
     mbar_wait(&ring.full[slot], (n / kStages) & 1);
     if (!live) {  // nothing to compute, but the stage's release is counted per thread
-      mbar_arrive(&ring.empty[slot]);
+      release(n);
       continue;
     }
     uint4 q[kQ];
@@ -186,11 +264,11 @@ __device__ __forceinline__ void run_tile(const Mxfp4Decode& a, const Mxfp4Decode
       wgmma_commit();
       wgmma_wait<C::kPending>();  // k-step s - kPending is done: its A registers are free
       // From k-step kPending - 1 on, the previous chunk's wgmmas are all done: its stage may be refilled.
-      if (s == C::kPending - 1 && c > 0) mbar_arrive(&ring.empty[(n - 1) % kStages]);
+      if (s == C::kPending - 1 && c > 0) release(n - 1);
     }
   }
   wgmma_wait<0>();  // unconditional: ptxas cannot tie `live` to the loop's wgmmas and would serialise them
-  if (live) mbar_arrive(&ring.empty[(seq + chunks - 1) % kStages]);
+  if (live) release(seq + chunks - 1);
   seq += chunks;
   __syncthreads();  // every warpgroup is done with the ring (the gate/up staging reuses it)
 
@@ -213,8 +291,9 @@ __device__ __forceinline__ void run_tile(const Mxfp4Decode& a, const Mxfp4Decode
     __syncthreads();
     // act in wgmma_k_position order (the down launch's B): pairs stay adjacent.
     uint16_t* dst = act_out + int64_t(tl.tok0) * rows + tl.ot * kOut;
+    const int nstore = kMc && tl.ot * kOut >= rows ? 0 : tl.ntok;  // kMc: an idle peer past the last output tile
 #pragma unroll 1
-    for (int i = tid; i < tl.ntok * (kOut / 2); i += kThreads) {
+    for (int i = tid; i < nstore * (kOut / 2); i += kThreads) {
       const int tok = i / (kOut / 2), f = 2 * (i % (kOut / 2));
       const float2 gv = *reinterpret_cast<const float2*>(sg + tok * kActStride + f);
       const float2 uv = *reinterpret_cast<const float2*>(su + tok * kActStride + f);
@@ -223,7 +302,8 @@ __device__ __forceinline__ void run_tile(const Mxfp4Decode& a, const Mxfp4Decode
     }
     // The staging's generic-proxy accesses come before the next tile's bulk copies into it.
     asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
-    __syncthreads();
+    if constexpr (kMc) cluster_sync();  // the peer's next-tile copies land in this ring too
+    else __syncthreads();
   } else {
     if (!live) return;
 #pragma unroll
@@ -240,48 +320,74 @@ __device__ __forceinline__ void run_tile(const Mxfp4Decode& a, const Mxfp4Decode
   }
 }
 
-template <int kForm, bool kGated, bool kWide, bool kQueue>
+template <int kForm, bool kGated, bool kWide, bool kQueue, bool kMc>
 __global__ void __launch_bounds__(Cfg<kForm>::kThreads, 1)
     prefill_wgmma_tma(const __grid_constant__ CUtensorMap map, Mxfp4Decode a, Mxfp4Decode b, const int32_t* __restrict__ offsets, int experts,
-                      uint16_t* __restrict__ act_out, float* __restrict__ out, MoeAct fn, TileQueue* queue_ptr) {  // queue_ptr: null unless kQueue
+                      uint16_t* __restrict__ act_out, float* __restrict__ out, MoeAct fn, TileQueue* queue_ptr,  // queue_ptr: null unless kQueue
+                      int solo) {
   extern __shared__ uint8_t smem_raw[];
   __shared__ int tile_start[kMaxExperts + 1];
   __shared__ int next_tile[2];  // kQueue: thread 0 fetches tile it + 1 while tile it runs
   __shared__ uint64_t full_bar[kStages], empty_bar[kStages];
+  __shared__ uint64_t unit_bar[2];  // kMc && kQueue, rank 1: rank 0 delivered the unit in unit_mail
+  __shared__ int unit_mail[2];
   uint8_t* smem = smem_raw + ((1024 - (smem_u32(smem_raw) & 1023)) & 1023);
   constexpr int kOut = kGated ? kOutGated : kOutDown;
   if (threadIdx.x == 0) {
     for (int s = 0; s < kStages; ++s) {
       mbar_init(&full_bar[s], 1);
-      mbar_init(&empty_bar[s], Cfg<kForm>::kThreads);
+      mbar_init(&empty_bar[s], kMc ? 2 * Cfg<kForm>::kThreads / 32 : Cfg<kForm>::kThreads);  // kMc: a warp of either CTA
     }
-    pdl_bulk::mbar_init_fence();  // visible to the copy engine
+    for (int s = 0; s < 2; ++s) mbar_init(&unit_bar[s], 1);
+    pdl_bulk::mbar_init_fence();  // visible to the copy engine (and, kMc, to the peer)
   }
+  const uint32_t rank = kMc ? cluster_rank() : 0u;
+  const int units_in_grid = kMc ? int(gridDim.x / 2) : int(gridDim.x);
   const int out_tiles = (static_cast<int>(a.rows) + kOut - 1) / kOut;
-  scan_tile_starts(offsets, experts, kTokTile, out_tiles, tile_start);
-  __syncthreads();
+  const int out_units = kMc ? (out_tiles + 1) / 2 : out_tiles;  // kMc: output tile pairs
+  scan_tile_starts(offsets, experts, kTokTile, out_units, tile_start);
+  if constexpr (kMc) cluster_sync();  // the peer's barriers are initialised before any copy or arrival reaches them
+  else __syncthreads();
   const int total = tile_start[experts];
-  const Ring ring{full_bar, empty_bar, smem_u32(smem)};
+  const Ring ring{full_bar, empty_bar, smem_u32(smem), rank, kMc ? map_to_cta(smem_u32(empty_bar), rank ^ 1u) : 0u, solo != 0};
   uint32_t seq = 0;
 
-  int tile = blockIdx.x;
+  int tile = kMc ? int(blockIdx.x / 2) : int(blockIdx.x);
   for (int it = 0; tile < total; ++it) {
     // Read after run_tile's barriers; rewritten two tiles later, after the next tile's barriers.
-    if (kQueue && threadIdx.x == 0) next_tile[it & 1] = int(gridDim.x + atomicAdd(&queue_ptr->next, 1u));
+    if (kQueue && threadIdx.x == 0 && rank == 0) {
+      const int v = int(units_in_grid + atomicAdd(&queue_ptr->next, 1u));
+      next_tile[it & 1] = v;
+      if constexpr (kMc) {  // rank 1 takes the same unit; it reads the mail before it can let this CTA finish the next tile
+        st_cluster_u32(map_to_cta(smem_u32(&unit_mail[it & 1]), 1u), uint32_t(v));
+        mbar_arrive_cluster(map_to_cta(smem_u32(&unit_bar[it & 1]), 1u));
+      }
+    }
     const int e = expert_of_tile(tile_start, experts, tile), local = tile - tile_start[e];
     const int row_begin = offsets[e], nrows = offsets[e + 1] - row_begin;
     const int mtiles = (nrows + kTokTile - 1) / kTokTile;
     int ot, mt;
     prefill_tile_coords(local, mtiles, &ot, &mt);
+    if constexpr (kMc) ot = 2 * ot + int(rank);
     const Tile tl{e, ot, row_begin + mt * kTokTile, min(kTokTile, nrows - mt * kTokTile)};
     const int nv = (tl.ntok + 31) >> 5;
-    if (nv <= 1) run_tile<kForm, kGated, kWide, 32>(a, b, &map, act_out, out, fn, smem, ring, seq, tl);
-    else if (nv == 2) run_tile<kForm, kGated, kWide, 64>(a, b, &map, act_out, out, fn, smem, ring, seq, tl);
-    else if (nv == 3) run_tile<kForm, kGated, kWide, 96>(a, b, &map, act_out, out, fn, smem, ring, seq, tl);
-    else run_tile<kForm, kGated, kWide, 128>(a, b, &map, act_out, out, fn, smem, ring, seq, tl);
-    tile = kQueue ? next_tile[it & 1] : tile + int(gridDim.x);
+    if (nv <= 1) run_tile<kForm, kGated, kWide, 32, kMc>(a, b, &map, act_out, out, fn, smem, ring, seq, tl);
+    else if (nv == 2) run_tile<kForm, kGated, kWide, 64, kMc>(a, b, &map, act_out, out, fn, smem, ring, seq, tl);
+    else if (nv == 3) run_tile<kForm, kGated, kWide, 96, kMc>(a, b, &map, act_out, out, fn, smem, ring, seq, tl);
+    else run_tile<kForm, kGated, kWide, 128, kMc>(a, b, &map, act_out, out, fn, smem, ring, seq, tl);
+    if constexpr (kMc && kQueue) {
+      if (rank == 1) {
+        if (threadIdx.x == 0) {
+          mbar_wait_cluster(&unit_bar[it & 1], (it >> 1) & 1);
+          next_tile[it & 1] = unit_mail[it & 1];
+        }
+        __syncthreads();
+      }
+    }
+    tile = kQueue ? next_tile[it & 1] : tile + units_in_grid;
   }
   if (kQueue && threadIdx.x == 0) finish_tile_queue(queue_ptr);
+  if constexpr (kMc) cluster_sync();  // no CTA leaves while the peer may still arrive on its barriers
 }
 
 // [rows][cols] bf16 rows (x_sorted or act), boxes of 64 inputs x kBoxRows rows, 128-byte
@@ -293,28 +399,80 @@ Status encode_rows_map(CUtensorMap* map, const void* base, int64_t rows, int64_t
   return encode_bf16_tensor_map(map, base, 2, extent, stride, box, "moe prefill tma");
 }
 
-template <int kForm, bool kGated, bool kWide>
+// kMc: clusters of 2 on the GPU at once (cached per kernel: later calls make no attribute calls).
+template <typename Kernel>
+Result<unsigned> cluster_pairs_for(Kernel kernel, int threads) {
+  static struct {
+    const void* k;
+    int n;
+  } cache[8];
+  static int used = 0;
+  for (int i = 0; i < used; ++i)
+    if (cache[i].k == reinterpret_cast<const void*>(kernel)) return unsigned(cache[i].n);
+  cudaLaunchConfig_t cfg = {};
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeClusterDimension;
+  attr[0].val.clusterDim = {2, 1, 1};
+  cfg.gridDim = dim3(2);
+  cfg.blockDim = dim3(threads);
+  cfg.dynamicSmemBytes = kSmem;
+  cfg.attrs = attr;
+  cfg.numAttrs = 1;
+  int n = 0;
+  PDS_RETURN_IF_ERROR(cuda_status(cudaOccupancyMaxActiveClusters(&n, kernel, &cfg), "cluster occupancy"));
+  if (n <= 0) return invalid_argument("moe_expert_mlp_prefill: a 2-CTA cluster of the multicast kernel does not fit");
+  if (used < 8) cache[used++] = {reinterpret_cast<const void*>(kernel), n};
+  return unsigned(n);
+}
+
+template <int kForm, bool kGated, bool kWide, bool kMc>
 Status launch(const Mxfp4Decode& a, const Mxfp4Decode& b, const int32_t* offsets, int64_t experts, int64_t capacity, const uint16_t* x,
               uint16_t* act, float* out, const MoeAct& fn, TileQueue* queue, cudaStream_t stream) {
   constexpr int kThreads = Cfg<kForm>::kThreads;
   CUtensorMap map;
   PDS_RETURN_IF_ERROR(encode_rows_map(&map, x, capacity, a.cols));
-  auto kernel = queue ? prefill_wgmma_tma<kForm, kGated, kWide, true> : prefill_wgmma_tma<kForm, kGated, kWide, false>;
+  auto kernel = queue ? prefill_wgmma_tma<kForm, kGated, kWide, true, kMc> : prefill_wgmma_tma<kForm, kGated, kWide, false, kMc>;
   const int64_t per_tile = kGated ? kOutGated : kOutDown;
   const int64_t max_tiles = max_output_tiles(capacity, kTokTile, experts, a.rows, per_tile);
-  PDS_ASSIGN_OR_RETURN(unsigned grid, grid_for(kernel, kSmem, max_tiles, kThreads));
-  kernel<<<grid, kThreads, kSmem, stream>>>(map, a, b, offsets, static_cast<int>(experts), act, out, fn, queue);
+  PDS_ASSIGN_OR_RETURN(unsigned grid, grid_for(kernel, kSmem, max_tiles, kThreads));  // also raises the shared-memory limit
+  if constexpr (!kMc) {
+    kernel<<<grid, kThreads, kSmem, stream>>>(map, a, b, offsets, static_cast<int>(experts), act, out, fn, queue, 0);
+  } else {
+    PDS_ASSIGN_OR_RETURN(unsigned pairs, cluster_pairs_for(kernel, kThreads));
+    // Diagnostic (docs/perf.md, "Token multicast across a 2-CTA cluster"): the same clusters and
+    // barriers without the multicast; and the cluster count, once.
+    static const int solo = [] {
+      const char* v = std::getenv("PDS_PREFILL_MC_SOLO");
+      return v && v[0] == '1' ? 1 : 0;
+    }();
+    static bool told = false;
+    if (!told && std::getenv("PDS_PREFILL_MC_VERBOSE")) std::fprintf(stderr, "kWgmmaTmaMc: %u clusters of 2 fit (solo %d)\n", pairs, solo);
+    told = true;
+    const int64_t units = max_output_tiles(capacity, kTokTile, experts, a.rows, 2 * per_tile);  // pairs of output tiles
+    cudaLaunchConfig_t cfg = {};
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeClusterDimension;
+    attr[0].val.clusterDim = {2, 1, 1};
+    cfg.gridDim = dim3(2 * static_cast<unsigned>(std::max<int64_t>(1, std::min<int64_t>(pairs, units))));
+    cfg.blockDim = dim3(kThreads);
+    cfg.dynamicSmemBytes = kSmem;
+    cfg.stream = stream;
+    cfg.attrs = attr;
+    cfg.numAttrs = 1;
+    const cudaError_t err = cudaLaunchKernelEx(&cfg, kernel, map, a, b, offsets, static_cast<int>(experts), act, out, fn, queue, solo);
+    if (err != cudaSuccess) return cuda_status(err, "moe_expert_mlp_prefill (wgmma tma multicast) launch");
+  }
   return last_launch_status(kGated ? "moe_expert_mlp_prefill (wgmma tma) gate/up" : "moe_expert_mlp_prefill (wgmma tma) down");
 }
 
-template <int kForm>
+template <int kForm, bool kMc = false>
 Status run_both(const MoeDecodeWeights& w, const int32_t* offsets, int64_t experts, int64_t capacity, const uint16_t* x_sorted,
                 uint16_t* act, float* out_sorted, TileQueue* queue, cudaStream_t stream) {
   return run_gate_up_then_down(
       w, x_sorted, act, out_sorted,
       [&](auto gated, auto wide, const Mxfp4Decode& a, const Mxfp4Decode& b, const uint16_t* x, uint16_t* act_out, float* out,
           const MoeAct& fn) {
-        return launch<kForm, decltype(gated)::value, decltype(wide)::value>(a, b, offsets, experts, capacity, x, act_out, out, fn, queue, stream);
+        return launch<kForm, decltype(gated)::value, decltype(wide)::value, kMc>(a, b, offsets, experts, capacity, x, act_out, out, fn, queue, stream);
       });
 }
 
@@ -327,6 +485,8 @@ Status expert_mlp_prefill_wgmma_tma(const MoeDecodeWeights& w, const int32_t* of
   switch (kernel) {
     case MoePrefillKernel::kWgmmaTma: return run_both<kTwoBlocks>(w, offsets, experts, capacity, x_sorted, act, out_sorted, queue, stream);
     case MoePrefillKernel::kWgmmaTma4: return run_both<kOneBlock>(w, offsets, experts, capacity, x_sorted, act, out_sorted, queue, stream);
+    case MoePrefillKernel::kWgmmaTmaMc:
+      return run_both<kTwoBlocks, true>(w, offsets, experts, capacity, x_sorted, act, out_sorted, queue, stream);
     default: return invalid_argument("moe_expert_mlp_prefill: not a bulk-copy wgmma main loop");
   }
 }
