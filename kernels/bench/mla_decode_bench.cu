@@ -43,6 +43,43 @@ struct Shape {
   int64_t heads, batch, ctx;
 };
 
+// The floors' graphs: `steps` calls of launch(stream, step) captured in one graph (after one
+// eager call: attribute opt-ins), replayed 8 times, the first untimed: median us a step.
+template <typename Launch>
+double graph_launch_us(const Launch& launch, int steps) {
+  cudaStream_t stream;
+  cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking);
+  launch(stream, 0);
+  cudaStreamSynchronize(stream);
+  cudaGraph_t graph;
+  cudaGraphExec_t exec;
+  check(cuda_status(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), "capture"), "capture");
+  for (int i = 0; i < steps; ++i) launch(stream, i);
+  check(cuda_status(cudaStreamEndCapture(stream, &graph), "end capture"), "capture");
+  check(cuda_status(cudaGraphInstantiate(&exec, graph, 0), "instantiate"), "instantiate");
+  std::vector<double> runs;
+  cudaEvent_t e0, e1;
+  cudaEventCreate(&e0);
+  cudaEventCreate(&e1);
+  for (int r = 0; r < 8; ++r) {
+    cudaEventRecord(e0, stream);
+    cudaGraphLaunch(exec, stream);
+    cudaEventRecord(e1, stream);
+    cudaEventSynchronize(e1);
+    float ms = 0;
+    cudaEventElapsedTime(&ms, e0, e1);
+    if (r > 0) runs.push_back(ms * 1e3 / steps);
+  }
+  check(cuda_status(cudaGetLastError(), "floor graph replay"), "floor graph replay");
+  std::sort(runs.begin(), runs.end());
+  cudaEventDestroy(e0);
+  cudaEventDestroy(e1);
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+  cudaStreamDestroy(stream);
+  return runs[runs.size() / 2];
+}
+
 void bench_shape(const Shape& s, bool run_old) {
   const int64_t pages_per_row = (s.ctx + kPage - 1) / kPage, step_pages = s.batch * pages_per_row;
   const double bytes = static_cast<double>(s.batch) * s.ctx * kEntry * sizeof(float);
@@ -218,39 +255,7 @@ void bench_shape(const Shape& s, bool run_old) {
     mw[5].ring = MlaDecodeRing::kLeanBlock, mw[5].merge = false;
     mw[6].ring = plan.ring, mw[6].merge_mode = MlaDecodeMerge::kSeparateShort;
     mw[7].ring = mw[0].ring, mw[7].merge_mode = MlaDecodeMerge::kSeparateShort;
-    auto graph_fn_us = [&](const auto& launch) {
-      cudaStream_t stream;
-      cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking);
-      launch(stream, 0);
-      cudaStreamSynchronize(stream);
-      cudaGraph_t graph;
-      cudaGraphExec_t exec;
-      check(cuda_status(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), "capture"), "capture");
-      for (int i = 0; i < kInGraph; ++i) launch(stream, i);
-      check(cuda_status(cudaStreamEndCapture(stream, &graph), "end capture"), "capture");
-      check(cuda_status(cudaGraphInstantiate(&exec, graph, 0), "instantiate"), "instantiate");
-      std::vector<double> runs;
-      cudaEvent_t e0, e1;
-      cudaEventCreate(&e0);
-      cudaEventCreate(&e1);
-      for (int r = 0; r < 8; ++r) {
-        cudaEventRecord(e0, stream);
-        cudaGraphLaunch(exec, stream);
-        cudaEventRecord(e1, stream);
-        cudaEventSynchronize(e1);
-        float ms = 0;
-        cudaEventElapsedTime(&ms, e0, e1);
-        if (r > 0) runs.push_back(ms * 1e3 / kInGraph);
-      }
-      check(cuda_status(cudaGetLastError(), "floor graph replay"), "floor graph replay");
-      std::sort(runs.begin(), runs.end());
-      cudaEventDestroy(e0);
-      cudaEventDestroy(e1);
-      cudaGraphExecDestroy(exec);
-      cudaGraphDestroy(graph);
-      cudaStreamDestroy(stream);
-      return runs[runs.size() / 2];
-    };
+    auto graph_fn_us = [&](const auto& launch) { return graph_launch_us(launch, kInGraph); };
     const size_t run_smem = 3 * 16 * kEntry * sizeof(float);
     check(cuda_status(cudaFuncSetAttribute(floor_empty_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(run_smem)), "floor smem"),
           "floor smem");
@@ -350,40 +355,7 @@ void bench_shape(const Shape& s, bool run_old) {
     cw[8].ring = MlaDecodeRing::kLeanWide, cw[8].trigger = MlaDecodeTrigger::kEarly;
     cw[9].ring = MlaDecodeRing::kLeanWidePrefetch, cw[9].trigger = MlaDecodeTrigger::kEarly;
     cw[10].ring = MlaDecodeRing::kLeanWidePrefetch, cw[10].trigger = MlaDecodeTrigger::kEarly;
-    // The floors' graphs: `launch(stream, step)` kInGraph times, replayed like graph_step_us.
-    auto graph_fn_us = [&](const auto& launch) {
-      cudaStream_t stream;
-      cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking);
-      launch(stream, 0);  // eager first (attribute opt-ins)
-      cudaStreamSynchronize(stream);
-      cudaGraph_t graph;
-      cudaGraphExec_t exec;
-      check(cuda_status(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), "capture"), "capture");
-      for (int i = 0; i < kInGraph; ++i) launch(stream, i);
-      check(cuda_status(cudaStreamEndCapture(stream, &graph), "end capture"), "capture");
-      check(cuda_status(cudaGraphInstantiate(&exec, graph, 0), "instantiate"), "instantiate");
-      std::vector<double> runs;
-      cudaEvent_t e0, e1;
-      cudaEventCreate(&e0);
-      cudaEventCreate(&e1);
-      for (int r = 0; r < 8; ++r) {
-        cudaEventRecord(e0, stream);
-        cudaGraphLaunch(exec, stream);
-        cudaEventRecord(e1, stream);
-        cudaEventSynchronize(e1);
-        float ms = 0;
-        cudaEventElapsedTime(&ms, e0, e1);
-        if (r > 0) runs.push_back(ms * 1e3 / kInGraph);
-      }
-      check(cuda_status(cudaGetLastError(), "floor graph replay"), "floor graph replay");
-      std::sort(runs.begin(), runs.end());
-      cudaEventDestroy(e0);
-      cudaEventDestroy(e1);
-      cudaGraphExecDestroy(exec);
-      cudaGraphDestroy(graph);
-      cudaStreamDestroy(stream);
-      return runs[runs.size() / 2];
-    };
+    auto graph_fn_us = [&](const auto& launch) { return graph_launch_us(launch, kInGraph); };
     const size_t run_smem = 3 * 16 * kEntry * sizeof(float);
     for (auto k : {floor_empty_kernel, floor_cluster_kernel})
       check(cuda_status(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(run_smem)), "floor smem"), "floor smem");

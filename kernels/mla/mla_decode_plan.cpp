@@ -8,6 +8,22 @@
 
 namespace pdserve::cuda {
 
+namespace {
+
+// The plan image's header words: items, rows, capacity, and kLeanPrefetch's pre-wait tiles an
+// item (the step's budget shared out, at least one, never past an item's own tiles; the kernel
+// also stops at its item's end).
+void write_image_header(int64_t rows, int64_t capacity, int64_t longest_item, MlaDecodePlan* plan) {
+  plan->image[0] = static_cast<int32_t>(plan->num_items);
+  plan->image[1] = static_cast<int32_t>(rows);
+  plan->image[2] = static_cast<int32_t>(capacity);
+  const int64_t item_tiles = (longest_item + kMlaTileTokens - 1) / kMlaTileTokens;
+  plan->image[3] = static_cast<int32_t>(
+      std::clamp<int64_t>(kMlaPrefetchTileBudget / std::max<int64_t>(plan->num_items, 1), 1, std::max<int64_t>(item_tiles, 1)));
+}
+
+}  // namespace
+
 Status build_mla_decode_plan(const int32_t* ctx_len, int64_t rows, int64_t page_size, int64_t capacity, MlaDecodePlan* plan,
                              int64_t waves, int64_t fan_in, bool allow_cluster) {
   if (kMlaPickCluster && allow_cluster && page_size > 0 && mla_decode_cluster_fits(ctx_len, rows, capacity))
@@ -98,14 +114,7 @@ Status build_mla_decode_plan(const int32_t* ctx_len, int64_t rows, int64_t page_
   plan->merge = most_items > kMlaEarlyMergeMinItems                  ? MlaDecodeMerge::kSeparate
                 : block_ring && most_items <= kMlaShortMergeMaxItems ? MlaDecodeMerge::kSeparateShort
                                                                      : MlaDecodeMerge::kAuto;
-  plan->image[0] = static_cast<int32_t>(plan->num_items);
-  plan->image[1] = static_cast<int32_t>(rows);
-  plan->image[2] = static_cast<int32_t>(capacity);
-  // kLeanPrefetch's pre-wait tiles an item: the step's budget shared out, at least one, never
-  // past an item's own tiles (the kernel also stops at its item's end).
-  const int64_t item_tiles = (longest_item + kMlaTileTokens - 1) / kMlaTileTokens;
-  plan->image[3] = static_cast<int32_t>(
-      std::clamp<int64_t>(kMlaPrefetchTileBudget / std::max<int64_t>(plan->num_items, 1), 1, std::max<int64_t>(item_tiles, 1)));
+  write_image_header(rows, capacity, longest_item, plan);
   return Status::ok();
 }
 
@@ -157,12 +166,7 @@ Status build_mla_decode_cluster_plan(const int32_t* ctx_len, int64_t rows, int64
   plan->merge = MlaDecodeMerge::kCluster;
   plan->trigger = MlaDecodeTrigger::kEarly;
   plan->merge_slice = 0;
-  plan->image[0] = static_cast<int32_t>(plan->num_items);
-  plan->image[1] = static_cast<int32_t>(rows);
-  plan->image[2] = static_cast<int32_t>(capacity);
-  const int64_t item_tiles = (longest_item + kMlaTileTokens - 1) / kMlaTileTokens;
-  plan->image[3] = static_cast<int32_t>(
-      std::clamp<int64_t>(kMlaPrefetchTileBudget / std::max<int64_t>(plan->num_items, 1), 1, std::max<int64_t>(item_tiles, 1)));
+  write_image_header(rows, capacity, longest_item, plan);
   return Status::ok();
 }
 

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <numeric>
 #include <random>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -340,6 +341,32 @@ struct Case {
   bool block_only = false;       // only the block-softmax forms (kLeanBlock*), then a captured graph of them
 };
 
+// `w` eagerly once (the kernel's one-time opt-ins), then captured as two steps in a graph and
+// replayed twice over NaN-filled outputs (`out`, out_size floats): each replay must match ref.
+void replay_two_step_graph(const MlaDecodeArgs& a, const MlaDecodeWork& w, cudaStream_t stream, DeviceBuffer<float>& out, int64_t out_size,
+                           const std::vector<float>& ref, const std::string& what) {
+  ASSERT_TRUE(mla_decode_run(a, w, stream).is_ok());
+  ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+  cudaStream_t cs = nullptr;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&cs, cudaStreamNonBlocking), cudaSuccess);
+  cudaGraph_t graph = nullptr;
+  cudaGraphExec_t exec = nullptr;
+  ASSERT_EQ(cudaStreamBeginCapture(cs, cudaStreamCaptureModeThreadLocal), cudaSuccess);
+  const bool ok1 = mla_decode_run(a, w, cs).is_ok(), ok2 = mla_decode_run(a, w, cs).is_ok();
+  ASSERT_EQ(cudaStreamEndCapture(cs, &graph), cudaSuccess);
+  ASSERT_TRUE(ok1 && ok2);
+  ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
+  for (int r = 0; r < 2; ++r) {
+    ASSERT_TRUE(out.upload(std::vector<float>(out_size, NAN)).is_ok());
+    ASSERT_EQ(cudaGraphLaunch(exec, cs), cudaSuccess);
+    ASSERT_EQ(cudaStreamSynchronize(cs), cudaSuccess);
+    EXPECT_LT(nerr(host(out), ref), 2e-5) << what << ", graph replay " << r;
+  }
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+  cudaStreamDestroy(cs);
+}
+
 // The one-launch cluster form (MlaDecodeMerge::kCluster) on the case's inputs: cluster plans of
 // 16, 8, 4 and 2 items a row, the lean, lean-deep, lean-prefetch, wide and wide-prefetch rings (K3's widths; other
 // shapes run the plain bulk or cp.async ring), with and without pdl (with: the kernel just
@@ -404,26 +431,7 @@ void run_cluster_forms(const Case& c, MlaDecodeArgs a, const std::vector<float>&
   MlaDecodeWork w;
   w.plan = dplan.get(), w.capacity = cap, w.launch_items = cap, w.merge_mode = MlaDecodeMerge::kCluster;
   w.cluster = plan.cluster, w.ring = plan.ring, w.pdl = true, w.cache_pages = pages;
-  ASSERT_TRUE(mla_decode_run(a, w, stream).is_ok());  // eager first: the kernel's one-time opt-in
-  ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
-  cudaStream_t cs = nullptr;
-  ASSERT_EQ(cudaStreamCreateWithFlags(&cs, cudaStreamNonBlocking), cudaSuccess);
-  cudaGraph_t graph = nullptr;
-  cudaGraphExec_t exec = nullptr;
-  ASSERT_EQ(cudaStreamBeginCapture(cs, cudaStreamCaptureModeThreadLocal), cudaSuccess);
-  const bool ok1 = mla_decode_run(a, w, cs).is_ok(), ok2 = mla_decode_run(a, w, cs).is_ok();
-  ASSERT_EQ(cudaStreamEndCapture(cs, &graph), cudaSuccess);
-  ASSERT_TRUE(ok1 && ok2);
-  ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
-  for (int r = 0; r < 2; ++r) {
-    ASSERT_TRUE(out.upload(std::vector<float>(rows * c.heads * c.lat, NAN)).is_ok());
-    ASSERT_EQ(cudaGraphLaunch(exec, cs), cudaSuccess);
-    ASSERT_EQ(cudaStreamSynchronize(cs), cudaSuccess);
-    EXPECT_LT(nerr(host(out), ref), 2e-5) << "cluster graph replay " << r;
-  }
-  cudaGraphExecDestroy(exec);
-  cudaGraphDestroy(graph);
-  cudaStreamDestroy(cs);
+  replay_two_step_graph(a, w, stream, out, rows * c.heads * c.lat, ref, "cluster");
 }
 
 // The block-softmax form (kLeanBlockPrefetch, pdl, the plan's merge, trigger and slice; the full
@@ -434,26 +442,7 @@ void run_block_graph(MlaDecodeArgs a, MlaDecodeWork w, const MlaDecodePlan& plan
   w.variant = MlaDecodeVariant::kAuto, w.loader = MlaDecodeLoader::kAuto, w.pdl = true, w.trigger = plan.trigger;
   w.merge_mode = plan.merge, w.counters = nullptr, w.dynamic_tiles = false, w.ring = MlaDecodeRing::kLeanBlockPrefetch;
   w.cache_pages = pages, w.merge_slice = plan.merge_slice ? plan.merge_slice : 64, w.launch_items = cap, w.merge = true;
-  ASSERT_TRUE(mla_decode_run(a, w, stream).is_ok());  // eager first: the kernel's one-time opt-in
-  ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
-  cudaStream_t cs = nullptr;
-  ASSERT_EQ(cudaStreamCreateWithFlags(&cs, cudaStreamNonBlocking), cudaSuccess);
-  cudaGraph_t graph = nullptr;
-  cudaGraphExec_t exec = nullptr;
-  ASSERT_EQ(cudaStreamBeginCapture(cs, cudaStreamCaptureModeThreadLocal), cudaSuccess);
-  const bool ok1 = mla_decode_run(a, w, cs).is_ok(), ok2 = mla_decode_run(a, w, cs).is_ok();
-  ASSERT_EQ(cudaStreamEndCapture(cs, &graph), cudaSuccess);
-  ASSERT_TRUE(ok1 && ok2);
-  ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
-  for (int r = 0; r < 2; ++r) {
-    ASSERT_TRUE(out.upload(std::vector<float>(out_size, NAN)).is_ok());
-    ASSERT_EQ(cudaGraphLaunch(exec, cs), cudaSuccess);
-    ASSERT_EQ(cudaStreamSynchronize(cs), cudaSuccess);
-    EXPECT_LT(nerr(host(out), ref), 2e-5) << "block-softmax graph replay " << r << " items " << plan.num_items;
-  }
-  cudaGraphExecDestroy(exec);
-  cudaGraphDestroy(graph);
-  cudaStreamDestroy(cs);
+  replay_two_step_graph(a, w, stream, out, out_size, ref, "block-softmax, items " + std::to_string(plan.num_items));
 }
 
 void run_case(const Case& c, uint32_t seed) {
@@ -676,7 +665,9 @@ void run_case(const Case& c, uint32_t seed) {
       }
     }
     w.merge_slice = 7;  // refused, not launched (the slices' loop set a separate merge form)
-    if (!c.cluster_only) EXPECT_FALSE(mla_decode_run(a, w, stream).is_ok());
+    if (!c.cluster_only) {
+      EXPECT_FALSE(mla_decode_run(a, w, stream).is_ok());
+    }
     w.merge_slice = 64;
     if (waves == 1) run_cluster_forms(c, a, ref, pages, cap, dql, dql_src, ql.size(), out, stream);
     cudaStreamDestroy(stream);
