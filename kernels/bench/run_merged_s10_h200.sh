@@ -4,7 +4,7 @@
 # end to end CPU vs CUDA replies (serve --device cuda, up --device cuda).
 set -uo pipefail
 here=${HERE:-.dev/s10v}  # holds bins.tar.xz: the stripped binaries, lib/ beside them
-mkdir -p /tmp/v && tar -C /tmp/v -xJf $here/bins.tar.xz
+mkdir -p /tmp/v && tar -C /tmp/v -xJf "$here/bins.tar.xz"
 BIN=/tmp/v/bin
 exec > >(tee -a "$OUT/summary.log") 2>&1
 source kernels/bench/h200_env.sh "$BIN/lib" /work/main

@@ -25,7 +25,7 @@ M=gpu__time_duration.sum,dram__bytes_read.sum,sm__cycles_active.avg,sm__cycles_a
     read -r b kern re <<<"$spec"
     [ $(($(date +%s) - T0)) -lt 170 ] || { echo "skipped $spec (time)"; continue; }
     echo "== ncu $kern B=$b"
-    timeout 25 ncu --clock-control none -k regex:decode_gemm_$re -c 2 --metrics $M \
+    timeout 25 ncu --clock-control none -k regex:decode_gemm_"$re" -c 2 --metrics $M \
       "$D/bin/moe_decode_bench" --reps 1 --only "$b" --kernels "$kern" 2>&1 | grep -vE "^\| B=|^\|---|^Decode|^\(packed|^$|^\| case"
   done
 } >"$out/ncu.log" 2>&1
