@@ -43,14 +43,16 @@ struct Shape {
   int64_t heads, batch, ctx;
 };
 
-// The floors' graphs: `steps` calls of launch(stream, step) captured in one graph (after one
-// eager call: attribute opt-ins), replayed 8 times, the first untimed: median us a step.
+// `steps` calls of launch(stream, step) captured in one graph (after one eager call where
+// eager_first: the floors' attribute opt-ins), replayed 8 times, the first untimed: median us a step.
 template <typename Launch>
-double graph_launch_us(const Launch& launch, int steps) {
+double graph_launch_us(const Launch& launch, int steps, bool eager_first = true) {
   cudaStream_t stream;
   cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking);
-  launch(stream, 0);
-  cudaStreamSynchronize(stream);
+  if (eager_first) {
+    launch(stream, 0);
+    cudaStreamSynchronize(stream);
+  }
   cudaGraph_t graph;
   cudaGraphExec_t exec;
   check(cuda_status(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), "capture"), "capture");
@@ -70,7 +72,7 @@ double graph_launch_us(const Launch& launch, int steps) {
     cudaEventElapsedTime(&ms, e0, e1);
     if (r > 0) runs.push_back(ms * 1e3 / steps);
   }
-  check(cuda_status(cudaGetLastError(), "floor graph replay"), "floor graph replay");
+  check(cuda_status(cudaGetLastError(), "graph replay"), "graph replay");
   std::sort(runs.begin(), runs.end());
   cudaEventDestroy(e0);
   cudaEventDestroy(e1);
@@ -153,40 +155,13 @@ void bench_shape(const Shape& s, bool run_old) {
   constexpr int kInGraph = 20;
   // tl: each step of the graph writes its timeline records at tl + step x tl_stride (null: none).
   auto graph_step_us = [&](const MlaDecodeWork& wv, uint64_t* tl = nullptr, int64_t tl_stride = 0) {
-    cudaStream_t stream;
-    cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking);
-    cudaGraph_t graph;
-    cudaGraphExec_t exec;
-    check(cuda_status(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), "capture"), "capture");
-    for (int i = 0; i < kInGraph; ++i) {
+    auto step = [&](cudaStream_t stream, int i) {
       a.page_table = tables[i % copies].get();
       MlaDecodeWork wi = wv;
       if (tl) wi.timeline = tl + i * tl_stride;
       check(mla_decode_run(a, wi, stream), "mla_decode_run (capture)");
-    }
-    check(cuda_status(cudaStreamEndCapture(stream, &graph), "end capture"), "capture");
-    check(cuda_status(cudaGraphInstantiate(&exec, graph, 0), "instantiate"), "instantiate");
-    std::vector<double> graph_runs;
-    cudaEvent_t e0, e1;
-    cudaEventCreate(&e0);
-    cudaEventCreate(&e1);
-    for (int r = 0; r < 8; ++r) {
-      cudaEventRecord(e0, stream);
-      cudaGraphLaunch(exec, stream);
-      cudaEventRecord(e1, stream);
-      cudaEventSynchronize(e1);
-      float ms = 0;
-      cudaEventElapsedTime(&ms, e0, e1);
-      if (r > 0) graph_runs.push_back(ms * 1e3 / kInGraph);
-    }
-    check(cuda_status(cudaGetLastError(), "graph replay"), "graph replay");
-    std::sort(graph_runs.begin(), graph_runs.end());
-    cudaEventDestroy(e0);
-    cudaEventDestroy(e1);
-    cudaGraphExecDestroy(exec);
-    cudaGraphDestroy(graph);
-    cudaStreamDestroy(stream);
-    return graph_runs[graph_runs.size() / 2];
+    };
+    return graph_launch_us(step, kInGraph, /*eager_first=*/false);
   };
   // One config's timeline (eleventh version): timed plain (graph us/step), then the instrumented
   // graph replayed 8 times, the last replay's 20 steps summarised under `label`.
