@@ -342,9 +342,12 @@ inline constexpr MlaDecodeRing kMlaOneTileItemRing = MlaDecodeRing::kLeanPrefetc
 // for longer ones (docs/perf.md, MLA decode, fourteenth version).
 inline constexpr int64_t kMlaBlockSoftmaxMaxChunk = 2 * kMlaTileTokens;
 // The early form (kLeanBlockEarly, fifteenth version): the plan's pick instead of kLeanBlock* for
-// items of at most kMlaEarlyMaxChunk tokens (0: never; within kMlaBlockSoftmaxMaxChunk). Callers
-// that pass the plan's ring must keep MlaDecodeWork::new_tokens' contract (decode: the default 1).
-inline constexpr int64_t kMlaEarlyMaxChunk = kMlaBlockSoftmaxMaxChunk;
+// items of at most kMlaEarlyMaxChunk tokens (0: never; within kMlaBlockSoftmaxMaxChunk): one tile,
+// where it measured 4-10% faster than kLeanBlockPrefetch on the H200 (1 x 64 to 4 x 1K); at two
+// tiles an item (8 x 1K) it measured slower than kLeanBlock (docs/perf.md, MLA decode, fifteenth
+// version). Callers that pass the plan's ring must keep MlaDecodeWork::new_tokens' contract
+// (decode: the default 1).
+inline constexpr int64_t kMlaEarlyMaxChunk = kMlaTileTokens;
 MlaDecodeRing mla_decode_pick_ring(int64_t chunk_tokens);
 
 bool mla_decode_supported(int64_t heads, int64_t latent_dim, int64_t rope_dim);

@@ -48,8 +48,12 @@ __global__ void __launch_bounds__(kThreads, 2)
   if constexpr (TL) {
     if (threadIdx.x == 0) timeline_stamp(rec, 0);
   }
-  if (item >= plan[0]) return;  // a graph launches the capacity
+  // The item and the next one (EARLY) loaded with the item count, in one round trip: both in the
+  // image (item < launch_items <= capacity, and the row table follows the items).
+  const int num_items = plan[0];
   const int4 it = reinterpret_cast<const int4*>(plan + 4)[item];
+  const int4 next = EARLY ? reinterpret_cast<const int4*>(plan + 4)[item + 1] : it;
+  if (item >= num_items) return;  // a graph launches the capacity
   const int row = it.x, begin = it.y, end = it.z, slot = it.w;
   const int ps = static_cast<int>(a.page_size);
   const int32_t* table = a.page_table + static_cast<int64_t>(row) * a.max_pages;
@@ -71,7 +75,8 @@ __global__ void __launch_bounds__(kThreads, 2)
   EarlyPrologue<kStages> early;
   if constexpr (EARLY) {
     if (threadIdx.x == 0)
-      early_issue_stable<kTile, kStages, kEntry>(a, plan, table, row, begin, end, slot, new_tokens, tiles, s_full, s_valid, early);
+      early_issue_stable<kTile, kStages, kEntry>(a, plan, table, item, num_items, next, row, begin, end, new_tokens, tiles, s_full, s_valid,
+                                                 early);
   }
   pdl_wait();  // q and the cache may come from the kernels before (EARLY: the row's newest new_tokens only)
   if (!late_trigger) pdl_trigger();

@@ -257,21 +257,28 @@ inline __device__ void fused_merge_tail(const MlaDecodeArgs& a, const int32_t* p
 // new_tokens). Thread 0, BEFORE the pdl wait: for each of the item's first STAGES tiles (tile g
 // into stage g), its page-table entry, its valid tokens (published in s_valid), the stage's
 // barrier armed with all of them, and the bulk copy of those before the row's stable bound
-// (row end - new_tokens; the row end is the last item's end in the plan, or this item's for a row
-// of one item). early_issue_rest, after the wait: the copies of the rest, on the same barriers.
+// (row end - new_tokens). The row's end: this item's where it is the row's last (a row's items are
+// consecutive in the plan); else `next` (item + 1's plan entry, loaded with this item's: always in
+// the image, the row table follows the items) ends at or before it, which settles most items
+// without another round trip; only where that bound is too short (new_tokens longer than the
+// next item) the row's last item's end is read. early_issue_rest, after the wait: the copies of the
+// rest, on the same barriers.
 template <int STAGES>
 struct EarlyPrologue {
   const float* src[STAGES];        // the tile's first entry in the cache
   int valid[STAGES], pre[STAGES];  // tokens to copy; of those, copied before the wait
 };
 template <int TILE, int STAGES, int ENTRY>
-__device__ __forceinline__ void early_issue_stable(const MlaDecodeArgs& a, const int32_t* plan, const int32_t* table, int row, int begin,
-                                                   int end, int slot, int new_tokens, float* tiles, uint64_t* full, int* s_valid,
-                                                   EarlyPrologue<STAGES>& e) {
-  int row_end = end;
-  if (slot >= 0) {  // a split row: its last item's end
-    const int2 info = *reinterpret_cast<const int2*>(plan + 4 + 4 * plan[2] + 4 * row);  // first item, items
-    row_end = plan[4 + 4 * (info.x + info.y - 1) + 2];
+__device__ __forceinline__ void early_issue_stable(const MlaDecodeArgs& a, const int32_t* plan, const int32_t* table, int item, int num_items,
+                                                   int4 next, int row, int begin, int end, int new_tokens, float* tiles, uint64_t* full,
+                                                   int* s_valid, EarlyPrologue<STAGES>& e) {
+  int row_end = end;  // the row's last item (a row of one item included)
+  if (item + 1 < num_items && next.x == row) {
+    row_end = next.z;                 // a later item of the row ends at or before the row's end
+    if (row_end - new_tokens < end) {         // not enough to settle it: the row's last item's end
+      const int2 info = *reinterpret_cast<const int2*>(plan + 4 + 4 * plan[2] + 4 * row);  // first item, items
+      row_end = plan[4 + 4 * (info.x + info.y - 1) + 2];
+    }
   }
   const int stable = row_end - new_tokens, ps = static_cast<int>(a.page_size);
 #pragma unroll

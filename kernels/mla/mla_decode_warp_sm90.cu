@@ -170,8 +170,8 @@ __global__ void __launch_bounds__(kThreads, 2)
   EarlyPrologue<STAGES> early;
   if constexpr (EARLY) {  // fixed tiles (the launcher runs LEAN only without dynamic tiles)
     if (threadIdx.x == 0)
-      early_issue_stable<TILE, STAGES, 576>(a, plan, table, row, begin, end, slot, new_tokens, tiles, s_full,
-                                            s_valid, early);
+      early_issue_stable<TILE, STAGES, 576>(a, plan, table, item, plan[0], reinterpret_cast<const int4*>(plan + 4)[item + 1], row, begin,
+                                            end, new_tokens, tiles, s_full, s_valid, early);
   }
   pdl_wait();  // q and the cache may come from the kernels before (only the plan is read above;
                // PREFETCH: the table too, for hints only; EARLY: all but the rows' newest new_tokens)

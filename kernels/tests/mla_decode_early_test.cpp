@@ -97,28 +97,30 @@ double late_writer_error(const std::vector<int32_t>& ctx, MlaDecodeRing ring, in
 
 const std::vector<std::vector<int32_t>> kLateWriterCtx = {{1024}, {4096}, {1, 63, 64, 65, 1024, 0, 2000}, {17, 300}, {16384}};
 
-// Every ring that reads the cache after the wait, and the early rings with new_tokens 1 (decode)
-// and 3, match the new values.
+// Every ring that reads the cache after the wait, and the early rings with new_tokens 1 (decode),
+// 3 and 20 (more than a 16-token item: the row's end read from the plan), match the new values.
 TEST_F(MlaDecodeEarly, RingsReadTheNewestTokenAfterTheWait) {
   const MlaDecodeRing rings[] = {MlaDecodeRing::kAuto, MlaDecodeRing::kLeanBlockEarly, MlaDecodeRing::kLeanEarly,
                                  MlaDecodeRing::kLeanBlockPrefetch, MlaDecodeRing::kLean};
   uint32_t seed = 700;
   for (const auto& ctx : kLateWriterCtx)
     for (MlaDecodeRing ring : rings)
-      for (int64_t nt : {1, 3}) {
-        if (nt == 3 && ring != MlaDecodeRing::kLeanBlockEarly && ring != MlaDecodeRing::kLeanEarly) continue;
+      for (int64_t nt : {1, 3, 20}) {
+        if (nt != 1 && ring != MlaDecodeRing::kLeanBlockEarly && ring != MlaDecodeRing::kLeanEarly) continue;
         EXPECT_LT(late_writer_error(ctx, ring, nt, seed++), 2e-5) << "ring " << static_cast<int>(ring) << " new tokens " << nt << " rows "
                                                                   << ctx.size() << " first ctx " << ctx[0];
       }
 }
 
-// The test above can fail: with new_tokens 0 the early rings copy every token, the newest too,
-// before the wait, while the writer still sleeps: the stale entry is attended. Disabled (it
-// shows a broken contract, and depends on the run starting within the writer's 50 us); run
+// The test above can fail: with new_tokens 0 the early rings copy every token of their first
+// three tiles, the newest too, before the wait, while the writer still sleeps: the stale entry is
+// attended. Not at 1 x 16K (the last set above): its items hold 4 tiles and the newest token is in
+// the 4th, which even new_tokens 0 copies after the wait (measured: 3e-6 there, correct). Disabled
+// (it shows a broken contract, and depends on the run starting within the writer's 50 us); run
 // with --gtest_also_run_disabled_tests.
 TEST_F(MlaDecodeEarly, DISABLED_LoadOfTheNewestTokenBeforeTheWaitIsCaught) {
   uint32_t seed = 800;
-  for (const auto& ctx : kLateWriterCtx)
+  for (const auto& ctx : std::vector<std::vector<int32_t>>(kLateWriterCtx.begin(), kLateWriterCtx.end() - 1))
     for (MlaDecodeRing ring : {MlaDecodeRing::kLeanBlockEarly, MlaDecodeRing::kLeanEarly})
       EXPECT_GT(late_writer_error(ctx, ring, 0, seed++), 1e-2) << "ring " << static_cast<int>(ring) << " rows " << ctx.size() << " first ctx "
                                                                << ctx[0];
