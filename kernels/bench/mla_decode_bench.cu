@@ -212,9 +212,10 @@ void bench_shape(const Shape& s, bool run_old) {
     // merge); c2 = kLean (what the backend runs; its merge: the chained form where the plan picks
     // kSeparateShort); c3 = kLeanEarly (c2's merge); c4 = the new plan's pick (ring and merge);
     // c5 = c1 with new_tokens 0 (every token before the wait: the bound of the idea; correct here only
-    // because nothing in these graphs writes the cache). Then max |c1 - c0|, |c3 - c0|; at 1 x 1K the
+    // because nothing in these graphs writes the cache); c6 = c1 with new_tokens 2^30 (nothing early:
+    // its code path, every copy after the wait). Then max |c1 - c0|, |c3 - c0|; at 1 x 1K the
     // timelines of c0, c1 and c3.
-    constexpr int kCfg = 6;
+    constexpr int kCfg = 7;
     const int64_t chunk = plan.image[4 + 2] - plan.image[4 + 1];
     MlaDecodeWork mw[kCfg];
     for (int o = 0; o < kCfg; ++o) mw[o] = w, mw[o].counters = nullptr;
@@ -225,6 +226,7 @@ void bench_shape(const Shape& s, bool run_old) {
       if (plan.merge == MlaDecodeMerge::kSeparateShort) mw[o].merge_mode = MlaDecodeMerge::kAuto;
     }
     mw[5].ring = MlaDecodeRing::kLeanBlockEarly, mw[5].new_tokens = 0;
+    mw[6].ring = MlaDecodeRing::kLeanBlockEarly, mw[6].new_tokens = 1 << 30;
     for (int o = 0; o < kCfg; ++o) check(mla_decode_run(a, mw[o], nullptr), "m15 eager");  // opt-ins outside a capture
     check(cuda_status(cudaDeviceSynchronize(), "m15 eager"), "m15 eager");
     std::vector<double> rounds[kCfg];
@@ -700,7 +702,7 @@ int main(int argc, char** argv) {
     shapes = {{3, 1, 1024}, {3, 1, 64}, {3, 1, 256}, {3, 1, 2048}, {3, 1, 4096}, {3, 2, 1024}, {3, 4, 1024}, {3, 8, 1024}, {3, 1, 16384}, {3, 8, 16384}};
     std::printf("m15 rows (graph us/step, pdl, the plan's trigger / slice; median of 5 interleaved rounds): | batch | ctx | items | chunk | "
                 "new pick (ring enum) | floor us (bytes) | c0 14th pick | c1 lean-block-early | c2 lean | c3 lean-early | c4 new pick | "
-                "c5 = c1, every token early | c0 / c1 | c2 / c3 | max abs c1 - c0 / c3 - c0 |\n");
+                "c5 = c1, every token early | c6 = c1, nothing early | c0 / c1 | c2 / c3 | max abs c1 - c0 / c3 - c0 |\n");
   } else if (g_m14) {
     shapes = {{3, 1, 1024}, {3, 1, 64}, {3, 1, 256}, {3, 1, 2048}, {3, 1, 4096}, {3, 2, 1024}, {3, 4, 1024}, {3, 8, 1024}, {3, 1, 16384}, {3, 8, 16384}};
     std::printf("m14 rows (graph us/step, pdl, the plan's merge form / slice / trigger; median of 5 interleaved rounds): | batch | ctx | items | "
