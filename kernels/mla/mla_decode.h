@@ -334,8 +334,9 @@ inline constexpr MlaDecodeRing kMlaLongItemRing = MlaDecodeRing::kLean;
 // calls, and 1-9% slower wherever items hold two tiles or more (docs/perf.md, MLA decode,
 // tenth version). Falls back to kLean where MlaDecodeWork::cache_pages is 0. The CUDA backend
 // runs kLean instead (cuda_model.cpp: a graph keeps its first step's ring). Since the fourteenth
-// version the plan picks kLeanBlockPrefetch there instead (kMlaBlockSoftmaxMaxChunk below);
-// kMlaOneTileItemRing is its pick only where that is set below one tile.
+// version the plan picks kLeanBlockPrefetch there instead (kMlaBlockSoftmaxMaxChunk below), and
+// since the fifteenth kLeanBlockEarly (kMlaEarlyMaxChunk); kMlaOneTileItemRing is its pick only
+// where both are set below one tile.
 inline constexpr MlaDecodeRing kMlaOneTileItemRing = MlaDecodeRing::kLeanPrefetch;
 // The block-softmax form (kLeanBlock*, fourteenth version): the plan picks it for items of at most
 // kMlaBlockSoftmaxMaxChunk tokens (0: never), kLeanBlockPrefetch for one-tile items, kLeanBlock
@@ -343,9 +344,9 @@ inline constexpr MlaDecodeRing kMlaOneTileItemRing = MlaDecodeRing::kLeanPrefetc
 inline constexpr int64_t kMlaBlockSoftmaxMaxChunk = 2 * kMlaTileTokens;
 // The early form (kLeanBlockEarly, fifteenth version): the plan's pick instead of kLeanBlock* for
 // items of at most kMlaEarlyMaxChunk tokens (0: never; within kMlaBlockSoftmaxMaxChunk): one tile,
-// where it measured 4-10% faster than kLeanBlockPrefetch on the H200 (1 x 64 to 4 x 1K); at two
-// tiles an item (8 x 1K) it measured slower than kLeanBlock (docs/perf.md, MLA decode, fifteenth
-// version). Callers that pass the plan's ring must keep MlaDecodeWork::new_tokens' contract
+// where it measured 8-14% faster than kLeanBlockPrefetch on the H200 (1 x 64 to 4 x 1K: 1 x 1K
+// 4.98 us a step against 5.56); at two tiles an item (8 x 1K) a tie with kLeanBlock, which the
+// plan keeps there (docs/perf.md, MLA decode, fifteenth version). Callers that pass the plan's ring must keep MlaDecodeWork::new_tokens' contract
 // (decode: the default 1).
 inline constexpr int64_t kMlaEarlyMaxChunk = kMlaTileTokens;
 MlaDecodeRing mla_decode_pick_ring(int64_t chunk_tokens);
