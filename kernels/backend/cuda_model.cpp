@@ -151,8 +151,12 @@ Status CudaModel::plan_mla(const int32_t* ctx, int64_t rows, bool in_graph, Step
   // correct at any item length, but a graph captured on short contexts would keep them past two
   // tiles an item, where they are not the measured pick (docs/perf.md, MLA decode, fourteenth
   // version); the engine keeps kLean until they are measured there.
+  // Nor the early forms (kLeanBlockEarly, kLeanEarly): their pre-wait copies gain only where the
+  // kernel before triggers early (here the q absorb does not: the same nil window as above), and
+  // a prefill chunk through this path would have to pass its length as new_tokens (mla_decode.h).
   const bool keep_lean = plan.ring == MlaDecodeRing::kLeanPrefetch || plan.ring == MlaDecodeRing::kLeanBlock ||
-                         plan.ring == MlaDecodeRing::kLeanBlockPrefetch;
+                         plan.ring == MlaDecodeRing::kLeanBlockPrefetch || plan.ring == MlaDecodeRing::kLeanBlockEarly ||
+                         plan.ring == MlaDecodeRing::kLeanEarly;
   st->mla.ring = keep_lean ? MlaDecodeRing::kLean : plan.ring;
   // The separate merge's form (early loads for rows of many items); not kSeparateShort, which
   // the plan picks only with the block-softmax rings the engine does not run (it would stay

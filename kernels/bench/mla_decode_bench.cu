@@ -11,7 +11,8 @@
 //   over a graph of back-to-back steps, where batch 1's time goes, eleventh version ("timeline short": 1 x 1K and
 //   1 x 64K only); m12: the separate merge's slices (16 / 32 / 64 dims a CTA) and the early trigger, twelfth version;
 //   m13: the one-launch cluster form against the plan's pick, and the launch floors, thirteenth version; m14: the block-softmax
-//   form (kLeanBlock*) against the thirteenth pick, the floors, and at 1 x 1K both forms' timelines, fourteenth version)
+//   form (kLeanBlock*) against the thirteenth pick, the floors, and at 1 x 1K both forms' timelines, fourteenth version;
+//   m15: the early forms (kLeanBlockEarly, kLeanEarly) against the fourteenth pick, fifteenth version)
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -37,6 +38,7 @@ bool g_pf = false;      // "pf": only the pre-wait prefetch table (tenth version
 bool g_timeline = false;  // "timeline": only the per-CTA timelines (eleventh version)
 bool g_m13 = false;       // "m13": the cluster form and the launch floors (thirteenth version)
 bool g_m14 = false;       // "m14": the block-softmax form against the thirteenth pick, and the floors (fourteenth version)
+bool g_m15 = false;       // "m15": the early forms (kLeanBlockEarly, kLeanEarly) against the fourteenth pick (fifteenth version)
 using namespace mla_decode_bench_kernels;  // kLat, kRope, kEntry, kPage and the diagnostic kernels
 
 struct Shape {
@@ -178,7 +180,7 @@ void bench_shape(const Shape& s, bool run_old) {
     for (int i = 0; i < kInGraph; ++i) steps.push_back(parse_timeline_step(host.data() + i * stride, cap, recs));
     char label[200];
     const char* rings[] = {"auto", "shallow", "deep", "lean", "lean-deep", "lean-burst", "lean-prefetch", "lean-ahead",
-                           "lean-wide", "lean-wide-prefetch", "lean-block", "lean-block-prefetch"};
+                           "lean-wide", "lean-wide-prefetch", "lean-block", "lean-block-prefetch", "lean-block-early", "lean-early"};
     std::snprintf(label, sizeof(label), "%ld x %ld, %ld items, ring %s, %s", static_cast<long>(s.batch), static_cast<long>(s.ctx),
                   static_cast<long>(plan.num_items), rings[static_cast<int>(wv.ring)], cfg_name);
     print_timeline(label, steps, plain, instr, floor_us, bytes / static_cast<double>(plan.num_items));
@@ -200,6 +202,59 @@ void bench_shape(const Shape& s, bool run_old) {
     for (int c = 0; c < kCfg; ++c) {
       if (c != 0 && !plan.any_split) continue;
       timeline_of(tw[c], cfg_names[c]);
+    }
+    return;
+  }
+  if (g_m15) {
+    // Fifteenth version, graphs (five interleaved rounds, the median round), all pdl, the plan's
+    // trigger and slice: c0 = the fourteenth version's pick (kLeanBlockPrefetch for one-tile items,
+    // kLeanBlock for two-tile ones, else kLean; the plan's merge form); c1 = kLeanBlockEarly (c0's
+    // merge); c2 = kLean (what the backend runs; its merge: the chained form where the plan picks
+    // kSeparateShort); c3 = kLeanEarly (c2's merge); c4 = the new plan's pick (ring and merge);
+    // c5 = c1 with new_tokens 0 (every token before the wait: the bound of the idea; correct here only
+    // because nothing in these graphs writes the cache); c6 = c1 with new_tokens 2^30 (nothing early:
+    // its code path, every copy after the wait). Then max |c1 - c0|, |c3 - c0|; at 1 x 1K the
+    // timelines of c0, c1 and c3.
+    constexpr int kCfg = 7;
+    const int64_t chunk = plan.image[4 + 2] - plan.image[4 + 1];
+    MlaDecodeWork mw[kCfg];
+    for (int o = 0; o < kCfg; ++o) mw[o] = w, mw[o].counters = nullptr;
+    mw[0].ring = chunk <= kMlaTileTokens ? MlaDecodeRing::kLeanBlockPrefetch : chunk <= 2 * kMlaTileTokens ? MlaDecodeRing::kLeanBlock : MlaDecodeRing::kLean;
+    mw[1].ring = MlaDecodeRing::kLeanBlockEarly;
+    for (int o : {2, 3}) {
+      mw[o].ring = o == 2 ? MlaDecodeRing::kLean : MlaDecodeRing::kLeanEarly;
+      if (plan.merge == MlaDecodeMerge::kSeparateShort) mw[o].merge_mode = MlaDecodeMerge::kAuto;
+    }
+    mw[5].ring = MlaDecodeRing::kLeanBlockEarly, mw[5].new_tokens = 0;
+    mw[6].ring = MlaDecodeRing::kLeanBlockEarly, mw[6].new_tokens = 1 << 30;
+    for (int o = 0; o < kCfg; ++o) check(mla_decode_run(a, mw[o], nullptr), "m15 eager");  // opt-ins outside a capture
+    check(cuda_status(cudaDeviceSynchronize(), "m15 eager"), "m15 eager");
+    std::vector<double> rounds[kCfg];
+    for (int r = 0; r < 5; ++r)
+      for (int o = 0; o < kCfg; ++o) rounds[o].push_back(graph_step_us(mw[o]));
+    std::vector<float> o0(out.size()), o1(out.size());
+    a.page_table = tables[0].get();
+    check(mla_decode_run(a, mw[0], nullptr), "c0");
+    check(cuda_status(cudaMemcpy(o0.data(), out.get(), o0.size() * 4, cudaMemcpyDeviceToHost), "c0 out"), "c0 out");
+    double maxdiff[2];
+    for (int k = 0; k < 2; ++k) {
+      check(cuda_status(cudaMemset(out.get(), 0xff, out.size() * 4), "nan fill"), "nan fill");
+      check(mla_decode_run(a, mw[k ? 3 : 1], nullptr), "c1 / c3");
+      check(cuda_status(cudaMemcpy(o1.data(), out.get(), o1.size() * 4, cudaMemcpyDeviceToHost), "out"), "out");
+      maxdiff[k] = 0.0;
+      for (size_t i = 0; i < o0.size(); ++i) maxdiff[k] = std::max(maxdiff[k], std::isnan(o1[i]) ? INFINITY : std::fabs(double(o0[i]) - o1[i]));
+    }
+    double med[kCfg];
+    for (int o = 0; o < kCfg; ++o) std::sort(rounds[o].begin(), rounds[o].end()), med[o] = rounds[o][2];
+    std::printf("m15 | %4ld | %6ld | %4ld | %ld | %d | %7.2f |", static_cast<long>(s.batch), static_cast<long>(s.ctx),
+                static_cast<long>(plan.num_items), static_cast<long>(chunk), static_cast<int>(plan.ring), floor_us);
+    for (int o = 0; o < kCfg; ++o) std::printf(" %6.2f |", med[o]);
+    std::printf(" %5.3f | %5.3f | %.2e / %.2e |\n", med[0] / med[1], med[2] / med[3], maxdiff[0], maxdiff[1]);
+    std::fflush(stdout);
+    if (s.batch == 1 && s.ctx == 1024) {
+      timeline_of(mw[0], "m15 c0 (14th pick)");
+      timeline_of(mw[1], "m15 c1 (block softmax, early)");
+      timeline_of(mw[3], "m15 c3 (lean, early)");
     }
     return;
   }
@@ -275,7 +330,7 @@ void bench_shape(const Shape& s, bool run_old) {
       med[o] = rounds[o][2];
     }
     const char* names[] = {"auto", "shallow", "deep", "lean", "lean-deep", "lean-burst", "lean-prefetch", "lean-ahead",
-                           "lean-wide", "lean-wide-prefetch", "lean-block", "lean-block-prefetch"};
+                           "lean-wide", "lean-wide-prefetch", "lean-block", "lean-block-prefetch", "lean-block-early", "lean-early"};
     std::printf("m14 | %4ld | %6ld | %4ld | %ld | %s | %7.2f |", static_cast<long>(s.batch), static_cast<long>(s.ctx),
                 static_cast<long>(plan.num_items), static_cast<long>(chunk), names[static_cast<int>(plan.ring)], floor_us);
     for (int o = 0; o < kCfg + kFloors; ++o) std::printf(" %6.2f |", med[o]);
@@ -636,12 +691,18 @@ int main(int argc, char** argv) {
   g_m12 = argc > 1 && std::strcmp(argv[1], "m12") == 0;
   g_m13 = argc > 1 && std::strcmp(argv[1], "m13") == 0;
   g_m14 = argc > 1 && std::strcmp(argv[1], "m14") == 0;
-  if (!g_timeline && !g_m12 && !g_m13 && !g_m14) read_ceiling();
+  g_m15 = argc > 1 && std::strcmp(argv[1], "m15") == 0;
+  if (!g_timeline && !g_m12 && !g_m13 && !g_m14 && !g_m15) read_ceiling();
   std::vector<Shape> shapes;
   const bool focus = argc > 1 && std::strcmp(argv[1], "focus") == 0;  // the TP32 rank's shapes only
   if (g_timeline) {
     shapes = {{3, 1, 1024}, {3, 1, 16384}, {3, 1, 65536}, {3, 8, 65536}};
     if (argc > 2 && std::strcmp(argv[2], "short") == 0) shapes = {{3, 1, 1024}, {3, 1, 65536}};
+  } else if (g_m15) {
+    shapes = {{3, 1, 1024}, {3, 1, 64}, {3, 1, 256}, {3, 1, 2048}, {3, 1, 4096}, {3, 2, 1024}, {3, 4, 1024}, {3, 8, 1024}, {3, 1, 16384}, {3, 8, 16384}};
+    std::printf("m15 rows (graph us/step, pdl, the plan's trigger / slice; median of 5 interleaved rounds): | batch | ctx | items | chunk | "
+                "new pick (ring enum) | floor us (bytes) | c0 14th pick | c1 lean-block-early | c2 lean | c3 lean-early | c4 new pick | "
+                "c5 = c1, every token early | c6 = c1, nothing early | c0 / c1 | c2 / c3 | max abs c1 - c0 / c3 - c0 |\n");
   } else if (g_m14) {
     shapes = {{3, 1, 1024}, {3, 1, 64}, {3, 1, 256}, {3, 1, 2048}, {3, 1, 4096}, {3, 2, 1024}, {3, 4, 1024}, {3, 8, 1024}, {3, 1, 16384}, {3, 8, 16384}};
     std::printf("m14 rows (graph us/step, pdl, the plan's merge form / slice / trigger; median of 5 interleaved rounds): | batch | ctx | items | "

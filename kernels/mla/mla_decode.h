@@ -81,8 +81,17 @@ namespace pdserve::cuda {
 // dims, with no combine of warp states at the item's end. Correct for items of any length; built
 // for items of one or two tiles (the plan's pick: mla_decode_pick_ring). The prefetch form adds
 // kLeanPrefetch's pre-wait L2 hints (without MlaDecodeWork::cache_pages: kLeanBlock).
+// kLeanBlockEarly / kLeanEarly (fifteenth version; kLeanBlock's / kLean's shapes and fallbacks): kLeanBlock
+// / kLean whose CTAs, BEFORE the pdl wait, read their prologue tiles' page-table entries and
+// issue those tiles' bulk copies (every stage filled at the start: 3 tiles; the warp form too)
+// for the item's STABLE tokens, those before its row's newest MlaDecodeWork::new_tokens (the
+// row's end from the plan: the last item's end). A tile holding both is copied in two bulk copies
+// on its stage's mbarrier (armed once, before the wait, with the tile's bytes): rows [t0, stable)
+// before the wait, [stable, t0 + valid) after it; q, the tiles past the prologue and tiles wholly
+// past the stable bound after it, as in kLean. What may be read before the wait, and why: see
+// MlaDecodeWork::new_tokens. Same sums as kLeanBlock / kLean (bit-identical outputs).
 enum class MlaDecodeRing { kAuto, kShallow, kDeep, kLean, kLeanDeep, kLeanBurst, kLeanPrefetch, kLeanAhead, kLeanWide, kLeanWidePrefetch,
-                           kLeanBlock, kLeanBlockPrefetch };
+                           kLeanBlock, kLeanBlockPrefetch, kLeanBlockEarly, kLeanEarly };
 
 // Where split rows are merged. kSeparate / kSeparateChained: a second kernel (grid row x head x slice of MlaDecodeWork::merge_slice dims).
 // kFused: in the run, by the last CTA of each group / row (needs MlaDecodeWork::counters).
@@ -251,6 +260,27 @@ struct MlaDecodeWork {
   bool pdl = false;
   // The cache's page count (one layer): bounds kLeanPrefetch's pre-wait prefetches (0: none).
   int64_t cache_pages = 0;
+  // The early rings (kLeanBlockEarly, kLeanEarly; others ignore it): each row's newest new_tokens
+  // tokens are read only after the pdl wait; everything else they read (the plan, the page
+  // table, the cache entries of a row's tokens [0, ctx - new_tokens)) may be read BEFORE it, while
+  // the kernel just before the run (P) still runs. That is safe only when
+  // (1) the plan and the page table were written before the step by the host (a copy in the
+  //     stream ahead of the step's kernels), never by a kernel the run may overlap;
+  // (2) every cache entry of a row but its newest new_tokens was written by a kernel that has
+  //     COMPLETED when the run starts: with pdl the run starts once P triggers (or ends); if P
+  //     triggers only after its own pdl wait, or not at all (every kernel here: pdl_bulk.cuh),
+  //     every kernel before P has completed by then, so the only writer still running is P itself,
+  //     which may write q and the rows' newest new_tokens entries (a decode step's
+  //     mla_write_latents: 1 a row), both read after the wait. Tokens older than that were written
+  //     by earlier steps (or earlier in this one, by kernels before P), which completed.
+  // A P that triggers BEFORE its own pdl wait breaks (2): the kernel before P may still be
+  // writing, and the run could copy entries it has not written yet; so does a P that writes
+  // older entries than the newest new_tokens, and a page table written by a kernel.
+  // 1 for decode (one query row a sequence, its one new token). Rows that are several query
+  // tokens of one sequence in one step (a prefill chunk through the split-KV path, speculative
+  // tokens) must pass the step's new tokens a sequence (the chunk's length): row i's newest i + 1
+  // are new. >= a row's length: nothing of that row is read early. >= 0 (else refused).
+  int64_t new_tokens = 1;
   MlaDecodeTrigger trigger = kMlaDefaultTrigger;
   // The separate merge's dims a CTA (16, 32 or 64; 0: mla_decode_merge_slice). The output is
   // bit-identical across slices (mla_decode_merge_sm90.cu); only the CTA count changes. 64 (the
@@ -304,13 +334,21 @@ inline constexpr MlaDecodeRing kMlaLongItemRing = MlaDecodeRing::kLean;
 // calls, and 1-9% slower wherever items hold two tiles or more (docs/perf.md, MLA decode,
 // tenth version). Falls back to kLean where MlaDecodeWork::cache_pages is 0. The CUDA backend
 // runs kLean instead (cuda_model.cpp: a graph keeps its first step's ring). Since the fourteenth
-// version the plan picks kLeanBlockPrefetch there instead (kMlaBlockSoftmaxMaxChunk below);
-// kMlaOneTileItemRing is its pick only where that is set below one tile.
+// version the plan picks kLeanBlockPrefetch there instead (kMlaBlockSoftmaxMaxChunk below), and
+// since the fifteenth kLeanBlockEarly (kMlaEarlyMaxChunk); kMlaOneTileItemRing is its pick only
+// where both are set below one tile.
 inline constexpr MlaDecodeRing kMlaOneTileItemRing = MlaDecodeRing::kLeanPrefetch;
 // The block-softmax form (kLeanBlock*, fourteenth version): the plan picks it for items of at most
 // kMlaBlockSoftmaxMaxChunk tokens (0: never), kLeanBlockPrefetch for one-tile items, kLeanBlock
 // for longer ones (docs/perf.md, MLA decode, fourteenth version).
 inline constexpr int64_t kMlaBlockSoftmaxMaxChunk = 2 * kMlaTileTokens;
+// The early form (kLeanBlockEarly, fifteenth version): the plan's pick instead of kLeanBlock* for
+// items of at most kMlaEarlyMaxChunk tokens (0: never; within kMlaBlockSoftmaxMaxChunk): one tile,
+// where it measured 8-14% faster than kLeanBlockPrefetch on the H200 (1 x 64 to 4 x 1K: 1 x 1K
+// 4.98 us a step against 5.56); at two tiles an item (8 x 1K) a tie with kLeanBlock, which the
+// plan keeps there (docs/perf.md, MLA decode, fifteenth version). Callers that pass the plan's ring must keep MlaDecodeWork::new_tokens' contract
+// (decode: the default 1).
+inline constexpr int64_t kMlaEarlyMaxChunk = kMlaTileTokens;
 MlaDecodeRing mla_decode_pick_ring(int64_t chunk_tokens);
 
 bool mla_decode_supported(int64_t heads, int64_t latent_dim, int64_t rope_dim);

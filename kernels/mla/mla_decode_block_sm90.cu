@@ -30,11 +30,13 @@ constexpr int kPerWarp = kTile / kWarps;  // tokens of a tile each warp scores
 // The summation order differs from the warp variant's (per tile: max first, then one exp per
 // token; each dim sums its tokens in order), within fp32 rounding of it.
 // PREFETCH (kLeanBlockPrefetch): kLeanPrefetch's pre-wait L2 hints (plan word 3 tiles an item).
+// EARLY (kLeanBlockEarly): the prologue's page reads and bulk copies of the stable tokens before
+// the pdl wait, the rest after it (early_issue_stable / early_issue_rest; mla_decode.h).
 // TL: the bench's timeline stamps (mla_decode.h), as the warp variant's.
-template <int NH, bool PREFETCH, bool TL>
+template <int NH, bool PREFETCH, bool EARLY, bool TL>
 __global__ void __launch_bounds__(kThreads, 2)
     mla_decode_block_kernel(const __grid_constant__ MlaDecodeArgs a, const int32_t* __restrict__ plan, float* part_o, float* part_lse,
-                            int32_t* counters, bool late_trigger, int64_t cache_pages, uint64_t* timeline) {
+                            int32_t* counters, bool late_trigger, int64_t cache_pages, int new_tokens, uint64_t* timeline) {
   extern __shared__ float4 smem_raw[];
   float* tiles = reinterpret_cast<float*>(smem_raw);  // [kStages][kTile][kEntry]
   __shared__ __align__(8) uint64_t s_full[kStages];
@@ -46,8 +48,12 @@ __global__ void __launch_bounds__(kThreads, 2)
   if constexpr (TL) {
     if (threadIdx.x == 0) timeline_stamp(rec, 0);
   }
-  if (item >= plan[0]) return;  // a graph launches the capacity
+  // The item and the next one (EARLY) loaded with the item count, in one round trip: both in the
+  // image (item < launch_items <= capacity, and the row table follows the items).
+  const int num_items = plan[0];
   const int4 it = reinterpret_cast<const int4*>(plan + 4)[item];
+  const int4 next = EARLY ? reinterpret_cast<const int4*>(plan + 4)[item + 1] : it;
+  if (item >= num_items) return;  // a graph launches the capacity
   const int row = it.x, begin = it.y, end = it.z, slot = it.w;
   const int ps = static_cast<int>(a.page_size);
   const int32_t* table = a.page_table + static_cast<int64_t>(row) * a.max_pages;
@@ -66,7 +72,13 @@ __global__ void __launch_bounds__(kThreads, 2)
         bulk_prefetch_l2(a.cache + (static_cast<int64_t>(page) * ps + t0 % ps) * kEntry, static_cast<unsigned>(min(kTile, end - t0) * kEntry * 4));
     }
   }
-  pdl_wait();  // q and the cache may come from the kernels before
+  EarlyPrologue<kStages> early;
+  if constexpr (EARLY) {
+    if (threadIdx.x == 0)
+      early_issue_stable<kTile, kStages, kEntry>(a, plan, table, item, num_items, next, row, begin, end, new_tokens, tiles, s_full, s_valid,
+                                                 early);
+  }
+  pdl_wait();  // q and the cache may come from the kernels before (EARLY: the row's newest new_tokens only)
   if (!late_trigger) pdl_trigger();
   if constexpr (TL) {
     if (threadIdx.x == 0) timeline_stamp(rec, 1);
@@ -85,8 +97,11 @@ __global__ void __launch_bounds__(kThreads, 2)
       mbar_arrive(&s_full[st]);
     }
   };
-  if (threadIdx.x == 0)
-    for (int st = 0; st < kStages && st < ntiles; ++st) issue(begin + st * kTile, st);
+  if (threadIdx.x == 0) {
+    if constexpr (EARLY) early_issue_rest<kTile, kStages, kEntry>(tiles, s_full, early);
+    else
+      for (int st = 0; st < kStages && st < ntiles; ++st) issue(begin + st * kTile, st);
+  }
 
   const float qscale = a.scale * kLog2e;
   float2 q[NH][kSlots];
@@ -214,15 +229,15 @@ __global__ void __launch_bounds__(kThreads, 2)
   if (late_trigger) pdl_trigger();
 }
 
-template <int NH, bool PREFETCH, bool TL = false>
+template <int NH, bool PREFETCH, bool EARLY, bool TL = false>
 Status launch_block_run(const MlaDecodeArgs& a, const MlaDecodeWork& w, int32_t* counters, cudaStream_t stream) {
   if constexpr (!TL) {
     if (w.timeline != nullptr) {
-      if constexpr (NH == 3) return launch_block_run<NH, PREFETCH, true>(a, w, counters, stream);
+      if constexpr (NH == 3) return launch_block_run<NH, PREFETCH, EARLY, true>(a, w, counters, stream);
       else return invalid_argument("mla_decode_run: the timeline takes 3 heads only");
     }
   }
-  constexpr auto kernel = mla_decode_block_kernel<NH, PREFETCH, TL>;
+  constexpr auto kernel = mla_decode_block_kernel<NH, PREFETCH, EARLY, TL>;
   static const cudaError_t opt_in = [] {  // first (eager) call, never in a capture
     const cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kStages * kTile * kMaxEntry * sizeof(float));
     if (e != cudaSuccess) return e;
@@ -230,15 +245,16 @@ Status launch_block_run(const MlaDecodeArgs& a, const MlaDecodeWork& w, int32_t*
   }();
   if (opt_in != cudaSuccess) return cuda_status(opt_in, "mla_decode_run (block softmax opt-in)");
   const cudaError_t e = launch_pdl(w.pdl, kernel, dim3(static_cast<unsigned>(w.launch_items)), dim3(kThreads), run_shared_bytes(a), stream, a,
-                                   w.plan, w.part_o, w.part_lse, counters, w.trigger == MlaDecodeTrigger::kLate, w.cache_pages, w.timeline);
+                                   w.plan, w.part_o, w.part_lse, counters, w.trigger == MlaDecodeTrigger::kLate, w.cache_pages, early_new_tokens(w), w.timeline);
   if (e != cudaSuccess) return cuda_status(e, "mla_decode_run (block softmax)");
   return last_launch_status("mla_decode_run (block softmax)");
 }
 
 template <int NH>
 Status launch_block_run(const MlaDecodeArgs& a, const MlaDecodeWork& w, MlaDecodeRing ring, int32_t* counters, cudaStream_t stream) {
-  if (ring == MlaDecodeRing::kLeanBlockPrefetch && w.cache_pages > 0) return launch_block_run<NH, true>(a, w, counters, stream);
-  return launch_block_run<NH, false>(a, w, counters, stream);
+  if (ring == MlaDecodeRing::kLeanBlockPrefetch && w.cache_pages > 0) return launch_block_run<NH, true, false>(a, w, counters, stream);
+  if (ring == MlaDecodeRing::kLeanBlockEarly) return launch_block_run<NH, false, true>(a, w, counters, stream);
+  return launch_block_run<NH, false, false>(a, w, counters, stream);
 }
 
 }  // namespace

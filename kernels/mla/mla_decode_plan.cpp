@@ -110,7 +110,8 @@ Status build_mla_decode_plan(const int32_t* ctx_len, int64_t rows, int64_t page_
   const bool one_tile = chunk <= kMlaTileTokens;  // the one-tile rings' trigger and merge slice
   plan->trigger = one_tile ? kMlaOneTileTrigger : kMlaDefaultTrigger;
   plan->merge_slice = one_tile ? 64 : 0;
-  const bool block_ring = plan->ring == MlaDecodeRing::kLeanBlock || plan->ring == MlaDecodeRing::kLeanBlockPrefetch;
+  const bool block_ring = plan->ring == MlaDecodeRing::kLeanBlock || plan->ring == MlaDecodeRing::kLeanBlockPrefetch ||
+                          plan->ring == MlaDecodeRing::kLeanBlockEarly;
   plan->merge = most_items > kMlaEarlyMergeMinItems                  ? MlaDecodeMerge::kSeparate
                 : block_ring && most_items <= kMlaShortMergeMaxItems ? MlaDecodeMerge::kSeparateShort
                                                                      : MlaDecodeMerge::kAuto;
@@ -171,8 +172,10 @@ Status build_mla_decode_cluster_plan(const int32_t* ctx_len, int64_t rows, int64
 }
 
 MlaDecodeRing mla_decode_pick_ring(int64_t chunk_tokens) {
-  if (chunk_tokens <= kMlaBlockSoftmaxMaxChunk)
+  if (chunk_tokens <= kMlaBlockSoftmaxMaxChunk) {
+    if (chunk_tokens <= kMlaEarlyMaxChunk) return MlaDecodeRing::kLeanBlockEarly;
     return chunk_tokens <= kMlaTileTokens ? MlaDecodeRing::kLeanBlockPrefetch : MlaDecodeRing::kLeanBlock;
+  }
   if (chunk_tokens <= kMlaTileTokens) return kMlaOneTileItemRing;
   return chunk_tokens <= kMlaDeepRingMaxChunk ? kMlaShortItemRing : kMlaLongItemRing;
 }

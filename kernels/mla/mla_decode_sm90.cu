@@ -203,6 +203,7 @@ Status launch_run(const MlaDecodeArgs& a, const MlaDecodeWork& w, int32_t* count
 Status mla_decode_run(const MlaDecodeArgs& a, const MlaDecodeWork& w, cudaStream_t stream) {
   if (!mla_decode_supported(a.heads, a.latent_dim, a.rope_dim)) return invalid_argument("mla_decode_run: unsupported shape");
   if (a.page_size <= 0 || w.launch_items > w.capacity) return invalid_argument("mla_decode_run: bad page size or launch count");
+  if (w.new_tokens < 0) return invalid_argument("mla_decode_run: new_tokens < 0");
   if (a.rows == 0) return Status::ok();
   const bool warp_variant = w.variant == MlaDecodeVariant::kWarp ||
                             (w.variant == MlaDecodeVariant::kAuto && a.heads <= 3 && a.latent_dim % 4 == 0);

@@ -253,6 +253,66 @@ inline __device__ void fused_merge_tail(const MlaDecodeArgs& a, const int32_t* p
   merge_partials(part_o, part_lse, first, groups, group, H, lat, out_row, nullptr, smem, smem_floats);
 }
 
+// The early rings (MlaDecodeRing::kLeanBlockEarly / kLeanEarly; the contract: MlaDecodeWork::
+// new_tokens). Thread 0, BEFORE the pdl wait: for each of the item's first STAGES tiles (tile g
+// into stage g), its page-table entry, its valid tokens (published in s_valid), the stage's
+// barrier armed with all of them, and the bulk copy of those before the row's stable bound
+// (row end - new_tokens). The row's end: this item's where it is the row's last (a row's items are
+// consecutive in the plan); else `next` (item + 1's plan entry, loaded with this item's: always in
+// the image, the row table follows the items) ends at or before it, which settles most items
+// without another round trip; only where that bound is too short (new_tokens longer than the
+// next item) the row's last item's end is read. early_issue_rest, after the wait: the copies of the
+// rest, on the same barriers.
+template <int STAGES>
+struct EarlyPrologue {
+  const float* src[STAGES];        // the tile's first entry in the cache
+  int valid[STAGES], pre[STAGES];  // tokens to copy; of those, copied before the wait
+};
+template <int TILE, int STAGES, int ENTRY>
+__device__ __forceinline__ void early_issue_stable(const MlaDecodeArgs& a, const int32_t* plan, const int32_t* table, int item, int num_items,
+                                                   int4 next, int row, int begin, int end, int new_tokens, float* tiles, uint64_t* full,
+                                                   int* s_valid, EarlyPrologue<STAGES>& e) {
+  int row_end = end;  // the row's last item (a row of one item included)
+  if (item + 1 < num_items && next.x == row) {
+    row_end = next.z;                 // a later item of the row ends at or before the row's end
+    if (row_end - new_tokens < end) {         // not enough to settle it: the row's last item's end
+      const int2 info = *reinterpret_cast<const int2*>(plan + 4 + 4 * plan[2] + 4 * row);  // first item, items
+      row_end = plan[4 + 4 * (info.x + info.y - 1) + 2];
+    }
+  }
+  const int stable = row_end - new_tokens, ps = static_cast<int>(a.page_size);
+#pragma unroll
+  for (int st = 0; st < STAGES; ++st) {
+    const int t0 = begin + st * TILE;
+    e.valid[st] = e.pre[st] = 0;
+    e.src[st] = a.cache;
+    if (t0 >= end) continue;
+    const int page = table[t0 / ps];
+    const int valid = page < 0 ? 0 : min(TILE, end - t0);
+    s_valid[st] = valid;  // read by the scoring warps after the stage's barrier completes
+    if (valid == 0) {
+      mbar_arrive(&full[st]);
+      continue;
+    }
+    const int pre = max(0, min(valid, stable - t0));
+    e.src[st] = a.cache + (static_cast<int64_t>(page) * ps + t0 % ps) * ENTRY;
+    e.valid[st] = valid, e.pre[st] = pre;
+    mbar_arrive_expect_tx(&full[st], static_cast<unsigned>(valid * ENTRY * 4));
+    if (pre > 0) bulk_copy(tiles + st * TILE * ENTRY, e.src[st], static_cast<unsigned>(pre * ENTRY * 4), &full[st]);
+  }
+}
+template <int TILE, int STAGES, int ENTRY>
+__device__ __forceinline__ void early_issue_rest(float* tiles, uint64_t* full, const EarlyPrologue<STAGES>& e) {
+#pragma unroll
+  for (int st = 0; st < STAGES; ++st)
+    if (e.valid[st] > e.pre[st])
+      bulk_copy(tiles + (st * TILE + e.pre[st]) * ENTRY, e.src[st] + e.pre[st] * ENTRY, static_cast<unsigned>((e.valid[st] - e.pre[st]) * ENTRY * 4),
+                &full[st]);
+}
+
+// MlaDecodeWork::new_tokens as the kernels take it (an int; a row never holds INT_MAX tokens).
+inline int early_new_tokens(const MlaDecodeWork& w) { return static_cast<int>(std::min<int64_t>(w.new_tokens, INT32_MAX)); }
+
 // The tile stages; at least the fused merge's weights (kMlaMaxMergeFanIn x heads floats).
 inline size_t run_shared_bytes(const MlaDecodeArgs& a) {
   return std::max<size_t>(kStages * kTile * (a.latent_dim + a.rope_dim), kMlaMaxMergeFanIn * a.heads) * sizeof(float);

@@ -90,11 +90,14 @@ __device__ __forceinline__ void cluster_merge(const MlaDecodeArgs& a, int row, b
 // false everywhere else, where the stamps compile to nothing.
 // CLUSTER (MlaDecodeMerge::kCluster): the CTA's partial goes to its own shared memory, and the
 // cluster (= the row's items) merges them through distributed shared memory (cluster_merge).
+// EARLY (MlaDecodeRing::kLeanEarly; LEAN, fixed tiles): the prologue fills every stage (as FILL),
+// its page reads and the bulk copies of the row's stable tokens issued before the pdl wait, the
+// rest after it (early_issue_stable / early_issue_rest; mla_decode.h); the steady state is kLean's.
 template <int NH, bool BULK, int TILE, int STAGES, bool LEAN = false, bool FILL = false, bool PREFETCH = false, bool AHEAD = false,
-          bool TL = false, bool CLUSTER = false>
+          bool TL = false, bool CLUSTER = false, bool EARLY = false>
 __global__ void __launch_bounds__(kThreads, 2)
     mla_decode_warp_kernel(const __grid_constant__ MlaDecodeArgs a, const int32_t* __restrict__ plan, float* part_o, float* part_lse,
-                           int32_t* counters, bool dynamic_tiles, bool late_trigger, int64_t cache_pages, uint64_t* timeline) {
+                           int32_t* counters, bool dynamic_tiles, bool late_trigger, int64_t cache_pages, int new_tokens, uint64_t* timeline) {
   extern __shared__ float4 smem_raw[];
   static_assert(TILE % kWarps == 0 && TILE <= kTile * 2 && (TILE * STAGES <= kTile * kStages || (CLUSTER && TILE * STAGES <= kWideTokens)),
                 "the ring fits run_shared_bytes (the cluster's wide ring: wide_shared_bytes)");
@@ -105,6 +108,7 @@ __global__ void __launch_bounds__(kThreads, 2)
   __shared__ int s_t0[STAGES];                      // dynamic tiles: the token stage s starts at (-1: none left)
   __shared__ int s_valid[STAGES];                   // LEAN: stage s's tokens to score (0: a negative page)
   static_assert(!LEAN || BULK, "the lean kernel takes the bulk loader");
+  static_assert(!EARLY || (LEAN && !CLUSTER && !FILL && !PREFETCH && !AHEAD), "the early ring is kLean's (fixed tiles)");
   const int item = blockIdx.x;
   uint64_t* const rec = TL ? timeline + item * kMlaTimelineWords : nullptr;
   if constexpr (TL) {
@@ -163,8 +167,14 @@ __global__ void __launch_bounds__(kThreads, 2)
         bulk_prefetch_l2(a.cache + (static_cast<int64_t>(page) * ps + t0 % ps) * entry, static_cast<unsigned>(min(TILE, end - t0) * entry * 4));
     }
   }
+  EarlyPrologue<STAGES> early;
+  if constexpr (EARLY) {  // fixed tiles (the launcher runs LEAN only without dynamic tiles)
+    if (threadIdx.x == 0)
+      early_issue_stable<TILE, STAGES, 576>(a, plan, table, item, plan[0], reinterpret_cast<const int4*>(plan + 4)[item + 1], row, begin,
+                                            end, new_tokens, tiles, s_full, s_valid, early);
+  }
   pdl_wait();  // q and the cache may come from the kernels before (only the plan is read above;
-               // PREFETCH: the table too, for hints only)
+               // PREFETCH: the table too, for hints only; EARLY: all but the rows' newest new_tokens)
   if (!late_trigger) pdl_trigger();  // MlaDecodeTrigger::kEarly
   if constexpr (TL) {
     if (threadIdx.x == 0) timeline_stamp(rec, 1);
@@ -250,8 +260,10 @@ __global__ void __launch_bounds__(kThreads, 2)
   // into the stage tile i - 1 left (if not issued yet). The deep ring fills every stage at the
   // start (an item's first burst is most of its bytes at small batch); the shallow one keeps
   // its measured schedule (two ahead).
-  constexpr int kAhead = STAGES > kStages || FILL ? STAGES : STAGES - 1;
-  if (dynamic) {
+  constexpr int kAhead = STAGES > kStages || FILL || EARLY ? STAGES : STAGES - 1;
+  if constexpr (EARLY) {
+    if (threadIdx.x == 0) early_issue_rest<TILE, STAGES, 576>(tiles, s_full, early);
+  } else if (dynamic) {
     if (threadIdx.x == 0)
 #pragma unroll
       for (int st = 0; st < kAhead; ++st) issue_dynamic(st);
@@ -455,24 +467,24 @@ cudaError_t opt_in_shared(Kernel kernel) {
 }
 
 template <int NH, bool BULK, int TILE, int STAGES, bool LEAN = false, bool FILL = false, bool PREFETCH = false, bool AHEAD = false,
-          bool TL = false>
+          bool EARLY = false, bool TL = false>
 Status launch_warp_run(const MlaDecodeArgs& a, const MlaDecodeWork& w, int32_t* counters, cudaStream_t stream) {
-  // The timeline's instantiations: the rings batch 1 runs (kLean, kLeanPrefetch) at 3 heads only.
+  // The timeline's instantiations: the rings batch 1 runs (kLean, kLeanPrefetch, kLeanEarly) at 3 heads only.
   if constexpr (!TL) {
     if (w.timeline != nullptr) {
       if constexpr (NH == 3 && LEAN && !FILL && !AHEAD && TILE == kTile && STAGES == kStages)
-        return launch_warp_run<NH, BULK, TILE, STAGES, LEAN, FILL, PREFETCH, AHEAD, true>(a, w, counters, stream);
+        return launch_warp_run<NH, BULK, TILE, STAGES, LEAN, FILL, PREFETCH, AHEAD, EARLY, true>(a, w, counters, stream);
       else
-        return invalid_argument("mla_decode_run: the timeline takes the kLean / kLeanPrefetch rings at 3 heads only");
+        return invalid_argument("mla_decode_run: the timeline takes the kLean / kLeanPrefetch / kLeanEarly rings at 3 heads only");
     }
   }
   const size_t smem = run_shared_bytes(a);
-  constexpr auto kernel = mla_decode_warp_kernel<NH, BULK, TILE, STAGES, LEAN, FILL, PREFETCH, AHEAD, TL>;
+  constexpr auto kernel = mla_decode_warp_kernel<NH, BULK, TILE, STAGES, LEAN, FILL, PREFETCH, AHEAD, TL, false, EARLY>;
   static const cudaError_t opt_in = opt_in_shared(kernel);  // first (eager) call, never in a capture
   if (opt_in != cudaSuccess) return cuda_status(opt_in, "mla_decode_run (shared memory opt-in)");
   const cudaError_t e = launch_pdl(w.pdl, kernel, dim3(static_cast<unsigned>(w.launch_items)), dim3(kThreads),
                                    smem, stream, a, w.plan, w.part_o, w.part_lse, counters, w.dynamic_tiles,
-                                   w.trigger == MlaDecodeTrigger::kLate, w.cache_pages, w.timeline);
+                                   w.trigger == MlaDecodeTrigger::kLate, w.cache_pages, early_new_tokens(w), w.timeline);
   if (e != cudaSuccess) return cuda_status(e, "mla_decode_run (warp variant)");
   return last_launch_status("mla_decode_run (warp variant)");
 }
@@ -506,7 +518,7 @@ Status launch_cluster_run(const MlaDecodeArgs& a, const MlaDecodeWork& w, cudaSt
   cfg.numAttrs = w.pdl ? 2 : 1;
   const cudaError_t e = cudaLaunchKernelEx(&cfg, kernel, a, w.plan, static_cast<float*>(nullptr), static_cast<float*>(nullptr),
                                            static_cast<int32_t*>(nullptr), false, w.trigger == MlaDecodeTrigger::kLate, w.cache_pages,
-                                           static_cast<uint64_t*>(nullptr));
+                                           early_new_tokens(w), static_cast<uint64_t*>(nullptr));
   if (e != cudaSuccess) return cuda_status(e, "mla_decode_run (cluster)");
   return last_launch_status("mla_decode_run (cluster)");
 }
@@ -534,13 +546,15 @@ Status launch_warp_run(const MlaDecodeArgs& a, const MlaDecodeWork& w, bool bulk
   // The lean kernel: K3's widths only, fixed tile ranges; else the same ring without it.
   const bool lean = a.latent_dim == 512 && a.rope_dim == 64 && !(w.dynamic_tiles && counters);
   if (ring == MlaDecodeRing::kLeanDeep && lean) return launch_warp_run<NH, true, kTile / 2, 2 * kStages, true>(a, w, counters, stream);
-  if ((ring == MlaDecodeRing::kLeanBlock || ring == MlaDecodeRing::kLeanBlockPrefetch) && lean)
+  if ((ring == MlaDecodeRing::kLeanBlock || ring == MlaDecodeRing::kLeanBlockPrefetch || ring == MlaDecodeRing::kLeanBlockEarly) && lean)
     return launch_block_softmax_variant(a, w, ring, counters, stream);
   if (ring == MlaDecodeRing::kDeep || ring == MlaDecodeRing::kLeanDeep)
     return launch_warp_run<NH, true, kTile / 2, 2 * kStages>(a, w, counters, stream);
   if (ring == MlaDecodeRing::kLeanWide) ring = MlaDecodeRing::kLean;  // the wide ring: the cluster form only
   if (ring == MlaDecodeRing::kLeanWidePrefetch) ring = MlaDecodeRing::kLeanPrefetch;
   if (ring == MlaDecodeRing::kLean && lean) return launch_warp_run<NH, true, kTile, kStages, true>(a, w, counters, stream);
+  if (ring == MlaDecodeRing::kLeanEarly && lean)
+    return launch_warp_run<NH, true, kTile, kStages, true, false, false, false, true>(a, w, counters, stream);
   if (ring == MlaDecodeRing::kLeanBurst && lean) return launch_warp_run<NH, true, kTile, kStages, true, true>(a, w, counters, stream);
   if (ring == MlaDecodeRing::kLeanPrefetch && lean) {  // without the cache's size nothing to prefetch: kLean itself
     if (w.cache_pages <= 0) return launch_warp_run<NH, true, kTile, kStages, true>(a, w, counters, stream);

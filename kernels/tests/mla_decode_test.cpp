@@ -197,14 +197,19 @@ TEST(MlaDecodePlan, ShortAndLongItemsPickTheirRings) {
     const std::vector<int32_t> c(rows, ctx);
     ASSERT_TRUE(build_mla_decode_plan(c.data(), rows, 64, mla_decode_plan_capacity(rows), &plan).is_ok());
     const int64_t chunk = plan.image[4 + 2] - plan.image[4 + 1];  // item 0 holds a whole chunk here
-    EXPECT_EQ(plan.ring, chunk <= kMlaBlockSoftmaxMaxChunk ? MlaDecodeRing::kLeanBlock : kMlaShortItemRing) << rows << " x " << ctx;
+    EXPECT_EQ(plan.ring, chunk <= kMlaEarlyMaxChunk          ? MlaDecodeRing::kLeanBlockEarly
+                         : chunk <= kMlaBlockSoftmaxMaxChunk ? MlaDecodeRing::kLeanBlock
+                                                             : kMlaShortItemRing)
+        << rows << " x " << ctx;
     EXPECT_EQ(plan.trigger, kMlaDefaultTrigger) << rows << " x " << ctx;
     EXPECT_EQ(plan.merge_slice, 0) << rows << " x " << ctx;
   }
   for (const auto& [rows, ctx] : one_tile) {
     const std::vector<int32_t> c(rows, ctx);
     ASSERT_TRUE(build_mla_decode_plan(c.data(), rows, 64, mla_decode_plan_capacity(rows), &plan).is_ok());
-    EXPECT_EQ(plan.ring, kMlaBlockSoftmaxMaxChunk >= kMlaTileTokens ? MlaDecodeRing::kLeanBlockPrefetch : kMlaOneTileItemRing)
+    EXPECT_EQ(plan.ring, kMlaEarlyMaxChunk >= kMlaTileTokens          ? MlaDecodeRing::kLeanBlockEarly
+                         : kMlaBlockSoftmaxMaxChunk >= kMlaTileTokens ? MlaDecodeRing::kLeanBlockPrefetch
+                                                                      : kMlaOneTileItemRing)
         << rows << " x " << ctx;
     EXPECT_EQ(plan.image[3], 1) << rows << " x " << ctx;  // the item's one tile
     EXPECT_EQ(plan.trigger, kMlaOneTileTrigger) << rows << " x " << ctx;
@@ -217,9 +222,11 @@ TEST(MlaDecodePlan, ShortAndLongItemsPickTheirRings) {
     EXPECT_EQ(plan.trigger, kMlaDefaultTrigger) << rows << " x " << ctx;
     EXPECT_EQ(plan.merge_slice, 0) << rows << " x " << ctx;
   }
-  // The block-softmax form up to kMlaBlockSoftmaxMaxChunk tokens an item (its prefetch form at one tile).
+  // The block-softmax form up to kMlaBlockSoftmaxMaxChunk tokens an item (its early form up to
+  // kMlaEarlyMaxChunk, else its prefetch form at one tile).
   auto short_pick = [](int64_t chunk, MlaDecodeRing otherwise) {
     if (chunk > kMlaBlockSoftmaxMaxChunk) return otherwise;
+    if (chunk <= kMlaEarlyMaxChunk) return MlaDecodeRing::kLeanBlockEarly;
     return chunk <= kMlaTileTokens ? MlaDecodeRing::kLeanBlockPrefetch : MlaDecodeRing::kLeanBlock;
   };
   EXPECT_EQ(mla_decode_pick_ring(kMlaTileTokens), short_pick(kMlaTileTokens, kMlaOneTileItemRing));
@@ -240,7 +247,8 @@ TEST(MlaDecodePlan, RowsOfManyItemsPickTheEarlyMerge) {
   for (const auto& [rows, ctx] : {std::pair<int64_t, int32_t>{1, 1024}, {1, 2048}, {8, 1024}, {1, 64}}) {
     const std::vector<int32_t> c(rows, ctx);
     ASSERT_TRUE(build_mla_decode_plan(c.data(), rows, 64, mla_decode_plan_capacity(rows), &plan).is_ok());
-    const bool block = plan.ring == MlaDecodeRing::kLeanBlock || plan.ring == MlaDecodeRing::kLeanBlockPrefetch;
+    const bool block = plan.ring == MlaDecodeRing::kLeanBlock || plan.ring == MlaDecodeRing::kLeanBlockPrefetch ||
+                       plan.ring == MlaDecodeRing::kLeanBlockEarly;
     EXPECT_EQ(plan.merge, block && plan.num_items / rows <= kMlaShortMergeMaxItems ? MlaDecodeMerge::kSeparateShort : MlaDecodeMerge::kAuto)
         << rows << " x " << ctx;
   }
@@ -434,15 +442,16 @@ void run_cluster_forms(const Case& c, MlaDecodeArgs a, const std::vector<float>&
   replay_two_step_graph(a, w, stream, out, rows * c.heads * c.lat, ref, "cluster");
 }
 
-// The block-softmax form (kLeanBlockPrefetch, pdl, the plan's merge, trigger and slice; the full
-// capacity launched and always merged, as the backend's graphs do) captured as two steps in a
-// graph, replayed twice over NaN-filled outputs and partials.
+// The block-softmax form (`ring`: kLeanBlockPrefetch, kLeanBlockEarly, kLeanEarly; pdl, the plan's
+// merge, trigger and slice; the full capacity launched and always merged, as the backend's graphs
+// do) captured as two steps in a graph, replayed twice over NaN-filled outputs and partials.
 void run_block_graph(MlaDecodeArgs a, MlaDecodeWork w, const MlaDecodePlan& plan, int64_t cap, const std::vector<float>& ref,
-                     cudaStream_t stream, DeviceBuffer<float>& out, int64_t out_size, int64_t pages) {
+                     cudaStream_t stream, DeviceBuffer<float>& out, int64_t out_size, int64_t pages, MlaDecodeRing ring) {
   w.variant = MlaDecodeVariant::kAuto, w.loader = MlaDecodeLoader::kAuto, w.pdl = true, w.trigger = plan.trigger;
-  w.merge_mode = plan.merge, w.counters = nullptr, w.dynamic_tiles = false, w.ring = MlaDecodeRing::kLeanBlockPrefetch;
+  w.merge_mode = plan.merge, w.counters = nullptr, w.dynamic_tiles = false, w.ring = ring, w.new_tokens = 1;
   w.cache_pages = pages, w.merge_slice = plan.merge_slice ? plan.merge_slice : 64, w.launch_items = cap, w.merge = true;
-  replay_two_step_graph(a, w, stream, out, out_size, ref, "block-softmax, items " + std::to_string(plan.num_items));
+  replay_two_step_graph(a, w, stream, out, out_size, ref,
+                        "ring " + std::to_string(static_cast<int>(ring)) + ", items " + std::to_string(plan.num_items));
 }
 
 void run_case(const Case& c, uint32_t seed) {
@@ -511,6 +520,7 @@ void run_case(const Case& c, uint32_t seed) {
       // kLeanPrefetch's bound on page ids (MlaDecodeWork::cache_pages): the pool, or half of it
       // (hints past it skipped), or 0 (no hints: kLean itself).
       int64_t cache_pages_div = 1;
+      int64_t new_tokens = 1;  // the early rings' newest tokens a row, read after the wait (here nothing writes the cache)
     };
     constexpr auto kDeep = MlaDecodeRing::kDeep, kLean = MlaDecodeRing::kLean, kLeanDeep = MlaDecodeRing::kLeanDeep;
     constexpr auto kBurst = MlaDecodeRing::kLeanBurst, kPrefetch = MlaDecodeRing::kLeanPrefetch, kAhead = MlaDecodeRing::kLeanAhead;
@@ -518,7 +528,23 @@ void run_case(const Case& c, uint32_t seed) {
     constexpr auto kLate = MlaDecodeTrigger::kLate, kEarly = MlaDecodeTrigger::kEarly;
     constexpr auto kFused = MlaDecodeMerge::kFused;
     constexpr auto kBlock = MlaDecodeRing::kLeanBlock, kBlockPf = MlaDecodeRing::kLeanBlockPrefetch;
+    constexpr auto kBlockEarly = MlaDecodeRing::kLeanBlockEarly, kLeanEarly = MlaDecodeRing::kLeanEarly;
+    constexpr auto kShort = MlaDecodeMerge::kSeparateShort;
     const Opt opts[] = {
+                        // The early forms (fifteenth version): bulk with and without pdl, both triggers,
+                        // the merge forms, new_tokens 1 (decode), 0 (every token early), 40 (tiles and
+                        // items split at the stable bound, whole tiles after the wait) and past every row;
+                        // kCpAsync keeps kShallow.
+                        {MlaDecodeVariant::kAuto, MlaDecodeLoader::kBulk, false, kEarly, kSeparate, false, kBlockEarly},
+                        {MlaDecodeVariant::kAuto, MlaDecodeLoader::kBulk, true, kEarly, kShort, false, kBlockEarly},
+                        {MlaDecodeVariant::kAuto, MlaDecodeLoader::kBulk, true, kLate, kFused, false, kBlockEarly, 1, 40},
+                        {MlaDecodeVariant::kAuto, MlaDecodeLoader::kBulk, true, kLate, kChained, false, kBlockEarly, 1, 0},
+                        {MlaDecodeVariant::kAuto, MlaDecodeLoader::kBulk, true, kEarly, kSeparate, false, kBlockEarly, 1, 1 << 30},
+                        {MlaDecodeVariant::kAuto, MlaDecodeLoader::kBulk, false, kEarly, kSeparate, false, kLeanEarly},
+                        {MlaDecodeVariant::kAuto, MlaDecodeLoader::kBulk, true, kLate, kChained, false, kLeanEarly},
+                        {MlaDecodeVariant::kAuto, MlaDecodeLoader::kBulk, true, kLate, kFused, false, kLeanEarly, 1, 40},
+                        {MlaDecodeVariant::kAuto, MlaDecodeLoader::kBulk, true, kEarly, kShort, false, kLeanEarly, 1, 0},
+                        {MlaDecodeVariant::kAuto, MlaDecodeLoader::kCpAsync, true, kLate, kSeparate, false, kLeanEarly},
                         // The block-softmax form (fourteenth version): bulk with and without pdl, both
                         // triggers, the three merge forms, its pre-wait prefetch with half the pool in
                         // bounds and none; kCpAsync keeps kShallow.
@@ -602,7 +628,9 @@ void run_case(const Case& c, uint32_t seed) {
     auto dql_src = dev(ql);  // q is zero until the kernel just before the run adds it in
     for (const Opt& o : opts) {
       if (c.cluster_only) break;
-      if (c.block_only && o.ring != kBlock && o.ring != kBlockPf && o.ring != MlaDecodeRing::kAuto) continue;
+      if (c.block_only && o.ring != kBlock && o.ring != kBlockPf && o.ring != kBlockEarly && o.ring != kLeanEarly &&
+          o.ring != MlaDecodeRing::kAuto)
+        continue;
       ASSERT_TRUE(out.upload(std::vector<float>(rows * c.heads * c.lat, NAN)).is_ok());
       // And in the partials: a merge that read one before it was written (this run's, not the
       // previous option's identical values) would show as NaN.
@@ -616,6 +644,7 @@ void run_case(const Case& c, uint32_t seed) {
       w.dynamic_tiles = o.dynamic_tiles;
       w.ring = o.ring == MlaDecodeRing::kAuto ? plan.ring : o.ring;
       w.cache_pages = o.cache_pages_div == 0 ? 0 : pages / o.cache_pages_div;
+      w.new_tokens = o.new_tokens;
       w.merge_slice = o.ring == MlaDecodeRing::kAuto ? plan.merge_slice : 64;  // the defaults: the plan's slice
       if (o.pdl) {
         ASSERT_TRUE(dql.upload(std::vector<float>(ql.size(), 0.0f)).is_ok());
@@ -627,7 +656,7 @@ void run_case(const Case& c, uint32_t seed) {
       EXPECT_LT(nerr(got, ref), 2e-5) << "heads " << c.heads << " items " << plan.num_items << " variant "
                                       << static_cast<int>(o.variant) << " loader " << static_cast<int>(o.loader) << " pdl " << o.pdl
                                       << " trigger " << static_cast<int>(o.trigger) << " merge " << static_cast<int>(o.merge) << " dynamic " << o.dynamic_tiles << " ring " << static_cast<int>(w.ring) << " cache pages " << w.cache_pages
-                                      << " waves " << waves << " fan-in " << fan_in;
+                                      << " waves " << waves << " fan-in " << fan_in << " new tokens " << w.new_tokens;
       if (w.counters) {
         const auto left = host(counters);
         EXPECT_EQ(std::count(left.begin(), left.end(), 0), static_cast<int64_t>(left.size())) << "counters not reset";
@@ -639,7 +668,7 @@ void run_case(const Case& c, uint32_t seed) {
     // The separate merge's slices (16, 32, 64 dims a CTA) sum every element in the same order:
     // bit-identical outputs, both merge forms, with pdl and the plan's ring.
     if (c.block_only) {  // a captured graph of two steps of the block form, replayed twice
-      run_block_graph(a, w, plan, cap, ref, stream, out, c.heads * c.lat * rows, pages);
+      for (MlaDecodeRing r : {kBlockPf, kBlockEarly, kLeanEarly}) run_block_graph(a, w, plan, cap, ref, stream, out, c.heads * c.lat * rows, pages, r);
       cudaStreamDestroy(stream);
       continue;
     }
@@ -650,7 +679,7 @@ void run_case(const Case& c, uint32_t seed) {
         ASSERT_TRUE(out.upload(std::vector<float>(rows * c.heads * c.lat, NAN)).is_ok());
         ASSERT_TRUE(part_o.upload(std::vector<float>(cap * c.heads * c.lat, NAN)).is_ok());
         w.variant = MlaDecodeVariant::kAuto, w.loader = MlaDecodeLoader::kAuto, w.pdl = true, w.trigger = kLate;
-        w.merge_mode = form, w.counters = nullptr, w.dynamic_tiles = false, w.ring = plan.ring, w.cache_pages = pages;
+        w.merge_mode = form, w.counters = nullptr, w.dynamic_tiles = false, w.ring = plan.ring, w.cache_pages = pages, w.new_tokens = 1;
         w.merge_slice = slice;
         ASSERT_TRUE(dql.upload(std::vector<float>(ql.size(), 0.0f)).is_ok());
         ASSERT_TRUE(add_inplace(dql.get(), dql_src.get(), static_cast<int64_t>(ql.size()), stream).is_ok());
