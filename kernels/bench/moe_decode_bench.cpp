@@ -15,9 +15,9 @@
 // wa, wa-noprefetch, wa-strided, fused, fused-split, fused-split-pdl, fused-split24,
 // fused-split24-stagger, fused-split-stagger, wa-pdl, wa-pdl-l2,
 // wa-pdl-l2all, wa-pdl-splitk, wa-pdl-f32, wa-pdl-l2-stagger, wa-pdl-f32-stagger, wa-pdl-wgmma,
-// wa-pdl-wgmma3; kAuto is always timed.
+// wa-pdl-wgmma3, wa-pdl-ring, wa-pdl-ring-l2, wa-pdl-ring1, wa-pdl-ring1-l2; kAuto is always timed.
 //
-//   moe_decode_bench [--bw BYTES_PER_S] [--reps N] [--routes FILE] [--only BATCH] [--kernels LIST]
+//   moe_decode_bench [--bw BYTES_PER_S] [--reps N] [--routes FILE] [--only BATCH] [--batches LIST] [--kernels LIST]
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
@@ -26,6 +26,7 @@
 #include <numeric>
 #include <random>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "bench_util.h"
@@ -37,6 +38,7 @@ namespace pdserve::cuda {
 namespace {
 
 int64_t g_only = 0;          // --only B: just that batch (for profilers)
+std::string g_batches = "";  // --batches LIST: just those batches (comma-separated), in the bench's order
 std::string g_kernels = "";  // --kernels LIST: empty = all
 
 bool wanted(const char* name) {
@@ -113,6 +115,8 @@ void run_bench(const char* routes_path) {
       }
       if (std::any_of(ids.begin(), ids.end(), [&](int32_t e) { return e < local; })) break;
     }
+    // --batches skips a batch after its routing draw, so the others keep the full run's draws.
+    if (!g_batches.empty() && ("," + g_batches + ",").find("," + std::to_string(tokens) + ",") == std::string::npos) continue;
     std::vector<int64_t> count(local, 0);
     int64_t rows = 0;
     for (int32_t e : ids)
@@ -167,6 +171,10 @@ void run_bench(const char* routes_path) {
     const double twfs = time_kernel("wa-pdl-f32-stagger", MoeDecodeKernel::kWeightsAPdlF32Stagger);
     const double twg = time_kernel("wa-pdl-wgmma", MoeDecodeKernel::kWeightsAPdlWgmma);
     const double twg3 = time_kernel("wa-pdl-wgmma3", MoeDecodeKernel::kWeightsAPdlWgmma3);
+    const double trg = time_kernel("wa-pdl-ring", MoeDecodeKernel::kWeightsAPdlRing);
+    const double trg2 = time_kernel("wa-pdl-ring-l2", MoeDecodeKernel::kWeightsAPdlRingL2);
+    const double trg1 = time_kernel("wa-pdl-ring1", MoeDecodeKernel::kWeightsAPdlRing1);
+    const double trg12 = time_kernel("wa-pdl-ring1-l2", MoeDecodeKernel::kWeightsAPdlRing1L2);
     // The decode call alone captured per weight set on a non-blocking stream and replayed (the
     // backend's decode graphs; a programmatic dependent launch becomes a programmatic edge).
     // `work(set, stream)` captured once per weight set on a non-blocking stream, then the
@@ -202,6 +210,10 @@ void run_bench(const char* routes_path) {
     const double gwfs = time_graph("wa-pdl-f32-stagger", MoeDecodeKernel::kWeightsAPdlF32Stagger);
     const double gwg = time_graph("wa-pdl-wgmma", MoeDecodeKernel::kWeightsAPdlWgmma);
     const double gwg3 = time_graph("wa-pdl-wgmma3", MoeDecodeKernel::kWeightsAPdlWgmma3);
+    const double grg = time_graph("wa-pdl-ring", MoeDecodeKernel::kWeightsAPdlRing);
+    const double grg2 = time_graph("wa-pdl-ring-l2", MoeDecodeKernel::kWeightsAPdlRingL2);
+    const double grg1 = time_graph("wa-pdl-ring1", MoeDecodeKernel::kWeightsAPdlRing1);
+    const double grg12 = time_graph("wa-pdl-ring1-l2", MoeDecodeKernel::kWeightsAPdlRing1L2);
     const double tauto = median_us([&](int i) { decode(i, nullptr); });
     const MoeDecodeKernel chosen = moe_decode_choice(wd[0], local, cap, true);
     const char* chosen_name = chosen == MoeDecodeKernel::kFused                ? "fused"
@@ -220,6 +232,8 @@ void run_bench(const char* routes_path) {
                               : chosen == MoeDecodeKernel::kWeightsAPdlF32Stagger ? "weights on A, PDL down, scale on fp32 sums, staggered start"
                               : chosen == MoeDecodeKernel::kWeightsAPdlWgmma   ? "weights on A, PDL down, wgmma"
                               : chosen == MoeDecodeKernel::kWeightsAPdlWgmma3  ? "weights on A, PDL down, wgmma, 3 warpgroups"
+                              : chosen == MoeDecodeKernel::kWeightsAPdlRing    ? "weights on A, PDL down, per-warp ring"
+                              : chosen == MoeDecodeKernel::kWeightsAPdlRingL2  ? "weights on A, PDL down, per-warp ring, down to L2"
                               : chosen == MoeDecodeKernel::kWeightsAStrided    ? "weights on A, strided"
                                                                                : "other";
     const double ta = median_us([&](int i) {
@@ -270,6 +284,13 @@ void run_bench(const char* routes_path) {
     krow("graph: weights on A, PDL down, scale on fp32 sums, staggered start", gwfs, ratio(gwf, gwfs) + "x scale on fp32 sums, graph");
     krow("graph: weights on A, PDL down, wgmma, 3 warpgroups", gwg3, ratio(gwp2, gwg3) + "x PDL down, down to L2, graph; " + ratio(gwf, gwg3) + "x scale on fp32 sums, graph");
     krow("graph: weights on A, PDL down, wgmma", gwg, ratio(gwp2, gwg) + "x PDL down, down to L2, graph; " + ratio(gwf, gwg) + "x scale on fp32 sums, graph");
+    for (auto [what, us, gus] : {std::tuple<const char*, double, double>{"per-warp ring, 2 chunks a warp", trg, grg},
+                                 {"per-warp ring, 2 chunks a warp, down to L2", trg2, grg2},
+                                 {"per-warp ring, 1 chunk a warp", trg1, grg1},
+                                 {"per-warp ring, 1 chunk a warp, down to L2", trg12, grg12}}) {
+      krow(std::string("weights on A, PDL down, ") + what, us, ratio(twp2, us) + "x down to L2; " + ratio(twf, us) + "x scale on fp32 sums");
+      krow(std::string("graph: weights on A, PDL down, ") + what, gus, ratio(gwp2, gus) + "x down to L2, graph; " + ratio(gwf, gus) + "x scale on fp32 sums, graph");
+    }
     row(b + " decode expert MLP, kAuto -> " + chosen_name, tauto, bytes, floor_us, "with a workspace, as the backend");
     row(b + " anchor moe_expert_mlp", ta, bytes, floor_us, "kAuto is " + ratio(ta, tauto) + "x faster");
     row(b + " permute+decode+combine", tall, bytes, floor_us, "eager");
@@ -291,6 +312,7 @@ int main(int argc, char** argv) {
     else if (!std::strcmp(argv[i], "--routes")) routes = argv[i + 1];
     else if (!std::strcmp(argv[i], "--only")) pdserve::cuda::g_only = std::atoll(argv[i + 1]);
     else if (!std::strcmp(argv[i], "--kernels")) pdserve::cuda::g_kernels = argv[i + 1];
+    else if (!std::strcmp(argv[i], "--batches")) pdserve::cuda::g_batches = argv[i + 1];
   }
   pdserve::cuda::run_bench(routes);
   return 0;

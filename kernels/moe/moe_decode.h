@@ -158,6 +158,21 @@ Status mxfp4_unpack_decode(const uint8_t* packed, const uint8_t* scales, int64_t
 // B 1-192 on the H200 (more instructions a weight: docs/perf.md), so opt-in. kWeightsAPdlWgmma3:
 // the same with 3 warpgroups (12 warps, up to 168 registers: the 16-warp form spills a few
 // registers), needs dim, inter <= 3840 besides; 0.76-0.87x.
+// kWeightsAPdlRing (branch moedec14, moe_decode_ring_sm90.cu): kWeightsAPdlF32's two launches and
+// MMA step with the weights streamed through shared memory by a per-warp bulk-copy ring instead of
+// the register double buffer: warp w owns chunks 2w, 2w + 1 of every unit (14 warps at K3's
+// gate/up, 12 at its down: equal work a warp), its lane 0 copies the warp's part of a unit
+// (cp.async.bulk on the warp's own mbarrier, 2 slots a warp; no producer warp, no CTA-wide barrier
+// for loads), and the warp reads its words with 16-byte shared loads, re-arming the slot before
+// its MMAs (two units in flight during each unit's MMAs). kWeightsAPdlRing1: one chunk a warp
+// (28 / 24 warps, 72 registers a thread; needs dim, inter <= 3584). ...L2: with kWeightsAPdlL2's
+// pull of the down CTAs' first units into L2. Needs the kWeightsA shapes and dim, inter <= 3584
+// (28 chunks; x rows + 2 slots a warp in shared memory: 209 KB at K3's gate/up). Measured on the
+// H200 (docs/perf.md, moedec14): the stall mix of kAuto's forms is led by long scoreboard (the
+// words one unit ahead not landed: 2.0-3.7 of 8.6-11.7 warp cycles an issue), then the per-unit
+// barrier and fixed-latency waits; the ring cuts long scoreboard to 0.6-1.0 but has 14 / 12 warps
+// (3-3.5 a scheduler) and 5-13% more instructions: 0.87-0.90x kAuto's forms at B 1-64, eager and
+// from a graph (Ring1: 0.72-0.79x), so all four are opt-in and kAuto never takes them.
 enum class MoeDecodeKernel {
   kAuto,
   kStreamed,
@@ -179,7 +194,11 @@ enum class MoeDecodeKernel {
   kWeightsAPdlL2Stagger,
   kWeightsAPdlF32Stagger,
   kWeightsAPdlWgmma,
-  kWeightsAPdlWgmma3
+  kWeightsAPdlWgmma3,
+  kWeightsAPdlRing,
+  kWeightsAPdlRingL2,
+  kWeightsAPdlRing1,
+  kWeightsAPdlRing1L2
 };
 
 constexpr int kMoeDecodeSplitK = 2;  // K slices of kWeightsAPdlSplitK (2: the atomic sums are exact-order-free)

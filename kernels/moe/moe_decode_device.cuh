@@ -339,4 +339,11 @@ Status launch_decode_fused(const MoeDecodeWeights& w, const int32_t* offsets, in
 Status launch_decode_wgmma(const MoeDecodeWeights& w, const int32_t* offsets, int64_t experts, const float* x, float* act, float* out,
                            const MoeAct& fn, cudaStream_t stream, int groups);
 
+// kWeightsAPdlRing* (moe_decode_ring_sm90.cu): the two PDL launches with a per-warp bulk-copy
+// ring of weights; chunks_per_warp 2 (kWeightsAPdlRing*) or 1 (kWeightsAPdlRing1*); `pull`: the
+// down CTAs' first units into L2 (the ...L2 forms). decode_ring_fits: the warp count fits.
+bool decode_ring_fits(int64_t dim, int64_t inter, int chunks_per_warp);
+Status launch_decode_ring(const MoeDecodeWeights& w, const int32_t* offsets, int64_t experts, const float* x, float* act, float* out,
+                          const MoeAct& fn, cudaStream_t stream, int chunks_per_warp, bool pull);
+
 }  // namespace pdserve::cuda::moe_decode_detail

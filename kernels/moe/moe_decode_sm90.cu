@@ -591,6 +591,11 @@ bool is_fused(MoeDecodeKernel k) {
          k == MoeDecodeKernel::kFusedSplitStaggered;
 }
 
+bool is_ring(MoeDecodeKernel k) {
+  return k == MoeDecodeKernel::kWeightsAPdlRing || k == MoeDecodeKernel::kWeightsAPdlRingL2 || k == MoeDecodeKernel::kWeightsAPdlRing1 ||
+         k == MoeDecodeKernel::kWeightsAPdlRing1L2;
+}
+
 // kAuto, from the H200 measurements (docs/perf.md): the fused kernel from
 // kMoeDecodeFusedMinCapacity pairs where it fits and the caller gave it a queue workspace;
 // else weights on A wherever its shape rules hold: below that (B <= 192 at top-16) the blocked
@@ -637,7 +642,7 @@ Status moe_expert_mlp_decode(const MoeDecodeWeights& w, const int32_t* offsets, 
                       kernel == MoeDecodeKernel::kWeightsAPdlL2All || kernel == MoeDecodeKernel::kWeightsAPdlSplitK ||
                       kernel == MoeDecodeKernel::kWeightsAPdlF32 || kernel == MoeDecodeKernel::kWeightsAPdlL2Stagger ||
                       kernel == MoeDecodeKernel::kWeightsAPdlF32Stagger || kernel == MoeDecodeKernel::kWeightsAPdlWgmma ||
-                      kernel == MoeDecodeKernel::kWeightsAPdlWgmma3;
+                      kernel == MoeDecodeKernel::kWeightsAPdlWgmma3 || is_ring(kernel);
   const bool wants_wa = kernel == MoeDecodeKernel::kWeightsA || kernel == MoeDecodeKernel::kWeightsANoPrefetch ||
                         kernel == MoeDecodeKernel::kWeightsAStrided || phases;
   if (wants_wa && !f.wa)
@@ -657,6 +662,12 @@ Status moe_expert_mlp_decode(const MoeDecodeWeights& w, const int32_t* offsets, 
   if (kind == MoeDecodeKernel::kWeightsAPdlSplitK) {
     float* part = reinterpret_cast<float*>(static_cast<char*>(workspace.data) + moe_decode_splitk_part_offset(local_experts));
     return launch_wa_phases_any<kL2None, kMoeDecodeSplitK>(w, offsets, local_experts, x_sorted, act, out_sorted, a, stream, part);
+  }
+  if (is_ring(kind)) {
+    const int cpw = kind == MoeDecodeKernel::kWeightsAPdlRing1 || kind == MoeDecodeKernel::kWeightsAPdlRing1L2 ? 1 : 2;
+    if (!decode_ring_fits(dim, inter, cpw)) return invalid_argument("moe_expert_mlp_decode: the ring form with one chunk a warp takes dim, inter <= 3584");
+    const bool pull = kind == MoeDecodeKernel::kWeightsAPdlRingL2 || kind == MoeDecodeKernel::kWeightsAPdlRing1L2;
+    return launch_decode_ring(w, offsets, local_experts, x_sorted, act, out_sorted, a, stream, cpw, pull);
   }
   if (kind == MoeDecodeKernel::kWeightsAPdlWgmma || kind == MoeDecodeKernel::kWeightsAPdlWgmma3)
     return launch_decode_wgmma(w, offsets, local_experts, x_sorted, act, out_sorted, a, stream, kind == MoeDecodeKernel::kWeightsAPdlWgmma3 ? 3 : 4);

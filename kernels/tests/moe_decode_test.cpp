@@ -9,7 +9,9 @@
 // gate/up (1-3 units a CTA), scales above 2^1 (the
 // two-multiply path), both activations; each case on every kernel (kStreamed, kStaged,
 // kWeightsA and its two schedule variants, kFused, kFusedSplit, kFusedSplitPdl, the two
-// 24-warp split forms, kFusedSplitStaggered and the two-launch PDL forms) and on kAuto (with a queue workspace, as the backend calls it). Each
+// 24-warp split forms, kFusedSplitStaggered, the two-launch PDL forms and the per-warp ring
+// forms kWeightsAPdlRing* of moedec14: 3-chunk dims give a 1-chunk warp, 1-2 chunk dims warps
+// with no words) and on kAuto (with a queue workspace, as the backend calls it). Each
 // fused form also: repeated launches and CUDA-graph replays (of permute -> decode, from
 // cleared permute outputs) give the first launch's bits and leave the workspace zero; two
 // calls (kFused, then kFusedSplit24Warps) on two streams with separate
@@ -167,6 +169,10 @@ const char* kernel_name(MoeDecodeKernel k) {
     case MoeDecodeKernel::kWeightsAPdlF32Stagger: return "weights-A pdl f32-scale staggered";
     case MoeDecodeKernel::kWeightsAPdlWgmma: return "weights-A pdl wgmma";
     case MoeDecodeKernel::kWeightsAPdlWgmma3: return "weights-A pdl wgmma 3 warpgroups";
+    case MoeDecodeKernel::kWeightsAPdlRing: return "weights-A pdl ring";
+    case MoeDecodeKernel::kWeightsAPdlRingL2: return "weights-A pdl ring l2";
+    case MoeDecodeKernel::kWeightsAPdlRing1: return "weights-A pdl ring 1 chunk a warp";
+    case MoeDecodeKernel::kWeightsAPdlRing1L2: return "weights-A pdl ring 1 chunk a warp l2";
   }
   return "?";
 }
@@ -211,7 +217,9 @@ double run_decode(const Routing& r, int64_t tokens, int64_t k, int64_t begin, co
                                MoeDecodeKernel::kFusedSplit24WarpsStaggered, MoeDecodeKernel::kFusedSplitStaggered, MoeDecodeKernel::kWeightsAPdl,
                                MoeDecodeKernel::kWeightsAPdlL2, MoeDecodeKernel::kWeightsAPdlL2All, MoeDecodeKernel::kWeightsAPdlSplitK,
                                MoeDecodeKernel::kWeightsAPdlF32, MoeDecodeKernel::kWeightsAPdlL2Stagger, MoeDecodeKernel::kWeightsAPdlF32Stagger,
-                               MoeDecodeKernel::kWeightsAPdlWgmma, MoeDecodeKernel::kWeightsAPdlWgmma3, MoeDecodeKernel::kAuto})
+                               MoeDecodeKernel::kWeightsAPdlWgmma, MoeDecodeKernel::kWeightsAPdlWgmma3, MoeDecodeKernel::kWeightsAPdlRing,
+                               MoeDecodeKernel::kWeightsAPdlRingL2, MoeDecodeKernel::kWeightsAPdlRing1, MoeDecodeKernel::kWeightsAPdlRing1L2,
+                               MoeDecodeKernel::kAuto})
     err = std::max(err, run_decode_with(r, tokens, k, begin, h, dw, x, ref, what, kern));
   return err;
 }
@@ -294,7 +302,8 @@ TEST_F(MoeDecode, FusedKernelRepeatsAndReplaysFromAGraph) {
                                MoeDecodeKernel::kFusedSplitStaggered, MoeDecodeKernel::kWeightsAPdl, MoeDecodeKernel::kWeightsAPdlL2,
                                MoeDecodeKernel::kWeightsAPdlL2All, MoeDecodeKernel::kWeightsAPdlSplitK, MoeDecodeKernel::kWeightsAPdlF32,
                                MoeDecodeKernel::kWeightsAPdlL2Stagger, MoeDecodeKernel::kWeightsAPdlF32Stagger,
-                               MoeDecodeKernel::kWeightsAPdlWgmma, MoeDecodeKernel::kWeightsAPdlWgmma3}) {
+                               MoeDecodeKernel::kWeightsAPdlWgmma, MoeDecodeKernel::kWeightsAPdlWgmma3, MoeDecodeKernel::kWeightsAPdlRing,
+                               MoeDecodeKernel::kWeightsAPdlRingL2, MoeDecodeKernel::kWeightsAPdlRing1, MoeDecodeKernel::kWeightsAPdlRing1L2}) {
     SCOPED_TRACE(kernel_name(kern));
     fused_repeats_and_replays(kern);
   }
