@@ -147,6 +147,21 @@ void bench_shape(const Shape& s, bool run_old) {
   w.trigger = plan.trigger;    // the plan's trigger (early for one-tile items), as callers pass it
   w.merge_slice = plan.merge_slice;  // and the merge's slice
 
+  // Largest |difference| of `other`'s output from `ref`'s on table 0 (NaN written first, so a
+  // form that leaves any output unwritten shows as inf): the check beside each forms table.
+  std::vector<float> ref_out(out.size()), other_out(out.size());
+  auto max_diff = [&](const MlaDecodeWork& ref, const MlaDecodeWork& other) {
+    a.page_table = tables[0].get();
+    check(mla_decode_run(a, ref, nullptr), "reference form");
+    check(cuda_status(cudaMemcpy(ref_out.data(), out.get(), ref_out.size() * 4, cudaMemcpyDeviceToHost), "reference out"), "reference out");
+    check(cuda_status(cudaMemset(out.get(), 0xff, out.size() * 4), "nan fill"), "nan fill");
+    check(mla_decode_run(a, other, nullptr), "compared form");
+    check(cuda_status(cudaMemcpy(other_out.data(), out.get(), other_out.size() * 4, cudaMemcpyDeviceToHost), "compared out"), "compared out");
+    double d = 0.0;
+    for (size_t i = 0; i < ref_out.size(); ++i)
+      d = std::max(d, std::isnan(other_out[i]) ? INFINITY : std::fabs(double(ref_out[i]) - other_out[i]));
+    return d;
+  };
   const double floor_us = bytes / g_bw * 1e6;
   g_reps = 20;
   const double new_us = median_us([&](int i) {
@@ -232,18 +247,7 @@ void bench_shape(const Shape& s, bool run_old) {
     std::vector<double> rounds[kCfg];
     for (int r = 0; r < 5; ++r)
       for (int o = 0; o < kCfg; ++o) rounds[o].push_back(graph_step_us(mw[o]));
-    std::vector<float> o0(out.size()), o1(out.size());
-    a.page_table = tables[0].get();
-    check(mla_decode_run(a, mw[0], nullptr), "c0");
-    check(cuda_status(cudaMemcpy(o0.data(), out.get(), o0.size() * 4, cudaMemcpyDeviceToHost), "c0 out"), "c0 out");
-    double maxdiff[2];
-    for (int k = 0; k < 2; ++k) {
-      check(cuda_status(cudaMemset(out.get(), 0xff, out.size() * 4), "nan fill"), "nan fill");
-      check(mla_decode_run(a, mw[k ? 3 : 1], nullptr), "c1 / c3");
-      check(cuda_status(cudaMemcpy(o1.data(), out.get(), o1.size() * 4, cudaMemcpyDeviceToHost), "out"), "out");
-      maxdiff[k] = 0.0;
-      for (size_t i = 0; i < o0.size(); ++i) maxdiff[k] = std::max(maxdiff[k], std::isnan(o1[i]) ? INFINITY : std::fabs(double(o0[i]) - o1[i]));
-    }
+    const double maxdiff[2] = {max_diff(mw[0], mw[1]), max_diff(mw[0], mw[3])};
     double med[kCfg];
     for (int o = 0; o < kCfg; ++o) std::sort(rounds[o].begin(), rounds[o].end()), med[o] = rounds[o][2];
     std::printf("m15 | %4ld | %6ld | %4ld | %ld | %d | %7.2f |", static_cast<long>(s.batch), static_cast<long>(s.ctx),
@@ -312,18 +316,7 @@ void bench_shape(const Shape& s, bool run_old) {
         launch_pdl_fn(floor_read_kernel, run_grid, 0, st, src, sink.get());
       }));
     }
-    std::vector<float> o0(out.size()), o1(out.size());
-    a.page_table = tables[0].get();
-    check(mla_decode_run(a, mw[0], nullptr), "c0");
-    check(cuda_status(cudaMemcpy(o0.data(), out.get(), o0.size() * 4, cudaMemcpyDeviceToHost), "c0 out"), "c0 out");
-    double maxdiff[2];
-    for (int k = 0; k < 2; ++k) {
-      check(cuda_status(cudaMemset(out.get(), 0xff, out.size() * 4), "nan fill"), "nan fill");
-      check(mla_decode_run(a, mw[k ? 2 : 1], nullptr), "c1 / c2");
-      check(cuda_status(cudaMemcpy(o1.data(), out.get(), o1.size() * 4, cudaMemcpyDeviceToHost), "c1 out"), "c1 out");
-      maxdiff[k] = 0.0;
-      for (size_t i = 0; i < o0.size(); ++i) maxdiff[k] = std::max(maxdiff[k], std::isnan(o1[i]) ? INFINITY : std::fabs(double(o0[i]) - o1[i]));
-    }
+    const double maxdiff[2] = {max_diff(mw[0], mw[1]), max_diff(mw[0], mw[2])};
     double med[kCfg + kFloors];
     for (int o = 0; o < kCfg + kFloors; ++o) {
       std::sort(rounds[o].begin(), rounds[o].end());
@@ -436,20 +429,7 @@ void bench_shape(const Shape& s, bool run_old) {
       }));
     }
     // The cluster forms' outputs (c1, c9) against the twelfth version's (same inputs).
-    std::vector<float> o0(out.size()), o1(out.size());
-    a.page_table = tables[0].get();
-    check(mla_decode_run(a, cw[0], nullptr), "c0");
-    check(cuda_status(cudaMemcpy(o0.data(), out.get(), o0.size() * 4, cudaMemcpyDeviceToHost), "c0 out"), "c0 out");
-    double maxdiff[2] = {NAN, NAN};
-    for (int k = 0; k < 2; ++k) {
-      const int o = k ? 9 : 1;
-      if (!runs[o]) continue;
-      check(cuda_status(cudaMemset(out.get(), 0xff, out.size() * 4), "nan fill"), "nan fill");
-      check(mla_decode_run(a, cw[o], nullptr), "cluster");
-      check(cuda_status(cudaMemcpy(o1.data(), out.get(), o1.size() * 4, cudaMemcpyDeviceToHost), "cluster out"), "cluster out");
-      maxdiff[k] = 0.0;
-      for (size_t i = 0; i < o0.size(); ++i) maxdiff[k] = std::max(maxdiff[k], std::isnan(o1[i]) ? INFINITY : std::fabs(double(o0[i]) - o1[i]));
-    }
+    const double maxdiff[2] = {runs[1] ? max_diff(cw[0], cw[1]) : NAN, runs[9] ? max_diff(cw[0], cw[9]) : NAN};
     double med[kCfg + kFloors];
     for (int o = 0; o < kCfg + kFloors; ++o) {
       std::sort(rounds[o].begin(), rounds[o].end());
