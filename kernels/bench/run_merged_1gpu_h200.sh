@@ -1,9 +1,17 @@
 #!/usr/bin/env bash
-# Session 10, one H200: the merged tree (mladec13, moedec13, mladec14, moepf6) on the device:
-# every single-GPU test binary, compute-sanitizer on the new forms, the new forms' benches, and
-# end to end CPU vs CUDA replies (serve --device cuda, up --device cuda).
+# One H200 (run_merged_h200.sh is the two-GPU check): a merged tree on the device at the end of a
+# session: every single-GPU test binary, compute-sanitizer on the session's new forms, their
+# benches, and end to end CPU vs CUDA replies (serve --device cuda, up --device cuda). What varies
+# by session comes in the environment:
+#   HERE                  the folder holding bins.tar.xz (stripped binaries, lib/ beside them)
+#   SAN_MLA, SAN_MOE      gtest filters of mla_decode_test / moe_decode_test for memcheck
+#   SAN_MLA_RACE          the same for racecheck of mla_decode_test (empty: none)
+#   MOE_PREFILL_FILTER    moe_prefill_test cases for memcheck (empty: none)
+#   MLA_BENCH_MODE        mla_decode_bench's mode (default m15: the early forms against the old pick)
+#   MOE_DECODE_KERNELS    moe_decode_bench --kernels list
+#   MOE_PREFILL_KERNELS   moe_prefill_bench --kernels list (empty: no prefill bench)
 set -uo pipefail
-here=${HERE:-.dev/s10v}  # holds bins.tar.xz: the stripped binaries, lib/ beside them
+here=${HERE:-.dev/merged}
 mkdir -p /tmp/v && tar -C /tmp/v -xJf "$here/bins.tar.xz"
 BIN=/tmp/v/bin
 exec > >(tee -a "$OUT/summary.log") 2>&1
@@ -23,9 +31,9 @@ san() {  # label tool timeout binary filter
   timeout "$3" compute-sanitizer --tool "$2" --error-exitcode 9 "$BIN/$4" --gtest_filter="$5" >"/tmp/san_$1.log" 2>&1
   echo "$1 ($2) rc=$? $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "/tmp/san_$1.log" | head -1) $(grep -E '^\[  (PASSED|FAILED)' "/tmp/san_$1.log" | tr '\n' ' ')"
 }
-san mla_block memcheck 90 mla_decode_test '*BlockSoftmax*:*Cluster*'
-san mla_block_race racecheck 100 mla_decode_test '*BlockSoftmaxSmall*'
-san moe_decode memcheck 90 moe_decode_test '*SmallBatch*:*Skewed*:*Replays*:*ScalesAbove*'
+san mla memcheck 90 mla_decode_test "${SAN_MLA:-*}"
+[ -n "${SAN_MLA_RACE:-}" ] && san mla_race racecheck 100 mla_decode_test "$SAN_MLA_RACE"
+san moe_decode memcheck 90 moe_decode_test "${SAN_MOE:-*SmallBatch*:*Skewed*:*Replays*}"
 [ -n "${MOE_PREFILL_FILTER:-}" ] && san moe_prefill memcheck 90 moe_prefill_test "$MOE_PREFILL_FILTER"
 echo "== end to end (one GPU)"
 P="$BIN/pdserve"
@@ -63,8 +71,9 @@ done
 curl -sf localhost:18132/metrics | grep -E '^pdserve_decode_transfer_(succeeded|failed)_total '
 kill -INT $UP; kill $CPU $GPU; wait $UP $CPU $GPU 2>/dev/null
 echo "== benches"
-timeout 60 "$BIN/mla_decode_bench" m14 >"$OUT/mla_m14.log" 2>&1; echo "mla_decode_bench m14 rc=$?"; tail -30 "$OUT/mla_m14.log"
-timeout 60 "$BIN/moe_decode_bench" --reps 20 --kernels wa-pdl-l2,wa-pdl-f32,wa-pdl-wgmma,wa-pdl-wgmma3 >"$OUT/moe_decode.log" 2>&1
+mode=${MLA_BENCH_MODE:-m15}
+timeout 60 "$BIN/mla_decode_bench" "$mode" >"$OUT/mla_$mode.log" 2>&1; echo "mla_decode_bench $mode rc=$?"; tail -30 "$OUT/mla_$mode.log"
+timeout 60 "$BIN/moe_decode_bench" --reps 20 --kernels "${MOE_DECODE_KERNELS:-wa-pdl-l2,wa-pdl-f32}" >"$OUT/moe_decode.log" 2>&1
 echo "moe_decode_bench rc=$?"; tail -40 "$OUT/moe_decode.log"
 [ -n "${MOE_PREFILL_KERNELS:-}" ] && { timeout 90 "$BIN/moe_prefill_bench" --reps 10 --kernels "$MOE_PREFILL_KERNELS" --crossover 0 >"$OUT/moe_prefill.log" 2>&1
   echo "moe_prefill_bench rc=$?"; tail -30 "$OUT/moe_prefill.log"; }
