@@ -12,6 +12,7 @@
 #include "kda/kda.h"
 #include "kda/kda_chunk.h"
 #include "mla/mla.h"
+#include "mla/mla_absorb.h"
 #include "mla/mla_decode.h"
 #include "mla/mla_prefill.h"
 #include "moe/moe.h"
@@ -66,7 +67,15 @@ Status CudaModel::mla_layer(const DeviceLayer& l, const Step& st, const float* x
   }
   PDS_ASSIGN_OR_RETURN(float* q_lat, scratch<float>(kMlaQLat, T * nh * lat));
   PDS_ASSIGN_OR_RETURN(float* q_rot, scratch<float>(kMlaQRot, T * nh * rope));
-  PDS_RETURN_IF_ERROR(mla_absorb_q(q, l.kv_b.p, T, nh, nope, rope, vd, lat, q_lat, q_rot, stream_));
+  // The split-KV run after it, in its early form (early_mla_decode: kLeanEarly, plan_mla), may
+  // start while the absorb still runs: the absorb then lets it launch at its own start
+  // (mla_absorb.h). Both absorb forms are plain launches, so the absorb starts only once
+  // mla_write_latents above (and every kernel before it) has completed.
+  const bool split_kv = st.mla.plan && mla_decode_supported(nh, lat, rope);
+  const bool early_run = split_kv && opts_.pdl_mla_decode &&
+                         (st.mla.ring == MlaDecodeRing::kLeanEarly || st.mla.ring == MlaDecodeRing::kLeanBlockEarly);
+  if (early_run) PDS_RETURN_IF_ERROR(mla_absorb_q_early(q, l.kv_b.p, T, nh, nope, rope, vd, lat, q_lat, q_rot, stream_));
+  else PDS_RETURN_IF_ERROR(mla_absorb_q(q, l.kv_b.p, T, nh, nope, rope, vd, lat, q_lat, q_rot, stream_));
   PDS_ASSIGN_OR_RETURN(float* o_lat, scratch<float>(kMlaOLat, T * nh * lat));
   MlaDecodeArgs a;
   a.q_lat = q_lat;
@@ -82,10 +91,19 @@ Status CudaModel::mla_layer(const DeviceLayer& l, const Step& st, const float* x
   a.max_pages = st.max_pages;
   a.scale = 1.0f / std::sqrt(static_cast<float>(qd));
   a.o_lat = o_lat;
-  if (st.mla.plan && mla_decode_supported(nh, lat, rope)) {
+  if (split_kv) {
     MlaDecodeWork w = st.mla;
     w.pdl = opts_.pdl_mla_decode;  // the plan is uploaded before the step; q_lat comes from the kernel just before
     w.cache_pages = num_pages_;    // one layer's pages: bounds kLeanPrefetch's pre-wait hints
+    // The early rings' stable bound (MlaDecodeWork::new_tokens): 0, nothing but q after the pdl
+    // wait, for decode steps and prefill chunks alike. The run's only primary is the absorb, a
+    // plain launch that started after mla_write_latents completed (so every cache entry of the
+    // step, the new tokens' included, was written and flushed) and that writes only q_lat /
+    // q_rot; the run starts after the absorb started, and the page table and the plan were
+    // copied from the host before the step's first kernel. Were a kernel that writes the cache
+    // ever put between the absorb and the run, or the absorb made a pdl launch, this would have
+    // to be the newest tokens a sequence brings (1 for decode, a prefill chunk's length).
+    w.new_tokens = 0;
     PDS_ASSIGN_OR_RETURN(w.part_o, scratch<float>(kMlaPartO, w.capacity * nh * lat));
     PDS_ASSIGN_OR_RETURN(w.part_lse, scratch<float>(kMlaPartLse, w.capacity * nh));
     PDS_RETURN_IF_ERROR(mla_decode_run(a, w, stream_));

@@ -145,19 +145,26 @@ Status CudaModel::plan_mla(const int32_t* ctx, int64_t rows, bool in_graph, Step
   // The plan's copy ring for this step's shape. A graph keeps the ring it was captured with;
   // every ring reads the same plan image, so a replay stays correct either way. Not the
   // one-tile items' kLeanPrefetch: a bucket's graph captured on short contexts would keep it
-  // when they grow (1-9% slower there), and here its pre-wait window is about nil (the q
-  // absorb before it does not trigger early; design.md "MLA split-KV decode").
+  // when they grow (1-9% slower there), and without early_mla_decode its pre-wait window is
+  // about nil (the plain q absorb before it does not trigger early; design.md "MLA split-KV
+  // decode"); with it, kLeanEarly's copies take that window.
   // Nor the block-softmax forms (kLeanBlock*, the plan's pick for items of one or two tiles):
   // correct at any item length, but a graph captured on short contexts would keep them past two
   // tiles an item, where they are not the measured pick (docs/perf.md, MLA decode, fourteenth
   // version); the engine keeps kLean until they are measured there.
-  // Nor the early forms (kLeanBlockEarly, kLeanEarly): their pre-wait copies gain only where the
-  // kernel before triggers early (here the q absorb does not: the same nil window as above), and
-  // a prefill chunk through this path would have to pass its length as new_tokens (mla_decode.h).
+  // Nor the block-softmax early form (kLeanBlockEarly, the plan's pick for one-tile items): the
+  // same reason as kLeanBlock*.
+  // With early_mla_decode (the default) kLeanEarly runs wherever kLean would: kLean's ring and
+  // loop whose CTAs read their page-table entries and issue their first tiles' bulk copies
+  // before the pdl wait, while the q absorb before it (then triggering at its start,
+  // mla_layer) still runs. Correct at any item length (a graph captured on short contexts stays
+  // correct as they grow) and 1.01-1.19x kLean at every measured kernel shape (docs/perf.md,
+  // MLA decode, fifteenth version); mla_layer passes new_tokens 0 (why: there).
   const bool keep_lean = plan.ring == MlaDecodeRing::kLeanPrefetch || plan.ring == MlaDecodeRing::kLeanBlock ||
                          plan.ring == MlaDecodeRing::kLeanBlockPrefetch || plan.ring == MlaDecodeRing::kLeanBlockEarly ||
                          plan.ring == MlaDecodeRing::kLeanEarly;
   st->mla.ring = keep_lean ? MlaDecodeRing::kLean : plan.ring;
+  if (opts_.early_mla_decode && st->mla.ring == MlaDecodeRing::kLean) st->mla.ring = MlaDecodeRing::kLeanEarly;
   // The separate merge's form (early loads for rows of many items); not kSeparateShort, which
   // the plan picks only with the block-softmax rings the engine does not run (it would stay
   // captured as rows grow past 64 items, where it is slower).

@@ -3,12 +3,17 @@
 // (wall clock around CudaModel::forward, which includes the inputs' upload and the logits'
 // copy back: what the engine pays). Median over the steps.
 //
-//   decode_bench [--preset tiny-k3] [--ctx 128] [--steps 50]
+//   decode_bench [--preset tiny-k3] [--ctx 128] [--steps 50] [--batches 1,2,4,8,16,32,64]
+//   decode_bench --early-mla compare ...: graphs only, CudaForwardOptions::early_mla_decode off
+//     and on, twice each in the order off, on, off, on (a fresh model and prefill each), so the
+//     spread of the repeats shows the noise (perf.md "The early MLA ring in the engine").
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -18,9 +23,9 @@
 namespace pdserve::cuda {
 namespace {
 
-double median_step_us(const std::shared_ptr<const Model>& model, bool graphs, int64_t B, int64_t ctx, int steps) {
+double median_step_us(const std::shared_ptr<const Model>& model, CudaForwardOptions opts, int64_t B, int64_t ctx, int steps) {
   const int64_t page = 64, pages_per = (ctx + steps + page) / page;
-  auto m = CudaModel::create(model, B * pages_per, page, B, CudaForwardOptions{graphs, 0});
+  auto m = CudaModel::create(model, B * pages_per, page, B, opts);
   if (!m.is_ok()) {
     std::fprintf(stderr, "%s\n", m.status().message().c_str());
     std::exit(1);
@@ -59,10 +64,18 @@ int main(int argc, char** argv) {
   std::string preset = "tiny-k3";
   int64_t ctx = 128;
   int steps = 50;
+  bool compare_early = false;
+  std::vector<int64_t> batches = {1, 2, 4, 8, 16, 32, 64};
   for (int i = 1; i + 1 < argc; i += 2) {
     if (!std::strcmp(argv[i], "--preset")) preset = argv[i + 1];
     if (!std::strcmp(argv[i], "--ctx")) ctx = std::atoll(argv[i + 1]);
     if (!std::strcmp(argv[i], "--steps")) steps = std::atoi(argv[i + 1]);
+    if (!std::strcmp(argv[i], "--early-mla")) compare_early = !std::strcmp(argv[i + 1], "compare");
+    if (!std::strcmp(argv[i], "--batches")) {
+      batches.clear();
+      std::stringstream list(argv[i + 1]);
+      for (std::string b; std::getline(list, b, ',');) batches.push_back(std::atoll(b.c_str()));
+    }
   }
   const std::string dir = (std::filesystem::temp_directory_path() / ("decode_bench_" + preset)).string();
   if (pdserve::Status st = pdserve::make_model(preset, dir); !st.is_ok()) {
@@ -72,11 +85,29 @@ int main(int argc, char** argv) {
   auto loaded = pdserve::Model::load(dir);
   if (!loaded.is_ok()) return 1;
   std::shared_ptr<const pdserve::Model> model(std::move(loaded).value());
+  using pdserve::CudaForwardOptions;
+  if (compare_early) {
+    std::printf("%s, context %lld, median of %d decode steps (forward wall time, graphs), early_mla_decode off / on\n\n"
+                "| batch | off us | on us | off us (again) | on us (again) | on / off (means) |\n|---|---|---|---|---|---|\n",
+                preset.c_str(), static_cast<long long>(ctx), steps - 1);
+    for (int64_t B : batches) {
+      double t[4];
+      for (int r = 0; r < 4; ++r) {
+        CudaForwardOptions o;
+        o.early_mla_decode = r % 2 == 1;
+        t[r] = pdserve::cuda::median_step_us(model, o, B, ctx, steps);
+      }
+      std::printf("| %lld | %.1f | %.1f | %.1f | %.1f | %.4f |\n", static_cast<long long>(B), t[0], t[1], t[2], t[3], (t[1] + t[3]) / (t[0] + t[2]));
+    }
+    return 0;
+  }
   std::printf("%s, context %lld, median of %d decode steps (forward wall time)\n\n| batch | eager us | graphs us | speed-up |\n|---|---|---|---|\n",
               preset.c_str(), static_cast<long long>(ctx), steps - 1);
-  for (int64_t B : {1, 2, 4, 8, 16, 32, 64}) {
-    const double e = pdserve::cuda::median_step_us(model, false, B, ctx, steps);
-    const double g = pdserve::cuda::median_step_us(model, true, B, ctx, steps);
+  for (int64_t B : batches) {
+    CudaForwardOptions eager, graphs;
+    eager.graphs = false;
+    const double e = pdserve::cuda::median_step_us(model, eager, B, ctx, steps);
+    const double g = pdserve::cuda::median_step_us(model, graphs, B, ctx, steps);
     std::printf("| %lld | %.1f | %.1f | %.2fx |\n", static_cast<long long>(B), e, g, e / g);
   }
   return 0;

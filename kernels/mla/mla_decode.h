@@ -280,6 +280,9 @@ struct MlaDecodeWork {
   // tokens of one sequence in one step (a prefill chunk through the split-KV path, speculative
   // tokens) must pass the step's new tokens a sequence (the chunk's length): row i's newest i + 1
   // are new. >= a row's length: nothing of that row is read early. >= 0 (else refused).
+  // 0 (nothing but q after the wait) where P is a plain launch (no pdl) that starts after every
+  // cache writer of the step and writes only q: the CUDA backend's q absorb (mla_absorb.h,
+  // cuda_layers.cpp), which then triggers at its start for the early rings' pre-wait window.
   int64_t new_tokens = 1;
   MlaDecodeTrigger trigger = kMlaDefaultTrigger;
   // The separate merge's dims a CTA (16, 32 or 64; 0: mla_decode_merge_slice). The output is

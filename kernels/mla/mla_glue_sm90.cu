@@ -1,15 +1,21 @@
-// mla_absorb_q, mla_v_up, mla_write_latents (contract: mla.h). Correct-first: one thread per
-// output element, the CPU's summation order.
+// mla_absorb_q, mla_v_up, mla_write_latents (contract: mla.h), mla_absorb_q_early (mla_absorb.h).
+// Correct-first: one thread per output element, the CPU's summation order.
 #include "common/cuda_check.h"
+#include "common/pdl_bulk.cuh"
 #include "mla/mla.h"
+#include "mla/mla_absorb.h"
 
 namespace pdserve::cuda {
 
 namespace {
 
 // Block (row, head); threads over the latent dims (then the rope dims for q_rot).
+// TRIGGER (mla_absorb_q_early): griddepcontrol.launch_dependents first, so a programmatic
+// dependent launch after it may start at once (a no-op when the next kernel is not one).
+template <bool TRIGGER>
 __global__ void absorb_kernel(const float* __restrict__ q, const float* __restrict__ kv_b, int64_t heads, int64_t nope, int64_t rope,
                               int64_t v_dim, int64_t lat, float* __restrict__ q_lat, float* __restrict__ q_rot) {
+  if constexpr (TRIGGER) pdl_bulk::pdl_trigger();
   const int64_t b = blockIdx.x / heads, h = blockIdx.x % heads, qd = nope + rope;
   const float* qn = q + (b * heads + h) * qd;
   const float* w = kv_b + h * (nope + v_dim) * lat;
@@ -46,12 +52,30 @@ bool grid_ok(int64_t blocks) { return blocks <= INT32_MAX; }
 
 }  // namespace
 
-Status mla_absorb_q(const float* q, const float* kv_b, int64_t rows, int64_t heads, int64_t nope, int64_t rope, int64_t v_dim,
-                    int64_t latent_dim, float* q_lat, float* q_rot, cudaStream_t stream) {
+namespace {
+
+// A plain launch in both forms (never a programmatic dependent one): it starts only once every
+// kernel before it on the stream has completed, which mla_absorb_q_early's contract rests on.
+template <bool TRIGGER>
+Status launch_absorb(const float* q, const float* kv_b, int64_t rows, int64_t heads, int64_t nope, int64_t rope, int64_t v_dim,
+                     int64_t latent_dim, float* q_lat, float* q_rot, cudaStream_t stream) {
   if (rows * heads == 0) return Status::ok();
   if (!grid_ok(rows * heads)) return invalid_argument("mla_absorb_q: too many rows");
-  absorb_kernel<<<static_cast<unsigned>(rows * heads), 128, 0, stream>>>(q, kv_b, heads, nope, rope, v_dim, latent_dim, q_lat, q_rot);
+  absorb_kernel<TRIGGER><<<static_cast<unsigned>(rows * heads), 128, 0, stream>>>(q, kv_b, heads, nope, rope, v_dim, latent_dim, q_lat,
+                                                                                   q_rot);
   return last_launch_status("mla_absorb_q");
+}
+
+}  // namespace
+
+Status mla_absorb_q(const float* q, const float* kv_b, int64_t rows, int64_t heads, int64_t nope, int64_t rope, int64_t v_dim,
+                    int64_t latent_dim, float* q_lat, float* q_rot, cudaStream_t stream) {
+  return launch_absorb<false>(q, kv_b, rows, heads, nope, rope, v_dim, latent_dim, q_lat, q_rot, stream);
+}
+
+Status mla_absorb_q_early(const float* q, const float* kv_b, int64_t rows, int64_t heads, int64_t nope, int64_t rope, int64_t v_dim,
+                          int64_t latent_dim, float* q_lat, float* q_rot, cudaStream_t stream) {
+  return launch_absorb<true>(q, kv_b, rows, heads, nope, rope, v_dim, latent_dim, q_lat, q_rot, stream);
 }
 
 Status mla_v_up(const float* o_lat, const float* kv_b, int64_t rows, int64_t heads, int64_t nope, int64_t v_dim, int64_t latent_dim,

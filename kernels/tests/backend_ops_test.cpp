@@ -4,6 +4,7 @@
 #include "gemm/gemm.h"
 #include "glue/glue.h"
 #include "mla/mla.h"
+#include "mla/mla_absorb.h"
 #include "moe/moe.h"
 #include "pdserve/ops/elementwise.h"
 #include "pdserve/ops/linear.h"
@@ -69,6 +70,11 @@ TEST_F(BackendOps, MlaAbsorbVUpAndWrite) {
   EXPECT_LT(nerr(host(dql), ql), 1e-5);
   EXPECT_EQ(host(dqr), qr);
   EXPECT_LT(nerr(host(dvu), vu), 1e-5);
+  // mla_absorb_q_early (mla_absorb.h): the same kernel behind a trigger of its dependents, the same bits.
+  DeviceBuffer<float> eql(ql.size()), eqr(qr.size());
+  ASSERT_TRUE(mla_absorb_q_early(dq.get(), dk.get(), rows, heads, nope, rope, vd, lat, eql.get(), eqr.get(), nullptr).is_ok());
+  EXPECT_EQ(host(eql), host(dql));
+  EXPECT_EQ(host(eqr), qr);
   // Latents of 5 rows into entries of an 8-page layer; the rest stays as it was.
   auto latent = randn(rows * lat, 38), key = randn(rows * rope, 39), cache = randn(8 * ps * (lat + rope), 40);
   std::vector<int32_t> entry = {5, 6, 7, 28, 1};

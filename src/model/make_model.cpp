@@ -65,6 +65,14 @@ Preset preset_for(const std::string& name) {
     p.heads = 4;
     p.kda_heads = 4;
     p.kda_dim = 16;
+  } else if (name == "tiny-k3-mla512") {
+    // K3's MLA cache widths (latent 512 + key 64) at one TP32 rank's 3 heads: the shapes the
+    // CUDA backend's lean split-KV decode kernels take (kernels/mla/mla_decode.h); the tiny
+    // presets' latent 32 runs their generic fallback. The rest is tiny-k3.
+    p.full_attn = {3, 6};
+    p.heads = 3;
+    p.kv_lora = 512;
+    p.rope = 64;
   } else {  // tiny-kimi-linear: the architecture transformers implements natively
     p.k3 = false;
     p.layers = 4;
@@ -292,12 +300,12 @@ void add_weights(const Preset& p, CheckpointBuilder& b, int64_t vocab) {
 
 }  // namespace
 
-std::vector<std::string> model_presets() { return {"tiny-k3", "tiny-k3-wide", "tiny-kimi-linear"}; }
+std::vector<std::string> model_presets() { return {"tiny-k3", "tiny-k3-wide", "tiny-kimi-linear", "tiny-k3-mla512"}; }
 
 Status make_model(const std::string& preset, const std::string& out_dir, uint64_t seed) {
   const auto presets = model_presets();
   if (std::find(presets.begin(), presets.end(), preset) == presets.end())
-    return invalid_argument("unknown preset '" + preset + "' (tiny-k3, tiny-k3-wide or tiny-kimi-linear)");
+    return invalid_argument("unknown preset '" + preset + "' (tiny-k3, tiny-k3-wide, tiny-kimi-linear or tiny-k3-mla512)");
   ::mkdir(out_dir.c_str(), 0755);
   if (!file_exists(out_dir)) return io_error("cannot create " + out_dir);
   const Preset p = preset_for(preset);  // tiny-k3-wide is tiny-k3 with 4 heads everywhere

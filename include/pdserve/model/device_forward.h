@@ -69,6 +69,17 @@ struct CudaForwardOptions {
   // equal at 128 x 16K, 3.6% slower at 32 rows x 16K: perf.md, MLA decode, fifth version).
   bool pdl_kda_decode = true;
   bool pdl_mla_decode = true;
+  // The MLA split-KV run in its early form (MlaDecodeRing::kLeanEarly, kernels/mla/mla_decode.h):
+  // before its pdl wait each CTA reads its page-table entries and issues the bulk copies of its
+  // first tiles, while the q absorb just before it (which then lets it launch at its own start,
+  // mla_absorb.h) still runs; only q is read after the wait (MlaDecodeWork::new_tokens 0: every
+  // cache entry of the step is written by then; docs/design.md "MLA split-KV decode"). Correct
+  // for items of any length, so a decode graph captured on short contexts stays correct as they
+  // grow. Same logits as off, bit for bit. Measured on the H200 (perf.md "The early MLA ring in
+  // the engine", tiny-k3-mla512): -0.7% a decode step at 8 x 4K and 32 x 1K, batch 1 within the
+  // wall-clock noise. false: kLean and the plain absorb (the engine before). Its pre-wait window
+  // needs pdl_mla_decode; without pdl the early ring runs kLean's sums with no window.
+  bool early_mla_decode = true;
   // true: the MLA split-KV decode merges split rows inside its run (the last CTA of each group
   // of a row's items, through counters the run leaves zeroed): one launch a layer. false (the
   // default): a second, merge kernel, whose launch pdl hides; measured faster on the H200 at
