@@ -81,9 +81,13 @@ bool moe_prefill_fits(const MoeDecodeWeights& w);
 // across the persistent tile loop (the next tile's first chunks fetched during this tile's last
 // k-steps and epilogue; the gate/up activation applied in registers and staged as bf16 in one
 // ring slot); 5 / 6 ring slots. Same MMAs in the same k order: bit-identical to kWgmma.
+// kWgmmaPingpong: two warpgroups a CTA each owning a whole tile (gate/up 64 gate + 64 up rows,
+// down 128 rows, x up to 128 tokens), taking alternate tiles, their k-loops ordered by named
+// barriers so one warpgroup's drain and epilogue overlap the other's MMAs; tokens by bulk copies
+// into a 3-slot ring a warpgroup (moe_prefill_pingpong_sm90.cu). Bit-identical to kWgmma.
 enum class MoePrefillKernel {
   kAuto, kMmaSync, kWgmma, kWgmmaWideN, kWgmmaSmemW, kWgmmaSmemWDeep, kWgmmaTma, kWgmmaTma4, kWgmmaProducer, kWgmma160,
-  kWgmmaG2, kWgmmaSmemWG2, kWgmmaCarry, kWgmmaCarry6, kWgmmaTmaMc
+  kWgmmaG2, kWgmmaSmemWG2, kWgmmaCarry, kWgmmaCarry6, kWgmmaTmaMc, kWgmmaPingpong
 };
 MoePrefillKernel moe_prefill_choice(MoePrefillKernel kernel = MoePrefillKernel::kAuto);
 
