@@ -2,7 +2,8 @@
 # moepf7 device run (one call on one H200, <= 150 s; docs/perf.md "Pingpong consumer
 # warpgroups"): moe_prefill_test (every main loop, every case), compute-sanitizer memcheck of
 # the small test cases (every main loop, kWgmmaPingpong among them), moe_prefill_bench --kernels
-# $KERN three times (kWgmma, kWgmmaTma and the pingpong form side by side, run after run).
+# $KERN three times (kWgmma, kWgmmaTma and the pingpong form side by side, run after run), then
+# kWgmma and the pingpong form with PDS_PREFILL_PP_FREE=1 (a diagnostic: no turns) twice.
 # Nothing is built there.
 #   OUT=dir [KERN=wgmma,wgmma-tma,wgmma-pingpong] bash .dev/moepf7/run.sh   (this file, carried with bin/ and lib/)
 set -uo pipefail
@@ -27,3 +28,9 @@ for i in 1 2 3; do
   timeout 20 "$here/bin/moe_prefill_bench" --kernels "$kern" --crossover 0 >>"$out/bench.log" 2>&1; echo "bench run $i rc=$? $(t)" >>"$out/bench.log"
 done
 echo "== bench"; cat "$out/bench.log"
+# Diagnostic: the same warpgroup tiles and rings without the turns (two independent warpgroups).
+for i in 1 2; do
+  PDS_PREFILL_PP_FREE=1 timeout 20 "$here/bin/moe_prefill_bench" --kernels wgmma,wgmma-pingpong --crossover 0 >>"$out/bench_free.log" 2>&1
+  echo "bench free run $i rc=$? $(t)" >>"$out/bench_free.log"
+done
+echo "== bench, PDS_PREFILL_PP_FREE=1"; grep -E "^prefill|rc=" "$out/bench_free.log"

@@ -31,6 +31,8 @@
 #include <cuda.h>
 #include <cuda_bf16.h>
 
+#include <cstdlib>
+
 #include "common/cuda_check.h"
 #include "common/pdl_bulk.cuh"
 #include "common/tensor_map.h"
@@ -129,7 +131,9 @@ struct Sched {
   const int* tile_start;
   int experts, total;
   const int32_t* offsets;
-  int* next;  // shared: the warpgroup's claimed next tile (one word a warpgroup)
+  int* next;    // shared: the warpgroup's claimed next tile (one word a warpgroup)
+  bool ordered;  // k-loops in turns (the form); false: the diagnostic PDS_PREFILL_PP_FREE=1, no turns
+  TileQueue* queue;  // null: static stride
 };
 
 // One tile of warpgroup wg: its k-loop (its turn already taken), then: pass the turn, drain,
@@ -137,7 +141,7 @@ struct Sched {
 template <bool kGated, bool kWide, int kN>
 __device__ __forceinline__ int run_tile(const Mxfp4Decode& a, const Mxfp4Decode& b, const CUtensorMap* map, uint16_t* __restrict__ act_out,
                                         float* __restrict__ out, const MoeAct& fn, uint8_t* staging, const Ring& ring, uint32_t& seq,
-                                        const Tile& tl, int claimed, const Sched& sc) {
+                                        const Tile& tl, int tile, const Sched& sc, bool wait_turn) {
   constexpr int kOut = kGated ? kOutGated : kOutDown;
   const int tid = threadIdx.x, wg = tid >> 7, wtid = tid & 127, warp = (tid >> 5) & 3, lane = tid & 31, g = lane >> 2, t = lane & 3;
   const bool lead = wtid == 0;
@@ -169,7 +173,12 @@ __device__ __forceinline__ int run_tile(const Mxfp4Decode& a, const Mxfp4Decode&
 
   uint4 qn[4];
   uint32_t sn[4];
-  load_w(0, qn, sn);
+  load_w(0, qn, sn);  // before the turn: the first words' latency is not a bubble of the tensor pipe
+  if (wait_turn) named_sync(kTurnBar + wg, kThreads);  // the other warpgroup issued tile j - 1's last MMA
+  // Claim this warpgroup's next tile (j + 2) now, in its turn: the claims stay in j order (the
+  // atomic's latency hides behind the k-loop).
+  int claimed = 0;
+  if (lead) claimed = sc.queue ? int(gridDim.x + atomicAdd(&sc.queue->next, 1u)) : tile + 2 * int(gridDim.x);
   for (int c = 0; c < chunks; ++c) {
     const uint32_t n = seq + c, slot = n % kStages;
     bar_wait(ring.full(slot), (n / kStages) & 1);
@@ -210,7 +219,7 @@ __device__ __forceinline__ int run_tile(const Mxfp4Decode& a, const Mxfp4Decode&
   // The k-loop's MMAs are issued: pass the turn, drain (before any other register is written:
   // the last k-step's wgmmas still read their A registers, and ptxas would serialise every
   // wgmma otherwise, C7513), then publish the next tile and start its copies.
-  named_arrive(kTurnBar + (wg ^ 1), kThreads);
+  if (sc.ordered) named_arrive(kTurnBar + (wg ^ 1), kThreads);
   wgmma_wait<0>();
   if (lead) sc.next[wg] = claimed;
   named_sync(kLocalBar + wg, 128);
@@ -267,7 +276,7 @@ __device__ __forceinline__ int run_tile(const Mxfp4Decode& a, const Mxfp4Decode&
 template <bool kGated, bool kWide, bool kQueue>
 __global__ void __launch_bounds__(kThreads, 1)
     prefill_pingpong(const __grid_constant__ CUtensorMap map, Mxfp4Decode a, Mxfp4Decode b, const int32_t* __restrict__ offsets, int experts,
-                     uint16_t* __restrict__ act_out, float* __restrict__ out, MoeAct fn, TileQueue* queue_ptr) {
+                     uint16_t* __restrict__ act_out, float* __restrict__ out, MoeAct fn, TileQueue* queue_ptr, int ordered) {
   extern __shared__ uint8_t smem_raw[];
   __shared__ int tile_start[kMaxExperts + 1];
   __shared__ uint64_t bars[2][2 * kStages];  // warpgroup w: full[0 .. kStages - 1], then empty
@@ -290,7 +299,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int out_tiles = (static_cast<int>(a.rows) + kOut - 1) / kOut;
   scan_tile_starts(offsets, experts, kTokTile, out_tiles, tile_start);
   __syncthreads();
-  const Sched sc{tile_start, experts, tile_start[experts], offsets, next_tile};
+  const Sched sc{tile_start, experts, tile_start[experts], offsets, next_tile, ordered != 0, kQueue ? queue_ptr : nullptr};
   uint8_t* wsm = smem + wg * kWgBytes;
   const Ring ring{smem_u32(&bars[wg][0]), smem_u32(wsm)};
   uint8_t* staging = wsm;  // gate/up: the staging is the ring slot of the tile's last chunk
@@ -306,24 +315,22 @@ __global__ void __launch_bounds__(kThreads, 1)
   }
   __syncwarp();
   for (int j = wg;; j += 2) {
-    if (j >= 1) named_sync(kTurnBar + wg, kThreads);  // the other warpgroup issued tile j - 1's last MMA (or stopped)
+    const bool wait_turn = sc.ordered && j >= 1;
     if (tile >= sc.total) {
       // The first past the end passes the turn on so the other can see it; the second just stops.
-      if (!stopped[wg ^ 1]) {
+      if (wait_turn) named_sync(kTurnBar + wg, kThreads);  // the other warpgroup issued tile j - 1's last MMA (or stopped)
+      if (sc.ordered && !stopped[wg ^ 1]) {
         stopped[wg] = 1;
         named_arrive(kTurnBar + (wg ^ 1), kThreads);
       }
       break;
     }
-    // Claim this warpgroup's next tile (j + 2) now: claims stay in j order.
-    int claimed = 0;
-    if (lead) claimed = kQueue ? int(gridDim.x + atomicAdd(&queue_ptr->next, 1u)) : tile + 2 * int(gridDim.x);
     const Tile tl = tile_of(tile, tile_start, experts, offsets);
     const int nv = (tl.ntok + 31) >> 5;
-    if (nv <= 1) tile = run_tile<kGated, kWide, 32>(a, b, &map, act_out, out, fn, staging, ring, seq, tl, claimed, sc);
-    else if (nv == 2) tile = run_tile<kGated, kWide, 64>(a, b, &map, act_out, out, fn, staging, ring, seq, tl, claimed, sc);
-    else if (nv == 3) tile = run_tile<kGated, kWide, 96>(a, b, &map, act_out, out, fn, staging, ring, seq, tl, claimed, sc);
-    else tile = run_tile<kGated, kWide, 128>(a, b, &map, act_out, out, fn, staging, ring, seq, tl, claimed, sc);
+    if (nv <= 1) tile = run_tile<kGated, kWide, 32>(a, b, &map, act_out, out, fn, staging, ring, seq, tl, tile, sc, wait_turn);
+    else if (nv == 2) tile = run_tile<kGated, kWide, 64>(a, b, &map, act_out, out, fn, staging, ring, seq, tl, tile, sc, wait_turn);
+    else if (nv == 3) tile = run_tile<kGated, kWide, 96>(a, b, &map, act_out, out, fn, staging, ring, seq, tl, tile, sc, wait_turn);
+    else tile = run_tile<kGated, kWide, 128>(a, b, &map, act_out, out, fn, staging, ring, seq, tl, tile, sc, wait_turn);
   }
   __syncthreads();
   if (kQueue && threadIdx.x == 0) finish_tile_queue(queue_ptr);
@@ -346,7 +353,13 @@ Status launch(const Mxfp4Decode& a, const Mxfp4Decode& b, const int32_t* offsets
   // Units of grid_for: CTAs; a CTA runs two warpgroup tiles at a time.
   const int64_t max_tiles = (max_output_tiles(capacity, kTokTile, experts, a.rows, per_tile) + 1) / 2;
   PDS_ASSIGN_OR_RETURN(unsigned grid, grid_for(kernel, kSmem, max_tiles, kThreads));
-  kernel<<<grid, kThreads, kSmem, stream>>>(map, a, b, offsets, static_cast<int>(experts), act, out, fn, queue);
+  // Diagnostic (docs/perf.md, "Pingpong consumer warpgroups"): PDS_PREFILL_PP_FREE=1 drops the turns
+  // (two independent warpgroups a CTA, each with its own tiles and ring). Read once.
+  static const int ordered = [] {
+    const char* v = std::getenv("PDS_PREFILL_PP_FREE");
+    return v && v[0] == '1' ? 0 : 1;
+  }();
+  kernel<<<grid, kThreads, kSmem, stream>>>(map, a, b, offsets, static_cast<int>(experts), act, out, fn, queue, ordered);
   return last_launch_status(kGated ? "moe_expert_mlp_prefill (wgmma pingpong) gate/up" : "moe_expert_mlp_prefill (wgmma pingpong) down");
 }
 
