@@ -8,13 +8,14 @@
 //   - Tile of one warpgroup: kWgmmaTma's per-warpgroup work: gate/up 64 gate rows of w1 + the
 //     same 64 rows of w3 (two m64 blocks), down 128 rows of w2 (two m64 blocks), x up to 128
 //     tokens of one expert (N 32..128). Same dequantisation, same wgmma sequence and k order per
-//     output as kWgmma: bit-identical. 128 fp32 accumulators a thread, as kWgmma (~242-255
-//     registers with 256 threads, no spills: no producer warpgroup, whose 384 threads would cap
-//     a consumer at 168 registers without setmaxnreg).
+//     output as kWgmma: bit-identical. 128 fp32 accumulators a thread, as kWgmma (ptxas: gate/up
+//     250-253 registers, no spills; down 255 with 16-20 bytes of spill stores): no producer
+//     warpgroup, whose 384 threads would cap a consumer at 168 registers (setmaxnreg: 232-240).
 //   - Tokens: each warpgroup has its own 3-slot ring (32 KB a slot: 128 inputs x 128 tokens in
 //     the 128-byte swizzle) filled by bulk tensor copies issued by its first thread, two chunks
 //     ahead (a slot is refilled right after the wgmma that read it is known done), full / empty
-//     mbarriers per slot. The next tile's first two chunks are issued as soon as this tile's
+//     mbarriers per slot (released by a predicated arrive at k-step 0, refilled at k-step 1: a
+//     branch there made ptxas serialise the wgmmas, C7513). The next tile's first two chunks are issued as soon as this tile's
 //     k-loop ends, before its drain and epilogue. (Token tiles are read per warpgroup, not per
 //     CTA: twice kWgmma's token bytes from L2 a MAC, which moepf6 found not to be the limit.)
 //   - Gate/up epilogue: the activation in registers (a thread holds gate and up of the same
@@ -23,9 +24,13 @@
 //     then coalesced 16-byte stores. 2 x 96 KB of ring: a separate 16 KB staging would not fit.
 //   - Schedule: the CTA's tile sequence j = 0, 1, 2, ...: warpgroup j % 2 runs tile j. Tile 0 is
 //     blockIdx.x, tile 1 claimed by thread 0 at the start (queue) or blockIdx.x + grid; the
-//     holder of tile j claims tile j + 2 (its own next) when its turn starts, so the claims are
+//     holder of tile j claims tile j + 2 (its own next) once its turn starts (its first weight
+//     words are loaded before it waits for the turn), so the claims are
 //     in j order and the valid tiles are a prefix of the sequence. A warpgroup whose tile is past
 //     the end passes the turn on once (unless the other has already stopped) and stops.
+// Measured (docs/perf.md, "Pingpong consumer warpgroups"): 0.78-0.90x kWgmma; without the turns
+// (PDS_PREFILL_PP_FREE=1, a diagnostic) 0.93-0.97x: one warpgroup's k-loop, dequantisation then
+// wgmma, does not fill the tensor pipe alone. Opt-in.
 // Rows of a box past the tile read the next expert's rows (or zeros past `capacity`); a token
 // column of B only reaches the same column of the accumulators, which neither epilogue stores.
 #include <cuda.h>
