@@ -1,6 +1,6 @@
 // Prefill-time routed experts: a grouped GEMM over the local experts on bf16 tensor cores
-// (fp32 accumulate), MXFP4 weights dequantised in registers on the way. Fourteen main loops
-// (MoePrefillKernel below): thirteen warpgroup-MMA ones (kWgmma the default) and the mma.sync
+// (fp32 accumulate), MXFP4 weights dequantised in registers on the way. Fifteen main loops
+// (MoePrefillKernel below): fourteen warpgroup-MMA ones (kWgmma the default) and the mma.sync
 // kernel this comment describes; the wgmma tiles are in docs/design.md.
 // It replaces step 2 of moe.h for many rows per expert; steps 1 and 3 stay, so a prefill
 // chunk runs
@@ -81,9 +81,14 @@ bool moe_prefill_fits(const MoeDecodeWeights& w);
 // across the persistent tile loop (the next tile's first chunks fetched during this tile's last
 // k-steps and epilogue; the gate/up activation applied in registers and staged as bf16 in one
 // ring slot); 5 / 6 ring slots. Same MMAs in the same k order: bit-identical to kWgmma.
+// kWgmmaPingpong: two warpgroups a CTA each owning a whole tile (gate/up 64 gate + 64 up rows,
+// down 128 rows, x up to 128 tokens), taking alternate tiles, their k-loops ordered by named
+// barriers so one warpgroup's drain and epilogue overlap the other's MMAs; tokens by bulk copies
+// into a 3-slot ring a warpgroup (moe_prefill_pingpong_sm90.cu). Bit-identical to kWgmma;
+// 0.78-0.90x kWgmma on the H200 (docs/perf.md, "Pingpong consumer warpgroups"), opt-in.
 enum class MoePrefillKernel {
   kAuto, kMmaSync, kWgmma, kWgmmaWideN, kWgmmaSmemW, kWgmmaSmemWDeep, kWgmmaTma, kWgmmaTma4, kWgmmaProducer, kWgmma160,
-  kWgmmaG2, kWgmmaSmemWG2, kWgmmaCarry, kWgmmaCarry6, kWgmmaTmaMc
+  kWgmmaG2, kWgmmaSmemWG2, kWgmmaCarry, kWgmmaCarry6, kWgmmaTmaMc, kWgmmaPingpong
 };
 MoePrefillKernel moe_prefill_choice(MoePrefillKernel kernel = MoePrefillKernel::kAuto);
 

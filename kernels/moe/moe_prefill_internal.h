@@ -58,4 +58,8 @@ Status expert_mlp_prefill_wgmma_carry(const MoeDecodeWeights& w, const int32_t* 
                                       const uint16_t* x_sorted, uint16_t* act, float* out_sorted, void* queue, MoePrefillKernel kernel,
                                       cudaStream_t stream);
 
+// The same for kWgmmaPingpong (moe_prefill_pingpong_sm90.cu).
+Status expert_mlp_prefill_wgmma_pingpong(const MoeDecodeWeights& w, const int32_t* offsets, int64_t experts, int64_t capacity,
+                                         const uint16_t* x_sorted, uint16_t* act, float* out_sorted, void* queue, cudaStream_t stream);
+
 }  // namespace pdserve::cuda::moe_prefill_detail

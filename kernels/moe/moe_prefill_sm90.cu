@@ -268,7 +268,8 @@ Status launch(const Mxfp4Decode& a, const Mxfp4Decode& b, const int32_t* offsets
 // kWgmmaCarry(6) (the ring carried across tiles) 1.01-1.09x on one hot expert but 0.90-0.98x
 // with the queue on uniform and Zipf rows in one (docs/perf.md, "Ring carried across tiles");
 // kWgmmaTmaMc (token chunks multicast across a 2-CTA cluster) 0.82-0.90x with the queue in two
-// (docs/perf.md, "Token multicast across a 2-CTA cluster").
+// (docs/perf.md, "Token multicast across a 2-CTA cluster"); kWgmmaPingpong (a whole tile a
+// warpgroup, k-loops in turns) 0.78-0.90x in two (docs/perf.md, "Pingpong consumer warpgroups").
 MoePrefillKernel moe_prefill_choice(MoePrefillKernel kernel) {
   return kernel == MoePrefillKernel::kAuto ? MoePrefillKernel::kWgmma : kernel;
 }

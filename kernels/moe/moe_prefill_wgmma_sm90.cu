@@ -454,6 +454,8 @@ Status expert_mlp_prefill_wgmma(const MoeDecodeWeights& w, const int32_t* offset
     case MoePrefillKernel::kWgmmaCarry:
     case MoePrefillKernel::kWgmmaCarry6:
       return expert_mlp_prefill_wgmma_carry(w, offsets, experts, capacity, x_sorted, act, out_sorted, queue_words, kernel, stream);
+    case MoePrefillKernel::kWgmmaPingpong:
+      return expert_mlp_prefill_wgmma_pingpong(w, offsets, experts, capacity, x_sorted, act, out_sorted, queue_words, stream);
     case MoePrefillKernel::kWgmmaProducer:
       return expert_mlp_prefill_wgmma_producer(w, offsets, experts, capacity, x_sorted, act, out_sorted, queue_words, stream);
     default: return invalid_argument("moe_expert_mlp_prefill: not a wgmma main loop");

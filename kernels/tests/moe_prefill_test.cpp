@@ -32,7 +32,8 @@ constexpr MoePrefillKernel kKernels[] = {MoePrefillKernel::kMmaSync, MoePrefillK
                                          MoePrefillKernel::kWgmmaSmemW, MoePrefillKernel::kWgmmaSmemWDeep, MoePrefillKernel::kWgmmaTma,
                                          MoePrefillKernel::kWgmmaTma4, MoePrefillKernel::kWgmmaProducer, MoePrefillKernel::kWgmma160,
                                          MoePrefillKernel::kWgmmaG2, MoePrefillKernel::kWgmmaSmemWG2,
-                                         MoePrefillKernel::kWgmmaCarry, MoePrefillKernel::kWgmmaCarry6, MoePrefillKernel::kWgmmaTmaMc};
+                                         MoePrefillKernel::kWgmmaCarry, MoePrefillKernel::kWgmmaCarry6, MoePrefillKernel::kWgmmaTmaMc,
+                                         MoePrefillKernel::kWgmmaPingpong};
 const char* name_of(MoePrefillKernel k) {
   switch (k) {
     case MoePrefillKernel::kWgmma: return "wgmma";
@@ -47,6 +48,7 @@ const char* name_of(MoePrefillKernel k) {
     case MoePrefillKernel::kWgmmaCarry: return "wgmma-carry";
     case MoePrefillKernel::kWgmmaCarry6: return "wgmma-carry6";
     case MoePrefillKernel::kWgmmaTmaMc: return "wgmma-tma-mc";
+    case MoePrefillKernel::kWgmmaPingpong: return "wgmma-pingpong";
     case MoePrefillKernel::kWgmmaSmemWG2: return "wgmma-smemW-g2";
     default: return "mma.sync";
   }
@@ -133,7 +135,8 @@ double run_prefill(const Routing& r, int64_t tokens, int64_t k, int64_t begin, c
     if (kernel == MoePrefillKernel::kWgmmaSmemW || kernel == MoePrefillKernel::kWgmmaSmemWDeep || kernel == MoePrefillKernel::kWgmmaTma ||
         kernel == MoePrefillKernel::kWgmmaTma4 || kernel == MoePrefillKernel::kWgmmaProducer || kernel == MoePrefillKernel::kWgmma160 ||
         kernel == MoePrefillKernel::kWgmmaG2 || kernel == MoePrefillKernel::kWgmmaSmemWG2 || kernel == MoePrefillKernel::kWgmmaCarry ||
-        kernel == MoePrefillKernel::kWgmmaCarry6 || kernel == MoePrefillKernel::kWgmmaTmaMc) {
+        kernel == MoePrefillKernel::kWgmmaCarry6 || kernel == MoePrefillKernel::kWgmmaTmaMc ||
+        kernel == MoePrefillKernel::kWgmmaPingpong) {
       EXPECT_TRUE(y == y_wgmma) << what << " [" << name_of(kernel) << "]: not bit-identical to wgmma";
     }
     const double err = nerr(y, ref);
