@@ -92,6 +92,11 @@ int exe_status(const std::string& cmd) {
 class UpProcess {
  public:
   UpProcess(std::vector<std::string> args, std::vector<std::string> env, const std::string& err_path) {
+    // argv is built before the fork: the child may only make async-signal-safe calls until
+    // execv (child_server.h says why).
+    std::vector<char*> argv;
+    for (auto& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
     int fds[2];
     EXPECT_EQ(pipe(fds), 0);
     pid_ = fork();
@@ -101,9 +106,6 @@ class UpProcess {
       dup2(err, 2);
       close(fds[0]);
       for (auto& e : env) putenv(e.data());
-      std::vector<char*> argv;
-      for (auto& a : args) argv.push_back(a.data());
-      argv.push_back(nullptr);
       execv(argv[0], argv.data());
       _exit(127);
     }

@@ -49,6 +49,14 @@ class ChildServer {
   // Waits until the child printed `ready_line` (or exited); `merge_stderr`: its stderr joins
   // the captured stdout (for processes whose messages go there, e.g. a node follower).
   explicit ChildServer(std::vector<std::string> args, std::string ready_line = "pdserve: listening on http://", bool merge_stderr = false) {
+    // argv is built before the fork: the child of a multithreaded test may only make
+    // async-signal-safe calls until execv (an allocation there can spin forever on an allocator
+    // lock another thread held at the fork; seen under AddressSanitizer).
+    std::string bin = PDSERVE_BINARY;
+    std::vector<char*> argv;
+    argv.push_back(bin.data());
+    for (auto& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
     int out[2];
     if (::pipe(out) != 0) return;
     pid_ = ::fork();
@@ -56,11 +64,6 @@ class ChildServer {
       ::dup2(out[1], 1);
       if (merge_stderr) ::dup2(out[1], 2);
       ::close(out[0]);
-      std::vector<char*> argv;
-      std::string bin = PDSERVE_BINARY;
-      argv.push_back(bin.data());
-      for (auto& a : args) argv.push_back(a.data());
-      argv.push_back(nullptr);
       ::execv(bin.c_str(), argv.data());
       ::_exit(127);
     }
