@@ -34,13 +34,6 @@ std::shared_ptr<const Model> load_model() {
   return std::shared_ptr<const Model>(std::move(m).value());
 }
 
-int32_t argmax(const float* row, int64_t n) {
-  int32_t best = 0;
-  for (int64_t v = 1; v < n; ++v)
-    if (row[v] > row[best]) best = static_cast<int32_t>(v);
-  return best;
-}
-
 size_t differing(const ForwardOutput& a, const ForwardOutput& b) {
   if (a.logits.size() != b.logits.size()) return std::max(a.logits.size(), b.logits.size());
   size_t n = 0;

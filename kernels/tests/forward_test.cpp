@@ -81,13 +81,6 @@ struct Pair {
   }
 };
 
-int32_t argmax(const float* row, int64_t n) {
-  int32_t best = 0;
-  for (int64_t v = 1; v < n; ++v)
-    if (row[v] > row[best]) best = static_cast<int32_t>(v);
-  return best;
-}
-
 class CudaForward : public GpuTest, public ::testing::WithParamInterface<const char*> {};
 
 // Three sequences: A (45 tokens) prefilled in chunks of 16, 16, 13 (page_size 16: the last

@@ -19,13 +19,6 @@ std::shared_ptr<const Model> load(const std::string& preset) {
   return std::shared_ptr<const Model>(std::move(m).value());
 }
 
-int32_t argmax(const float* row, int64_t n) {
-  int32_t best = 0;
-  for (int64_t v = 1; v < n; ++v)
-    if (row[v] > row[best]) best = static_cast<int32_t>(v);
-  return best;
-}
-
 class CudaGraphs : public GpuTest, public ::testing::WithParamInterface<const char*> {};
 
 // Device models with graphs on and off, fed the same batches: prefill, then decode steps whose

@@ -40,4 +40,12 @@ class GpuTest : public ::testing::Test {
   }
 };
 
+// The greedy token of a logits row (the lowest id on ties).
+inline int32_t argmax(const float* row, int64_t n) {
+  int32_t best = 0;
+  for (int64_t v = 1; v < n; ++v)
+    if (row[v] > row[best]) best = static_cast<int32_t>(v);
+  return best;
+}
+
 }  // namespace pdserve::cuda::ktest
