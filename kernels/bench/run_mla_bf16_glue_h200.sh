@@ -4,8 +4,7 @@
 # kernels test, the latent-write glue tests (cuda_forward_test BackendOps.*), mla_prefill_test
 # (every attention form and both expands on fp32 and bf16 pages), the bench
 # (mla_prefill_bench --cache-bf16), then compute-sanitizer memcheck of the new cases (the small
-# ones: the K3 paths are covered by the write test's 512 + 64 shape and the tiny dims' 4-wide
-# gather). Fits a 150 s call. From the checkout root with this folder (bin/, bin/lib/) carried:
+# ones first, the K3 ragged batch on bf16 pages last). Fits a 150 s call. From the checkout root with this folder (bin/, bin/lib/) carried:
 #   OUT=dir bash .dev/<branch>/run_mla_bf16_glue_h200.sh
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -31,7 +30,7 @@ timeout 60 stdbuf -oL "$bin/mla_prefill_test" >"$out/prefill.log" 2>&1; echo "ml
 grep -E "bf16 cache|^\[  (PASSED|FAILED|SKIPPED) |^\[  FAILED|Failure" "$out/prefill.log" | head -60
 echo "== bench"
 date -u
-timeout 30 "$bin/mla_prefill_bench" --cache-bf16 16384 8192 2>&1 | tee "$out/bench.log"
+timeout 40 "$bin/mla_prefill_bench" --cache-bf16 16384 8192 8192 8192 2>&1 | tee "$out/bench.log"
 echo "bench rc=${PIPESTATUS[0]}"
 echo "== memcheck"
 timeout 40 compute-sanitizer --tool memcheck --error-exitcode 9 "$bin/mla_prefill_test" \
@@ -44,4 +43,9 @@ timeout 25 compute-sanitizer --tool memcheck --error-exitcode 9 "$bin/cuda_forwa
   --gtest_filter='BackendOps.MlaWriteLatentsFp32AndBf16MatchHost:BackendOps.MlaAbsorbVUpAndWrite' >"$out/memcheck_glue.log" 2>&1
 echo "memcheck glue rc=$?"
 grep -hE "^\[  (PASSED|FAILED) |ERROR SUMMARY" "$out"/memcheck_*.log
+# Last (the longest): the K3 ragged batch on bf16 pages, every form, under memcheck.
+timeout 70 compute-sanitizer --tool memcheck --error-exitcode 9 "$bin/mla_prefill_test" \
+  --gtest_filter='MlaPrefill.Bf16CacheK3*' >"$out/memcheck_k3.log" 2>&1
+echo "memcheck K3 bf16 rc=$?"
+grep -hE "^\[  (PASSED|FAILED) |ERROR SUMMARY" "$out/memcheck_k3.log"
 date -u

@@ -36,10 +36,9 @@ __global__ void to_bf16_kernel(const float* __restrict__ x, int64_t n, bf16* __r
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) y[i] = __float2bfloat16(x[i]);
 }
 
-// One block per context token: its latent -> lat [t][latent], its key part -> every head's K tail.
-// T = float: rounded to nearest even (__float2bfloat16); T = uint16_t (a bf16 cache): the bits
-// copied. VEC: 4 values an access (latent_dim, rope, nope multiples of 4 and the cache base
-// aligned to 4 values: the launcher checks; the workspace buffers are 256-byte aligned).
+// The gather: each context token's latent -> lat [t][latent], its key part -> every head's K
+// tail. T = float: rounded to nearest even (__float2bfloat16); T = uint16_t (a bf16 cache): the
+// bits copied.
 __device__ __forceinline__ uint16_t bf16_of(float x) { return __bfloat16_as_ushort(__float2bfloat16(x)); }
 __device__ __forceinline__ uint16_t bf16_of(uint16_t x) { return x; }
 __device__ __forceinline__ uint2 bf16x4_of(const float* p) {
@@ -48,42 +47,68 @@ __device__ __forceinline__ uint2 bf16x4_of(const float* p) {
 }
 __device__ __forceinline__ uint2 bf16x4_of(const uint16_t* p) { return *reinterpret_cast<const uint2*>(p); }
 
-template <typename T, bool VEC>
+// Element form (any dims): one block per token.
+template <typename T>
 __global__ void gather_kernel(const T* __restrict__ cache, const int32_t* __restrict__ entries, int lat_dim, int rope, int nope,
-                              int heads, bf16* __restrict__ lat, bf16* __restrict__ kb) {
+                              int heads, uint16_t* __restrict__ lat, uint16_t* __restrict__ kb) {
   const int64_t t = blockIdx.x;
   const T* e = cache + int64_t(entries[t]) * (lat_dim + rope);
   const int qk = nope + rope;
-  auto* lat16 = reinterpret_cast<uint16_t*>(lat);
-  auto* kb16 = reinterpret_cast<uint16_t*>(kb);
-  if constexpr (VEC) {
-    for (int i = threadIdx.x; i < lat_dim / 4; i += blockDim.x)
-      *reinterpret_cast<uint2*>(lat16 + t * lat_dim + 4 * i) = bf16x4_of(e + 4 * i);
-    const int r4 = rope / 4;
-    for (int i = threadIdx.x; i < heads * r4; i += blockDim.x) {
-      const int h = i / r4, d = i % r4;
-      *reinterpret_cast<uint2*>(kb16 + (t * heads + h) * qk + nope + 4 * d) = bf16x4_of(e + lat_dim + 4 * d);
-    }
-  } else {
-    for (int i = threadIdx.x; i < lat_dim; i += blockDim.x) lat16[t * lat_dim + i] = bf16_of(e[i]);
-    for (int i = threadIdx.x; i < heads * rope; i += blockDim.x) {
-      const int h = i / rope, d = i % rope;
-      kb16[(t * heads + h) * qk + nope + d] = bf16_of(e[lat_dim + d]);
-    }
+  for (int i = threadIdx.x; i < lat_dim; i += blockDim.x) lat[t * lat_dim + i] = bf16_of(e[i]);
+  for (int i = threadIdx.x; i < heads * rope; i += blockDim.x) {
+    const int h = i / rope, d = i % rope;
+    kb[(t * heads + h) * qk + nope + d] = bf16_of(e[lat_dim + d]);
+  }
+}
+
+// 4-wide form: kGatherTok tokens a block of kGatherThreads, 4 values an access (a float4 or 8
+// bytes of bf16 read, 8 bytes written). Thread i holds latent chunk i and key chunk i % (rope/4)
+// of every token in registers, all loads issued before any store (the entry ids first), then
+// writes the latent and its key chunk into heads i / (rope/4), i / (rope/4) + threads / (rope/4),
+// ... The launcher checks: latent_dim, rope, nope multiples of 4, latent_dim / 4 <= threads,
+// threads a multiple of rope / 4, the cache base aligned to 4 values.
+constexpr int kGatherThreads = 128, kGatherTok = 4;
+template <typename T>
+__global__ void __launch_bounds__(kGatherThreads) gather4_kernel(const T* __restrict__ cache, const int32_t* __restrict__ entries,
+                                                                 int ctx, int lat_dim, int rope, int nope, int heads,
+                                                                 uint16_t* __restrict__ lat, uint16_t* __restrict__ kb) {
+  const int tid = threadIdx.x, l4 = lat_dim / 4, r4 = rope / 4, qk = nope + rope, d = tid % r4;
+  const int64_t t0 = int64_t(blockIdx.x) * kGatherTok;
+  int32_t ent[kGatherTok];
+#pragma unroll
+  for (int j = 0; j < kGatherTok; ++j) ent[j] = t0 + j < ctx ? entries[t0 + j] : -1;
+  uint2 lv[kGatherTok], kv[kGatherTok];
+#pragma unroll
+  for (int j = 0; j < kGatherTok; ++j) {
+    if (ent[j] < 0) continue;
+    const T* e = cache + int64_t(ent[j]) * (lat_dim + rope);
+    if (tid < l4) lv[j] = bf16x4_of(e + 4 * tid);
+    kv[j] = bf16x4_of(e + lat_dim + 4 * d);
+  }
+#pragma unroll
+  for (int j = 0; j < kGatherTok; ++j) {
+    if (ent[j] < 0) continue;
+    const int64_t t = t0 + j;
+    if (tid < l4) *reinterpret_cast<uint2*>(lat + t * lat_dim + 4 * tid) = lv[j];
+    for (int h = tid / r4; h < heads; h += kGatherThreads / r4)
+      *reinterpret_cast<uint2*>(kb + (t * heads + h) * qk + nope + 4 * d) = kv[j];
   }
 }
 
 template <typename T>
 void launch_gather(const T* cache, const int32_t* entries, const MlaPrefillArgs& a, int64_t ctx, bf16* lat, bf16* kb,
                    cudaStream_t stream) {
-  const bool vec = a.latent_dim % 4 == 0 && a.rope % 4 == 0 && a.nope % 4 == 0 &&
-                   (reinterpret_cast<uintptr_t>(cache) & (4 * sizeof(T) - 1)) == 0;
   const int ld = static_cast<int>(a.latent_dim), rope = static_cast<int>(a.rope), nope = static_cast<int>(a.nope);
   const int heads = static_cast<int>(a.heads);
-  if (vec)
-    gather_kernel<T, true><<<static_cast<unsigned>(ctx), 128, 0, stream>>>(cache, entries, ld, rope, nope, heads, lat, kb);
+  auto* lat16 = reinterpret_cast<uint16_t*>(lat);
+  auto* kb16 = reinterpret_cast<uint16_t*>(kb);
+  const bool wide = ld % 4 == 0 && rope % 4 == 0 && nope % 4 == 0 && rope > 0 && ld / 4 <= kGatherThreads &&
+                    kGatherThreads % (rope / 4) == 0 && (reinterpret_cast<uintptr_t>(cache) & (4 * sizeof(T) - 1)) == 0;
+  if (wide)
+    gather4_kernel<T><<<static_cast<unsigned>((ctx + kGatherTok - 1) / kGatherTok), kGatherThreads, 0, stream>>>(
+        cache, entries, static_cast<int>(ctx), ld, rope, nope, heads, lat16, kb16);
   else
-    gather_kernel<T, false><<<static_cast<unsigned>(ctx), 128, 0, stream>>>(cache, entries, ld, rope, nope, heads, lat, kb);
+    gather_kernel<T><<<static_cast<unsigned>(ctx), 128, 0, stream>>>(cache, entries, ld, rope, nope, heads, lat16, kb16);
 }
 
 // C[t][n] = lat[t] . w[n] (n over heads x (nope + v)); 64 x 64 tiles, 4 warps of 16 rows, k in
