@@ -11,6 +11,9 @@
 // whole run with each (the attention at its default).
 //   [MLA_PREFILL_FORMS=wgmma-pingpong,wgmma-tma-pingpong] [MLA_PREFILL_NO_OLD=1] mla_prefill_bench [cached new]...
 //   (default: 8192 8192, 16384 8192 and 0 8192; every wgmma form)
+//   mla_prefill_bench --cache-bf16 [cached new]...: the bf16 latent cache against the fp32 one
+//   (the gather alone, steps 1-2; default 16384 8192) and mla_write_latents vs _bf16 at 256 and
+//   8192 rows (bench_cache_bf16 / bench_write_latents below).
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
@@ -19,6 +22,7 @@
 #include <string>
 
 #include "bench/bench_util.h"
+#include "mla/mla.h"
 #include "mla/mla_decode.h"
 #include "mla/mla_prefill.h"
 
@@ -228,11 +232,144 @@ void bench_case(int64_t cached, int64_t fresh) {
   }
 }
 
+// --cache-bf16: the bf16 latent cache against the fp32 one (docs/perf.md "bf16 latent cache:
+// writes and the prefill gather"). The context gather alone (mla_prefill_gather) and steps 1-2
+// (mla_prefill_expand: q / kv_b conversions, gather, default up-projection GEMM) from fp32 and
+// from bf16 pages holding the same bf16-representable values (whole-run outputs compared: they
+// must be bit-identical); the gather's bytes: entries read (576 x 4 or x 2 bytes) + 4-byte
+// entry ids + the bf16 latents and every head's K rope tail written.
+void bench_cache_bf16(int64_t cached, int64_t fresh) {
+  const int64_t ctx = cached + fresh, np = (ctx + kPage - 1) / kPage, ed = kLat + kRope;
+  std::vector<int32_t> pages(np);
+  std::iota(pages.begin(), pages.end(), 0);
+  std::mt19937 gen(3);
+  std::shuffle(pages.begin(), pages.end(), gen);
+  MlaPrefillPlan plan;
+  check(build_mla_prefill_plan({{0, fresh, cached, pages.data()}}, kPage, &plan), "plan");
+  auto dplan = upload(plan.image);
+  const std::vector<uint16_t> bits = to_bf16_bits(randn(np * kPage * ed, 1));
+  std::vector<float> vals(bits.size());
+  for (size_t i = 0; i < bits.size(); ++i) {
+    const uint32_t b = uint32_t(bits[i]) << 16;
+    std::memcpy(&vals[i], &b, 4);
+  }
+  auto cache32 = upload(vals);
+  auto cache16 = upload(bits);
+  auto q = upload(randn(fresh * kHeads * kQk, 2));
+  std::vector<float> w = randn(kHeads * (kNope + kV) * kLat, 3);
+  for (float& x : w) x *= 1.0f / std::sqrt(static_cast<float>(kLat));
+  auto kv_b = upload(w);
+  DeviceBuffer<float> out32, out16;
+  check(out32.resize(fresh * kHeads * kV), "out");
+  check(out16.resize(fresh * kHeads * kV), "out");
+  MlaPrefillArgs a32;
+  a32.q = q.get(), a32.cache = cache32.get(), a32.kv_b = kv_b.get(), a32.heads = kHeads, a32.nope = kNope, a32.rope = kRope;
+  a32.v_dim = kV, a32.latent_dim = kLat, a32.scale = 1.0f / std::sqrt(static_cast<float>(kQk)), a32.out = out32.get();
+  MlaPrefillArgs a16 = a32;
+  a16.cache = nullptr, a16.cache_bf16 = cache16.get(), a16.out = out16.get();
+  DeviceBuffer<unsigned char> ws(mla_prefill_workspace_bytes(a32, plan.rows, plan.ctx_total));
+  check(mla_prefill_run(a32, plan, dplan.get(), ws.get(), nullptr), "run fp32");
+  check(mla_prefill_run(a16, plan, dplan.get(), ws.get(), nullptr), "run bf16");
+  std::vector<float> h32(fresh * kHeads * kV), h16(h32.size());
+  check(cudaMemcpy(h32.data(), out32.get(), h32.size() * 4, cudaMemcpyDeviceToHost), "copy");
+  check(cudaMemcpy(h16.data(), out16.get(), h16.size() * 4, cudaMemcpyDeviceToHost), "copy");
+  const bool same = std::memcmp(h32.data(), h16.data(), h32.size() * 4) == 0;
+  std::printf("bf16 latent cache, prefill: cached %lld new %lld (context %lld tokens), %lld heads; whole-run outputs %s\n",
+              static_cast<long long>(cached), static_cast<long long>(fresh), static_cast<long long>(ctx), static_cast<long long>(kHeads),
+              same ? "bit-identical (fp32 vs bf16 pages)" : "DIFFERENT (fp32 vs bf16 pages)");
+  const double written = static_cast<double>(ctx) * (kLat + kHeads * kRope) * 2 + ctx * 4.0;
+  double t_gather32 = 0, t_exp32 = 0;
+  for (const MlaPrefillArgs* a : {&a32, &a16}) {
+    const bool bf = a->cache_bf16 != nullptr;
+    const double bytes = static_cast<double>(ctx) * ed * (bf ? 2 : 4) + written;
+    const double tg = time_ms([&] { check(mla_prefill_gather(*a, plan, dplan.get(), ws.get(), nullptr), "gather"); }, 20) * 1e3;
+    const double te = time_ms([&] { check(mla_prefill_expand(*a, plan, dplan.get(), ws.get(), nullptr), "expand"); }, 20) * 1e3;
+    const double floor_us = bytes / g_bw * 1e6;
+    if (!bf) t_gather32 = tg, t_exp32 = te;
+    std::printf("    %s cache: gather %8.1f us, %6.1f MB, %6.2f TB/s (floor %6.1f us at 4.2 TB/s: %.2fx)%s | gather + expand %8.1f us%s\n",
+                bf ? "bf16" : "fp32", tg, bytes * 1e-6, bytes / tg * 1e-6, floor_us, tg / floor_us,
+                bf ? (" [" + std::to_string(t_gather32 / tg).substr(0, 4) + "x the fp32 gather]").c_str() : "", te,
+                bf ? (" [" + std::to_string(t_exp32 / te).substr(0, 4) + "x]").c_str() : "");
+  }
+  std::fflush(stdout);
+}
+
+// mla_write_latents vs mla_write_latents_bf16 at a decode batch and a prefill chunk: rows of
+// latent 512 + key 64 fp32 into shuffled cache entries. Inputs and entries rotate over enough
+// disjoint sets that the footprint exceeds twice the 50 MB L2. 200 launches per timing, reported
+// per launch, twice: eager back to back (host launch cost included: small batches are
+// launch-bound) and as one CUDA graph (as the decode graphs run it: the GPU's time).
+// Bytes: rows x 576 x 4 read + rows x 576 x (4 or 2) written + 4-byte entry ids.
+void bench_write_latents(const std::vector<int64_t>& row_counts) {
+  constexpr int kLaunches = 200;
+  cudaStream_t st;
+  check(cudaStreamCreate(&st), "stream");
+  for (const int64_t rows : row_counts) {
+    const double set_bytes = static_cast<double>(rows) * (kLat + kRope) * 8;
+    const int64_t sets = std::clamp<int64_t>(static_cast<int64_t>(std::ceil(128e6 / set_bytes)), 2, 256);
+    const int64_t entries = sets * rows;
+    std::vector<int32_t> ids(entries);
+    std::iota(ids.begin(), ids.end(), 0);
+    std::mt19937 gen(9);
+    std::shuffle(ids.begin(), ids.end(), gen);
+    auto dent = upload(ids);
+    auto lat = upload(randn(entries * kLat, 11));
+    auto key = upload(randn(entries * kRope, 12));
+    DeviceBuffer<float> c32;
+    DeviceBuffer<uint16_t> c16;
+    check(c32.resize(entries * (kLat + kRope)), "cache");
+    check(c16.resize(entries * (kLat + kRope)), "cache");
+    double t32 = 0, g32 = 0;
+    for (const bool bf : {false, true}) {
+      auto launches = [&](cudaStream_t s) {
+        for (int i = 0; i < kLaunches; ++i) {
+          const int64_t set = i % sets;
+          const float* l = lat.get() + set * rows * kLat;
+          const float* k = key.get() + set * rows * kRope;
+          const int32_t* e = dent.get() + set * rows;
+          if (bf)
+            check(mla_write_latents_bf16(l, k, rows, kLat, kRope, e, c16.get(), s), "write bf16");
+          else
+            check(mla_write_latents(l, k, rows, kLat, kRope, e, c32.get(), s), "write");
+        }
+      };
+      const double t = time_ms([&] { launches(nullptr); }, 5) * 1e3 / kLaunches;
+      cudaGraph_t graph;
+      cudaGraphExec_t exec;
+      check(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal), "capture");
+      launches(st);
+      check(cudaStreamEndCapture(st, &graph), "capture");
+      check(cudaGraphInstantiate(&exec, graph, 0), "instantiate");
+      const double g = time_ms([&] { check(cudaGraphLaunch(exec, st), "graph"); }, 5) * 1e3 / kLaunches;
+      check(cudaGraphExecDestroy(exec), "graph");
+      check(cudaGraphDestroy(graph), "graph");
+      const double bytes = static_cast<double>(rows) * (kLat + kRope) * (4 + (bf ? 2 : 4)) + rows * 4.0;
+      const double floor_us = bytes / g_bw * 1e6;
+      if (!bf) t32 = t, g32 = g;
+      std::printf("mla_write_latents%-5s rows %5lld: eager %6.2f us a launch | in a graph %6.2f us, %6.2f MB, %5.2f TB/s "
+                  "(floor %5.2f us at 4.2 TB/s: %5.2fx)%s\n",
+                  bf ? "_bf16" : "", static_cast<long long>(rows), t, g, bytes * 1e-6, bytes / g * 1e-6, floor_us, g / floor_us,
+                  bf ? (" [graph: " + std::to_string(g32 / g).substr(0, 4) + "x the fp32 write; eager " +
+                        std::to_string(t32 / t).substr(0, 4) + "x]").c_str()
+                     : "");
+    }
+  }
+  check(cudaStreamDestroy(st), "stream");
+  std::fflush(stdout);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
+  const bool bf16 = argc > 1 && std::strcmp(argv[1], "--cache-bf16") == 0;
   std::vector<std::pair<int64_t, int64_t>> cases;
-  for (int i = 1; i + 1 < argc; i += 2) cases.push_back({std::atoll(argv[i]), std::atoll(argv[i + 1])});
+  for (int i = bf16 ? 2 : 1; i + 1 < argc; i += 2) cases.push_back({std::atoll(argv[i]), std::atoll(argv[i + 1])});
+  if (bf16) {
+    if (cases.empty()) cases = {{16384, 8192}};
+    for (auto [c, n] : cases) bench_cache_bf16(c, n);
+    bench_write_latents({256, 8192});
+    return 0;
+  }
   if (cases.empty()) cases = {{8192, 8192}, {16384, 8192}, {0, 8192}};
   for (auto [c, n] : cases) bench_case(c, n);
   return 0;

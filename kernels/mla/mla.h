@@ -39,11 +39,19 @@ Status mla_attend_latent(const MlaDecodeArgs& a, cudaStream_t stream);
 //                  pages) = [latent[b] | key[b]]. A prefill chunk writes all of its entries
 //                  before attention; each query row then reads its own prefix (ctx_len).
 //                  dst_entry[b] < 0: row b writes nothing (padding).
+//   mla_write_latents_bf16: the same into a bf16 cache (pages of uint16_t bf16 bit patterns,
+//                  [latent | key] per entry): every value rounded to nearest even with the
+//                  bits of core/dtype.h f32_to_bf16 (finite values and +-Inf as
+//                  __float2bfloat16_rn, overflow to +-Inf; a NaN keeps its sign and top payload
+//                  bits with the quiet bit set, where cvt.rn would give the canonical NaN), so
+//                  the device and the host pools hold the same bits for the same values.
 Status mla_absorb_q(const float* q, const float* kv_b, int64_t rows, int64_t heads, int64_t nope, int64_t rope, int64_t v_dim,
                     int64_t latent_dim, float* q_lat, float* q_rot, cudaStream_t stream);
 Status mla_v_up(const float* o_lat, const float* kv_b, int64_t rows, int64_t heads, int64_t nope, int64_t v_dim, int64_t latent_dim,
                 float* out, cudaStream_t stream);
 Status mla_write_latents(const float* latent, const float* key, int64_t rows, int64_t latent_dim, int64_t rope_dim,
                          const int32_t* dst_entry, float* cache, cudaStream_t stream);
+Status mla_write_latents_bf16(const float* latent, const float* key, int64_t rows, int64_t latent_dim, int64_t rope_dim,
+                              const int32_t* dst_entry, uint16_t* cache, cudaStream_t stream);
 
 }  // namespace pdserve::cuda

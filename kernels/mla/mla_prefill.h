@@ -15,8 +15,10 @@
 //
 // Run (mla_prefill_run): three steps, five launches on one stream, no host sync (prefill steps
 // run eagerly; no CUDA graph holds them today):
-//   1. gather: every context token's cache entry -> latent bf16 [ctx][lat] + key part into K;
-//      kv_b -> bf16; q -> bf16
+//   1. gather: every context token's cache entry -> latent bf16 [ctx][lat] + key part into K
+//      (an fp32 cache rounded to nearest even; a bf16 cache, MlaPrefillArgs::cache_bf16, its
+//      bits copied: the same bf16 inputs for the same bf16-representable values, so from here on
+//      both caches give bit-identical outputs); kv_b -> bf16; q -> bf16
 //   2. expand: [ctx][lat] x kv_b^T (bf16, fp32 acc) -> K nope part and V, bf16; plan.expand picks
 //      the GEMM (default kWgmma: warpgroup MMA, mla_prefill_expand_wgmma_sm90.cu; kMmaSync kept
 //      as the fallback for other head dims and for comparison)
@@ -87,6 +89,9 @@ Status build_mla_prefill_plan(const std::vector<MlaPrefillSeq>& seqs, int64_t pa
 struct MlaPrefillArgs {
   const float* q = nullptr;      // [rows][heads][nope + rope]
   const float* cache = nullptr;  // one layer's pages [pages][page_size][latent_dim + rope]
+  // Non-null: the layer's pages hold bf16 entries (the same layout, uint16_t bf16 bit patterns;
+  // the bf16 latent cache, kv_cache_dtype "bfloat16") and `cache` is unused.
+  const uint16_t* cache_bf16 = nullptr;
   const float* kv_b = nullptr;   // [heads * (nope + v_dim)][latent_dim]
   int64_t heads = 0, nope = 0, rope = 0, v_dim = 0, latent_dim = 0;
   float scale = 1.0f;
@@ -106,6 +111,11 @@ Status mla_prefill_run(const MlaPrefillArgs& a, const MlaPrefillPlan& plan_host,
 
 // Steps 1-2 alone (gather + expand into the workspace; benchmarks time them by themselves).
 Status mla_prefill_expand(const MlaPrefillArgs& a, const MlaPrefillPlan& plan_host, const int32_t* plan, void* workspace,
+                          cudaStream_t stream);
+
+// The context gather of step 1 alone (every context token's entry -> the workspace's bf16
+// latents and K rope tails, from `cache` or `cache_bf16`; benchmarks time it by itself).
+Status mla_prefill_gather(const MlaPrefillArgs& a, const MlaPrefillPlan& plan_host, const int32_t* plan, void* workspace,
                           cudaStream_t stream);
 
 // The up-projection GEMM alone (step 2) on bf16 inputs: lat [ctx][latent_dim], w (kv_b)

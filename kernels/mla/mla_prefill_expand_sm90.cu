@@ -1,7 +1,7 @@
 // Steps 1-2 of the MLA prefill (mla_prefill.h) and its run: gather the context's latents from the
-// pages, up-project them per head on tensor cores into bf16 K/V, then the attention step. The
-// up-projection here is the mma.sync form (MlaPrefillExpand::kMmaSync); the default wgmma form is
-// in mla_prefill_expand_wgmma_sm90.cu.
+// pages (an fp32 or a bf16 cache), up-project them per head on tensor cores into bf16 K/V, then
+// the attention step. The up-projection here is the mma.sync form (MlaPrefillExpand::kMmaSync);
+// the default wgmma form is in mla_prefill_expand_wgmma_sm90.cu.
 #include <cuda_bf16.h>
 
 #include "common/cuda_check.h"
@@ -36,17 +36,79 @@ __global__ void to_bf16_kernel(const float* __restrict__ x, int64_t n, bf16* __r
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) y[i] = __float2bfloat16(x[i]);
 }
 
-// One block per context token: its latent -> lat [t][latent], its key part -> every head's K tail.
-__global__ void gather_kernel(const float* __restrict__ cache, const int32_t* __restrict__ entries, int lat_dim, int rope, int nope,
-                              int heads, bf16* __restrict__ lat, bf16* __restrict__ kb) {
+// The gather: each context token's latent -> lat [t][latent], its key part -> every head's K
+// tail. T = float: rounded to nearest even (__float2bfloat16); T = uint16_t (a bf16 cache): the
+// bits copied.
+__device__ __forceinline__ uint16_t bf16_of(float x) { return __bfloat16_as_ushort(__float2bfloat16(x)); }
+__device__ __forceinline__ uint16_t bf16_of(uint16_t x) { return x; }
+__device__ __forceinline__ uint2 bf16x4_of(const float* p) {
+  const float4 v = *reinterpret_cast<const float4*>(p);
+  return make_uint2(bf16_of(v.x) | uint32_t(bf16_of(v.y)) << 16, bf16_of(v.z) | uint32_t(bf16_of(v.w)) << 16);
+}
+__device__ __forceinline__ uint2 bf16x4_of(const uint16_t* p) { return *reinterpret_cast<const uint2*>(p); }
+
+// Element form (any dims): one block per token.
+template <typename T>
+__global__ void gather_kernel(const T* __restrict__ cache, const int32_t* __restrict__ entries, int lat_dim, int rope, int nope,
+                              int heads, uint16_t* __restrict__ lat, uint16_t* __restrict__ kb) {
   const int64_t t = blockIdx.x;
-  const float* e = cache + int64_t(entries[t]) * (lat_dim + rope);
-  for (int i = threadIdx.x; i < lat_dim; i += blockDim.x) lat[t * lat_dim + i] = __float2bfloat16(e[i]);
+  const T* e = cache + int64_t(entries[t]) * (lat_dim + rope);
   const int qk = nope + rope;
+  for (int i = threadIdx.x; i < lat_dim; i += blockDim.x) lat[t * lat_dim + i] = bf16_of(e[i]);
   for (int i = threadIdx.x; i < heads * rope; i += blockDim.x) {
     const int h = i / rope, d = i % rope;
-    kb[(t * heads + h) * qk + nope + d] = __float2bfloat16(e[lat_dim + d]);
+    kb[(t * heads + h) * qk + nope + d] = bf16_of(e[lat_dim + d]);
   }
+}
+
+// 4-wide form: kGatherTok tokens a block of kGatherThreads, 4 values an access (a float4 or 8
+// bytes of bf16 read, 8 bytes written). Thread i holds latent chunk i and key chunk i % (rope/4)
+// of every token in registers, all loads issued before any store (the entry ids first), then
+// writes the latent and its key chunk into heads i / (rope/4), i / (rope/4) + threads / (rope/4),
+// ... The launcher checks: latent_dim, rope, nope multiples of 4, latent_dim / 4 <= threads,
+// threads a multiple of rope / 4, the cache base aligned to 4 values.
+constexpr int kGatherThreads = 128, kGatherTok = 4;
+template <typename T>
+__global__ void __launch_bounds__(kGatherThreads) gather4_kernel(const T* __restrict__ cache, const int32_t* __restrict__ entries,
+                                                                 int ctx, int lat_dim, int rope, int nope, int heads,
+                                                                 uint16_t* __restrict__ lat, uint16_t* __restrict__ kb) {
+  const int tid = threadIdx.x, l4 = lat_dim / 4, r4 = rope / 4, qk = nope + rope, d = tid % r4;
+  const int64_t t0 = int64_t(blockIdx.x) * kGatherTok;
+  int32_t ent[kGatherTok];
+#pragma unroll
+  for (int j = 0; j < kGatherTok; ++j) ent[j] = t0 + j < ctx ? entries[t0 + j] : -1;
+  uint2 lv[kGatherTok], kv[kGatherTok];
+#pragma unroll
+  for (int j = 0; j < kGatherTok; ++j) {
+    if (ent[j] < 0) continue;
+    const T* e = cache + int64_t(ent[j]) * (lat_dim + rope);
+    if (tid < l4) lv[j] = bf16x4_of(e + 4 * tid);
+    kv[j] = bf16x4_of(e + lat_dim + 4 * d);
+  }
+#pragma unroll
+  for (int j = 0; j < kGatherTok; ++j) {
+    if (ent[j] < 0) continue;
+    const int64_t t = t0 + j;
+    if (tid < l4) *reinterpret_cast<uint2*>(lat + t * lat_dim + 4 * tid) = lv[j];
+    for (int h = tid / r4; h < heads; h += kGatherThreads / r4)
+      *reinterpret_cast<uint2*>(kb + (t * heads + h) * qk + nope + 4 * d) = kv[j];
+  }
+}
+
+template <typename T>
+void launch_gather(const T* cache, const int32_t* entries, const MlaPrefillArgs& a, int64_t ctx, bf16* lat, bf16* kb,
+                   cudaStream_t stream) {
+  const int ld = static_cast<int>(a.latent_dim), rope = static_cast<int>(a.rope), nope = static_cast<int>(a.nope);
+  const int heads = static_cast<int>(a.heads);
+  auto* lat16 = reinterpret_cast<uint16_t*>(lat);
+  auto* kb16 = reinterpret_cast<uint16_t*>(kb);
+  const bool wide = ld % 4 == 0 && rope % 4 == 0 && nope % 4 == 0 && rope > 0 && ld / 4 <= kGatherThreads &&
+                    kGatherThreads % (rope / 4) == 0 && (reinterpret_cast<uintptr_t>(cache) & (4 * sizeof(T) - 1)) == 0;
+  if (wide)
+    gather4_kernel<T><<<static_cast<unsigned>((ctx + kGatherTok - 1) / kGatherTok), kGatherThreads, 0, stream>>>(
+        cache, entries, static_cast<int>(ctx), ld, rope, nope, heads, lat16, kb16);
+  else
+    gather_kernel<T><<<static_cast<unsigned>(ctx), 128, 0, stream>>>(cache, entries, ld, rope, nope, heads, lat16, kb16);
 }
 
 // C[t][n] = lat[t] . w[n] (n over heads x (nope + v)); 64 x 64 tiles, 4 warps of 16 rows, k in
@@ -137,11 +199,30 @@ Status mla_prefill_expand_gemm(const void* lat, const void* w, int64_t ctx, int6
   return last_launch_status("mla_prefill expand");
 }
 
+Status mla_prefill_gather(const MlaPrefillArgs& a, const MlaPrefillPlan& p, const int32_t* plan, void* workspace, cudaStream_t stream) {
+  if (p.tiles == 0 || p.ctx_total == 0) return Status::ok();
+  if (!mla_prefill_supported(a.nope, a.rope, a.v_dim, a.latent_dim))
+    return invalid_argument("mla_prefill_gather: no kernel for these head dims");
+  if (p.ctx_total > INT32_MAX) return invalid_argument("mla_prefill_gather: context too long for one step");
+  if (!a.cache && !a.cache_bf16) return invalid_argument("mla_prefill_gather: no cache (cache and cache_bf16 both null)");
+  const Carve c = carve(a, p.rows, p.ctx_total);
+  auto* base = static_cast<unsigned char*>(workspace);
+  auto* kb = reinterpret_cast<bf16*>(base + c.k);
+  auto* lat = reinterpret_cast<bf16*>(base + c.lat);
+  const int32_t* entries = plan + 4 + 4 * p.seqs + 2 * p.tiles;
+  if (a.cache_bf16)
+    launch_gather(a.cache_bf16, entries, a, p.ctx_total, lat, kb, stream);
+  else
+    launch_gather(a.cache, entries, a, p.ctx_total, lat, kb, stream);
+  return last_launch_status("mla_prefill gather");
+}
+
 Status mla_prefill_expand(const MlaPrefillArgs& a, const MlaPrefillPlan& p, const int32_t* plan, void* workspace, cudaStream_t stream) {
   if (p.tiles == 0) return Status::ok();
   if (!mla_prefill_supported(a.nope, a.rope, a.v_dim, a.latent_dim))
     return invalid_argument("mla_prefill_expand: no kernel for these head dims");
   if (p.ctx_total > INT32_MAX) return invalid_argument("mla_prefill_expand: context too long for one step");
+  if (!a.cache && !a.cache_bf16) return invalid_argument("mla_prefill_expand: no cache (cache and cache_bf16 both null)");
   const int64_t qk = a.nope + a.rope, n_total = a.heads * (a.nope + a.v_dim);
   const Carve c = carve(a, p.rows, p.ctx_total);
   auto* base = static_cast<unsigned char*>(workspace);
@@ -152,11 +233,7 @@ Status mla_prefill_expand(const MlaPrefillArgs& a, const MlaPrefillPlan& p, cons
   auto* wb = reinterpret_cast<bf16*>(base + c.w);
   to_bf16_kernel<<<1024, 256, 0, stream>>>(a.q, p.rows * a.heads * qk, qb);
   to_bf16_kernel<<<1024, 256, 0, stream>>>(a.kv_b, n_total * a.latent_dim, wb);
-  const int32_t* entries = plan + 4 + 4 * p.seqs + 2 * p.tiles;
-  gather_kernel<<<static_cast<unsigned>(p.ctx_total), 128, 0, stream>>>(a.cache, entries, static_cast<int>(a.latent_dim),
-                                                                        static_cast<int>(a.rope), static_cast<int>(a.nope),
-                                                                        static_cast<int>(a.heads), lat, kb);
-  PDS_RETURN_IF_ERROR(last_launch_status("mla_prefill gather"));
+  PDS_RETURN_IF_ERROR(mla_prefill_gather(a, p, plan, workspace, stream));
   return mla_prefill_expand_gemm(lat, wb, p.ctx_total, a.heads, a.nope, a.rope, a.v_dim, a.latent_dim, kb, vb, p.expand, stream);
 }
 

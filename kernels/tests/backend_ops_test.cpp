@@ -1,11 +1,15 @@
 // The kernels the device forward added (gemm, glue, MLA prefill glue, dense MoE experts)
 // against CPU references on fresh random inputs. Bound 1e-5 normalised error (fp32 both
-// sides, only summation order differs). Skips itself without an sm_90 GPU.
+// sides, only summation order differs); the latent writes bit-exact (fp32 and the bf16 cache).
+// Skips itself without an sm_90 GPU.
+#include <cstring>
+
 #include "gemm/gemm.h"
 #include "glue/glue.h"
 #include "mla/mla.h"
 #include "mla/mla_absorb.h"
 #include "moe/moe.h"
+#include "pdserve/core/dtype.h"
 #include "pdserve/ops/elementwise.h"
 #include "pdserve/ops/linear.h"
 #include "test_util.h"
@@ -87,6 +91,63 @@ TEST_F(BackendOps, MlaAbsorbVUpAndWrite) {
   auto de = dev(entry);
   ASSERT_TRUE(mla_write_latents(dl.get(), dkey.get(), rows, lat, rope, de.get(), dc.get(), nullptr).is_ok());
   EXPECT_EQ(host(dc), want);
+}
+
+// mla_write_latents and mla_write_latents_bf16 (mla.h) on the 4-wide path (K3 dims: latent 512,
+// key 64) and the element path (latent 40, key 6): padding rows (entry < 0) write nothing, every
+// entry not written keeps its bits, and the bf16 cache holds exactly the host's rounding
+// (core/dtype.h f32_to_bf16) of every value, including ties both ways, subnormals, -0, values
+// that overflow to Inf, +-Inf and NaNs of either sign and kind.
+TEST_F(BackendOps, MlaWriteLatentsFp32AndBf16MatchHost) {
+  auto from_bits = [](uint32_t b) {
+    float f;
+    std::memcpy(&f, &b, 4);
+    return f;
+  };
+  const std::vector<float> special = {from_bits(0x7fc00000u), from_bits(0xffc00001u), from_bits(0x7f800001u), from_bits(0xff812345u),
+                                      INFINITY, -INFINITY, 3.4028235e38f, -3.39e38f, from_bits(0x7f7f8000u), from_bits(0x3f808000u),
+                                      from_bits(0x3f818000u), from_bits(0xbf808001u), from_bits(0x00008000u), from_bits(0x00018000u),
+                                      from_bits(0x807fffffu), -0.0f, 0.0f, 65504.0f, 1e-40f, 1.0f};
+  struct Shape {
+    int64_t lat, rope;
+  };
+  for (const Shape sh : {Shape{512, 64}, Shape{40, 6}}) {
+    const int64_t rows = 7, ps = 4, pages = 8, ed = sh.lat + sh.rope;
+    auto latent = randn(rows * sh.lat, 45), key = randn(rows * sh.rope, 46);
+    for (size_t i = 0; i < special.size(); ++i) {
+      latent[(i * 37) % latent.size()] = special[i];
+      key[(i * 5) % key.size()] = special[special.size() - 1 - i];
+    }
+    latent[3] = 1e30f, key[0] *= 1e20f;  // large, finite in bf16
+    const std::vector<int32_t> entry = {5, -1, 6, 28, -7, 1, 31};  // rows 1 and 4: padding
+    const auto cache32 = randn(pages * ps * ed, 47);
+    std::vector<uint16_t> cache16(cache32.size());
+    for (size_t i = 0; i < cache16.size(); ++i) cache16[i] = f32_to_bf16(cache32[i]);
+    std::vector<float> want32(cache32);
+    std::vector<uint16_t> want16(cache16);
+    for (int64_t b = 0; b < rows; ++b) {
+      if (entry[b] < 0) continue;
+      for (int64_t i = 0; i < ed; ++i) {
+        const float v = i < sh.lat ? latent[b * sh.lat + i] : key[b * sh.rope + i - sh.lat];
+        want32[entry[b] * ed + i] = v;
+        want16[entry[b] * ed + i] = f32_to_bf16(v);
+      }
+    }
+    auto dl = dev(latent), dkey = dev(key), dc32 = dev(cache32);
+    auto dc16 = dev(cache16);
+    auto de = dev(entry);
+    ASSERT_TRUE(mla_write_latents(dl.get(), dkey.get(), rows, sh.lat, sh.rope, de.get(), dc32.get(), nullptr).is_ok());
+    ASSERT_TRUE(mla_write_latents_bf16(dl.get(), dkey.get(), rows, sh.lat, sh.rope, de.get(), dc16.get(), nullptr).is_ok());
+    const auto got32 = host(dc32);
+    const auto got16 = host(dc16);
+    EXPECT_EQ(0, std::memcmp(got32.data(), want32.data(), want32.size() * 4)) << "fp32, latent " << sh.lat;
+    int64_t bad = 0, first = -1;
+    for (size_t i = 0; i < want16.size(); ++i)
+      if (got16[i] != want16[i]) ++bad, first = first < 0 ? int64_t(i) : first;
+    EXPECT_EQ(bad, 0) << "bf16, latent " << sh.lat << ": first mismatch at element " << first << " got 0x" << std::hex
+                      << (first < 0 ? 0 : got16[first]) << " want 0x" << (first < 0 ? 0 : want16[first]);
+  }
+  EXPECT_TRUE(mla_write_latents_bf16(nullptr, nullptr, 0, 512, 64, nullptr, nullptr, nullptr).is_ok());  // no rows: no launch
 }
 
 TEST_F(BackendOps, DenseExpertMlpMatchesCpu) {

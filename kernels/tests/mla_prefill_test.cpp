@@ -1,7 +1,9 @@
 // The tensor-core MLA prefill (mla/mla_prefill.h): the plan on the CPU (runs everywhere), and the
 // whole run (gather, up-projection, causal flash attention) against the model layer's fp32
 // absorbed reference (ops::mla_attend_latent + W_vb) on fresh random inputs: ragged batches,
-// chunks of 1, 63, 64, 65 tokens, prefixes ending mid-page. Skips the GPU part without sm_90.
+// chunks of 1, 63, 64, 65 tokens, prefixes ending mid-page; from fp32 pages and from bf16 pages
+// (MlaPrefillArgs::cache_bf16: bit-identical outputs to the fp32 pages holding the same
+// bf16-representable values, every variant). Skips the GPU part without sm_90.
 //
 // Bound: normalised error max|gpu - cpu| / max|cpu| <= 1.5e-2. The kernel rounds q, the latents,
 // kv_b, the expanded K/V and the probabilities to bf16 (8-bit mantissa, 2^-9 relative) and
@@ -18,6 +20,7 @@
 
 #include "mla/mla_prefill.h"
 #include "mla/mla_prefill_wgmma.h"
+#include "pdserve/core/dtype.h"
 #include "pdserve/ops/mla.h"
 #include "test_util.h"
 
@@ -67,8 +70,6 @@ std::vector<float> reference(const Dims& d, const std::vector<SeqSpec>& specs, c
   return out;
 }
 
-// Random pages (shuffled ids, so no sequence's pages are contiguous), random cache, q and kv_b;
-// runs both sides and returns the normalised error.
 // The kernel variants every GPU case runs: mma.sync with 128- and 64-row tiles, wgmma (overlapped,
 // pingpong, serial, and the two forms fed by a TMA producer warp).
 // All but the last run the default up-projection (wgmma); the last the mma.sync one.
@@ -88,47 +89,94 @@ const Variant kVariants[] = {{128, MlaPrefillKernel::kMmaSync, "mma.sync 128-row
                              {128, MlaPrefillKernel::kWgmmaTmaPingpong, "wgmma tma-producer pingpong, mma.sync expand",
                               MlaPrefillExpand::kMmaSync}};
 
-double run_case(const Dims& d, const std::vector<SeqSpec>& specs, uint32_t seed, const Variant& var) {
+// One case's inputs and the fp32 reference. bf16_values: the cache holds bf16-representable
+// values (each rounded once, core/dtype.h f32_to_bf16), cache16 their bf16 bits.
+struct Case {
+  std::vector<std::vector<int32_t>> pages;
+  std::vector<MlaPrefillSeq> seqs;
+  std::vector<float> cache, q, kv_b, want;
+  std::vector<uint16_t> cache16;
+  int64_t rows = 0;
+  float scale = 1.0f;
+};
+
+Case make_case(const Dims& d, const std::vector<SeqSpec>& specs, uint32_t seed, bool bf16_values) {
   const int64_t qk = d.nope + d.rope, ed = d.lat + d.rope;
-  int64_t total_pages = 0, rows = 0;
-  for (const SeqSpec& s : specs) total_pages += (s.cached + s.fresh + d.page - 1) / d.page, rows += s.fresh;
+  Case c;
+  int64_t total_pages = 0;
+  for (const SeqSpec& s : specs) total_pages += (s.cached + s.fresh + d.page - 1) / d.page, c.rows += s.fresh;
   total_pages += 3;  // pages nobody owns: a wrong page id reads values the reference never sees
   std::vector<int32_t> ids(total_pages);
   std::iota(ids.begin(), ids.end(), 0);
   std::mt19937 gen(seed);
   std::shuffle(ids.begin(), ids.end(), gen);
-  std::vector<std::vector<int32_t>> pages;
-  std::vector<MlaPrefillSeq> seqs;
   int64_t next = 0, row = 0;
   for (const SeqSpec& s : specs) {
     const int64_t np = (s.cached + s.fresh + d.page - 1) / d.page;
-    pages.emplace_back(ids.begin() + next, ids.begin() + next + np);
+    c.pages.emplace_back(ids.begin() + next, ids.begin() + next + np);
     next += np;
   }
   for (size_t i = 0; i < specs.size(); ++i) {
-    seqs.push_back({row, specs[i].fresh, specs[i].cached, pages[i].data()});
+    c.seqs.push_back({row, specs[i].fresh, specs[i].cached, c.pages[i].data()});
     row += specs[i].fresh;
   }
-  const auto cache = randn(total_pages * d.page * ed, seed + 1);
-  const auto q = randn(rows * d.heads * qk, seed + 2);
-  const auto kv_b = randn(d.heads * (d.nope + d.v) * d.lat, seed + 3, 1.0f / std::sqrt(static_cast<float>(d.lat)));
-  const float scale = 1.0f / std::sqrt(static_cast<float>(qk));
-  const auto want = reference(d, specs, pages, q, cache, kv_b, scale);
+  c.cache = randn(total_pages * d.page * ed, seed + 1);
+  if (bf16_values) {
+    c.cache16.resize(c.cache.size());
+    for (size_t i = 0; i < c.cache.size(); ++i) c.cache16[i] = f32_to_bf16(c.cache[i]), c.cache[i] = bf16_to_f32(c.cache16[i]);
+  }
+  c.q = randn(c.rows * d.heads * qk, seed + 2);
+  c.kv_b = randn(d.heads * (d.nope + d.v) * d.lat, seed + 3, 1.0f / std::sqrt(static_cast<float>(d.lat)));
+  c.scale = 1.0f / std::sqrt(static_cast<float>(qk));
+  c.want = reference(d, specs, c.pages, c.q, c.cache, c.kv_b, c.scale);
+  return c;
+}
 
+// The whole run on the device: from the fp32 pages (bf16_cache false) or the bf16 ones.
+std::vector<float> run_gpu(const Dims& d, const Case& c, const Variant& var, bool bf16_cache) {
   MlaPrefillPlan plan;
-  EXPECT_TRUE(build_mla_prefill_plan(seqs, d.page, &plan, var.tile_rows, var.kernel).is_ok());
+  EXPECT_TRUE(build_mla_prefill_plan(c.seqs, d.page, &plan, var.tile_rows, var.kernel).is_ok());
   plan.expand = var.expand;
-  auto dq = dev(q), dcache = dev(cache), dkvb = dev(kv_b);
+  auto dq = dev(c.q), dkvb = dev(c.kv_b);
+  DeviceBuffer<float> dcache;
+  DeviceBuffer<uint16_t> dcache16;
+  EXPECT_TRUE(bf16_cache ? dcache16.upload(c.cache16).is_ok() : dcache.upload(c.cache).is_ok());
   auto dplan = dev(plan.image);
-  auto dout = dev(std::vector<float>(rows * d.heads * d.v, NAN));  // NaN: a row never written fails
+  auto dout = dev(std::vector<float>(c.rows * d.heads * d.v, NAN));  // NaN: a row never written fails
   MlaPrefillArgs a;
-  a.q = dq.get(), a.cache = dcache.get(), a.kv_b = dkvb.get();
-  a.heads = d.heads, a.nope = d.nope, a.rope = d.rope, a.v_dim = d.v, a.latent_dim = d.lat, a.scale = scale, a.out = dout.get();
+  a.q = dq.get(), a.kv_b = dkvb.get();
+  if (bf16_cache)
+    a.cache_bf16 = dcache16.get();
+  else
+    a.cache = dcache.get();
+  a.heads = d.heads, a.nope = d.nope, a.rope = d.rope, a.v_dim = d.v, a.latent_dim = d.lat, a.scale = c.scale, a.out = dout.get();
   DeviceBuffer<unsigned char> ws(mla_prefill_workspace_bytes(a, plan.rows, plan.ctx_total));
   const Status st = mla_prefill_run(a, plan, dplan.get(), ws.get(), nullptr);
   EXPECT_TRUE(st.is_ok()) << st.message();
-  const auto got = host(dout);
-  return nerr(got, want);
+  return host(dout);
+}
+
+// Random pages (shuffled ids, so no sequence's pages are contiguous), random cache, q and kv_b;
+// runs both sides and returns the normalised error.
+double run_case(const Dims& d, const std::vector<SeqSpec>& specs, uint32_t seed, const Variant& var) {
+  const Case c = make_case(d, specs, seed, false);
+  return nerr(run_gpu(d, c, var, false), c.want);
+}
+
+// The bf16 latent cache (MlaPrefillArgs::cache_bf16): for a cache of bf16-representable values,
+// every variant's output from the bf16 pages is bit-identical to its output from the fp32 pages
+// holding the same values, and within the bound of the fp32 reference on those values.
+void bf16_cache_case(const Dims& d, const std::vector<SeqSpec>& specs, uint32_t seed, const char* what) {
+  const Case c = make_case(d, specs, seed, true);
+  for (const Variant& v : kVariants) {
+    const auto from32 = run_gpu(d, c, v, false), from16 = run_gpu(d, c, v, true);
+    const double e = nerr(from16, c.want);
+    const bool same = from32.size() == from16.size() && std::memcmp(from32.data(), from16.data(), from32.size() * 4) == 0;
+    std::printf("%s, bf16 cache, %s: normalised error %.3e, %s the fp32 cache's output\n", what, v.name, e,
+                same ? "bit-identical to" : "DIFFERENT from");
+    EXPECT_LE(e, kBound) << what << ", " << v.name;
+    EXPECT_TRUE(same) << what << ", " << v.name << ": the bf16 cache's output differs from the fp32 cache's";
+  }
 }
 
 TEST(MlaPrefillPlan, TilesCoverEveryRowLongestFirst) {
@@ -195,6 +243,17 @@ TEST_F(MlaPrefill, TinyModelDimsMatchCpu) {
     std::printf("tiny dims, %s: normalised error %.3e\n", v.name, e);
     EXPECT_LE(e, kBound) << v.name;
   }
+}
+
+TEST_F(MlaPrefill, Bf16CacheK3RaggedBatchBitIdenticalAndMatchesCpu) {
+  bf16_cache_case({4, 128, 64, 128, 512, 64}, {{0, 1}, {0, 63}, {0, 64}, {0, 65}, {32, 65}, {100, 130}, {0, 300}, {520, 197}}, 23,
+                  "k3 dims, 4 heads, ragged");
+}
+
+TEST_F(MlaPrefill, Bf16CacheTinyDimsBitIdenticalAndMatchesCpu) {
+  bf16_cache_case({2, 16, 16, 16, 32, 16}, {{0, 1}, {0, 63}, {8, 64}, {17, 65}, {40, 3}, {5, 200}}, 43, "tiny dims");
+  // rope 14: the gather's element-wise path (not 4 values an access), both caches.
+  bf16_cache_case({2, 18, 14, 16, 32, 16}, {{0, 1}, {8, 64}, {17, 65}, {5, 100}}, 47, "tiny dims, rope 14");
 }
 
 // The up-projection GEMM alone (step 2), both forms, against an fp64 product of the same bf16
@@ -272,6 +331,11 @@ TEST(MlaPrefillNoGpu, UnsupportedDimsAreAnError) {
   MlaPrefillPlan plan;
   ASSERT_TRUE(build_mla_prefill_plan({{0, 1, 0, p.data()}}, 16, &plan).is_ok());
   EXPECT_FALSE(mla_prefill_run(a, plan, nullptr, nullptr, nullptr).is_ok());
+  // Supported dims but no cache at all (neither fp32 nor bf16 pages): an error, before any launch.
+  a.rope = 16, a.latent_dim = 32;
+  ASSERT_TRUE(mla_prefill_supported(16, 16, 16, 32));
+  EXPECT_FALSE(mla_prefill_run(a, plan, nullptr, nullptr, nullptr).is_ok());
+  EXPECT_FALSE(mla_prefill_gather(a, plan, nullptr, nullptr, nullptr).is_ok());
 }
 
 }  // namespace
