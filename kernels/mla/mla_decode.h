@@ -372,9 +372,10 @@ inline constexpr int64_t kMlaBlockSoftmaxMaxChunk = 2 * kMlaTileTokens;
 inline constexpr int64_t kMlaEarlyMaxChunk = kMlaTileTokens;
 MlaDecodeRing mla_decode_pick_ring(int64_t chunk_tokens);
 // A bf16 cache's default ring depth (MlaDecodeWork::bf16_stages 0): 3 stages of 16 tokens. On the
-// H200 the 6-stage ring (twice the tiles in flight) was 4-10% slower at 1 x 16K to 256 x 16K (2.6%
-// faster only at 32 x 16K) and within 1.3% at batch 1 x 64 to 1 x 4K: the bf16 run is bound by the
-// instructions a token costs, not by the bytes in flight (docs/perf.md, sixteenth version).
+// H200 the 6-stage ring (twice the tiles in flight) was 2-9% slower at 1 x 16K to 256 x 16K and
+// within 1% at 1 x 64 to 1 x 4K (an earlier call: 4-10% slower, 2.6% faster at 32 x 16K): the bf16
+// run is bound by the instructions a token costs, not by the bytes in flight (docs/perf.md,
+// sixteenth version).
 inline constexpr int kMlaBf16Stages = 3;
 
 bool mla_decode_supported(int64_t heads, int64_t latent_dim, int64_t rope_dim);
