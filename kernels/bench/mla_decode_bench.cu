@@ -12,7 +12,8 @@
 //   1 x 64K only); m12: the separate merge's slices (16 / 32 / 64 dims a CTA) and the early trigger, twelfth version;
 //   m13: the one-launch cluster form against the plan's pick, and the launch floors, thirteenth version; m14: the block-softmax
 //   form (kLeanBlock*) against the thirteenth pick, the floors, and at 1 x 1K both forms' timelines, fourteenth version;
-//   m15: the early forms (kLeanBlockEarly, kLeanEarly) against the fourteenth pick, fifteenth version)
+//   m15: the early forms (kLeanBlockEarly, kLeanEarly) against the fourteenth pick, fifteenth version; m16: an fp32 against
+//   a bf16 cache (MlaDecodeArgs::cache_bf16), sixteenth version: mla_decode_bench_m16.h)
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -24,6 +25,7 @@
 #include "bench/mla_decode_timeline.h"
 #include "common/pdl_bulk.cuh"
 #include "mla/mla_decode.h"
+#include "pdserve/core/dtype.h"
 
 using namespace pdserve::cuda;
 using namespace pdserve::cuda::bench;
@@ -83,6 +85,8 @@ double graph_launch_us(const Launch& launch, int steps, bool eager_first = true)
   cudaStreamDestroy(stream);
   return runs[runs.size() / 2];
 }
+
+#include "bench/mla_decode_bench_m16.h"  // bench_m16 (uses graph_launch_us)
 
 void bench_shape(const Shape& s, bool run_old) {
   const int64_t pages_per_row = (s.ctx + kPage - 1) / kPage, step_pages = s.batch * pages_per_row;
@@ -672,6 +676,10 @@ int main(int argc, char** argv) {
   g_m13 = argc > 1 && std::strcmp(argv[1], "m13") == 0;
   g_m14 = argc > 1 && std::strcmp(argv[1], "m14") == 0;
   g_m15 = argc > 1 && std::strcmp(argv[1], "m15") == 0;
+  if (argc > 1 && std::strcmp(argv[1], "m16") == 0) {
+    bench_m16();
+    return 0;
+  }
   if (!g_timeline && !g_m12 && !g_m13 && !g_m14 && !g_m15) read_ceiling();
   std::vector<Shape> shapes;
   const bool focus = argc > 1 && std::strcmp(argv[1], "focus") == 0;  // the TP32 rank's shapes only

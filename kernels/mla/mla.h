@@ -7,6 +7,8 @@
 //   o_lat[b,h] = sum_j softmax(score)_j * latent_j
 // cache: one layer's pages [pages][page_size][latent_dim + rope_dim]; page_table:
 // [rows][max_pages] int32 (row b's block table); ctx_len: [rows] int32.
+// cache_bf16 (non-null): the pages hold bf16 entries (same layout, 2 bytes an element; `cache` is
+// unused), each read as its exact fp32 value (bf16 bits << 16); q, the softmax and the outputs stay fp32.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -21,6 +23,7 @@ struct MlaDecodeArgs {
   const float* q_lat = nullptr;   // [rows][heads][latent_dim]
   const float* q_rot = nullptr;   // [rows][heads][rope_dim]
   const float* cache = nullptr;   // one layer
+  const uint16_t* cache_bf16 = nullptr;  // one layer, bf16 (non-null: used instead of `cache`)
   const int32_t* page_table = nullptr;
   const int32_t* ctx_len = nullptr;
   int64_t rows = 0, heads = 0, latent_dim = 0, rope_dim = 0, page_size = 0, max_pages = 0;

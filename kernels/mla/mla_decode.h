@@ -90,6 +90,18 @@ namespace pdserve::cuda {
 // before the wait, [stable, t0 + valid) after it; q, the tiles past the prologue and tiles wholly
 // past the stable bound after it, as in kLean. What may be read before the wait, and why: see
 // MlaDecodeWork::new_tokens. Same sums as kLeanBlock / kLean (bit-identical outputs).
+// A bf16 cache (MlaDecodeArgs::cache_bf16; sixteenth version, docs/perf.md): the pages hold bf16
+// entries [latent 512 | key 64] (1152 bytes a token), copied into shared memory as they are (16-token
+// tiles of 18 KiB) and turned into fp32 as each pair is read (q, the softmax, the accumulators, the
+// partials and the merge stay fp32: values and sums are the fp32 form's on the bf16 cache's exact
+// fp32 expansion). Taken: K3's widths (latent 512, key 64), <= 3 heads (the warp variant's shapes),
+// the bulk loader (pages a multiple of 16 tokens), fixed tiles; the rings map to the lean forms:
+// kLeanBlockEarly -> its bf16 form, kLeanBlock / kLeanBlockPrefetch -> kLeanBlock's (no prefetch
+// form), kLeanEarly -> its bf16 form, every other ring (kAuto, kShallow, kDeep, kLean, kLeanDeep,
+// kLeanBurst, kLeanPrefetch, kLeanAhead, kLeanWide*) -> kLean's. Refused with an error (Status):
+// more heads or the block variant, other widths, the cp.async loader or pages not a multiple of 16,
+// the cluster merge, dynamic tiles with the fused merge, the bench timeline, bf16_stages not in {0, 3, 6}.
+// The ring's depth: MlaDecodeWork::bf16_stages (kMlaBf16Stages by default).
 enum class MlaDecodeRing { kAuto, kShallow, kDeep, kLean, kLeanDeep, kLeanBurst, kLeanPrefetch, kLeanAhead, kLeanWide, kLeanWidePrefetch,
                            kLeanBlock, kLeanBlockPrefetch, kLeanBlockEarly, kLeanEarly };
 
@@ -284,6 +296,12 @@ struct MlaDecodeWork {
   // cache writer of the step and writes only q: the CUDA backend's q absorb (mla_absorb.h,
   // cuda_layers.cpp), which then triggers at its start for the early rings' pre-wait window.
   int64_t new_tokens = 1;
+  // A bf16 cache (MlaDecodeArgs::cache_bf16): the ring's stages of 16-token tiles, 3 (kLean's count,
+  // half its shared memory) or 6 (kLean's shared memory, five tiles in flight); 0: kMlaBf16Stages.
+  int bf16_stages = 0;
+  // A bf16 cache, 3 heads, kLean's form at kMlaBf16Stages only (bench): bf16 pairs turned into fp32
+  // by two byte permutes (prmt) instead of a shift and a mask; the same values.
+  bool bf16_prmt = false;
   MlaDecodeTrigger trigger = kMlaDefaultTrigger;
   // The separate merge's dims a CTA (16, 32 or 64; 0: mla_decode_merge_slice). The output is
   // bit-identical across slices (mla_decode_merge_sm90.cu); only the CTA count changes. 64 (the
@@ -353,6 +371,12 @@ inline constexpr int64_t kMlaBlockSoftmaxMaxChunk = 2 * kMlaTileTokens;
 // (decode: the default 1).
 inline constexpr int64_t kMlaEarlyMaxChunk = kMlaTileTokens;
 MlaDecodeRing mla_decode_pick_ring(int64_t chunk_tokens);
+// A bf16 cache's default ring depth (MlaDecodeWork::bf16_stages 0): 3 stages of 16 tokens. On the
+// H200 the 6-stage ring (twice the tiles in flight) was 2-9% slower at 1 x 16K to 256 x 16K and
+// within 1% at 1 x 64 to 1 x 4K (an earlier call: 4-10% slower, 2.6% faster at 32 x 16K): the bf16
+// run is bound by the instructions a token costs, not by the bytes in flight (docs/perf.md,
+// sixteenth version).
+inline constexpr int kMlaBf16Stages = 3;
 
 bool mla_decode_supported(int64_t heads, int64_t latent_dim, int64_t rope_dim);
 

@@ -33,14 +33,22 @@ constexpr int kPerWarp = kTile / kWarps;  // tokens of a tile each warp scores
 // EARLY (kLeanBlockEarly): the prologue's page reads and bulk copies of the stable tokens before
 // the pdl wait, the rest after it (early_issue_stable / early_issue_rest; mla_decode.h).
 // TL: the bench's timeline stamps (mla_decode.h), as the warp variant's.
-template <int NH, bool PREFETCH, bool EARLY, bool TL>
+// BF (a bf16 cache, MlaDecodeArgs::cache_bf16: kCvtShift / kCvtPrmt, 0 = fp32): the tiles hold bf16
+// entries (1152 bytes a token), each pair turned into fp32 as it is read from shared memory; the
+// sums are the fp32 form's on those values. STAGES: the ring's 16-token stages (3, or 6 with bf16:
+// the same shared memory, twice the tiles in flight); every stage filled at the start.
+template <int NH, bool PREFETCH, bool EARLY, bool TL, int BF = 0, int STAGES = kStages>
 __global__ void __launch_bounds__(kThreads, 2)
     mla_decode_block_kernel(const __grid_constant__ MlaDecodeArgs a, const int32_t* __restrict__ plan, float* part_o, float* part_lse,
                             int32_t* counters, bool late_trigger, int64_t cache_pages, int new_tokens, uint64_t* timeline) {
+  using T = CacheElem<BF>;
+  static_assert(STAGES * kTile * sizeof(T) <= kStages * kTile * sizeof(float), "the ring fits run_shared_bytes");
+  static_assert(!(PREFETCH && BF), "a bf16 cache has no prefetch form");
   extern __shared__ float4 smem_raw[];
-  float* tiles = reinterpret_cast<float*>(smem_raw);  // [kStages][kTile][kEntry]
-  __shared__ __align__(8) uint64_t s_full[kStages];
-  __shared__ int s_valid[kStages];                         // stage s's tokens to use (0: a negative page)
+  T* tiles = reinterpret_cast<T*>(smem_raw);  // [STAGES][kTile][kEntry]
+  const T* const cache = cache_base<BF>(a);
+  __shared__ __align__(8) uint64_t s_full[STAGES];
+  __shared__ int s_valid[STAGES];                         // stage s's tokens to use (0: a negative page)
   __shared__ __align__(16) float s_s[2][NH][kTile];        // the tile's scores, by tile parity
   __shared__ __align__(16) float s_p[kWarps][NH][kTile];   // each warp's copy of the tile's probabilities
   const int item = blockIdx.x;
@@ -60,7 +68,7 @@ __global__ void __launch_bounds__(kThreads, 2)
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   if (threadIdx.x == 0) {
 #pragma unroll
-    for (int st = 0; st < kStages; ++st) mbar_init(&s_full[st], 1);
+    for (int st = 0; st < STAGES; ++st) mbar_init(&s_full[st], 1);
     mbar_init_fence();
   }
   __syncthreads();
@@ -72,10 +80,10 @@ __global__ void __launch_bounds__(kThreads, 2)
         bulk_prefetch_l2(a.cache + (static_cast<int64_t>(page) * ps + t0 % ps) * kEntry, static_cast<unsigned>(min(kTile, end - t0) * kEntry * 4));
     }
   }
-  EarlyPrologue<kStages> early;
+  EarlyPrologue<STAGES, T> early;
   if constexpr (EARLY) {
     if (threadIdx.x == 0)
-      early_issue_stable<kTile, kStages, kEntry>(a, plan, table, item, num_items, next, row, begin, end, new_tokens, tiles, s_full, s_valid,
+      early_issue_stable<kTile, STAGES, kEntry>(a, cache, plan, table, item, num_items, next, row, begin, end, new_tokens, tiles, s_full, s_valid,
                                                  early);
   }
   pdl_wait();  // q and the cache may come from the kernels before (EARLY: the row's newest new_tokens only)
@@ -90,17 +98,17 @@ __global__ void __launch_bounds__(kThreads, 2)
     const int valid = page < 0 ? 0 : min(kTile, end - t0);
     s_valid[st] = valid;
     if (valid > 0) {
-      const unsigned bytes = static_cast<unsigned>(valid * kEntry * 4);
+      const unsigned bytes = static_cast<unsigned>(valid * kEntry * sizeof(T));
       mbar_arrive_expect_tx(&s_full[st], bytes);
-      bulk_copy(tiles + st * kTile * kEntry, a.cache + (static_cast<int64_t>(page) * ps + t0 % ps) * kEntry, bytes, &s_full[st]);
+      bulk_copy(tiles + st * kTile * kEntry, cache + (static_cast<int64_t>(page) * ps + t0 % ps) * kEntry, bytes, &s_full[st]);
     } else {
       mbar_arrive(&s_full[st]);
     }
   };
   if (threadIdx.x == 0) {
-    if constexpr (EARLY) early_issue_rest<kTile, kStages, kEntry>(tiles, s_full, early);
+    if constexpr (EARLY) early_issue_rest<kTile, STAGES, kEntry>(tiles, s_full, early);
     else
-      for (int st = 0; st < kStages && st < ntiles; ++st) issue(begin + st * kTile, st);
+      for (int st = 0; st < STAGES && st < ntiles; ++st) issue(begin + st * kTile, st);
   }
 
   const float qscale = a.scale * kLog2e;
@@ -121,22 +129,22 @@ __global__ void __launch_bounds__(kThreads, 2)
   for (int h = 0; h < NH; ++h) m[h] = -INFINITY, l[h] = 0.0f, acc[h] = make_float2(0.0f, 0.0f);
 
   for (int i = 0; i < ntiles; ++i) {
-    const int st = i % kStages;
-    mbar_wait(&s_full[st], (i / kStages) & 1);
+    const int st = i % STAGES;
+    mbar_wait(&s_full[st], (i / STAGES) & 1);
     if constexpr (TL) {
       if (threadIdx.x == 0 && i == 0) timeline_stamp(rec, 2);
     }
-    const float* tile = tiles + st * kTile * kEntry;
+    const T* tile = tiles + st * kTile * kEntry;
     // 1. Scores (kLean's loop: slot-major, both tokens' loads of a slot together).
     float s[kPerWarp * NH];
 #pragma unroll
     for (int j = 0; j < kPerWarp * NH; ++j) s[j] = 0.0f;
-    const float* r = tile + warp * kEntry + 2 * lane;
+    const T* r = tile + warp * kEntry + 2 * lane;
 #pragma unroll
     for (int k = 0; k < kSlots; ++k) {
       float2 v[kPerWarp];
 #pragma unroll
-      for (int u = 0; u < kPerWarp; ++u) v[u] = *reinterpret_cast<const float2*>(r + u * kWarps * kEntry + 64 * k);
+      for (int u = 0; u < kPerWarp; ++u) v[u] = load2<BF>(r + u * kWarps * kEntry + 64 * k);
 #pragma unroll
       for (int u = 0; u < kPerWarp; ++u)
 #pragma unroll
@@ -148,9 +156,9 @@ __global__ void __launch_bounds__(kThreads, 2)
     for (int j = 0; j < kPerWarp * NH; ++j)
       if (lane == j) sc[(j % NH) * kTile + warp + (j / NH) * kWarps] = s[j];
     // The tile's scores are in; every warp is past tile i - 1's P x V, so its stage is free:
-    // thread 0 refills it with tile i + 2 (tiles 0-2 were issued before the loop).
+    // thread 0 refills it with tile i + STAGES - 1 (tiles 0 .. STAGES - 1 were issued before the loop).
     __syncthreads();
-    if (threadIdx.x == 0 && i >= 1 && i + kStages - 1 < ntiles) issue(begin + (i + kStages - 1) * kTile, (i + kStages - 1) % kStages);
+    if (threadIdx.x == 0 && i >= 1 && i + STAGES - 1 < ntiles) issue(begin + (i + STAGES - 1) * kTile, (i + STAGES - 1) % STAGES);
     // 2. Softmax over the tile, the same in every warp: lane = token (lanes 16-31 mirror 0-15).
     const int nvalid = s_valid[st];
     const int t = lane & (kTile - 1);
@@ -181,13 +189,13 @@ __global__ void __launch_bounds__(kThreads, 2)
     }
     __syncwarp();
     // 3. P x V: this thread's two dims, the tile's valid tokens in order.
-    const float* vb = tile + col2;
+    const T* vb = tile + col2;
     if (nvalid == kTile) {
 #pragma unroll
       for (int t4 = 0; t4 < kTile; t4 += 4) {
         float2 v[4];
 #pragma unroll
-        for (int u = 0; u < 4; ++u) v[u] = *reinterpret_cast<const float2*>(vb + (t4 + u) * kEntry);
+        for (int u = 0; u < 4; ++u) v[u] = load2<BF>(vb + (t4 + u) * kEntry);
 #pragma unroll
         for (int h = 0; h < NH; ++h) {
           const float4 pp = *reinterpret_cast<const float4*>(&s_p[warp][h][t4]);
@@ -197,7 +205,7 @@ __global__ void __launch_bounds__(kThreads, 2)
       }
     } else {
       for (int u = 0; u < nvalid; ++u) {
-        const float2 v = *reinterpret_cast<const float2*>(vb + u * kEntry);
+        const float2 v = load2<BF>(vb + u * kEntry);
 #pragma unroll
         for (int h = 0; h < NH; ++h) {
           const float pu = s_p[warp][h][u];
@@ -219,7 +227,7 @@ __global__ void __launch_bounds__(kThreads, 2)
   }
   // The fused merge (counters given): its first barrier orders every warp's last reads of the
   // stages before the merge's weights overwrite them.
-  if (slot >= 0 && counters) fused_merge_tail(a, plan, row, item, part_o, part_lse, counters, tiles);
+  if (slot >= 0 && counters) fused_merge_tail(a, plan, row, item, part_o, part_lse, counters, reinterpret_cast<float*>(smem_raw));
   if constexpr (TL) {
     if (threadIdx.x == 0) {
       timeline_stamp(rec, 4);
@@ -229,15 +237,15 @@ __global__ void __launch_bounds__(kThreads, 2)
   if (late_trigger) pdl_trigger();
 }
 
-template <int NH, bool PREFETCH, bool EARLY, bool TL = false>
+template <int NH, bool PREFETCH, bool EARLY, bool TL = false, int BF = 0, int STAGES = kStages>
 Status launch_block_run(const MlaDecodeArgs& a, const MlaDecodeWork& w, int32_t* counters, cudaStream_t stream) {
-  if constexpr (!TL) {
+  if constexpr (!TL && BF == 0) {
     if (w.timeline != nullptr) {
       if constexpr (NH == 3) return launch_block_run<NH, PREFETCH, EARLY, true>(a, w, counters, stream);
       else return invalid_argument("mla_decode_run: the timeline takes 3 heads only");
     }
   }
-  constexpr auto kernel = mla_decode_block_kernel<NH, PREFETCH, EARLY, TL>;
+  constexpr auto kernel = mla_decode_block_kernel<NH, PREFETCH, EARLY, TL, BF, STAGES>;
   static const cudaError_t opt_in = [] {  // first (eager) call, never in a capture
     const cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kStages * kTile * kMaxEntry * sizeof(float));
     if (e != cudaSuccess) return e;
@@ -250,8 +258,19 @@ Status launch_block_run(const MlaDecodeArgs& a, const MlaDecodeWork& w, int32_t*
   return last_launch_status("mla_decode_run (block softmax)");
 }
 
+// A bf16 cache: kLeanBlockEarly's form, or kLeanBlock's (for kLeanBlock and kLeanBlockPrefetch),
+// on 3 or 6 stages (MlaDecodeWork::bf16_stages; mla_decode_run checked it).
+template <int NH, int STAGES>
+Status launch_block_run_bf16(const MlaDecodeArgs& a, const MlaDecodeWork& w, MlaDecodeRing ring, int32_t* counters, cudaStream_t stream) {
+  if (ring == MlaDecodeRing::kLeanBlockEarly) return launch_block_run<NH, false, true, false, kCvtShift, STAGES>(a, w, counters, stream);
+  return launch_block_run<NH, false, false, false, kCvtShift, STAGES>(a, w, counters, stream);
+}
+
 template <int NH>
 Status launch_block_run(const MlaDecodeArgs& a, const MlaDecodeWork& w, MlaDecodeRing ring, int32_t* counters, cudaStream_t stream) {
+  if (a.cache_bf16 != nullptr)
+    return mla_decode_bf16_stages(w) == 6 ? launch_block_run_bf16<NH, 6>(a, w, ring, counters, stream)
+                                          : launch_block_run_bf16<NH, 3>(a, w, ring, counters, stream);
   if (ring == MlaDecodeRing::kLeanBlockPrefetch && w.cache_pages > 0) return launch_block_run<NH, true, false>(a, w, counters, stream);
   if (ring == MlaDecodeRing::kLeanBlockEarly) return launch_block_run<NH, false, true>(a, w, counters, stream);
   return launch_block_run<NH, false, false>(a, w, counters, stream);

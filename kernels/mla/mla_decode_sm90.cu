@@ -216,6 +216,15 @@ Status mla_decode_run(const MlaDecodeArgs& a, const MlaDecodeWork& w, cudaStream
                      (w.merge_mode == MlaDecodeMerge::kAuto && kMlaDefaultMergeFused && w.counters != nullptr);
   if (fused && w.counters == nullptr) return invalid_argument("mla_decode_run: the fused merge needs the counters workspace");
   if (w.timeline != nullptr && !warp_variant) return invalid_argument("mla_decode_run: the timeline takes the warp variant only");
+  if (a.cache_bf16 != nullptr) {
+    // A bf16 cache: the lean forms only (mla_decode.h, MlaDecodeWork::bf16_stages).
+    if (!warp_variant) return invalid_argument("mla_decode_run: a bf16 cache takes <= 3 heads (the lean forms; no block variant)");
+    if (a.latent_dim != 512 || a.rope_dim != 64) return invalid_argument("mla_decode_run: a bf16 cache takes latent 512 + key 64 only");
+    if (!bulk) return invalid_argument("mla_decode_run: a bf16 cache needs the bulk loader (pages a multiple of 16 tokens)");
+    if (w.merge_mode == MlaDecodeMerge::kCluster || w.timeline != nullptr || (w.dynamic_tiles && fused))
+      return invalid_argument("mla_decode_run: a bf16 cache takes no cluster merge, timeline or dynamic tiles");
+    if (w.bf16_stages != 0 && w.bf16_stages != 3 && w.bf16_stages != 6) return invalid_argument("mla_decode_run: bf16_stages must be 0, 3 or 6");
+  }
   if (w.merge_mode == MlaDecodeMerge::kCluster) {
     if (!warp_variant) return invalid_argument("mla_decode_run: the cluster merge takes the warp variant (<= 3 heads)");
     if (w.timeline != nullptr) return invalid_argument("mla_decode_run: the timeline does not take the cluster merge");
@@ -225,7 +234,7 @@ Status mla_decode_run(const MlaDecodeArgs& a, const MlaDecodeWork& w, cudaStream
   }
   int32_t* counters = fused ? w.counters : nullptr;  // null: the run leaves split rows to the separate merge
   const MlaDecodeRing ring = w.dynamic_tiles && fused ? MlaDecodeRing::kShallow  // the queue is tuned to the shallow tile
-                             : w.ring == MlaDecodeRing::kAuto ? kMlaDefaultRing
+                             : w.ring == MlaDecodeRing::kAuto ? (a.cache_bf16 != nullptr ? MlaDecodeRing::kLean : kMlaDefaultRing)
                                                               : w.ring;
   if (w.launch_items > 0 && warp_variant) {
     PDS_RETURN_IF_ERROR(launch_warp_variant(a, w, bulk, ring, counters, stream));

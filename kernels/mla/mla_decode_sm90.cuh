@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <type_traits>
 
 #include "common/cuda_check.h"
 #include "common/pdl_bulk.cuh"
@@ -263,15 +264,17 @@ inline __device__ void fused_merge_tail(const MlaDecodeArgs& a, const int32_t* p
 // without another round trip; only where that bound is too short (new_tokens longer than the
 // next item) the row's last item's end is read. early_issue_rest, after the wait: the copies of the
 // rest, on the same barriers.
-template <int STAGES>
+// T: the cache's element (float, or uint16_t for a bf16 cache: MlaDecodeArgs::cache_bf16); `cache`
+// its base, `tiles` the stages in that element.
+template <int STAGES, typename T = float>
 struct EarlyPrologue {
-  const float* src[STAGES];        // the tile's first entry in the cache
+  const T* src[STAGES];            // the tile's first entry in the cache
   int valid[STAGES], pre[STAGES];  // tokens to copy; of those, copied before the wait
 };
-template <int TILE, int STAGES, int ENTRY>
-__device__ __forceinline__ void early_issue_stable(const MlaDecodeArgs& a, const int32_t* plan, const int32_t* table, int item, int num_items,
-                                                   int4 next, int row, int begin, int end, int new_tokens, float* tiles, uint64_t* full,
-                                                   int* s_valid, EarlyPrologue<STAGES>& e) {
+template <int TILE, int STAGES, int ENTRY, typename T>
+__device__ __forceinline__ void early_issue_stable(const MlaDecodeArgs& a, const T* cache, const int32_t* plan, const int32_t* table, int item,
+                                                   int num_items, int4 next, int row, int begin, int end, int new_tokens, T* tiles,
+                                                   uint64_t* full, int* s_valid, EarlyPrologue<STAGES, T>& e) {
   int row_end = end;  // the row's last item (a row of one item included)
   if (item + 1 < num_items && next.x == row) {
     row_end = next.z;                 // a later item of the row ends at or before the row's end
@@ -281,11 +284,12 @@ __device__ __forceinline__ void early_issue_stable(const MlaDecodeArgs& a, const
     }
   }
   const int stable = row_end - new_tokens, ps = static_cast<int>(a.page_size);
+  constexpr unsigned kBytes = ENTRY * sizeof(T);  // a token's entry
 #pragma unroll
   for (int st = 0; st < STAGES; ++st) {
     const int t0 = begin + st * TILE;
     e.valid[st] = e.pre[st] = 0;
-    e.src[st] = a.cache;
+    e.src[st] = cache;
     if (t0 >= end) continue;
     const int page = table[t0 / ps];
     const int valid = page < 0 ? 0 : min(TILE, end - t0);
@@ -295,25 +299,73 @@ __device__ __forceinline__ void early_issue_stable(const MlaDecodeArgs& a, const
       continue;
     }
     const int pre = max(0, min(valid, stable - t0));
-    e.src[st] = a.cache + (static_cast<int64_t>(page) * ps + t0 % ps) * ENTRY;
+    e.src[st] = cache + (static_cast<int64_t>(page) * ps + t0 % ps) * ENTRY;
     e.valid[st] = valid, e.pre[st] = pre;
-    mbar_arrive_expect_tx(&full[st], static_cast<unsigned>(valid * ENTRY * 4));
-    if (pre > 0) bulk_copy(tiles + st * TILE * ENTRY, e.src[st], static_cast<unsigned>(pre * ENTRY * 4), &full[st]);
+    mbar_arrive_expect_tx(&full[st], static_cast<unsigned>(valid) * kBytes);
+    if (pre > 0) bulk_copy(tiles + st * TILE * ENTRY, e.src[st], static_cast<unsigned>(pre) * kBytes, &full[st]);
   }
 }
-template <int TILE, int STAGES, int ENTRY>
-__device__ __forceinline__ void early_issue_rest(float* tiles, uint64_t* full, const EarlyPrologue<STAGES>& e) {
+template <int TILE, int STAGES, int ENTRY, typename T>
+__device__ __forceinline__ void early_issue_rest(T* tiles, uint64_t* full, const EarlyPrologue<STAGES, T>& e) {
 #pragma unroll
   for (int st = 0; st < STAGES; ++st)
     if (e.valid[st] > e.pre[st])
-      bulk_copy(tiles + (st * TILE + e.pre[st]) * ENTRY, e.src[st] + e.pre[st] * ENTRY, static_cast<unsigned>((e.valid[st] - e.pre[st]) * ENTRY * 4),
-                &full[st]);
+      bulk_copy(tiles + (st * TILE + e.pre[st]) * ENTRY, e.src[st] + e.pre[st] * ENTRY,
+                static_cast<unsigned>(e.valid[st] - e.pre[st]) * ENTRY * static_cast<unsigned>(sizeof(T)), &full[st]);
 }
+
+// A bf16 cache (MlaDecodeArgs::cache_bf16): two bf16 of one 32-bit word (element 2i in the low
+// half, 2i + 1 in the high) as their exact fp32 values. kCvtShift: a shift and a mask;
+// kCvtPrmt: two byte permutes (prmt, the ALU pipe, never the FMA pipe an IMAD.SHL could take).
+// The bf16 instantiations' template argument BF: 0 = an fp32 cache, else one of these.
+constexpr int kCvtShift = 1, kCvtPrmt = 2;
+template <int BF>
+__device__ __forceinline__ float2 bf16x2_to_float2(uint32_t w) {
+  uint32_t lo, hi;
+  if constexpr (BF == kCvtPrmt) {
+    asm("prmt.b32 %0, %1, %2, 0x1044;\n" : "=r"(lo) : "r"(w), "r"(0u));
+    asm("prmt.b32 %0, %1, %2, 0x3244;\n" : "=r"(hi) : "r"(w), "r"(0u));
+  } else {
+    lo = w << 16;
+    hi = w & 0xffff0000u;
+  }
+  return make_float2(__uint_as_float(lo), __uint_as_float(hi));
+}
+// The cache's element and base for BF (0: fp32).
+template <int BF>
+using CacheElem = std::conditional_t<BF == 0, float, uint16_t>;
+template <int BF>
+__device__ __forceinline__ const CacheElem<BF>* cache_base(const MlaDecodeArgs& a) {
+  if constexpr (BF == 0) return a.cache;
+  else return a.cache_bf16;
+}
+// Two consecutive elements (e even) of a tile in shared memory as fp32.
+template <int BF>
+__device__ __forceinline__ float2 load2(const CacheElem<BF>* p) {
+  if constexpr (BF == 0) return *reinterpret_cast<const float2*>(p);
+  else return bf16x2_to_float2<BF>(*reinterpret_cast<const uint32_t*>(p));
+}
+// Four consecutive elements (16-byte aligned for fp32, 8 for bf16).
+template <int BF>
+__device__ __forceinline__ float4 load4(const CacheElem<BF>* p) {
+  if constexpr (BF == 0) {
+    return *reinterpret_cast<const float4*>(p);
+  } else {
+    const uint2 w = *reinterpret_cast<const uint2*>(p);
+    const float2 x = bf16x2_to_float2<BF>(w.x), y = bf16x2_to_float2<BF>(w.y);
+    return make_float4(x.x, x.y, y.x, y.y);
+  }
+}
+
+// A bf16 cache's stage count (MlaDecodeWork::bf16_stages: 3 or 6, 0 = kMlaBf16Stages).
+inline int mla_decode_bf16_stages(const MlaDecodeWork& w) { return w.bf16_stages == 0 ? kMlaBf16Stages : w.bf16_stages; }
 
 // MlaDecodeWork::new_tokens as the kernels take it (an int; a row never holds INT_MAX tokens).
 inline int early_new_tokens(const MlaDecodeWork& w) { return static_cast<int>(std::min<int64_t>(w.new_tokens, INT32_MAX)); }
 
-// The tile stages; at least the fused merge's weights (kMlaMaxMergeFanIn x heads floats).
+// The tile stages; at least the fused merge's weights (kMlaMaxMergeFanIn x heads floats). A bf16
+// cache's rings take the same bytes (3 stages of 16 tokens use half, 6 all of it), so the warp
+// variant's combine and the fused merge find the room they have with fp32.
 inline size_t run_shared_bytes(const MlaDecodeArgs& a) {
   return std::max<size_t>(kStages * kTile * (a.latent_dim + a.rope_dim), kMlaMaxMergeFanIn * a.heads) * sizeof(float);
 }

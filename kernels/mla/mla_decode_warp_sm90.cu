@@ -93,16 +93,25 @@ __device__ __forceinline__ void cluster_merge(const MlaDecodeArgs& a, int row, b
 // EARLY (MlaDecodeRing::kLeanEarly; LEAN, fixed tiles): the prologue fills every stage (as FILL),
 // its page reads and the bulk copies of the row's stable tokens issued before the pdl wait, the
 // rest after it (early_issue_stable / early_issue_rest; mla_decode.h); the steady state is kLean's.
+// BF (a bf16 cache, MlaDecodeArgs::cache_bf16: kCvtShift / kCvtPrmt, 0 = fp32; LEAN and EARLY-or-plain
+// kLean only): the stages hold bf16 entries (1152 bytes a token), each pair turned into fp32 as it is
+// read from shared memory (the scores: one 32-bit word a lane a slot; P x V: 8 bytes a lane); the
+// sums are the fp32 form's on those values. With STAGES 6 (16-token tiles) every stage is filled at
+// the start and the ring keeps five tiles in flight in kLean's shared memory.
 template <int NH, bool BULK, int TILE, int STAGES, bool LEAN = false, bool FILL = false, bool PREFETCH = false, bool AHEAD = false,
-          bool TL = false, bool CLUSTER = false, bool EARLY = false>
+          bool TL = false, bool CLUSTER = false, bool EARLY = false, int BF = 0>
 __global__ void __launch_bounds__(kThreads, 2)
     mla_decode_warp_kernel(const __grid_constant__ MlaDecodeArgs a, const int32_t* __restrict__ plan, float* part_o, float* part_lse,
                            int32_t* counters, bool dynamic_tiles, bool late_trigger, int64_t cache_pages, int new_tokens, uint64_t* timeline) {
   extern __shared__ float4 smem_raw[];
-  static_assert(TILE % kWarps == 0 && TILE <= kTile * 2 && (TILE * STAGES <= kTile * kStages || (CLUSTER && TILE * STAGES <= kWideTokens)),
+  using T = CacheElem<BF>;
+  static_assert(TILE % kWarps == 0 && TILE <= kTile * 2 &&
+                    (TILE * STAGES * sizeof(T) <= kTile * kStages * sizeof(float) || (CLUSTER && TILE * STAGES <= kWideTokens)),
                 "the ring fits run_shared_bytes (the cluster's wide ring: wide_shared_bytes)");
+  static_assert(BF == 0 || (LEAN && !CLUSTER && !FILL && !PREFETCH && !AHEAD && !TL), "a bf16 cache: kLean / kLeanEarly only");
   constexpr int kPerWarp = TILE / kWarps;  // tokens of a tile each warp scores
-  float* tiles = reinterpret_cast<float*>(smem_raw);  // [STAGES][TILE][entry]; then the warps' states
+  T* tiles = reinterpret_cast<T*>(smem_raw);  // [STAGES][TILE][entry]; then the warps' states
+  const T* const cache = cache_base<BF>(a);
   __shared__ float s_m[kWarps][NH], s_l[kWarps][NH];
   __shared__ __align__(8) uint64_t s_full[STAGES];  // BULK: stage s's tile has landed
   __shared__ int s_t0[STAGES];                      // dynamic tiles: the token stage s starts at (-1: none left)
@@ -167,10 +176,10 @@ __global__ void __launch_bounds__(kThreads, 2)
         bulk_prefetch_l2(a.cache + (static_cast<int64_t>(page) * ps + t0 % ps) * entry, static_cast<unsigned>(min(TILE, end - t0) * entry * 4));
     }
   }
-  EarlyPrologue<STAGES> early;
+  EarlyPrologue<STAGES, T> early;
   if constexpr (EARLY) {  // fixed tiles (the launcher runs LEAN only without dynamic tiles)
     if (threadIdx.x == 0)
-      early_issue_stable<TILE, STAGES, 576>(a, plan, table, item, plan[0], reinterpret_cast<const int4*>(plan + 4)[item + 1], row, begin,
+      early_issue_stable<TILE, STAGES, 576>(a, cache, plan, table, item, plan[0], reinterpret_cast<const int4*>(plan + 4)[item + 1], row, begin,
                                             end, new_tokens, tiles, s_full, s_valid, early);
   }
   pdl_wait();  // q and the cache may come from the kernels before (only the plan is read above;
@@ -182,22 +191,22 @@ __global__ void __launch_bounds__(kThreads, 2)
   // Tile [t0, t0 + TILE) into stage `st`: kCpAsync = one commit group (every thread);
   // BULK = thread 0 arms the stage's barrier with the valid bytes (pages hold whole tiles).
   auto issue = [&](int t0, int st) {
-    float* dst = tiles + st * TILE * entry;
+    T* dst = tiles + st * TILE * entry;
     if constexpr (BULK) {
       if (threadIdx.x == 0) {
         const int page = table[t0 / ps];
-        const unsigned bytes = page < 0 ? 0u : static_cast<unsigned>(min(TILE, end - t0) * entry * 4);
+        const unsigned bytes = page < 0 ? 0u : static_cast<unsigned>(min(TILE, end - t0) * entry * sizeof(T));
         // Read by the scoring warps after the barrier of the tile's arrival (the stage's last
         // reader passed the barrier before this issue).
         if constexpr (LEAN) s_valid[st] = page < 0 ? 0 : min(TILE, end - t0);
         if (bytes > 0) {
           mbar_arrive_expect_tx(&s_full[st], bytes);
-          bulk_copy(dst, a.cache + (static_cast<int64_t>(page) * ps + t0 % ps) * entry, bytes, &s_full[st]);
+          bulk_copy(dst, cache + (static_cast<int64_t>(page) * ps + t0 % ps) * entry, bytes, &s_full[st]);
         } else {
           mbar_arrive(&s_full[st]);
         }
       }
-    } else {
+    } else if constexpr (BF == 0) {
       load_tile_async<TILE>(a, table, end, t0, dst);
     }
   };
@@ -223,9 +232,9 @@ __global__ void __launch_bounds__(kThreads, 2)
     s_t0[st] = t0;
     const int page = t0 < 0 ? -1 : table[t0 / ps];
     if (page >= 0) {
-      const unsigned bytes = static_cast<unsigned>(min(TILE, end - t0) * entry * 4);
+      const unsigned bytes = static_cast<unsigned>(min(TILE, end - t0) * entry * sizeof(T));
       mbar_arrive_expect_tx(&s_full[st], bytes);
-      bulk_copy(tiles + st * TILE * entry, a.cache + (static_cast<int64_t>(page) * ps + t0 % ps) * entry, bytes, &s_full[st]);
+      bulk_copy(tiles + st * TILE * entry, cache + (static_cast<int64_t>(page) * ps + t0 % ps) * entry, bytes, &s_full[st]);
     } else {
       mbar_arrive(&s_full[st]);
     }
@@ -302,7 +311,7 @@ __global__ void __launch_bounds__(kThreads, 2)
         if (threadIdx.x == 0 && i == 0) timeline_stamp(rec, 2);
       }
     }
-    const float* tile = tiles + (i % STAGES) * TILE * entry;
+    const T* tile = tiles + (i % STAGES) * TILE * entry;
     __syncthreads();  // tile i visible; every warp is past tile i-1, so its stage is free
     const bool issued = i + STAGES - 1 < kAhead;  // in the prologue already
     if (dynamic) {
@@ -324,7 +333,7 @@ __global__ void __launch_bounds__(kThreads, 2)
       const int t = warp + u * kWarps, tok = t0 + t;
       if constexpr (LEAN) valid[u] = t < tile_valid;
       else valid[u] = tok < end && table[tok / ps] >= 0;
-      const float* r = tile + t * entry;
+      const T* r = tile + t * entry;
 #pragma unroll
       for (int h = 0; h < NH; ++h) s[u][h] = 0.0f;
       if constexpr (LEAN) continue;  // scored below, the warp's tokens side by side
@@ -332,7 +341,7 @@ __global__ void __launch_bounds__(kThreads, 2)
       for (int k = 0; k < kSlots; ++k) {
         const int e = 64 * k + 2 * lane;
         if (e < entry) {
-          const float2 v = *reinterpret_cast<const float2*>(r + e);
+          const float2 v = load2<BF>(r + e);
 #pragma unroll
           for (int h = 0; h < NH; ++h) s[u][h] = fmaf(q[h][k].x, v.x, fmaf(q[h][k].y, v.y, s[u][h]));
         }
@@ -340,12 +349,12 @@ __global__ void __launch_bounds__(kThreads, 2)
     }
     if constexpr (LEAN) {
       // Slot-major: both tokens' loads of a slot are issued together (two in flight, not one).
-      const float* r = tile + warp * entry + 2 * lane;
+      const T* r = tile + warp * entry + 2 * lane;
 #pragma unroll
       for (int k = 0; k < kSlots; ++k) {
         float2 v[kPerWarp];
 #pragma unroll
-        for (int u = 0; u < kPerWarp; ++u) v[u] = *reinterpret_cast<const float2*>(r + u * kWarps * entry + 64 * k);
+        for (int u = 0; u < kPerWarp; ++u) v[u] = load2<BF>(r + u * kWarps * entry + 64 * k);
 #pragma unroll
         for (int u = 0; u < kPerWarp; ++u)
 #pragma unroll
@@ -369,7 +378,7 @@ __global__ void __launch_bounds__(kThreads, 2)
 #pragma unroll
     for (int u = 0; u < kPerWarp; ++u) {
       if (!valid[u]) continue;
-      const float* r = tile + (warp + u * kWarps) * entry;
+      const T* r = tile + (warp + u * kWarps) * entry;
       float p[NH];
 #pragma unroll
       for (int h = 0; h < NH; ++h) {
@@ -387,7 +396,7 @@ __global__ void __launch_bounds__(kThreads, 2)
       for (int k = 0; k < kDimGroups; ++k) {
         const int d = 128 * k + 4 * lane;
         if (d >= lat) break;
-        const float4 v = *reinterpret_cast<const float4*>(r + d);
+        const float4 v = load4<BF>(r + d);
 #pragma unroll
         for (int h = 0; h < NH; ++h)
           acc[h][k] = make_float4(fmaf(p[h], v.x, acc[h][k].x), fmaf(p[h], v.y, acc[h][k].y), fmaf(p[h], v.z, acc[h][k].z),
@@ -402,8 +411,8 @@ __global__ void __launch_bounds__(kThreads, 2)
   // Combine the warps: states through shared memory (the tile stages are free once drained).
   asm volatile("cp.async.wait_all;\n" ::);
   __syncthreads();
-  float* s_acc = tiles;  // [kWarps][NH][lat]; fits: 8 NH lat <= 48 entry for NH <= 6
-  float* const s_part = tiles + kWarps * NH * lat;  // CLUSTER: the CTA's partial [NH][lat] (9 NH lat <= 48 entry)
+  float* s_acc = reinterpret_cast<float*>(smem_raw);  // [kWarps][NH][lat]; fits: 8 NH lat <= 48 entry for NH <= 6
+  float* const s_part = s_acc + kWarps * NH * lat;  // CLUSTER: the CTA's partial [NH][lat] (9 NH lat <= 48 entry)
   __shared__ float s_lse[NH];
 #pragma unroll
   for (int h = 0; h < NH; ++h) {
@@ -449,7 +458,7 @@ __global__ void __launch_bounds__(kThreads, 2)
   }
   if constexpr (CLUSTER) cluster_merge<NH>(a, row, live, s_part, s_lse, lat);
   // The combine's states (s_acc) are read before arrive_last's barrier; then tiles hold the weights.
-  if (!CLUSTER && slot >= 0 && counters) fused_merge_tail(a, plan, row, item, part_o, part_lse, counters, tiles);
+  if (!CLUSTER && slot >= 0 && counters) fused_merge_tail(a, plan, row, item, part_o, part_lse, counters, s_acc);
   if constexpr (TL) {
     if (threadIdx.x == 0) {
       timeline_stamp(rec, 4);
@@ -467,10 +476,10 @@ cudaError_t opt_in_shared(Kernel kernel) {
 }
 
 template <int NH, bool BULK, int TILE, int STAGES, bool LEAN = false, bool FILL = false, bool PREFETCH = false, bool AHEAD = false,
-          bool EARLY = false, bool TL = false>
+          bool EARLY = false, bool TL = false, int BF = 0>
 Status launch_warp_run(const MlaDecodeArgs& a, const MlaDecodeWork& w, int32_t* counters, cudaStream_t stream) {
   // The timeline's instantiations: the rings batch 1 runs (kLean, kLeanPrefetch, kLeanEarly) at 3 heads only.
-  if constexpr (!TL) {
+  if constexpr (!TL && BF == 0) {
     if (w.timeline != nullptr) {
       if constexpr (NH == 3 && LEAN && !FILL && !AHEAD && TILE == kTile && STAGES == kStages)
         return launch_warp_run<NH, BULK, TILE, STAGES, LEAN, FILL, PREFETCH, AHEAD, EARLY, true>(a, w, counters, stream);
@@ -479,7 +488,7 @@ Status launch_warp_run(const MlaDecodeArgs& a, const MlaDecodeWork& w, int32_t* 
     }
   }
   const size_t smem = run_shared_bytes(a);
-  constexpr auto kernel = mla_decode_warp_kernel<NH, BULK, TILE, STAGES, LEAN, FILL, PREFETCH, AHEAD, TL, false, EARLY>;
+  constexpr auto kernel = mla_decode_warp_kernel<NH, BULK, TILE, STAGES, LEAN, FILL, PREFETCH, AHEAD, TL, false, EARLY, BF>;
   static const cudaError_t opt_in = opt_in_shared(kernel);  // first (eager) call, never in a capture
   if (opt_in != cudaSuccess) return cuda_status(opt_in, "mla_decode_run (shared memory opt-in)");
   const cudaError_t e = launch_pdl(w.pdl, kernel, dim3(static_cast<unsigned>(w.launch_items)), dim3(kThreads),
@@ -537,11 +546,31 @@ Status launch_cluster_run(const MlaDecodeArgs& a, const MlaDecodeWork& w, bool b
   return launch_cluster_run<NH, true, kTile, kStages, true>(a, w, stream);  // kLean (any other ring)
 }
 
+// A bf16 cache (mla_decode_run checked the shape, the bulk loader, fixed tiles): the block rings
+// to the block-softmax form; kLeanEarly to its bf16 form; every other ring to kLean's. On 3 or 6
+// stages of 16 tokens (MlaDecodeWork::bf16_stages); MlaDecodeWork::bf16_prmt: the prmt conversion
+// (3 heads, kLean's form only; elsewhere the shift / mask one).
+template <int NH, int STAGES>
+Status launch_warp_run_bf16(const MlaDecodeArgs& a, const MlaDecodeWork& w, MlaDecodeRing ring, int32_t* counters, cudaStream_t stream) {
+  if (ring == MlaDecodeRing::kLeanEarly)
+    return launch_warp_run<NH, true, kTile, STAGES, true, false, false, false, true, false, kCvtShift>(a, w, counters, stream);
+  if constexpr (NH == 3 && STAGES == kMlaBf16Stages) {
+    if (w.bf16_prmt) return launch_warp_run<NH, true, kTile, STAGES, true, false, false, false, false, false, kCvtPrmt>(a, w, counters, stream);
+  }
+  return launch_warp_run<NH, true, kTile, STAGES, true, false, false, false, false, false, kCvtShift>(a, w, counters, stream);
+}
+
 // The deep ring only with the bulk loader (the cp.async form stays the measured kShallow one)
 // and without dynamic tiles (their queue is tuned to kShallow's tile).
 template <int NH>
 Status launch_warp_run(const MlaDecodeArgs& a, const MlaDecodeWork& w, bool bulk, MlaDecodeRing ring, int32_t* counters,
                        cudaStream_t stream) {
+  if (a.cache_bf16 != nullptr) {
+    if (ring == MlaDecodeRing::kLeanBlock || ring == MlaDecodeRing::kLeanBlockPrefetch || ring == MlaDecodeRing::kLeanBlockEarly)
+      return launch_block_softmax_variant(a, w, ring, counters, stream);
+    return mla_decode_bf16_stages(w) == 6 ? launch_warp_run_bf16<NH, 6>(a, w, ring, counters, stream)
+                                          : launch_warp_run_bf16<NH, 3>(a, w, ring, counters, stream);
+  }
   if (!bulk) return launch_warp_run<NH, false, kTile, kStages>(a, w, counters, stream);
   // The lean kernel: K3's widths only, fixed tile ranges; else the same ring without it.
   const bool lean = a.latent_dim == 512 && a.rope_dim == 64 && !(w.dynamic_tiles && counters);

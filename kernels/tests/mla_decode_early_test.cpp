@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "mla/mla_decode.h"
+#include "pdserve/core/dtype.h"
 #include "mla_decode_test_kernels.h"
 #include "pdserve/ops/mla.h"
 #include "test_util.h"
@@ -29,8 +30,11 @@ class MlaDecodeEarly : public ktest::GpuTest {};
 // in the same stream (the run with pdl) lets the run launch at once, sleeps 50 us, then writes
 // each row's newest token (latent + key) into the cache, and q. Every ring is run once before
 // (its module loaded and opted in, so the run launches while the writer sleeps). Returns the
-// error against the CPU reference over the NEW values; `ring` kAuto: the plan's pick.
-double late_writer_error(const std::vector<int32_t>& ctx, MlaDecodeRing ring, int64_t new_tokens, uint32_t seed) {
+// error against the CPU reference over the NEW values; `ring` kAuto: the plan's pick. bf16: the
+// cache is bf16 (MlaDecodeArgs::cache_bf16; old and new entries rounded, the reference on their
+// exact fp32 values), `bf16_stages` its ring depth.
+double late_writer_error(const std::vector<int32_t>& ctx, MlaDecodeRing ring, int64_t new_tokens, uint32_t seed, bool bf16 = false,
+                         int bf16_stages = 0) {
   constexpr int64_t kH = 3, kL = 512, kR = 64, kE = kL + kR, kP = 64;
   const int64_t rows = ctx.size();
   int64_t max_pages = 1, used = 0;
@@ -46,7 +50,12 @@ double late_writer_error(const std::vector<int32_t>& ctx, MlaDecodeRing ring, in
     for (int64_t p = 0; p < (ctx[b] + kP - 1) / kP; ++p) table[b * max_pages + p] = perm[next++];
   for (int64_t b = 0; b < rows; ++b)
     if (ctx[b] > 0) dst.push_back(table[b * max_pages + (ctx[b] - 1) / kP] * kP + (ctx[b] - 1) % kP);
-  const auto cache_old = randn(pages * kP * kE, seed + 1);
+  auto cache_old = randn(pages * kP * kE, seed + 1);
+  auto round_bf16 = [&](std::vector<float>& v) {
+    if (bf16)
+      for (float& x : v) x = bf16_to_f32(f32_to_bf16(x));
+  };
+  round_bf16(cache_old);
   const auto q_old = randn(rows * kH * kL, seed + 3), q_new = randn(rows * kH * kL, seed + 4), qr = randn(rows * kH * kR, seed + 5);
   // The newest entry: a quarter of head 0's new q (latent | key), so head 0 scores it ~10 above
   // the typical token and weighs it heavily at any context: a stale copy shows at 16K too.
@@ -56,6 +65,7 @@ double late_writer_error(const std::vector<int32_t>& ctx, MlaDecodeRing ring, in
     for (int64_t k = 0; k < kL; ++k) fresh.push_back(0.25f * q_new[b * kH * kL + k]);
     for (int64_t k = 0; k < kR; ++k) fresh.push_back(0.25f * qr[b * kH * kR + k]);
   }
+  round_bf16(fresh);
   auto cache_new = cache_old;
   for (size_t i = 0; i < dst.size(); ++i) std::copy_n(&fresh[i * kE], kE, &cache_new[dst[i] * kE]);
   const float scale = 1.0f / std::sqrt(192.0f);
@@ -68,7 +78,14 @@ double late_writer_error(const std::vector<int32_t>& ctx, MlaDecodeRing ring, in
   const int64_t cap = mla_decode_plan_capacity(rows);
   MlaDecodePlan plan;
   EXPECT_TRUE(build_mla_decode_plan(ctx.data(), rows, kP, cap, &plan).is_ok());
-  auto dc = dev(cache_old), dql = dev(q_old), dqr = dev(qr), dqnew = dev(q_new);
+  auto to_bf16 = [](const std::vector<float>& v) {
+    std::vector<uint16_t> o(v.size());
+    for (size_t i = 0; i < v.size(); ++i) o[i] = f32_to_bf16(v[i]);
+    return o;
+  };
+  auto dc16 = dev(to_bf16(bf16 ? cache_old : std::vector<float>(kE, 0.0f)));
+  auto dfresh16 = dev(to_bf16(fresh.empty() ? std::vector<float>(kE, 0.0f) : fresh));
+  auto dc = dev(bf16 ? std::vector<float>(kE, 0.0f) : cache_old), dql = dev(q_old), dqr = dev(qr), dqnew = dev(q_new);
   auto dfresh = dev(fresh.empty() ? std::vector<float>(kE, 0.0f) : fresh);
   auto dplan = dev(plan.image), dt = dev(table), dctx = dev(ctx), ddst = dev(dst.empty() ? std::vector<int32_t>{0} : dst);
   DeviceBuffer<float> out(rows * kH * kL), part_o(cap * kH * kL), part_lse(cap * kH);
@@ -76,19 +93,25 @@ double late_writer_error(const std::vector<int32_t>& ctx, MlaDecodeRing ring, in
   a.q_lat = dql.get(), a.q_rot = dqr.get(), a.cache = dc.get(), a.page_table = dt.get(), a.ctx_len = dctx.get();
   a.rows = rows, a.heads = kH, a.latent_dim = kL, a.rope_dim = kR, a.page_size = kP, a.max_pages = max_pages;
   a.scale = scale, a.o_lat = out.get();
+  if (bf16) a.cache = nullptr, a.cache_bf16 = dc16.get();
   MlaDecodeWork w;
   w.plan = dplan.get(), w.capacity = cap, w.part_o = part_o.get(), w.part_lse = part_lse.get(), w.launch_items = plan.num_items;
   w.merge = plan.any_split || plan.any_empty, w.pdl = true, w.ring = ring == MlaDecodeRing::kAuto ? plan.ring : ring;
   w.merge_mode = plan.merge, w.trigger = plan.trigger, w.merge_slice = plan.merge_slice ? plan.merge_slice : 64;
-  w.cache_pages = pages, w.new_tokens = new_tokens;
+  w.cache_pages = pages, w.new_tokens = new_tokens, w.bf16_stages = bf16_stages;
   cudaStream_t stream = nullptr;
   EXPECT_EQ(cudaStreamCreate(&stream), cudaSuccess);
   EXPECT_TRUE(mla_decode_run(a, w, stream).is_ok());  // loads and opts in the kernels (old values)
   EXPECT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
   EXPECT_TRUE(out.upload(std::vector<float>(rows * kH * kL, NAN)).is_ok());
-  EXPECT_TRUE(mla_decode_test::late_writer(dc.get(), ddst.get(), dfresh.get(), static_cast<int64_t>(dst.size()), kE, dql.get(), dqnew.get(),
-                                           rows * kH * kL, 50000, stream)
-                  .is_ok());
+  if (bf16)
+    EXPECT_TRUE(mla_decode_test::late_writer(dc16.get(), ddst.get(), dfresh16.get(), static_cast<int64_t>(dst.size()), kE, dql.get(),
+                                             dqnew.get(), rows * kH * kL, 50000, stream)
+                    .is_ok());
+  else
+    EXPECT_TRUE(mla_decode_test::late_writer(dc.get(), ddst.get(), dfresh.get(), static_cast<int64_t>(dst.size()), kE, dql.get(), dqnew.get(),
+                                             rows * kH * kL, 50000, stream)
+                    .is_ok());
   EXPECT_TRUE(mla_decode_run(a, w, stream).is_ok());
   EXPECT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
   cudaStreamDestroy(stream);
@@ -110,6 +133,21 @@ TEST_F(MlaDecodeEarly, RingsReadTheNewestTokenAfterTheWait) {
         EXPECT_LT(late_writer_error(ctx, ring, nt, seed++), 2e-5) << "ring " << static_cast<int>(ring) << " new tokens " << nt << " rows "
                                                                   << ctx.size() << " first ctx " << ctx[0];
       }
+}
+
+// The same on a bf16 cache (MlaDecodeArgs::cache_bf16): the bf16 early forms on 3 and 6 stages,
+// the plan's pick and kLean's bf16 form.
+TEST_F(MlaDecodeEarly, Bf16RingsReadTheNewestTokenAfterTheWait) {
+  uint32_t seed = 850;
+  for (const auto& ctx : kLateWriterCtx)
+    for (MlaDecodeRing ring : {MlaDecodeRing::kAuto, MlaDecodeRing::kLeanBlockEarly, MlaDecodeRing::kLeanEarly, MlaDecodeRing::kLean})
+      for (int stages : {3, 6})
+        for (int64_t nt : {1, 20}) {
+          if (nt != 1 && ring != MlaDecodeRing::kLeanBlockEarly && ring != MlaDecodeRing::kLeanEarly) continue;
+          EXPECT_LT(late_writer_error(ctx, ring, nt, seed++, true, stages), 2e-5)
+              << "bf16 ring " << static_cast<int>(ring) << " stages " << stages << " new tokens " << nt << " rows " << ctx.size()
+              << " first ctx " << ctx[0];
+        }
 }
 
 // The test above can fail: with new_tokens 0 the early rings copy every token of their first

@@ -11,7 +11,8 @@ namespace pdserve::cuda::mla_decode_test {
 
 namespace {
 
-__global__ void late_writer_kernel(float* cache, const int32_t* dst_entry, const float* src, int n, int entry, float* q, const float* q_src,
+template <typename T>
+__global__ void late_writer_kernel(T* cache, const int32_t* dst_entry, const T* src, int n, int entry, float* q, const float* q_src,
                                    int q_n, unsigned spin_ns) {
   pdl_bulk::pdl_trigger();  // the next kernel may launch now, before the writes below
   uint64_t t0, t;
@@ -32,6 +33,13 @@ Status late_writer(float* cache, const int32_t* dst_entry, const float* src, int
   late_writer_kernel<<<1, 256, 0, stream>>>(cache, dst_entry, src, static_cast<int>(n), static_cast<int>(entry), q, q_src,
                                             static_cast<int>(q_n), spin_ns);
   return cuda_status(cudaGetLastError(), "late_writer");
+}
+
+Status late_writer(uint16_t* cache, const int32_t* dst_entry, const uint16_t* src, int64_t n, int64_t entry, float* q, const float* q_src,
+                   int64_t q_n, unsigned spin_ns, cudaStream_t stream) {
+  late_writer_kernel<<<1, 256, 0, stream>>>(cache, dst_entry, src, static_cast<int>(n), static_cast<int>(entry), q, q_src,
+                                            static_cast<int>(q_n), spin_ns);
+  return cuda_status(cudaGetLastError(), "late_writer (bf16)");
 }
 
 }  // namespace pdserve::cuda::mla_decode_test
