@@ -32,7 +32,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     // The grants decode would make for it stay inside the described pools.
     auto grants = room_grants(t->decode, t->room, t->generation, t->pages, t->slot, t->aux_row);
     const uint64_t kv_bytes = static_cast<uint64_t>(t->decode.mla_layers * t->decode.num_pages) *
-                              static_cast<uint64_t>(t->decode.page_floats()) * 4;
+                              static_cast<uint64_t>(t->decode.page_bytes());
     for (const auto& g : grants)
       if (g.region >= kv_region(0) && g.region < state_region(0) && g.offset + g.length > kv_bytes) std::abort();
   }

@@ -32,13 +32,15 @@ struct BenchOptions {
   int64_t page_size = 64;
   int64_t decode_run_pages = 16;  // decode's pages come in runs this long (a reused pool is fragmented)
   double line_rate_gbps = 50;     // one 400 Gb/s NIC
+  std::string kv_cache_dtype = "float32";  // the MLA pages' dtype (kv_cache_dtype)
 };
 
 // Kimi-K3's transferred shapes (shared/docs/kimi-k3.md): 24 MLA layers of 576 values per
 // token, 69 KDA layers of 96 heads x 128 with a conv tail of 3.
-disagg::KvLayout k3_layout(const std::string& role, int64_t page_size, int64_t num_pages) {
+disagg::KvLayout k3_layout(const std::string& role, int64_t page_size, int64_t num_pages, const std::string& kv_dtype) {
   disagg::KvLayout l;
   l.role = role;
+  l.kv_dtype = kv_dtype;
   l.page_size = page_size;
   l.mla_layers = 24;
   l.entry_dim = 576;
@@ -96,9 +98,9 @@ int run(const BenchOptions& o) {
     src_pages[i] = static_cast<int32_t>(i);
     dst_pages[i] = static_cast<int32_t>(i + i / o.decode_run_pages);  // one free page between runs
   }
-  const disagg::KvLayout src = k3_layout("prefill", o.page_size, pages);
-  const disagg::KvLayout dst = k3_layout("decode", o.page_size, dst_pages.back() + 1);
-  const uint64_t page_bytes = static_cast<uint64_t>(src.page_floats()) * sizeof(float);
+  const disagg::KvLayout src = k3_layout("prefill", o.page_size, pages, o.kv_cache_dtype);
+  const disagg::KvLayout dst = k3_layout("decode", o.page_size, dst_pages.back() + 1, o.kv_cache_dtype);
+  const uint64_t page_bytes = static_cast<uint64_t>(src.page_bytes());
   const uint64_t slot_bytes = static_cast<uint64_t>(src.slot_floats_per_rank()) * sizeof(float);
   Buffers sb{std::vector<uint8_t>(src.mla_layers * src.num_pages * page_bytes), std::vector<uint8_t>(slot_bytes),
              std::vector<uint8_t>(sizeof(disagg::AuxRow))};
@@ -129,8 +131,8 @@ int run(const BenchOptions& o) {
   std::printf("request: %lld tokens = %lld pages of %lld; %zu writes (decode pages in runs of %lld); %d NIC(s) / stream set(s)\n",
               static_cast<long long>(o.tokens), static_cast<long long>(pages), static_cast<long long>(o.page_size), writes.size(),
               static_cast<long long>(o.decode_run_pages), n_nics);
-  std::printf("bytes per request: %llu (this build's fp32 pools: MLA %llu + KDA %llu + aux %zu); production bf16/fp32: %llu\n",
-              static_cast<unsigned long long>(expect), static_cast<unsigned long long>(expect - slot_bytes - sizeof(disagg::AuxRow)),
+  std::printf("bytes per request: %llu (%s MLA pages: MLA %llu + fp32 KDA %llu + aux %zu); production bf16/fp32: %llu\n",
+              static_cast<unsigned long long>(expect), src.kv_dtype.c_str(), static_cast<unsigned long long>(expect - slot_bytes - sizeof(disagg::AuxRow)),
               static_cast<unsigned long long>(slot_bytes), sizeof(disagg::AuxRow), static_cast<unsigned long long>(production_bytes(o.tokens)));
   std::vector<double> gbps;
   int failures = 0;
@@ -184,6 +186,9 @@ void add_transfer_bench_command(CLI::App& app) {
   cmd->add_option("--requests", o->requests, "Requests (rooms) to time, one after another")->capture_default_str();
   cmd->add_option("--streams", o->streams, "TCP connections per peer")->capture_default_str();
   cmd->add_option("--page-size", o->page_size, "Tokens per page")->capture_default_str();
+  cmd->add_option("--kv-cache-dtype", o->kv_cache_dtype, "MLA page dtype moved: float32 or bfloat16")
+      ->check(CLI::IsMember({"float32", "bfloat16"}))
+      ->capture_default_str();
   cmd->add_option("--decode-run-pages", o->decode_run_pages, "Decode's pages come in runs this long")->capture_default_str();
   cmd->add_option("--line-rate", o->line_rate_gbps, "One NIC's line rate in GB/s (400 Gb/s: 50)")->capture_default_str();
   cmd->callback([o] { std::exit(run(*o)); });

@@ -113,7 +113,7 @@ Result<std::unique_ptr<DecodeCoordinator>> DecodeCoordinator::create(const Disag
   hooks.on_release = [self](uint64_t id, uint64_t room, const runtime::Sequence& s) { self->on_release(id, room, s); };
   engine.set_disagg_hooks(std::move(hooks));
   // The self-test scratch: a page and a state slot's worth of bytes.
-  c->scratch_.resize(static_cast<size_t>(std::max<int64_t>(4096, (c->layout_.page_floats() + c->layout_.slot_floats_per_rank()) * 4)));
+  c->scratch_.resize(static_cast<size_t>(std::max<int64_t>(4096, c->layout_.page_bytes() + c->layout_.slot_floats_per_rank() * 4)));
   PDS_RETURN_IF_ERROR(c->transport_->register_region({kSelfTestRegion, c->scratch_.data(), c->scratch_.size(), "selftest", false}));
   for (const std::string& peer : cfg.prefill_peers) {
     auto p = std::make_shared<Prefill>();

@@ -107,6 +107,7 @@ Result<KvLayout> KvLayout::from_json(const Json& j) {
   l.tp = static_cast<int>(tp);
   PDS_ASSIGN_OR_RETURN(l.page_size, f.get_int("page_size"));
   PDS_ASSIGN_OR_RETURN(l.kv_dtype, f.get_string("kv_dtype"));
+  if (l.kv_dtype != "float32" && l.kv_dtype != "bfloat16") return f.error("kv_dtype", "must be float32 or bfloat16");
   PDS_ASSIGN_OR_RETURN(l.mla_layers, f.get_int("mla_layers"));
   PDS_ASSIGN_OR_RETURN(l.entry_dim, f.get_int("entry_dim"));
   PDS_ASSIGN_OR_RETURN(l.num_pages, f.get_int("num_pages"));
@@ -149,6 +150,7 @@ KvLayout describe_layout(const std::string& role, const ModelConfig& cfg, const 
   l.page_size = kv.page_size();
   l.mla_layers = kv.num_layers();
   l.entry_dim = kv.entry_dim();
+  l.kv_dtype = kv_cache_dtype_name(kv.dtype());
   l.num_pages = kv.num_pages();
   l.kda = KdaStateShape{cfg.num_kda_layers(), cfg.kda_num_heads, cfg.kda_head_dim, cfg.conv_kernel - 1};
   l.num_slots = state.num_slots();

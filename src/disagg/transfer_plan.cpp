@@ -26,7 +26,7 @@ void for_each_page_run(const std::vector<int32_t>& a, const std::vector<int32_t>
 std::vector<WriteOp> page_writes(const KvLayout& src, const KvLayout& dst, const std::vector<int32_t>& src_pages,
                                  const std::vector<int32_t>& dst_pages, int64_t first, int64_t last) {
   std::vector<WriteOp> out;
-  const uint64_t page_bytes = static_cast<uint64_t>(src.page_floats()) * kF;
+  const uint64_t page_bytes = static_cast<uint64_t>(src.page_bytes());
   const std::vector<int> source = latent_source_ranks(src.tp, dst.tp);
   for (int d = 0; d < dst.tp; ++d)
     for (int64_t l = 0; l < src.mla_layers; ++l)
@@ -64,9 +64,8 @@ Status register_rank_pools(transfer::Transport& transport, int rank, MlaKvPool& 
                            std::map<transfer::RegionId, const uint8_t*>& bases) {
   if (kv.num_layers() > 0) {
     PDS_RETURN_IF_ERROR(transport.register_region(
-        {kv_region(rank), kv.layer_base(0), static_cast<uint64_t>(kv.num_layers() * kv.layer_stride()) * kF,
-         "mla_pages_rank" + std::to_string(rank), false}));
-    bases[kv_region(rank)] = reinterpret_cast<const uint8_t*>(kv.layer_base(0));
+        {kv_region(rank), kv.layer_bytes(0), static_cast<uint64_t>(kv.total_bytes()), "mla_pages_rank" + std::to_string(rank), false}));
+    bases[kv_region(rank)] = kv.layer_bytes(0);
   }
   if (state.slot_floats() > 0) {
     PDS_RETURN_IF_ERROR(transport.register_region(
@@ -80,7 +79,7 @@ Status register_rank_pools(transfer::Transport& transport, int rank, MlaKvPool& 
 std::vector<Grant> room_grants(const KvLayout& dst, transfer::RoomId room, transfer::Generation gen,
                                const std::vector<int32_t>& prompt_pages, int32_t slot, int32_t aux_row) {
   std::vector<Grant> out;
-  const uint64_t page_bytes = static_cast<uint64_t>(dst.page_floats()) * kF;
+  const uint64_t page_bytes = static_cast<uint64_t>(dst.page_bytes());
   const int64_t n = static_cast<int64_t>(prompt_pages.size());
   for (int d = 0; d < dst.tp; ++d) {
     for (int64_t l = 0; l < dst.mla_layers; ++l)
@@ -99,7 +98,7 @@ std::vector<Grant> room_grants(const KvLayout& dst, transfer::RoomId room, trans
 std::vector<WriteOp> page_units(const KvLayout& src, const KvLayout& dst, const std::vector<int32_t>& src_pages,
                                 const std::vector<int32_t>& dst_pages, int64_t first, int64_t last) {
   std::vector<WriteOp> out;
-  const uint64_t page_bytes = static_cast<uint64_t>(src.page_floats()) * kF;
+  const uint64_t page_bytes = static_cast<uint64_t>(src.page_bytes());
   const std::vector<int> source = latent_source_ranks(src.tp, dst.tp);
   for (int d = 0; d < dst.tp; ++d)
     for (int64_t l = 0; l < src.mla_layers; ++l)
@@ -147,7 +146,7 @@ uint64_t unit_hash(const WriteOp& u, const void* bytes) {
 
 uint64_t room_bytes(const KvLayout& src, const KvLayout& dst, int64_t prompt_pages) {
   const uint64_t pages = static_cast<uint64_t>(prompt_pages) * static_cast<uint64_t>(src.mla_layers) *
-                         static_cast<uint64_t>(src.page_floats()) * kF * static_cast<uint64_t>(dst.tp);
+                         static_cast<uint64_t>(src.page_bytes()) * static_cast<uint64_t>(dst.tp);
   const uint64_t state = static_cast<uint64_t>(slot_floats(src.kda, 1)) * kF;
   return pages + state + sizeof(AuxRow);
 }

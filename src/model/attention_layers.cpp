@@ -51,13 +51,21 @@ void mla_layer(const ModelConfig& c, const MlaWeights& w, const ForwardBatch& ba
   std::vector<float> o_lat(nh * lat), attn(T * nh * vd);
   for (size_t s = 0; s < batch.seqs.size(); ++s) {
     const SequenceInput& seq = batch.seqs[s];
-    ops::PagedLatentView view{kv.layer_base(pool_layer), kv.page_size(), ed, seq.pages.data()};
+    const bool bf16 = kv.dtype() == DType::kBF16;
+    ops::PagedLatentView view{bf16 ? nullptr : kv.layer_base(pool_layer), kv.page_size(), ed, seq.pages.data(),
+                              bf16 ? kv.layer_base_bf16(pool_layer) : nullptr};
     const int64_t n = static_cast<int64_t>(seq.tokens.size());
     // Write this chunk's latents first: token i attends to itself and everything before.
+    // A bf16 cache stores each value rounded to nearest even.
     for (int64_t i = 0; i < n; ++i) {
       const float* src = &kva[(lay.row_begin[s] + i) * ed];
-      float* dst = const_cast<float*>(view.row(seq.cached_len + i));
-      std::copy(src, src + ed, dst);
+      if (bf16) {
+        uint16_t* dst = const_cast<uint16_t*>(view.row_bf16(seq.cached_len + i));
+        for (int64_t d = 0; d < ed; ++d) dst[d] = f32_to_bf16(src[d]);
+      } else {
+        float* dst = const_cast<float*>(view.row(seq.cached_len + i));
+        std::copy(src, src + ed, dst);
+      }
     }
     for (int64_t i = 0; i < n; ++i) {
       const int64_t t = lay.row_begin[s] + i;

@@ -1,17 +1,40 @@
 #include "pdserve/model/cache_pools.h"
 
 #include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
 
 namespace pdserve {
 
-MlaKvPool::MlaKvPool(int64_t num_layers, int64_t num_pages, int64_t page_size, int64_t entry_dim)
+MlaKvPool::MlaKvPool(int64_t num_layers, int64_t num_pages, int64_t page_size, int64_t entry_dim, DType dtype)
     : num_layers_(num_layers), num_pages_(num_pages), page_size_(page_size), entry_dim_(entry_dim),
-      data_(static_cast<size_t>(num_layers * num_pages * page_size * entry_dim), 0.0f), in_use_(num_pages, 0) {
+      dtype_(dtype == DType::kBF16 ? DType::kBF16 : DType::kF32), in_use_(num_pages, 0) {
+  if (dtype != DType::kF32 && dtype != DType::kBF16) {
+    std::fprintf(stderr, "MlaKvPool: dtype %s is not a KV cache dtype (float32 or bfloat16)\n",
+                 std::string(dtype_name(dtype)).c_str());
+    std::abort();
+  }
+  data_.assign(static_cast<size_t>(total_bytes()), std::byte{0});  // bf16 0x0000 and fp32 0x00000000 are both +0
   for (int64_t p = num_pages - 1; p >= 0; --p) free_list_.push_back(static_cast<int32_t>(p));
 }
 
-std::unique_ptr<MlaKvPool> MlaKvPool::for_model(const ModelConfig& cfg, int64_t num_pages, int64_t page_size) {
-  return std::make_unique<MlaKvPool>(cfg.num_mla_layers(), num_pages, page_size, cfg.mla_cache_dim());
+std::unique_ptr<MlaKvPool> MlaKvPool::for_model(const ModelConfig& cfg, int64_t num_pages, int64_t page_size, DType dtype) {
+  return std::make_unique<MlaKvPool>(cfg.num_mla_layers(), num_pages, page_size, cfg.mla_cache_dim(), dtype);
+}
+
+void MlaKvPool::wrong_dtype(const char* accessor) const {
+  std::fprintf(stderr, "MlaKvPool::%s called on a %s pool (a bug: the caller must branch on dtype())\n", accessor,
+               kv_cache_dtype_name(dtype_));
+  std::abort();
+}
+
+const char* kv_cache_dtype_name(DType t) { return t == DType::kBF16 ? "bfloat16" : t == DType::kF32 ? "float32" : "?"; }
+
+bool kv_cache_dtype_from_name(std::string_view name, DType* out) {
+  if (name == "float32") return *out = DType::kF32, true;
+  if (name == "bfloat16") return *out = DType::kBF16, true;
+  return false;
 }
 
 bool MlaKvPool::can_allocate(int64_t n) const {

@@ -71,7 +71,7 @@ std::unique_ptr<TpModelGroup> TpModelGroup::from_model(std::shared_ptr<const Mod
   return g;
 }
 
-void TpModelGroup::make_pools(int64_t num_pages, int64_t page_size, int64_t num_slots) {
+void TpModelGroup::make_pools(int64_t num_pages, int64_t page_size, int64_t num_slots, DType kv_dtype) {
   kv_.clear();
   state_.clear();
   stage_kv_.clear();
@@ -80,14 +80,14 @@ void TpModelGroup::make_pools(int64_t num_pages, int64_t page_size, int64_t num_
   remote_state_.clear();
   const ModelConfig& c = config();
   for (int r = 0; r < size(); ++r) {
-    kv_.push_back(MlaKvPool::for_model(c, num_pages, page_size));
+    kv_.push_back(MlaKvPool::for_model(c, num_pages, page_size, kv_dtype));
     state_.push_back(KdaStatePool::for_model(c, num_slots, models_[0]->shard().size));  // heads of the global group
   }
   if (pp_total_ == 1) return;
   for (int s = 0; s < pp_; ++s)
     for (int r = 0; r < tp_; ++r) {
       const Model& m = stage_model(s, r);
-      stage_kv_.push_back(std::make_unique<MlaKvPool>(m.stage_mla_layers(), num_pages, page_size, c.mla_cache_dim()));
+      stage_kv_.push_back(std::make_unique<MlaKvPool>(m.stage_mla_layers(), num_pages, page_size, c.mla_cache_dim(), kv_dtype));
       stage_state_.push_back(std::make_unique<KdaStatePool>(m.stage_kda_layers(), num_slots, c.kda_num_heads / tp_, c.kda_head_dim, c.conv_kernel));
     }
 }
@@ -212,7 +212,7 @@ void TpModelGroup::make_remote_pools(int tp_total) {
   remote_kv_.clear();
   remote_state_.clear();
   for (int r = tp_; r < tp_total; ++r) {
-    remote_kv_.push_back(MlaKvPool::for_model(config(), kv_[0]->num_pages(), kv_[0]->page_size()));
+    remote_kv_.push_back(MlaKvPool::for_model(config(), kv_[0]->num_pages(), kv_[0]->page_size(), kv_[0]->dtype()));
     remote_state_.push_back(KdaStatePool::for_model(config(), state_[0]->num_slots(), tp_total));
   }
 }

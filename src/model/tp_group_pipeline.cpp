@@ -161,11 +161,11 @@ void TpModelGroup::move_stage_region(const CacheRegion& region, bool to_global) 
     for (int r = 0; r < tp_; ++r) {
       MlaKvPool& sk = stage_kv(s, r);
       MlaKvPool& gk = kv(r);
-      const size_t page_bytes = static_cast<size_t>(sk.page_floats()) * sizeof(float);
+      const size_t page_bytes = static_cast<size_t>(sk.page_bytes());  // both pools have one dtype (make_pools)
       for (int64_t l = 0; l < sk.num_layers(); ++l)
         for (int32_t p : region.pages) {
-          float* stage_page = sk.layer_base(l) + p * sk.page_floats();
-          float* global_page = gk.layer_base(mla0 + l) + p * gk.page_floats();
+          uint8_t* stage_page = sk.page_ptr(l, p);
+          uint8_t* global_page = gk.page_ptr(mla0 + l, p);
           std::memcpy(to_global ? global_page : stage_page, to_global ? stage_page : global_page, page_bytes);
         }
       if (region.slot < 0) continue;

@@ -44,9 +44,16 @@ Result<uint32_t> send_rank_cache(int rank, MlaKvPool& kv, KdaStatePool& st, cons
       if (page < 0 || page >= kv.num_pages()) return internal_error("node cache: page " + std::to_string(page) + " is not in the pool");
       m.id = page;
       m.data.clear();
+      // The frame carries floats: a bf16 pool's entries are widened (exactly) and narrowed
+      // back on arrival (write_cache), which gives the same bits.
       for (int64_t l = layers.mla0; l < layers.mla1; ++l) {
-        const float* src = kv.layer_base(l) + static_cast<int64_t>(page) * kv.page_floats();
-        m.data.insert(m.data.end(), src, src + kv.page_floats());
+        if (kv.dtype() == DType::kBF16) {
+          const uint16_t* src = kv.layer_base_bf16(l) + static_cast<int64_t>(page) * kv.page_elems();
+          for (int64_t i = 0; i < kv.page_elems(); ++i) m.data.push_back(bf16_to_f32(src[i]));
+        } else {
+          const float* src = kv.layer_base(l) + static_cast<int64_t>(page) * kv.page_floats();
+          m.data.insert(m.data.end(), src, src + kv.page_floats());
+        }
       }
       PDS_RETURN_IF_ERROR(send(node::encode(m)));
       ++frames;
@@ -71,13 +78,20 @@ Result<uint32_t> send_rank_cache(int rank, MlaKvPool& kv, KdaStatePool& st, cons
 // pipeline stages, against the layers it holds (`allowed`).
 Status write_cache(MlaKvPool& kv, KdaStatePool& st, const node::CacheData& m, const CacheLayers& allowed) {
   if (m.kind == node::CacheData::kPage) {
-    const int64_t pf = kv.page_floats(), layers = pf > 0 ? static_cast<int64_t>(m.data.size()) / pf : 0;
+    const int64_t pf = kv.page_elems(), layers = pf > 0 ? static_cast<int64_t>(m.data.size()) / pf : 0;
     if (m.id >= kv.num_pages() || layers < 1 || layers * pf != static_cast<int64_t>(m.data.size()) || m.layer < allowed.mla0 ||
         m.layer + layers > allowed.mla1)
       return internal_error("node cache: page " + std::to_string(m.id) + " of " + std::to_string(m.data.size()) + " floats from MLA layer " +
                             std::to_string(m.layer) + " does not fit the pool");
-    for (int64_t l = 0; l < layers; ++l)
-      std::copy_n(m.data.data() + l * pf, pf, kv.layer_base(m.layer + l) + static_cast<int64_t>(m.id) * pf);
+    for (int64_t l = 0; l < layers; ++l) {
+      const float* src = m.data.data() + l * pf;
+      if (kv.dtype() == DType::kBF16) {
+        uint16_t* dst = kv.layer_base_bf16(m.layer + l) + static_cast<int64_t>(m.id) * pf;
+        for (int64_t i = 0; i < pf; ++i) dst[i] = f32_to_bf16(src[i]);
+      } else {
+        std::copy_n(src, pf, kv.layer_base(m.layer + l) + static_cast<int64_t>(m.id) * pf);
+      }
+    }
     return Status::ok();
   }
   if (m.id >= st.num_slots() || m.layer < allowed.kda0 || m.layer >= allowed.kda1 || m.layer >= st.num_layers() ||

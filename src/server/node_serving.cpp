@@ -188,7 +188,8 @@ Result<std::unique_ptr<NodeLeader>> NodeLeader::join(const ServeConfig& cfg, std
 }
 
 Status NodeLeader::start(TpModelGroup& g, const ServeConfig& cfg) {
-  PDS_RETURN_IF_ERROR(link_->broadcast(node::encode(node::Start{g.kv(0).num_pages(), g.kv(0).page_size(), g.state(0).num_slots()})));
+  PDS_RETURN_IF_ERROR(link_->broadcast(node::encode(node::Start{g.kv(0).num_pages(), g.kv(0).page_size(), g.state(0).num_slots(),
+                                                                    static_cast<uint8_t>(g.kv(0).dtype() == DType::kBF16)})));
   if (cfg.device == "cuda") PDS_RETURN_IF_ERROR(join_gpus(g, cfg, group_id_));
   if (stage_hub_) PDS_RETURN_IF_ERROR(link_leader_stages(g, *stage_hub_, cfg, join_timeout(cfg)));
   PDS_ASSIGN_OR_RETURN(auto frames, link_->receive_from_all(join_timeout(cfg)));
@@ -304,7 +305,7 @@ int run_node_follower(const ServeConfig& cfg) {
   if (!sf.is_ok()) return fail(1, sf.status().message());
   auto start = node::decode_start(bytes(*sf), sf->payload.size());
   if (!start.is_ok()) return fail(1, start.status().message());
-  g.make_pools(start->num_pages, start->page_size, start->num_slots);
+  g.make_pools(start->num_pages, start->page_size, start->num_slots, start->kv_bf16 ? DType::kBF16 : DType::kF32);
   if (cfg.device == "cuda") {
     if (Status st = join_gpus(g, cfg, hello->group_id); !st.is_ok()) return fail(1, st.message());
   }

@@ -136,6 +136,7 @@ std::string encode(const Start& m) {
   w.i64(m.num_pages);
   w.i64(m.page_size);
   w.i64(m.num_slots);
+  w.u8(m.kv_bf16);
   return w.frame(MsgType::kStart);
 }
 
@@ -233,7 +234,8 @@ Result<Start> decode_start(const uint8_t* p, size_t n) {
   m.num_pages = r.i64();
   m.page_size = r.i64();
   m.num_slots = r.i64();
-  if (m.num_pages < 1 || m.page_size < 1 || m.num_slots < 1) r.fail();
+  m.kv_bf16 = r.u8();
+  if (m.num_pages < 1 || m.page_size < 1 || m.num_slots < 1 || m.kv_bf16 > 1) r.fail();
   PDS_RETURN_IF_ERROR(r.done("start"));
   return m;
 }

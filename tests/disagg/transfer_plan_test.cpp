@@ -45,6 +45,49 @@ TEST(TransferPlan, PageRunsMergeOnlyWhereBothSidesAreContiguous) {
   EXPECT_EQ(tail[0].local_offset, 9 * pb);
 }
 
+// kv_cache_dtype bfloat16: the same pages, half the bytes per page, and the grants, units and
+// room bytes follow; the KDA state and aux row are unchanged.
+TEST(TransferPlan, Bf16PagesMoveHalfTheBytes) {
+  KvLayout s32 = layout(2), d32 = layout(4), s16 = layout(2), d16 = layout(4);
+  s16.kv_dtype = d16.kv_dtype = "bfloat16";
+  EXPECT_EQ(s32.page_bytes(), 4 * 3 * 4);
+  EXPECT_EQ(s16.page_bytes(), 4 * 3 * 2);
+  const std::vector<int32_t> sp = {3, 4, 9}, dp = {10, 11, 20};
+  auto w32 = page_writes(s32, d32, sp, dp, 0, 3), w16 = page_writes(s16, d16, sp, dp, 0, 3);
+  ASSERT_EQ(w16.size(), w32.size());
+  for (size_t i = 0; i < w16.size(); ++i) {
+    EXPECT_EQ(w16[i].length * 2, w32[i].length);
+    EXPECT_EQ(w16[i].local_offset * 2, w32[i].local_offset);
+    EXPECT_EQ(w16[i].remote_offset * 2, w32[i].remote_offset);
+  }
+  const uint64_t fixed = static_cast<uint64_t>(slot_floats(s32.kda, 1)) * 4 + sizeof(AuxRow);
+  EXPECT_EQ((room_bytes(s16, d16, 3) - fixed) * 2, room_bytes(s32, d32, 3) - fixed);
+  uint64_t granted = 0;
+  for (const auto& g : room_grants(d16, 1, 1, dp, 0, 0))
+    if (g.region == kv_region(0)) granted += g.length;
+  EXPECT_EQ(granted, 3u * 2 * static_cast<uint64_t>(d16.page_bytes()));  // 3 pages x 2 layers on rank 0
+  for (const auto& u : page_units(s16, d16, sp, dp, 0, 3)) EXPECT_EQ(u.length, static_cast<uint64_t>(s16.page_bytes()));
+  // The layout says so, reads back, and refuses a dtype it does not know.
+  auto back = KvLayout::from_json(s16.to_json());
+  ASSERT_TRUE(back.is_ok());
+  EXPECT_EQ(back->kv_dtype, "bfloat16");
+  Json bad = s16.to_json();
+  bad["kv_dtype"] = "float16";
+  auto r = KvLayout::from_json(bad);
+  ASSERT_FALSE(r.is_ok());
+  EXPECT_NE(r.status().message().find("kv_dtype"), std::string::npos) << r.status().message();
+  // A float32 decode refuses a bfloat16 prefill, naming the field and both values.
+  Status st = check_pair(s16, d32);
+  ASSERT_FALSE(st.is_ok());
+  EXPECT_NE(st.message().find("kv_dtype: prefill bfloat16, decode float32"), std::string::npos) << st.message();
+  // describe_layout takes the dtype from the pool.
+  ModelConfig cfg;
+  MlaKvPool kv(2, 8, 4, 3, DType::kBF16);
+  KdaStatePool state(0, 2, 8, 2, 4);
+  EXPECT_EQ(describe_layout("prefill", cfg, "f", 1, kv, state, true).kv_dtype, "bfloat16");
+  EXPECT_EQ(describe_layout("prefill", cfg, "f", 1, MlaKvPool(2, 8, 4, 3), state, true).kv_dtype, "float32");
+}
+
 TEST(TransferPlan, EveryDecodeRankGetsTheLatentFromItsSourceRank) {
   const KvLayout src = layout(2), dst = layout(4);
   auto w = page_writes(src, dst, {0}, {0}, 0, 1);
@@ -86,7 +129,7 @@ TEST(Checksum, UnitSumsAgreeAcrossMergingAndCatchOneFlippedBit) {
   const std::vector<int32_t> sp = {1, 2, 3, 7}, dp = {4, 5, 6, 9};
   // Fake pools: page bytes are a function of (layer, page), identical on both sides.
   auto fill = [](std::vector<uint8_t>& pool, const KvLayout& l, const std::vector<int32_t>& pages) {
-    const uint64_t pb = static_cast<uint64_t>(l.page_floats()) * 4;
+    const uint64_t pb = static_cast<uint64_t>(l.page_bytes());
     pool.assign(static_cast<size_t>(l.mla_layers * l.num_pages) * pb, 0);
     for (int64_t layer = 0; layer < l.mla_layers; ++layer)
       for (size_t i = 0; i < pages.size(); ++i)

@@ -156,6 +156,72 @@ TEST(Pools, ExactAccountingAndDoubleFree) {
   EXPECT_EQ(st.free_slots(), 1);
 }
 
+TEST(Pools, Bf16PoolHalvesTheBytesKeepsTheAccountingAndRefusesFloatAccess) {
+  MlaKvPool f32(2, 8, 16, 4), b16(2, 8, 16, 4, DType::kBF16);
+  EXPECT_EQ(f32.dtype(), DType::kF32);
+  EXPECT_EQ(b16.dtype(), DType::kBF16);
+  EXPECT_EQ(f32.elem_bytes(), 4);
+  EXPECT_EQ(b16.elem_bytes(), 2);
+  EXPECT_EQ(b16.page_elems(), 16 * 4);
+  EXPECT_EQ(b16.page_bytes(), 16 * 4 * 2);
+  EXPECT_EQ(b16.layer_stride_bytes(), 8 * 16 * 4 * 2);
+  EXPECT_EQ(b16.total_bytes(), 2 * 8 * 16 * 4 * 2);
+  EXPECT_EQ(f32.total_bytes(), 2 * b16.total_bytes());
+  EXPECT_EQ(f32.page_floats(), f32.page_elems());
+  EXPECT_EQ(f32.layer_stride() * 4, f32.layer_stride_bytes());
+  // Byte, page and typed accessors agree on where a page is.
+  EXPECT_EQ(b16.page_ptr(1, 3), b16.layer_bytes(1) + 3 * b16.page_bytes());
+  EXPECT_EQ(reinterpret_cast<const uint8_t*>(b16.layer_base_bf16(1) + 3 * b16.page_elems()), b16.page_ptr(1, 3));
+  EXPECT_EQ(reinterpret_cast<const uint8_t*>(f32.layer_base(1) + 3 * f32.page_floats()), f32.page_ptr(1, 3));
+  EXPECT_EQ(b16.layer_base_bf16(1)[5], 0);  // zeroed
+  // The same accounting as fp32.
+  auto a = b16.allocate(3);
+  ASSERT_TRUE(a.is_ok());
+  EXPECT_EQ(*a, (std::vector<int32_t>{0, 1, 2}));
+  EXPECT_FALSE(b16.allocate(6).is_ok());
+  EXPECT_TRUE(b16.free(*a).is_ok());
+  EXPECT_FALSE(b16.free({1}).is_ok());
+  EXPECT_EQ(b16.free_pages(), 8);
+  // The float accessors are for fp32 pools: a bf16 pool aborts with the accessor's name, and the other way round.
+  EXPECT_DEATH((void)b16.layer_base(0), "layer_base called on a bfloat16 pool");
+  EXPECT_DEATH((void)b16.page_floats(), "page_floats called on a bfloat16 pool");
+  EXPECT_DEATH((void)b16.layer_stride(), "layer_stride called on a bfloat16 pool");
+  EXPECT_DEATH((void)f32.layer_base_bf16(0), "layer_base_bf16 called on a float32 pool");
+  DType d = DType::kF32;
+  EXPECT_TRUE(kv_cache_dtype_from_name("bfloat16", &d));
+  EXPECT_EQ(d, DType::kBF16);
+  EXPECT_FALSE(kv_cache_dtype_from_name("bf16", &d));
+  EXPECT_STREQ(kv_cache_dtype_name(DType::kF32), "float32");
+}
+
+// A bf16 latent cache against the fp32 one on the tiny models. Each cache entry is rounded to
+// nearest even once (relative error <= 2^-9 = 1.95e-3 per value) and read back exactly; the
+// scores and the attention output are sums over those entries, so logits move by about the
+// same relative amount, amplified a little by the layers after (tiny-k3's MLA layers feed
+// norms and softmaxes). Measured (max |dlogit| / max |logit|, 40 tokens in two chunks):
+// 1.25e-3 (tiny-k3) and 1.26e-3 (tiny-kimi-linear), about 0.64 x 2^-9; the bound is
+// 4 x 2^-9 = 7.8e-3, 6x the measured figure.
+TEST_P(Forward, Bf16CacheStaysCloseToFp32AndRoundsEveryWrittenEntry) {
+  const std::string dir = testing::tiny_model_dir(GetParam());
+  testing::ModelRunner f32(dir, 64, 16), b16(dir, 64, 16, 8, DType::kBF16);
+  const auto ids = random_ids(40, 11);
+  // Two chunks (25 + 15): the second reads the pages the first wrote.
+  std::vector<float> ref = f32.prefill_logits(ids, 25), got = b16.prefill_logits(ids, 25);
+  ASSERT_EQ(got.size(), ref.size());
+  const double err = testing::normalized_error(got, ref);
+  std::printf("bf16 vs fp32 cache, %s: normalized logit error %.3g\n", GetParam(), err);
+  EXPECT_LT(err, 4.0 / 512);
+  EXPECT_GT(err, 0.0);  // the bf16 path really ran
+  // Writes round to nearest even: the first MLA layer's entries depend on nothing read from
+  // the cache, so the bf16 pool holds exactly the fp32 pool's values rounded.
+  const int64_t n = static_cast<int64_t>(ids.size()) * f32.kv->entry_dim();  // pages 0.. in order
+  const float* a = f32.kv->layer_base(0);
+  const uint16_t* b = b16.kv->layer_base_bf16(0);
+  int64_t mismatches = 0;
+  for (int64_t i = 0; i < n; ++i) mismatches += b[i] != f32_to_bf16(a[i]);
+  EXPECT_EQ(mismatches, 0);
+}
+
 TEST(MakeModel, DeterministicAndSeeded) {
   const std::string a = testing::temp_dir("mm") + "/a", b = testing::temp_dir("mm") + "/b", c = testing::temp_dir("mm") + "/c";
   ASSERT_TRUE(make_model("tiny-k3", a, 5).is_ok());

@@ -13,11 +13,12 @@ struct ModelRunner {
   std::unique_ptr<MlaKvPool> kv;
   std::unique_ptr<KdaStatePool> state;
 
-  ModelRunner(const std::string& dir, int64_t pages = 64, int64_t page_size = 64, int64_t slots = 8) {
+  ModelRunner(const std::string& dir, int64_t pages = 64, int64_t page_size = 64, int64_t slots = 8,
+              DType kv_dtype = DType::kF32) {
     auto m = Model::load(dir);
     if (!m.is_ok()) throw std::runtime_error(m.status().message());
     model = std::move(m).value();
-    kv = MlaKvPool::for_model(model->config(), pages, page_size);
+    kv = MlaKvPool::for_model(model->config(), pages, page_size, kv_dtype);
     state = KdaStatePool::for_model(model->config(), slots);
   }
   ModelCaches caches() { return {kv.get(), state.get()}; }

@@ -2,9 +2,11 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <numeric>
 #include <random>
 
+#include "pdserve/core/dtype.h"
 #include "pdserve/ops/mla.h"
 #include "test_rng.h"
 
@@ -64,6 +66,35 @@ TEST(Mla, PagedAbsorbedEqualsExpandedAttention) {
         EXPECT_NEAR(got, ref, 1e-5) << "page_size " << page_size << " head " << h;
       }
     }
+  }
+}
+
+// A bf16 cache is read exactly: the result equals the fp32 path over the same entries rounded
+// to bf16, bit for bit (kv_cache_dtype bfloat16 changes what is stored, not the arithmetic).
+TEST(Mla, Bf16CacheEqualsFp32OverTheRoundedEntries) {
+  const int64_t heads = 4, lat = 32, rope = 8, ed = lat + rope, ctx = 45, page_size = 16;
+  const int64_t pages = (ctx + page_size - 1) / page_size + 2;
+  std::vector<int32_t> table(pages);
+  std::iota(table.begin(), table.end(), 0);
+  std::shuffle(table.begin(), table.end(), std::mt19937(3));
+  std::vector<float> c32(pages * page_size * ed, 0.0f);
+  std::vector<uint16_t> c16(pages * page_size * ed, 0);
+  PagedLatentView v32{c32.data(), page_size, ed, table.data()};
+  PagedLatentView v16{nullptr, page_size, ed, table.data(), c16.data()};
+  ASSERT_TRUE(v16.bf16());
+  auto entries = testing::randn(ctx * ed, 9);
+  for (int64_t j = 0; j < ctx; ++j)
+    for (int64_t d = 0; d < ed; ++d) {
+      const uint16_t r = f32_to_bf16(entries[j * ed + d]);
+      const_cast<uint16_t*>(v16.row_bf16(j))[d] = r;
+      const_cast<float*>(v32.row(j))[d] = bf16_to_f32(r);
+    }
+  auto q_lat = testing::randn(heads * lat, 10), q_rot = testing::randn(heads * rope, 11);
+  std::vector<float> o32(heads * lat), o16(heads * lat);
+  for (int64_t len : {int64_t{1}, int64_t{17}, ctx}) {
+    mla_attend_latent(q_lat.data(), q_rot.data(), heads, lat, rope, v32, len, 0.125f, o32.data());
+    mla_attend_latent(q_lat.data(), q_rot.data(), heads, lat, rope, v16, len, 0.125f, o16.data());
+    EXPECT_EQ(std::memcmp(o32.data(), o16.data(), o32.size() * sizeof(float)), 0) << "ctx " << len;
   }
 }
 

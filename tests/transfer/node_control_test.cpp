@@ -72,6 +72,9 @@ TEST(NodeControl, FramesRoundTrip) {
   ASSERT_TRUE(st2.is_ok());
   EXPECT_EQ(st2->num_pages, 100);
   EXPECT_EQ(st2->num_slots, 4);
+  EXPECT_EQ(st2->kv_bf16, 0);
+  auto sb = payload_of(encode(Start{100, 16, 4, 1}), MsgType::kStart);  // kv_cache_dtype bfloat16 reaches the followers
+  EXPECT_EQ(decode_start(bytes(sb), sb.size())->kv_bf16, 1);
   auto rp = payload_of(encode(Ready{163840, 61}), MsgType::kReady);
   EXPECT_EQ(decode_ready(bytes(rp), rp.size())->num_layers, 61);
   auto dp = payload_of(encode(Shutdown{"bye"}), MsgType::kShutdown);
@@ -266,6 +269,8 @@ TEST(NodeControl, ForgedCountsAndNegativeIdsAreRefused) {
   EXPECT_FALSE(decode_hello(bytes(hp), hp.size()).is_ok());
   const std::string sp = payload_of(encode(Start{0, 16, 1}), MsgType::kStart);
   EXPECT_FALSE(decode_start(bytes(sp), sp.size()).is_ok());
+  const std::string sd = payload_of(encode(Start{4, 16, 1, 2}), MsgType::kStart);  // no such KV dtype
+  EXPECT_FALSE(decode_start(bytes(sd), sd.size()).is_ok());
 }
 
 // A leader on a port the kernel picks.

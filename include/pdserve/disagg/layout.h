@@ -42,9 +42,9 @@ struct KvLayout {
   std::string model_fingerprint;  // hash of config.json, the shard index and the shards' names and sizes
   int tp = 1;
   int64_t page_size = 0;
-  std::string kv_dtype = "float32";
+  std::string kv_dtype = "float32";  // the MLA pool's dtype: "float32" or "bfloat16" (kv_cache_dtype)
   int64_t mla_layers = 0;
-  int64_t entry_dim = 0;         // floats per token per MLA layer (latent | rope key)
+  int64_t entry_dim = 0;         // elements per token per MLA layer (latent | rope key)
   int64_t num_pages = 0;         // the pool's page count (the layer stride)
   KdaStateShape kda;             // whole-model shape (all heads)
   std::string state_dtype = "float32";
@@ -55,7 +55,9 @@ struct KvLayout {
 
   Json to_json() const;
   static Result<KvLayout> from_json(const Json& j);
-  int64_t page_floats() const { return page_size * entry_dim; }
+  int64_t kv_elem_bytes() const { return kv_dtype == "bfloat16" ? 2 : 4; }
+  // Bytes of one page of one MLA layer (what the transfer moves per page and layer).
+  int64_t page_bytes() const { return page_size * entry_dim * kv_elem_bytes(); }
   int64_t slot_floats_per_rank() const { return slot_floats(kda, tp); }
 };
 

@@ -41,8 +41,9 @@ class TpModelGroup {
                                                                 std::vector<std::unique_ptr<Communicator>> comms);
   // A one-rank group around an already loaded (unsharded) model.
   static std::unique_ptr<TpModelGroup> from_model(std::shared_ptr<const Model> model);
-  // Builds every rank's MLA page pool and KDA state pool (replacing earlier ones).
-  void make_pools(int64_t num_pages, int64_t page_size, int64_t num_slots);
+  // Builds every rank's MLA page pool and KDA state pool (replacing earlier ones); every MLA
+  // pool (ranks, pipeline stages, remote ranks) holds its entries in `kv_dtype`.
+  void make_pools(int64_t num_pages, int64_t page_size, int64_t num_slots, DType kv_dtype = DType::kF32);
   // Tensor-parallel ranks (per stage).
   int size() const { return tp_; }
   // Pipeline stages in this process; with stages on several nodes, the first one's global

@@ -12,15 +12,21 @@
 namespace pdserve::ops {
 
 // One layer's pages as seen by one request: row(pos) is the cache entry of token pos.
+// An fp32 cache sets layer_base; a bf16 cache (kv_cache_dtype bfloat16) sets layer_base_bf16
+// instead and leaves layer_base null (row_bf16; mla_attend_latent widens exactly).
 struct PagedLatentView {
   const float* layer_base = nullptr;  // [num_pages][page_size][entry_dim]
   int64_t page_size = 0;
   int64_t entry_dim = 0;
   const int32_t* page_table = nullptr;  // the request's pages in order
+  const uint16_t* layer_base_bf16 = nullptr;  // same shape, bf16 bits
 
-  const float* row(int64_t pos) const {
-    return layer_base + (static_cast<int64_t>(page_table[pos / page_size]) * page_size + pos % page_size) * entry_dim;
+  bool bf16() const { return layer_base_bf16 != nullptr; }
+  int64_t offset(int64_t pos) const {
+    return (static_cast<int64_t>(page_table[pos / page_size]) * page_size + pos % page_size) * entry_dim;
   }
+  const float* row(int64_t pos) const { return layer_base + offset(pos); }
+  const uint16_t* row_bf16(int64_t pos) const { return layer_base_bf16 + offset(pos); }
 };
 
 // q_lat [heads][latent_dim], q_rot [heads][rope_dim]; attends to tokens [0, ctx_len).

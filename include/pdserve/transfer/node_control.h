@@ -11,7 +11,7 @@
 //             role u8 (0 serve, 1 prefill, 2 decode: every node runs the leader's),
 //             pp u32 (pipeline stages; > 1: node n runs stages n*pp/nnodes.., each of tp
 //             ranks, and the collective port and token are the stage links' hub's)
-//   kStart    leader -> follower: num_pages i64, page_size i64, num_slots i64 (the pools' geometry)
+//   kStart    leader -> follower: num_pages i64, page_size i64, num_slots i64, kv_bf16 u8 (the pools' geometry and KV dtype)
 //   kReady    follower -> leader: vocab_size i64, num_layers i64 (its model, checked by the leader)
 //   kStep     leader -> follower: step u64, sequences u32, each:
 //             cached_len i64, slot i32, flags u8 (bit 0: all_logits), tokens u32 + i32 each,
@@ -65,6 +65,7 @@ constexpr uint8_t kMaxRole = 2;
 
 struct Start {
   int64_t num_pages = 0, page_size = 0, num_slots = 0;
+  uint8_t kv_bf16 = 0;  // 1: the MLA pools hold bf16 entries (kv_cache_dtype bfloat16)
 };
 
 struct Ready {
