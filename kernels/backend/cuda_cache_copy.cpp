@@ -12,6 +12,8 @@ Status CudaModel::check_region(const CacheRegion& region, const MlaKvPool& kv, c
   if (kv.num_layers() != mla_layers_ || kv.num_pages() != num_pages_ || kv.page_size() != page_size_ ||
       kv.entry_dim() != c.mla_cache_dim())
     return invalid_argument("cuda cache copy: the host page pool's geometry differs from the device's");
+  if (kv.dtype() != DType::kF32)
+    return unsupported("cuda cache copy: kv_cache_dtype bfloat16 is not supported with --device cuda yet (fp32 device cache)");
   if (state.num_slots() != num_slots_ || state.slot_floats() != slot_floats_)
     return invalid_argument("cuda cache copy: the host state pool's geometry differs from the device's");
   for (int32_t p : region.pages)

@@ -28,5 +28,8 @@ void add_dist_check_command(CLI::App& app);
 void add_server_options(CLI::App* cmd, const std::shared_ptr<server::ServeConfig>& cfg, std::string* config_path);
 int run_server_with_config(const CLI::App& cmd, server::ServeConfig cfg, const std::string& config_path);
 int run_server(server::ServeConfig cfg);
+// --kv-cache-dtype float32|bfloat16 into *out (serve, prefill, decode, up, generate); a bad
+// value is a CLI error naming the flag.
+CLI::Option* add_kv_cache_dtype_option(CLI::App* cmd, DType* out, const std::string& help);
 
 }  // namespace pdserve::cli

@@ -12,7 +12,8 @@ namespace pdserve::cli {
 
 namespace {
 
-int run_generate(const std::string& dir, const std::string& prompt, std::vector<int32_t> ids, int max_tokens, int64_t page_size) {
+int run_generate(const std::string& dir, const std::string& prompt, std::vector<int32_t> ids, int max_tokens, int64_t page_size,
+                 DType kv_dtype) {
   auto model = Model::load(dir);
   if (!model.is_ok()) {
     std::cerr << "generate: " << model.status().message() << "\n";
@@ -30,7 +31,7 @@ int run_generate(const std::string& dir, const std::string& prompt, std::vector<
     ids = tok->encode(prompt, /*allow_special=*/false);
   }
   const int64_t total = static_cast<int64_t>(ids.size()) + max_tokens;
-  auto kv = MlaKvPool::for_model(cfg, (total + page_size - 1) / page_size, page_size);
+  auto kv = MlaKvPool::for_model(cfg, (total + page_size - 1) / page_size, page_size, kv_dtype);
   auto state = KdaStatePool::for_model(cfg, 1);
   ModelCaches caches{kv.get(), state.get()};
   SequenceInput seq;
@@ -72,6 +73,7 @@ void add_generate_command(CLI::App& app) {
     std::vector<int32_t> ids;
     int max_tokens = 16;
     int64_t page_size = 64;
+    DType kv_dtype = DType::kF32;
   };
   auto o = std::make_shared<Opts>();
   cmd->add_option("--model", o->model, "Model directory")->required();
@@ -79,7 +81,8 @@ void add_generate_command(CLI::App& app) {
   cmd->add_option("--prompt-ids", o->ids, "Prompt token ids")->delimiter(',');
   cmd->add_option("--max-tokens", o->max_tokens, "Tokens to generate")->check(CLI::Range(1, 100000));
   cmd->add_option("--page-size", o->page_size, "KV page size")->check(CLI::Range(1, 4096));
-  cmd->callback([o]() { std::exit(run_generate(o->model, o->prompt, o->ids, o->max_tokens, o->page_size)); });
+  add_kv_cache_dtype_option(cmd, &o->kv_dtype, "MLA latent cache dtype: float32 or bfloat16");
+  cmd->callback([o]() { std::exit(run_generate(o->model, o->prompt, o->ids, o->max_tokens, o->page_size, o->kv_dtype)); });
 }
 
 }  // namespace pdserve::cli

@@ -91,9 +91,9 @@ int run_server(server::ServeConfig cfg) {
     s->stop();
   });
   const auto& rc = s->engine().config();
-  spdlog::info("{} role, model {} ({}), tp {}: {} KV pages of {} tokens, {} KDA slots, max_model_len {}",
+  spdlog::info("{} role, model {} ({}), tp {}: {} KV pages of {} tokens ({}), {} KDA slots, max_model_len {}",
                server::server_role_name(cfg.role), cfg.model_dir, s->config().served_model_name, cfg.tp, rc.num_pages,
-               rc.page_size, rc.max_running, rc.max_model_len);
+               rc.page_size, kv_cache_dtype_name(rc.kv_cache_dtype), rc.max_running, rc.max_model_len);
   if (s->prefill()) spdlog::info("bootstrap server on {}:{}", cfg.disagg.bootstrap_host, s->prefill()->bootstrap_port());
   if (s->decode()) spdlog::info("transfer listener on {}", s->decode()->info()["transfer_address"].get<std::string>());
   std::cout << "pdserve: listening on http://" << cfg.host << ":" << *port << std::endl;
@@ -104,6 +104,17 @@ int run_server(server::ServeConfig cfg) {
   waiter.join();
   srv->reset();
   return 0;
+}
+
+CLI::Option* add_kv_cache_dtype_option(CLI::App* cmd, DType* out, const std::string& help) {
+  return cmd
+      ->add_option_function<std::string>(
+          "--kv-cache-dtype",
+          [out](const std::string& v) {
+            if (Status st = runtime::parse_kv_cache_dtype(v, out); !st.is_ok()) throw CLI::ValidationError("--kv-cache-dtype", st.message());
+          },
+          help)
+      ->default_str(kv_cache_dtype_name(*out));
 }
 
 void add_server_options(CLI::App* cmd, const std::shared_ptr<server::ServeConfig>& cfg, std::string* config_path) {
@@ -127,6 +138,7 @@ void add_server_options(CLI::App* cmd, const std::shared_ptr<server::ServeConfig
   cmd->add_option("--port", cfg->port, "Port (0: any free port)")->capture_default_str();
   cmd->add_option("--api-key", cfg->api_key, "Require 'Authorization: Bearer KEY' on /v1/*");
   cmd->add_option("--page-size", cfg->runtime.page_size, "Tokens per KV page")->capture_default_str();
+  add_kv_cache_dtype_option(cmd, &cfg->runtime.kv_cache_dtype, "MLA latent cache dtype: float32 or bfloat16 (half the memory and transfer bytes; --device cpu for now)");
   cmd->add_option("--num-pages", cfg->runtime.num_pages, "KV pages (0: max_running full-length requests)")->capture_default_str();
   cmd->add_option("--max-running", cfg->runtime.max_running, "Requests running at once (= KDA slots)")->capture_default_str();
   cmd->add_option("--chunk-size", cfg->runtime.chunk_size, "Longest prefill chunk per request per step")->capture_default_str();

@@ -25,6 +25,11 @@ Status apply_topology_to_runtime(const CLI::App& cmd, const std::string& path, s
     // Both sides' page sizes are equal (validated), so serve can take either.
     set("--page-size", &f.runtime->page_size, t.prefill.page_size);
     set("--chunk-size", &f.runtime->chunk_size, t.chunk_size);
+    if (!t.kv_cache_dtype.empty()) {
+      DType d = DType::kF32;
+      PDS_RETURN_IF_ERROR(runtime::parse_kv_cache_dtype(t.kv_cache_dtype, &d));  // validated with the topology too
+      set("--kv-cache-dtype", &f.runtime->kv_cache_dtype, d);
+    }
     if (side && side->max_running > 0) set("--max-running", &f.runtime->max_running, side->max_running);
   }
   if (side) {

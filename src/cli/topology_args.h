@@ -20,7 +20,7 @@ struct RoleFields {
   int* port = nullptr;               // <SIDE>_PORT       (--port)
   int* bootstrap_port = nullptr;     // BOOTSTRAP_PORT    (--bootstrap-port), prefill only
   int* tp = nullptr;                 // <SIDE>_TP         (--tp)
-  runtime::RuntimeConfig* runtime = nullptr;  // <SIDE>_PAGE_SIZE, CHUNK_SIZE, <SIDE>_MAX_RUNNING
+  runtime::RuntimeConfig* runtime = nullptr;  // <SIDE>_PAGE_SIZE, CHUNK_SIZE, <SIDE>_MAX_RUNNING, KV_CACHE_DTYPE
   std::string* cluster_secret_file = nullptr;  // CLUSTER_SECRET_FILE (--cluster-secret-file), roles only
   std::vector<std::string>* rdma_nics = nullptr;  // RDMA_NICS (--rdma-nics), roles only
   int* pp = nullptr;                 // <SIDE>_PP         (--pp)

@@ -29,6 +29,7 @@ struct UpArgs {
   int64_t page_size = 64, chunk_size = 8192, max_running = 0;
   int prefill_tp = 1, decode_tp = 1, prefill_pp = 1;
   std::string device = "cpu";  // both roles
+  std::string kv_cache_dtype;  // both roles; "": the topology's (or the roles' default, float32)
   double ready_timeout_s = 600, grace_s = 10;
   std::vector<std::string> prefill_args, decode_args, router_args;
 };
@@ -102,6 +103,7 @@ class Up {
         return invalid_argument(a_.config + ": pdserve up runs one prefill and one decode on one host; "
                                 "use scripts/deploy_pd.sh for this topology");
       if (!a_.model.empty()) t.model_path = a_.model;
+      if (!a_.kv_cache_dtype.empty()) t.kv_cache_dtype = a_.kv_cache_dtype;
       return t;
     }
     if (a_.model.empty()) return invalid_argument("--model DIR or --config FILE is required");
@@ -113,6 +115,9 @@ class Up {
     t.decode.port = a_.decode_port;
     t.bootstrap_port = a_.bootstrap_port;
     t.prefill.page_size = t.decode.page_size = a_.page_size;
+    t.kv_cache_dtype = a_.kv_cache_dtype;
+    if (a_.device == "cuda" && a_.kv_cache_dtype == "bfloat16")
+      return invalid_argument("--kv-cache-dtype bfloat16 is not supported with --device cuda yet (the CUDA backend keeps an fp32 device cache)");
     t.prefill.tp = a_.prefill_tp;
     if (a_.prefill_pp > 1 && a_.device == "cuda" && a_.prefill_tp > 1)
       return invalid_argument("--prefill-pp " + std::to_string(a_.prefill_pp) + " with --prefill-tp " + std::to_string(a_.prefill_tp) +
@@ -231,6 +236,8 @@ void add_up_command(CLI::App& app) {
   cmd->add_option("--bootstrap-port", a->bootstrap_port, "Prefill bootstrap port")->capture_default_str();
   cmd->add_option("--decode-port", a->decode_port, "Decode HTTP port")->capture_default_str();
   cmd->add_option("--page-size", a->page_size, "Tokens per KV page (both sides)")->capture_default_str();
+  cmd->add_option("--kv-cache-dtype", a->kv_cache_dtype, "MLA latent cache dtype of both sides: float32 (default) or bfloat16")
+      ->check(CLI::IsMember({"float32", "bfloat16"}));
   cmd->add_option("--chunk-size", a->chunk_size, "Prefill chunk size")->capture_default_str();
   cmd->add_option("--prefill-tp", a->prefill_tp, "Prefill tensor-parallel ranks (with --device cuda: GPUs 0..N-1)")
       ->check(CLI::PositiveNumber)->capture_default_str();

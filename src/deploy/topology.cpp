@@ -105,6 +105,8 @@ std::vector<std::string> topology_problems(const Topology& t) {
     if (!valid_name(nic)) add("RDMA_NICS has an invalid device name '" + nic + "'");
   if (!t.transfer_backend.empty() && t.transfer_backend != "tcp" && t.transfer_backend != "rdma" && t.transfer_backend != "auto")
     add("TRANSFER_BACKEND must be tcp, rdma or auto (got '" + t.transfer_backend + "')");
+  if (!t.kv_cache_dtype.empty() && t.kv_cache_dtype != "float32" && t.kv_cache_dtype != "bfloat16")
+    add("KV_CACHE_DTYPE must be float32 or bfloat16 (got '" + t.kv_cache_dtype + "')");
   if (t.transfer_backend == "rdma" && t.rdma_nics.empty())
     add("TRANSFER_BACKEND=rdma needs RDMA_NICS (the NICs both roles transfer over)");
   if (!ps.is_ok() || !ds.is_ok()) return out;  // the rules below need both node lists sound
@@ -204,6 +206,8 @@ Result<std::vector<LaunchSpec>> launch_specs(const Topology& t, Role role) {
     if (!t.rdma_nics.empty()) a.insert(a.end(), {"--rdma-nics", join(t.rdma_nics, ",")});
     // Both roles get the same transfer settings: the pair check refuses a TCP/RDMA mix.
     if (!t.transfer_backend.empty()) a.insert(a.end(), {"--transfer-backend", t.transfer_backend});
+    // One value for both roles: decode refuses a prefill whose pages have another dtype.
+    if (!t.kv_cache_dtype.empty()) a.insert(a.end(), {"--kv-cache-dtype", t.kv_cache_dtype});
     if (t.rdma_gid_index >= 0) a.insert(a.end(), {"--rdma-gid-index", std::to_string(t.rdma_gid_index)});
     if (!t.cluster_secret_file.empty()) a.insert(a.end(), {"--cluster-secret-file", t.cluster_secret_file});
     a.insert(a.end(), s.extra_args.begin(), s.extra_args.end());

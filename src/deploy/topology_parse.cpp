@@ -27,7 +27,8 @@ const std::set<std::string>& topology_keys() {
       "ROUTER_EXTRA_ARGS",  "PREFILL_NODES",      "PREFILL_PP",       "PREFILL_TP",          "PREFILL_EP",
       "PREFILL_PAGE_SIZE",  "PREFILL_PORT",       "PREFILL_MAX_RUNNING", "PREFILL_EXTRA_ARGS", "DECODE_NODES",
       "DECODE_PP",          "DECODE_TP",          "DECODE_EP",        "DECODE_PAGE_SIZE",    "DECODE_PORT",
-      "DECODE_MAX_RUNNING", "DECODE_EXTRA_ARGS",  "CLUSTER_SECRET_FILE", "TRANSFER_BACKEND",  "RDMA_GID_INDEX"};
+      "DECODE_MAX_RUNNING", "DECODE_EXTRA_ARGS",  "CLUSTER_SECRET_FILE", "TRANSFER_BACKEND",  "RDMA_GID_INDEX",
+      "KV_CACHE_DTYPE"};
   return k;
 }
 
@@ -186,6 +187,7 @@ Result<Topology> parse_topology_fields(std::string_view text, const std::string&
   r.integer("DIST_PORT", &t.dist_port, 1, 65534);
   r.list("RDMA_NICS", &t.rdma_nics);
   r.str("TRANSFER_BACKEND", &t.transfer_backend);
+  r.str("KV_CACHE_DTYPE", &t.kv_cache_dtype);
   r.integer("RDMA_GID_INDEX", &t.rdma_gid_index, -1, 255);
   r.str("CLUSTER_SECRET_FILE", &t.cluster_secret_file);
   r.str("ROUTER_NODE", &t.router_node);

@@ -98,7 +98,7 @@ Result<std::unique_ptr<Engine>> Engine::create(RuntimeConfig cfg, std::unique_pt
   e->cfg_ = cfg;
   e->group_ = std::move(group);
   e->tok_ = std::move(tok);
-  e->group_->make_pools(cfg.num_pages, cfg.page_size, cfg.max_running);
+  e->group_->make_pools(cfg.num_pages, cfg.page_size, cfg.max_running, cfg.kv_cache_dtype);
   e->sched_ = std::make_unique<SchedulerBox>(SchedulerBox{
       Scheduler({cfg.max_running, cfg.chunk_size, cfg.step_token_budget}, e->group_->kv(0), e->group_->state(0))});
   return e;

@@ -1,5 +1,7 @@
 #include "pdserve/runtime/runtime_config.h"
 
+#include "pdserve/model/cache_pools.h"
+
 namespace pdserve::runtime {
 
 void RuntimeConfig::resolve(const ModelConfig& model) {
@@ -25,6 +27,14 @@ Status RuntimeConfig::validate() const {
   if (max_model_len < 2) return bad("max_model_len", "must be >= 2 (resolve() fills 0 from the model)");
   if (num_pages < 1) return bad("num_pages", "must be >= 1");
   if (!(request_timeout_s >= 0)) return bad("request_timeout_s", "must be >= 0 (0: no deadline)");
+  if (kv_cache_dtype != DType::kF32 && kv_cache_dtype != DType::kBF16)
+    return bad("kv_cache_dtype", "must be float32 or bfloat16, got " + std::string(dtype_name(kv_cache_dtype)));
+  return Status::ok();
+}
+
+Status parse_kv_cache_dtype(std::string_view name, DType* out) {
+  if (!kv_cache_dtype_from_name(name, out))
+    return bad("kv_cache_dtype", "must be \"float32\" or \"bfloat16\", got \"" + std::string(name) + "\"");
   return Status::ok();
 }
 
@@ -32,7 +42,8 @@ Json RuntimeConfig::to_json() const {
   return Json{{"page_size", page_size},       {"num_pages", num_pages},
               {"max_running", max_running},   {"chunk_size", chunk_size},
               {"step_token_budget", step_token_budget}, {"max_queue", max_queue},
-              {"max_model_len", max_model_len}, {"request_timeout_s", request_timeout_s}};
+              {"max_model_len", max_model_len}, {"request_timeout_s", request_timeout_s},
+              {"kv_cache_dtype", kv_cache_dtype_name(kv_cache_dtype)}};
 }
 
 }  // namespace pdserve::runtime

@@ -257,6 +257,9 @@ void HttpServer::install_routes() {
     info["model"] = {{"model_type", mc.model_type}, {"vocab_size", mc.vocab_size}, {"num_layers", mc.num_layers},
                      {"max_position_embeddings", mc.max_position_embeddings}};
     info["pools"] = {{"page_size", engine_->config().page_size},
+                     {"kv_cache_dtype", kv_cache_dtype_name(engine_->config().kv_cache_dtype)},
+                     {"kv_bytes_per_token", engine_->group().kv(0).num_layers() * engine_->group().kv(0).entry_dim() *
+                                                engine_->group().kv(0).elem_bytes()},
                      {"kv_pages_total", s.pages_total}, {"kv_pages_used", s.pages_used},
                      {"kda_slots_total", s.slots_total}, {"kda_slots_used", s.slots_used}};
     info["requests"] = {{"running", s.running}, {"waiting", s.waiting}};

@@ -154,6 +154,25 @@ TEST(Topology, TransferBackendAndGidIndexReachBothRoles) {
   EXPECT_EQ(std::find(l->front().args.begin(), l->front().args.end(), "--transfer-backend"), l->front().args.end());
 }
 
+TEST(Topology, KvCacheDtypeReachesBothRolesOrIsRefused) {
+  const std::string base = "MODEL_PATH=/m\nPREFILL_NODES=a\nDECODE_NODES=b\n";
+  auto t = parse_topology(base + "KV_CACHE_DTYPE=bfloat16\n", "t.env");
+  ASSERT_TRUE(t.is_ok()) << t.status().to_string();
+  for (Role role : {Role::kPrefill, Role::kDecode}) {
+    auto l = launch_specs(*t, role);
+    ASSERT_TRUE(l.is_ok());
+    EXPECT_TRUE(has(l->front().args, {"--kv-cache-dtype", "bfloat16"}));
+  }
+  auto bad = parse_topology_fields(base + "KV_CACHE_DTYPE=bf16\n", "t.env");
+  ASSERT_TRUE(bad.is_ok());
+  auto problems = topology_problems(*bad);
+  ASSERT_EQ(problems.size(), 1u);
+  EXPECT_NE(problems[0].find("KV_CACHE_DTYPE must be float32 or bfloat16"), std::string::npos) << problems[0];
+  auto plain = parse_topology(base, "t.env");  // not set: not passed (the roles' float32)
+  auto l = launch_specs(*plain, Role::kDecode);
+  EXPECT_EQ(std::find(l->front().args.begin(), l->front().args.end(), "--kv-cache-dtype"), l->front().args.end());
+}
+
 TEST(Topology, SharedNodeSplitsGpus) {
   auto t = parse_topology("MODEL_PATH=/m\nPREFILL_NODES=a\nDECODE_NODES=a\nPREFILL_TP=2\nDECODE_TP=4\n", "t.env");
   ASSERT_TRUE(t.is_ok()) << t.status().to_string();

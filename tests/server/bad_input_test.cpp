@@ -162,5 +162,37 @@ TEST(ServerBadInput, ConfigValidationNamesTheField) {
   EXPECT_FALSE(HttpServer::create(cfg).is_ok());
 }
 
+// kv_cache_dtype: float32 (default) or bfloat16; anything else, and bfloat16 on the CUDA
+// backend (fp32 device cache this session), is refused before any pool exists, naming the field.
+TEST(ServerBadInput, KvCacheDtypeIsValidatedAndRefusedOnCuda) {
+  runtime::RuntimeConfig rc;
+  EXPECT_EQ(rc.kv_cache_dtype, DType::kF32);
+  EXPECT_EQ(rc.to_json()["kv_cache_dtype"], "float32");
+  DType d = DType::kF32;
+  ASSERT_TRUE(runtime::parse_kv_cache_dtype("bfloat16", &d).is_ok());
+  EXPECT_EQ(d, DType::kBF16);
+  Status bad = runtime::parse_kv_cache_dtype("fp8", &d);
+  ASSERT_FALSE(bad.is_ok());
+  EXPECT_NE(bad.message().find("config kv_cache_dtype"), std::string::npos) << bad.message();
+  EXPECT_NE(bad.message().find("\"fp8\""), std::string::npos) << bad.message();
+  rc.kv_cache_dtype = DType::kF16;
+  rc.max_model_len = 64;
+  rc.num_pages = 4;
+  rc.step_token_budget = 8;
+  EXPECT_NE(rc.validate().message().find("kv_cache_dtype"), std::string::npos) << rc.validate().message();
+  ServeConfig cfg = tiny_config();
+  cfg.runtime.kv_cache_dtype = DType::kBF16;
+  EXPECT_TRUE(cfg.validate().is_ok()) << cfg.validate().message();
+  EXPECT_EQ(cfg.to_json()["runtime"]["kv_cache_dtype"], "bfloat16");
+  cfg.device = "cuda";
+  Status st = cfg.validate();
+  ASSERT_FALSE(st.is_ok());
+  EXPECT_NE(st.message().find("kv_cache_dtype (--kv-cache-dtype): bfloat16 is not supported with --device cuda yet"), std::string::npos)
+      << st.message();
+  auto srv = HttpServer::create(cfg);  // refused before a GPU, weight or pool is touched
+  ASSERT_FALSE(srv.is_ok());
+  EXPECT_NE(srv.status().message().find("kv_cache_dtype"), std::string::npos) << srv.status().message();
+}
+
 }  // namespace
 }  // namespace pdserve::server::testing

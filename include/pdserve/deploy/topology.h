@@ -40,6 +40,7 @@ struct Topology {
   std::vector<std::string> rdma_nics;  // empty: TCP transport
   std::string transfer_backend;        // tcp | rdma | auto; "": not passed (the roles' default, auto)
   int rdma_gid_index = -1;             // -1: automatic choice (not passed)
+  std::string kv_cache_dtype;          // float32 | bfloat16, both roles (they must match); "": not passed
   std::string cluster_secret_file;     // "": no authentication between prefill and decode
   std::string router_node;             // "": the first decode node
   int router_port = 31000;

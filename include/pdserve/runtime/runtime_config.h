@@ -3,7 +3,9 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 
+#include "pdserve/core/dtype.h"
 #include "pdserve/core/json_util.h"
 #include "pdserve/core/status.h"
 #include "pdserve/model/config.h"
@@ -21,6 +23,10 @@ struct RuntimeConfig {
   // A request still running this long after submit is finished with kDeadlineExceeded and
   // its pages and slot freed (a stuck client or peer must not hold them forever). 0: off.
   double request_timeout_s = 3600;
+  // Element type of the MLA latent cache (every MLA pool: ranks, stages, transfer): kF32 or
+  // kBF16 (half the bytes per token; values rounded to nearest even when written). JSON and
+  // CLI (--kv-cache-dtype) spell it "float32" / "bfloat16". The KDA state stays fp32.
+  DType kv_cache_dtype = DType::kF32;
 
   // Fills the 0 ("auto") fields from the model; call before validate().
   void resolve(const ModelConfig& model);
@@ -28,5 +34,8 @@ struct RuntimeConfig {
   Status validate() const;
   Json to_json() const;
 };
+
+// "float32" / "bfloat16" into *out, or kInvalidArgument naming the field and the value.
+Status parse_kv_cache_dtype(std::string_view name, DType* out);
 
 }  // namespace pdserve::runtime
