@@ -110,11 +110,12 @@ int32_t argmax(const float* row, int64_t vocab) {
 
 // Three sequences of different lengths prefilled together in chunks of 24, then decoded
 // greedily together: each round is one multi-sequence batch, so micro-batches form.
-PpRun run(const std::string& preset, int tp, int pp, int steps) {
+PpRun run(const std::string& preset, int tp, int pp, int steps, DType kv_dtype = DType::kF32) {
   PpRun out;
   auto g = TpModelGroup::load(testing::tiny_model_dir(preset), tp, 32, 16, 4, pp);
   EXPECT_TRUE(g.is_ok()) << g.status().message();
   out.group = std::move(g).value();
+  if (kv_dtype != DType::kF32) out.group->make_pools(32, 16, 4, kv_dtype);
   const std::vector<std::vector<int32_t>> prompts = {random_ids(61, 31), random_ids(17, 32), random_ids(40, 33)};
   const int64_t vocab = out.group->config().vocab_size;
   out.prefill_logits.resize(prompts.size());
@@ -220,6 +221,26 @@ TEST(PipelineParallel, StageCachesGatherIntoTheWholeModelLayout) {
     const KdaStatePool& sa = pp1.group->state(0);
     const KdaStatePool& sb = pp3.group->state(0);
     EXPECT_EQ(std::memcmp(sa.slot_base(q.state_slot), sb.slot_base(q.state_slot), sa.slot_floats() * sizeof(float)), 0) << "sequence " << s;
+  }
+}
+
+// kv_cache_dtype bfloat16: every stage pool is bf16, the stages' pages gather into the whole
+// model's bf16 layout byte for byte, and PP3 equals PP1 bit for bit as with fp32.
+TEST(PipelineParallel, Bf16StagePoolsEqualPp1AndGatherByteForByte) {
+  PpRun pp1 = run("tiny-k3", 1, 1, 2, DType::kBF16);
+  PpRun pp3 = run("tiny-k3", 1, 3, 2, DType::kBF16);
+  for (int s = 0; s < 3; ++s) EXPECT_EQ(pp3.group->stage_kv(s, 0).dtype(), DType::kBF16);
+  for (size_t s = 0; s < pp1.seqs.size(); ++s) {
+    EXPECT_EQ(pp3.prefill_logits[s], pp1.prefill_logits[s]) << "sequence " << s;
+    EXPECT_EQ(pp3.greedy[s], pp1.greedy[s]) << "sequence " << s;
+    const SequenceInput& q = pp3.seqs[s];
+    ASSERT_TRUE(pp3.group->cache_to_host(CacheRegion{q.pages, q.state_slot}).is_ok());
+    const MlaKvPool& a = pp1.group->kv(0);
+    const MlaKvPool& b = pp3.group->kv(0);
+    ASSERT_EQ(b.dtype(), DType::kBF16);
+    for (int64_t l = 0; l < a.num_layers(); ++l)
+      for (int32_t p : q.pages)
+        EXPECT_EQ(std::memcmp(a.page_ptr(l, p), b.page_ptr(l, p), static_cast<size_t>(a.page_bytes())), 0) << "MLA layer " << l << " page " << p;
   }
 }
 
