@@ -1,6 +1,7 @@
 // CudaModel's half of the disaggregation hand-over (device_forward.h): copies pages and a
 // state slot between its device pools and the host pools the transfer layer moves. Both sides
-// share cache_pools.h's layouts and ids, so a run of consecutive pages is one strided copy
+// share cache_pools.h's layouts, ids and the MLA pages' dtype (fp32 or bf16: bytes copied as
+// they are; a host pool of another dtype is refused), so a run of consecutive pages is one strided copy
 // over every MLA layer (cudaMemcpy2D: one row per layer), and a slot is one contiguous copy.
 #include "backend/cuda_model.h"
 #include "common/cuda_check.h"
@@ -12,8 +13,10 @@ Status CudaModel::check_region(const CacheRegion& region, const MlaKvPool& kv, c
   if (kv.num_layers() != mla_layers_ || kv.num_pages() != num_pages_ || kv.page_size() != page_size_ ||
       kv.entry_dim() != c.mla_cache_dim())
     return invalid_argument("cuda cache copy: the host page pool's geometry differs from the device's");
-  if (kv.dtype() != DType::kF32)
-    return unsupported("cuda cache copy: kv_cache_dtype bfloat16 is not supported with --device cuda yet (fp32 device cache)");
+  // The bytes are copied as they are: a host pool of another dtype would be reinterpreted.
+  if (kv.dtype() != kv_dtype_)
+    return invalid_argument(std::string("cuda cache copy: the host page pool holds ") + kv_cache_dtype_name(kv.dtype()) +
+                            ", the device pool " + kv_cache_dtype_name(kv_dtype_) + " (kv_cache_dtype must be one value for both)");
   if (state.num_slots() != num_slots_ || state.slot_floats() != slot_floats_)
     return invalid_argument("cuda cache copy: the host state pool's geometry differs from the device's");
   for (int32_t p : region.pages)
@@ -22,16 +25,17 @@ Status CudaModel::check_region(const CacheRegion& region, const MlaKvPool& kv, c
   return Status::ok();
 }
 
-Status CudaModel::copy_region(const CacheRegion& region, float* host_kv, int64_t host_kv_stride, float* host_slot, bool to_host) {
+Status CudaModel::copy_region(const CacheRegion& region, uint8_t* host_kv, int64_t host_kv_stride_bytes, float* host_slot, bool to_host) {
   PDS_RETURN_IF_ERROR(cuda_status(cudaSetDevice(device_), "cudaSetDevice"));
-  const int64_t page_floats = page_size_ * cfg_.mla_cache_dim();
-  const size_t pitch_dev = kv_layer_stride_ * sizeof(float), pitch_host = host_kv_stride * sizeof(float);
+  // Bytes of the pool's dtype (fp32 or bf16): both sides hold the same bits.
+  const int64_t page_bytes = page_size_ * cfg_.mla_cache_dim() * kv_elem_bytes();
+  const size_t pitch_dev = kv_layer_stride_ * kv_elem_bytes(), pitch_host = host_kv_stride_bytes;
   const int64_t layers = mla_layers_;  // a pipeline stage's pools hold its layers only
   if (layers > 0) {
     for (auto [first, count] : page_runs(region.pages)) {
-      float* dev = kv_ + first * page_floats;
-      float* host = host_kv + first * page_floats;
-      const size_t width = static_cast<size_t>(count) * page_floats * sizeof(float);
+      uint8_t* dev = static_cast<uint8_t*>(kv_) + first * page_bytes;
+      uint8_t* host = host_kv + first * page_bytes;
+      const size_t width = static_cast<size_t>(count) * page_bytes;
       const cudaError_t e = to_host ? cudaMemcpy2DAsync(host, pitch_host, dev, pitch_dev, width, layers, cudaMemcpyDeviceToHost, stream_)
                                     : cudaMemcpy2DAsync(dev, pitch_dev, host, pitch_host, width, layers, cudaMemcpyHostToDevice, stream_);
       PDS_RETURN_IF_ERROR(cuda_status(e, "cuda cache copy (pages)"));
@@ -49,17 +53,17 @@ Status CudaModel::copy_region(const CacheRegion& region, float* host_kv, int64_t
 
 Status CudaModel::download(const CacheRegion& region, MlaKvPool& kv, KdaStatePool& state) {
   PDS_RETURN_IF_ERROR(check_region(region, kv, state));
-  float* kv_base = kv.num_layers() > 0 ? kv.layer_base(0) : nullptr;
+  uint8_t* kv_base = kv.num_layers() > 0 ? kv.layer_bytes(0) : nullptr;
   float* slot = region.slot >= 0 && slot_floats_ > 0 ? state.slot_base(region.slot) : nullptr;
-  return copy_region(region, kv_base, kv.layer_stride(), slot, true);
+  return copy_region(region, kv_base, kv.layer_stride_bytes(), slot, true);
 }
 
 Status CudaModel::upload(const CacheRegion& region, const MlaKvPool& kv, const KdaStatePool& state) {
   PDS_RETURN_IF_ERROR(check_region(region, kv, state));
   // The copy only reads the host side; copy_region takes one pointer type for both directions.
-  float* kv_base = kv.num_layers() > 0 ? const_cast<float*>(kv.layer_base(0)) : nullptr;
+  uint8_t* kv_base = kv.num_layers() > 0 ? const_cast<uint8_t*>(kv.layer_bytes(0)) : nullptr;
   float* slot = region.slot >= 0 && slot_floats_ > 0 ? const_cast<float*>(state.slot_base(region.slot)) : nullptr;
-  return copy_region(region, kv_base, kv.layer_stride(), slot, false);
+  return copy_region(region, kv_base, kv.layer_stride_bytes(), slot, false);
 }
 
 }  // namespace pdserve::cuda

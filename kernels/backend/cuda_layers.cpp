@@ -50,15 +50,19 @@ Status CudaModel::mla_layer(const DeviceLayer& l, const Step& st, const float* x
   PDS_RETURN_IF_ERROR(matmul_nt(x, T, l.kv_a.p, lat, hd, kl, stream_));
   PDS_RETURN_IF_ERROR(matmul_nt(x, T, l.kv_a.p + lat * hd, rope, hd, kr, stream_));
   PDS_RETURN_IF_ERROR(rms_norm(kl, T, lat, l.kv_a_norm, eps, kl, stream_));
-  float* cache = kv_ + l.pool_layer * kv_layer_stride_;
-  // Every new token's entry goes in first: row i then attends over [0, cached_len + i].
-  PDS_RETURN_IF_ERROR(mla_write_latents(kl, kr, T, lat, rope, st.entry, cache, stream_));
+  // One of the two is set: the pool's dtype (kv_cache_dtype).
+  float* cache = kv_layer_f32(l.pool_layer);
+  uint16_t* cache16 = kv_layer_bf16(l.pool_layer);
+  // Every new token's entry goes in first: row i then attends over [0, cached_len + i]. A bf16
+  // pool stores each value rounded to nearest even (core/dtype.h f32_to_bf16's bits).
+  if (cache16) PDS_RETURN_IF_ERROR(mla_write_latents_bf16(kl, kr, T, lat, rope, st.entry, cache16, stream_));
+  else PDS_RETURN_IF_ERROR(mla_write_latents(kl, kr, T, lat, rope, st.entry, cache, stream_));
 
   PDS_ASSIGN_OR_RETURN(float* attn, scratch<float>(kMlaAttn, T * nh * vd));
   if (st.mla_prefill) {
     // Expanded K/V on tensor cores straight from q and the pages (mla_prefill.h).
     MlaPrefillArgs pa;
-    pa.q = q, pa.cache = cache, pa.kv_b = l.kv_b.p, pa.heads = nh, pa.nope = nope, pa.rope = rope, pa.v_dim = vd;
+    pa.q = q, pa.cache = cache, pa.cache_bf16 = cache16, pa.kv_b = l.kv_b.p, pa.heads = nh, pa.nope = nope, pa.rope = rope, pa.v_dim = vd;
     pa.latent_dim = lat, pa.scale = 1.0f / std::sqrt(static_cast<float>(qd)), pa.out = attn;
     const MlaPrefillPlan& p = st.mla_prefill_host;
     PDS_ASSIGN_OR_RETURN(unsigned char* ws, scratch<unsigned char>(kMlaPrefillWs, mla_prefill_workspace_bytes(pa, p.rows, p.ctx_total)));
@@ -71,6 +75,7 @@ Status CudaModel::mla_layer(const DeviceLayer& l, const Step& st, const float* x
   // start while the absorb still runs: the absorb then lets it launch at its own start
   // (mla_absorb.h). Both absorb forms are plain launches, so the absorb starts only once
   // mla_write_latents above (and every kernel before it) has completed.
+  // (A bf16 pool plans only where the split-KV decode takes it: plan_mla, split_kv_bf16_ok_.)
   const bool split_kv = st.mla.plan && mla_decode_supported(nh, lat, rope);
   const bool early_run = split_kv && opts_.pdl_mla_decode &&
                          (st.mla.ring == MlaDecodeRing::kLeanEarly || st.mla.ring == MlaDecodeRing::kLeanBlockEarly);
@@ -81,6 +86,7 @@ Status CudaModel::mla_layer(const DeviceLayer& l, const Step& st, const float* x
   a.q_lat = q_lat;
   a.q_rot = q_rot;
   a.cache = cache;
+  a.cache_bf16 = cache16;  // the split-KV run's lean bf16 forms (kLeanEarly's included) or mla_attend_latent's
   a.page_table = st.page_table;
   a.ctx_len = st.ctx_len;
   a.rows = T;

@@ -44,14 +44,26 @@ Result<std::unique_ptr<CudaModel>> CudaModel::create(std::shared_ptr<const Model
   m->page_size_ = page_size;
   m->num_slots_ = num_slots;
   m->kv_layer_stride_ = num_pages * page_size * c.mla_cache_dim();
+  if (opts.kv_cache_dtype != DType::kF32 && opts.kv_cache_dtype != DType::kBF16)
+    return invalid_argument("cuda backend: kv_cache_dtype must be float32 or bfloat16");
+  m->kv_dtype_ = opts.kv_cache_dtype;
+  // The split-KV decode on bf16 pages takes the lean forms only (mla_decode.h, "A bf16 cache"):
+  // K3's widths (latent 512 + key 64), <= 3 heads a rank, pages a multiple of 16 tokens. Other
+  // shapes (the tiny presets but tiny-k3-mla512, or odd page sizes) run mla_attend_latent,
+  // which reads bf16 pages at any shape; describe() says which.
+  const int64_t rank_heads = c.num_heads / shard.size;
+  m->split_kv_bf16_ok_ = m->kv_dtype_ == DType::kBF16 && opts.split_kv_mla && mla_decode_supported(rank_heads, c.kv_lora_rank, c.qk_rope_head_dim) &&
+                         rank_heads <= 3 && c.kv_lora_rank == 512 && c.qk_rope_head_dim == 64 && page_size % kMlaTileTokens == 0;
   const int64_t P = c.kda_proj_dim() / shard.size;  // a rank's KDA state holds its heads only
   m->kda_conv_floats_ = 3 * P * (c.conv_kernel - 1);
   m->kda_layer_floats_ = m->kda_conv_floats_ + c.kda_num_heads / shard.size * c.kda_head_dim * c.kda_head_dim;
   m->slot_floats_ = m->kda_layers_ * m->kda_layer_floats_;
   // Pools start zeroed: never-written pages read as zeros, as on the CPU.
-  if (m->kv_floats() > 0) {
-    PDS_RETURN_IF_ERROR(cuda_status(cudaMalloc(&m->kv_, m->kv_floats() * sizeof(float)), "cudaMalloc (MLA pages)"));
-    PDS_RETURN_IF_ERROR(cuda_status(cudaMemset(m->kv_, 0, m->kv_floats() * sizeof(float)), "cudaMemset"));
+  // (bf16 zero bits are +0.0 too.)
+  if (m->kv_elems() > 0) {
+    const size_t kv_bytes = static_cast<size_t>(m->kv_elems() * m->kv_elem_bytes());
+    PDS_RETURN_IF_ERROR(cuda_status(cudaMalloc(&m->kv_, kv_bytes), "cudaMalloc (MLA pages)"));
+    PDS_RETURN_IF_ERROR(cuda_status(cudaMemset(m->kv_, 0, kv_bytes), "cudaMemset"));
   }
   if (m->state_floats() > 0) {
     PDS_RETURN_IF_ERROR(cuda_status(cudaMalloc(&m->state_, m->state_floats() * sizeof(float)), "cudaMalloc (KDA state)"));
@@ -67,7 +79,7 @@ Result<std::unique_ptr<CudaModel>> CudaModel::create(std::shared_ptr<const Model
     PDS_RETURN_IF_ERROR(cuda_status(cudaMalloc(&m->moe_queue_.data, m->moe_queue_.bytes), "cudaMalloc (MoE decode queue)"));
     PDS_RETURN_IF_ERROR(cuda_status(cudaMemset(m->moe_queue_.data, 0, m->moe_queue_.bytes), "cudaMemset"));
   }
-  m->device_bytes_ = m->w_.bytes() + (m->kv_floats() + m->state_floats()) * sizeof(float);
+  m->device_bytes_ = m->w_.bytes() + m->kv_elems() * m->kv_elem_bytes() + m->state_floats() * sizeof(float);
   m->opts_ = opts;
   if (m->comm_) m->opts_.graphs = false;  // NCCL inside captured decode graphs: not tested yet
   m->graph_max_pages_ = opts.graph_max_pages > 0 ? std::min(opts.graph_max_pages, num_pages) : num_pages;
@@ -86,7 +98,15 @@ CudaModel::~CudaModel() {
   if (stream_) cudaStreamDestroy(stream_);
 }
 
-int64_t CudaModel::kv_floats() const { return mla_layers_ * kv_layer_stride_; }
+int64_t CudaModel::kv_elems() const { return mla_layers_ * kv_layer_stride_; }
+
+float* CudaModel::kv_layer_f32(int64_t pool_layer) const {
+  return kv_dtype_ == DType::kF32 ? static_cast<float*>(kv_) + pool_layer * kv_layer_stride_ : nullptr;
+}
+
+uint16_t* CudaModel::kv_layer_bf16(int64_t pool_layer) const {
+  return kv_dtype_ == DType::kBF16 ? static_cast<uint16_t*>(kv_) + pool_layer * kv_layer_stride_ : nullptr;
+}
 int64_t CudaModel::state_floats() const { return num_slots_ * slot_floats_; }
 
 std::string CudaModel::describe() const {
@@ -97,7 +117,11 @@ std::string CudaModel::describe() const {
     name += ", device " + std::to_string(device_) + ", pipeline stage " + std::to_string(stage_link_->rank()) + " of " +
             std::to_string(stage_link_->size()) + " (layers " + std::to_string(model_->layers().begin) + ".." +
             std::to_string(model_->layers().end - 1) + ")";
-  return "cuda (" + name + ", fp32 correct-first kernels, decode " + (opts_.graphs ? "CUDA graphs" : "eager") + ", " +
+  std::string cache = "fp32 MLA cache";
+  if (kv_dtype_ == DType::kBF16)
+    cache = std::string("bf16 MLA cache, decode attention ") +
+            (split_kv_bf16_ok_ ? "split-KV (lean rings)" : "mla_attend_latent (the split-KV bf16 forms take K3's widths at <= 3 heads a rank, pages a multiple of 16 tokens)");
+  return "cuda (" + name + ", fp32 correct-first kernels, " + cache + ", decode " + (opts_.graphs ? "CUDA graphs" : "eager") + ", " +
          std::to_string(device_bytes_ >> 20) + " MiB of weights and pools, " +
          std::to_string(num_pages_) + " pages of " + std::to_string(page_size_) + ", " + std::to_string(num_slots_) + " slots)";
 }
@@ -135,6 +159,7 @@ template Result<int32_t*> CudaModel::upload_scratch<int32_t>(int, const std::vec
 Status CudaModel::plan_mla(const int32_t* ctx, int64_t rows, bool in_graph, Step* st) {
   st->mla = MlaDecodeWork{};
   if (!opts_.split_kv_mla || mla_layers_ == 0) return Status::ok();
+  if (kv_dtype_ == DType::kBF16 && !split_kv_bf16_ok_) return Status::ok();  // mla_attend_latent reads the bf16 pages
   const int64_t capacity = mla_decode_plan_capacity(rows);
   MlaDecodePlan plan;
   PDS_RETURN_IF_ERROR(build_mla_decode_plan(ctx, rows, page_size_, capacity, &plan));

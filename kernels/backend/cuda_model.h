@@ -5,7 +5,9 @@
 //   (plain cudaMalloc); MXFP4 experts stay packed, stacked over the experts of a layer.
 // - Pools: MLA pages [mla_layer][page][page_size][kv_lora + rope] and KDA state slots (per
 //   slot, per layer: conv [3][P][K-1] then recurrent [H][V][K]), exactly cache_pools.h's
-//   layouts, indexed by the host pools' page and slot ids.
+//   layouts, indexed by the host pools' page and slot ids. The MLA pages in
+//   CudaForwardOptions::kv_cache_dtype: fp32, or bf16 (uint16_t bit patterns, written rounded to
+//   nearest even by mla_write_latents_bf16 and read exactly, as the CPU backend's bf16 pool).
 // - The forward follows Model::forward step by step with the kernels of kernels/: MLA prefill
 //   writes the chunk's latents first and lets each query row attend over its own prefix with
 //   the paged kernel (or, with bf16_mla_prefill, the tensor-core prefill over expanded K/V);
@@ -57,17 +59,25 @@ class CudaModel final : public DeviceForward {
     if (stage_link_) stage_link_->abort();
   }
   std::string describe() const override;
+  DType kv_cache_dtype() const override { return kv_dtype_; }
   Status download(const CacheRegion& region, MlaKvPool& kv, KdaStatePool& state) override;          // cuda_cache_copy.cpp
   Status upload(const CacheRegion& region, const MlaKvPool& kv, const KdaStatePool& state) override;  // cuda_cache_copy.cpp
 
-  // Device pools, for tests that compare them with the CPU's.
-  const float* kv_pool() const { return kv_; }
+  // Device pools, for tests that compare them with the CPU's. kv_pool(): an fp32 pool's floats
+  // (null on a bf16 pool); kv_pool_bf16(): a bf16 pool's bits (null on an fp32 pool);
+  // kv_pool_bytes() either, kv_elems() * kv_elem_bytes() bytes.
+  const float* kv_pool() const { return kv_dtype_ == DType::kF32 ? static_cast<const float*>(kv_) : nullptr; }
+  const uint16_t* kv_pool_bf16() const { return kv_dtype_ == DType::kBF16 ? static_cast<const uint16_t*>(kv_) : nullptr; }
+  const void* kv_pool_bytes() const { return kv_; }
   const float* state_pool() const { return state_; }
-  int64_t kv_floats() const;
+  int64_t kv_elems() const;
+  int64_t kv_floats() const { return kv_elems(); }  // an fp32 pool's element count (kv_elems)
+  int64_t kv_elem_bytes() const { return kv_dtype_ == DType::kBF16 ? 2 : 4; }
   int64_t state_floats() const;
   // Writable pools, for moving a request's pages and state in from another model (tests of
   // the prefill -> decode handover between GPUs).
-  float* kv_pool() { return kv_; }
+  float* kv_pool() { return kv_dtype_ == DType::kF32 ? static_cast<float*>(kv_) : nullptr; }
+  void* kv_pool_bytes() { return kv_; }
   float* state_pool() { return state_; }
   int device() const { return device_; }
   // Decode graphs captured so far (tests: graphs were used, not only the eager path).
@@ -94,7 +104,8 @@ class CudaModel final : public DeviceForward {
   // (which waits for the matching recv) completes.
   void drain_upstream(int64_t T);
   Status check_region(const CacheRegion& region, const MlaKvPool& kv, const KdaStatePool& state) const;
-  Status copy_region(const CacheRegion& region, float* host_kv, int64_t host_kv_stride, float* host_slot, bool to_host);
+  // host_kv: the host pool's layer 0, host_kv_stride_bytes apart a layer (the device pool's dtype).
+  Status copy_region(const CacheRegion& region, uint8_t* host_kv, int64_t host_kv_stride_bytes, float* host_slot, bool to_host);
   // Grow-only device scratch: buffer `slot`, at least `n` elements of T.
   template <typename T>
   Result<T*> scratch(int slot, size_t n);
@@ -125,8 +136,16 @@ class CudaModel final : public DeviceForward {
   ModelConfig cfg_;
   DeviceWeights w_;
   int64_t num_pages_ = 0, page_size_ = 0, num_slots_ = 0;
-  int64_t kda_layer_floats_ = 0, kda_conv_floats_ = 0, slot_floats_ = 0, kv_layer_stride_ = 0;
-  float* kv_ = nullptr;
+  int64_t kda_layer_floats_ = 0, kda_conv_floats_ = 0, slot_floats_ = 0;
+  int64_t kv_layer_stride_ = 0;  // elements (of kv_dtype_) a layer of MLA pages
+  DType kv_dtype_ = DType::kF32;
+  // A bf16 pool: whether the split-KV decode takes this shape (mla_decode.h: K3's widths, <= 3
+  // heads a rank, pages a multiple of 16 tokens); else the MLA layers run mla_attend_latent.
+  bool split_kv_bf16_ok_ = false;
+  void* kv_ = nullptr;  // MLA pages, kv_elems() elements of kv_dtype_
+  // One MLA layer's pages (pool layer `pool_layer`): fp32 or bf16, the other null.
+  float* kv_layer_f32(int64_t pool_layer) const;
+  uint16_t* kv_layer_bf16(int64_t pool_layer) const;
   float* state_ = nullptr;
   MoeDecodeWorkspace moe_queue_;  // the fused MoE decode kernel's queue (cuda_model.cpp)
   cudaStream_t stream_ = nullptr;

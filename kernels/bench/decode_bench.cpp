@@ -7,6 +7,9 @@
 //   decode_bench --early-mla compare ...: graphs only, CudaForwardOptions::early_mla_decode off
 //     and on, twice each in the order off, on, off, on (a fresh model and prefill each), so the
 //     spread of the repeats shows the noise (perf.md "The early MLA ring in the engine").
+//   decode_bench --kv-cache-dtype compare ...: the same with CudaForwardOptions::kv_cache_dtype
+//     float32 and bfloat16 (perf.md "bf16 latent cache in the CUDA backend");
+//   --kv-cache-dtype bfloat16: the eager / graphs table on a bf16 cache.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -64,13 +67,21 @@ int main(int argc, char** argv) {
   std::string preset = "tiny-k3";
   int64_t ctx = 128;
   int steps = 50;
-  bool compare_early = false;
+  bool compare_early = false, compare_dtype = false;
+  pdserve::DType kv_dtype = pdserve::DType::kF32;
   std::vector<int64_t> batches = {1, 2, 4, 8, 16, 32, 64};
   for (int i = 1; i + 1 < argc; i += 2) {
     if (!std::strcmp(argv[i], "--preset")) preset = argv[i + 1];
     if (!std::strcmp(argv[i], "--ctx")) ctx = std::atoll(argv[i + 1]);
     if (!std::strcmp(argv[i], "--steps")) steps = std::atoi(argv[i + 1]);
     if (!std::strcmp(argv[i], "--early-mla")) compare_early = !std::strcmp(argv[i + 1], "compare");
+    if (!std::strcmp(argv[i], "--kv-cache-dtype")) {
+      compare_dtype = !std::strcmp(argv[i + 1], "compare");
+      if (!compare_dtype && !pdserve::kv_cache_dtype_from_name(argv[i + 1], &kv_dtype)) {
+        std::fprintf(stderr, "--kv-cache-dtype: compare, float32 or bfloat16\n");
+        return 2;
+      }
+    }
     if (!std::strcmp(argv[i], "--batches")) {
       batches.clear();
       std::stringstream list(argv[i + 1]);
@@ -86,6 +97,21 @@ int main(int argc, char** argv) {
   if (!loaded.is_ok()) return 1;
   std::shared_ptr<const pdserve::Model> model(std::move(loaded).value());
   using pdserve::CudaForwardOptions;
+  if (compare_dtype) {
+    std::printf("%s, context %lld, median of %d decode steps (forward wall time, graphs), kv_cache_dtype float32 / bfloat16\n\n"
+                "| batch | fp32 us | bf16 us | fp32 us (again) | bf16 us (again) | bf16 / fp32 (means) |\n|---|---|---|---|---|---|\n",
+                preset.c_str(), static_cast<long long>(ctx), steps - 1);
+    for (int64_t B : batches) {
+      double t[4];
+      for (int r = 0; r < 4; ++r) {
+        CudaForwardOptions o;
+        o.kv_cache_dtype = r % 2 == 1 ? pdserve::DType::kBF16 : pdserve::DType::kF32;
+        t[r] = pdserve::cuda::median_step_us(model, o, B, ctx, steps);
+      }
+      std::printf("| %lld | %.1f | %.1f | %.1f | %.1f | %.4f |\n", static_cast<long long>(B), t[0], t[1], t[2], t[3], (t[1] + t[3]) / (t[0] + t[2]));
+    }
+    return 0;
+  }
   if (compare_early) {
     std::printf("%s, context %lld, median of %d decode steps (forward wall time, graphs), early_mla_decode off / on\n\n"
                 "| batch | off us | on us | off us (again) | on us (again) | on / off (means) |\n|---|---|---|---|---|---|\n",
@@ -106,6 +132,7 @@ int main(int argc, char** argv) {
   for (int64_t B : batches) {
     CudaForwardOptions eager, graphs;
     eager.graphs = false;
+    eager.kv_cache_dtype = graphs.kv_cache_dtype = kv_dtype;
     const double e = pdserve::cuda::median_step_us(model, eager, B, ctx, steps);
     const double g = pdserve::cuda::median_step_us(model, graphs, B, ctx, steps);
     std::printf("| %lld | %.1f | %.1f | %.2fx |\n", static_cast<long long>(B), e, g, e / g);

@@ -116,8 +116,6 @@ class Up {
     t.bootstrap_port = a_.bootstrap_port;
     t.prefill.page_size = t.decode.page_size = a_.page_size;
     t.kv_cache_dtype = a_.kv_cache_dtype;
-    if (a_.device == "cuda" && a_.kv_cache_dtype == "bfloat16")
-      return invalid_argument("--kv-cache-dtype bfloat16 is not supported with --device cuda yet (the CUDA backend keeps an fp32 device cache)");
     t.prefill.tp = a_.prefill_tp;
     if (a_.prefill_pp > 1 && a_.device == "cuda" && a_.prefill_tp > 1)
       return invalid_argument("--prefill-pp " + std::to_string(a_.prefill_pp) + " with --prefill-tp " + std::to_string(a_.prefill_tp) +

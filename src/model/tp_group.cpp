@@ -167,10 +167,18 @@ Status TpModelGroup::run_local_ranks(const ForwardBatch& batch, ForwardOutput* o
   return Status::ok();
 }
 
+// The device MLA pool holds the host pools' dtype (make_pools): the hand-over copies bytes.
+Status TpModelGroup::check_device_dtype(const DeviceForward& d) const {
+  if (kv_.empty() || d.kv_cache_dtype() == kv_[0]->dtype()) return Status::ok();
+  return invalid_argument(std::string("device forward: its MLA cache holds ") + kv_cache_dtype_name(d.kv_cache_dtype()) +
+                          ", the host pools " + kv_cache_dtype_name(kv_[0]->dtype()) + " (kv_cache_dtype must be one value for both)");
+}
+
 Status TpModelGroup::set_device_forward(std::unique_ptr<DeviceForward> device) {
   if (pp_total_ > 1) return invalid_argument("device forward: " + std::to_string(pp_) + " pipeline stages need one device forward each");
   if (size() > 1)
     return invalid_argument("device forward: a group of " + std::to_string(size()) + " ranks needs one device forward per rank");
+  PDS_RETURN_IF_ERROR(check_device_dtype(*device));
   devices_.clear();
   devices_.push_back(std::move(device));
   return Status::ok();
@@ -179,8 +187,10 @@ Status TpModelGroup::set_device_forward(std::unique_ptr<DeviceForward> device) {
 Status TpModelGroup::set_device_forwards(std::vector<std::unique_ptr<DeviceForward>> devices) {
   if (static_cast<int>(devices.size()) != pp_ * size())
     return invalid_argument("device forward: " + std::to_string(devices.size()) + " device forwards for " + std::to_string(pp_ * size()) + " ranks");
-  for (const auto& d : devices)
+  for (const auto& d : devices) {
     if (!d) return invalid_argument("device forward: a rank without a device forward");
+    PDS_RETURN_IF_ERROR(check_device_dtype(*d));
+  }
   devices_ = std::move(devices);
   return Status::ok();
 }

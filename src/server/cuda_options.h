@@ -15,6 +15,7 @@ inline CudaForwardOptions cuda_forward_options(const ServeConfig& cfg, int64_t g
   o.graph_max_pages = graph_max_pages;
   o.bf16_mla_prefill = cfg.cuda_bf16_mla_prefill;
   o.bf16_kda_prefill = cfg.cuda_bf16_kda_prefill;
+  o.kv_cache_dtype = cfg.runtime.kv_cache_dtype;  // the device MLA pool holds the host pools' dtype
   // The scheduler's step bounds (runtime_config.h): the KDA prefill workspace covers one step in one pass.
   o.prefill_step_tokens = cfg.runtime.step_token_budget > 0 ? cfg.runtime.step_token_budget : cfg.runtime.chunk_size;
   o.prefill_step_seqs = cfg.runtime.max_running;

@@ -32,11 +32,6 @@ Status ServeConfig::validate() const {
   if (device != "cpu" && device != "cuda") return invalid_argument("config device: must be \"cpu\" or \"cuda\", got \"" + device + "\"");
   if (runtime.kv_cache_dtype != DType::kF32 && runtime.kv_cache_dtype != DType::kBF16)
     return invalid_argument("config kv_cache_dtype (--kv-cache-dtype): must be float32 or bfloat16");
-  // Checked before any weight is loaded or pool allocated: the CUDA backend's device pool is
-  // fp32 until its kernels read and write bf16 pages.
-  if (runtime.kv_cache_dtype == DType::kBF16 && device == "cuda")
-    return unsupported("config kv_cache_dtype (--kv-cache-dtype): bfloat16 is not supported with --device cuda yet "
-                       "(the CUDA backend keeps an fp32 device cache); use float32 there, or --device cpu");
   // With --pp the nodes split the stages (each node runs whole stages of --tp ranks; on
   // --device cuda one GPU a stage, the check above), else --tp.
   if (nnodes > 1 && pp > 1 && pp % nnodes != 0)

@@ -76,9 +76,10 @@ Json tokens_of(const std::string& body) { return Json::parse(body)["choices"][0]
 
 struct DevicePair {
   std::unique_ptr<LiveServer> prefill, decode;
-  DevicePair(HttpServer::DeviceFactory pf, HttpServer::DeviceFactory df) {
+  DevicePair(HttpServer::DeviceFactory pf, HttpServer::DeviceFactory df, DType kv_dtype = DType::kF32) {
     ServeConfig pc = pd_config(ServerRole::kPrefill, 1), dc = pd_config(ServerRole::kDecode, 1);
     pc.device = dc.device = "cuda";
+    pc.runtime.kv_cache_dtype = dc.runtime.kv_cache_dtype = kv_dtype;
     prefill = std::make_unique<LiveServer>(pc, HttpServer::TransportFactory{}, std::move(pf));
     decode = std::make_unique<LiveServer>(dc, HttpServer::TransportFactory{}, std::move(df));
   }
@@ -162,16 +163,25 @@ TEST(PdDevice, MoreRanksThanGpusIsRefusedBeforeLoading) {
   EXPECT_TRUE(m.find("needs 16 GPUs") != std::string::npos || m.find("built without CUDA") != std::string::npos) << m;
 }
 
-// The real backend: prefill on CUDA -> decode on CUDA gives the unified CPU server's greedy tokens.
-TEST(PdDevice, CudaPrefillToCudaDecodeMatchesCpuServe) {
-  {
-    auto model = Model::load(pdserve::testing::tiny_model_dir("tiny-k3-wide"));
-    ASSERT_TRUE(model.is_ok());
-    auto probe = make_cuda_forward(std::shared_ptr<const Model>(std::move(model).value()), 1, 16, 1);
-    if (!probe.is_ok()) GTEST_SKIP() << "no CUDA device here (" << probe.status().message() << ")";
-  }
-  LiveServer unified(pd_config(ServerRole::kUnified, 1));
-  DevicePair pd({}, {});
+// Whether a CUDA device forward can be made here (else the test skips, saying why).
+Status cuda_probe() {
+  auto model = Model::load(pdserve::testing::tiny_model_dir("tiny-k3-wide"));
+  if (!model.is_ok()) return model.status();
+  return make_cuda_forward(std::shared_ptr<const Model>(std::move(model).value()), 1, 16, 1).status();
+}
+
+// The real backend: prefill on CUDA -> decode on CUDA gives the unified CPU server's greedy
+// tokens; with kv_cache_dtype bfloat16 on every side (bf16 device pools, bf16 bytes through the
+// host pools and the wire), the unified CPU bf16 server's.
+class PdDeviceDtype : public ::testing::TestWithParam<DType> {};
+
+TEST_P(PdDeviceDtype, CudaPrefillToCudaDecodeMatchesCpuServe) {
+  if (Status probe = cuda_probe(); !probe.is_ok()) GTEST_SKIP() << "no CUDA device here (" << probe.message() << ")";
+  ServeConfig uc = pd_config(ServerRole::kUnified, 1);
+  uc.runtime.kv_cache_dtype = GetParam();
+  LiveServer unified(uc);
+  DevicePair pd({}, {}, GetParam());
+  EXPECT_EQ(pd.decode->info()["pools"]["kv_cache_dtype"], kv_cache_dtype_name(GetParam()));
   uint64_t room = 900;
   for (size_t n : kPromptLengths) {
     SCOPED_TRACE("prompt length " + std::to_string(n));
@@ -185,6 +195,9 @@ TEST(PdDevice, CudaPrefillToCudaDecodeMatchesCpuServe) {
   }
   EXPECT_TRUE(PdPair::pools_free(*pd.decode));
 }
+
+INSTANTIATE_TEST_SUITE_P(KvCacheDtype, PdDeviceDtype, ::testing::Values(DType::kF32, DType::kBF16),
+                         [](const ::testing::TestParamInfo<DType>& p) { return std::string(kv_cache_dtype_name(p.param)); });
 
 }  // namespace
 }  // namespace pdserve::server::testing

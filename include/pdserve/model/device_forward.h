@@ -4,6 +4,11 @@
 // host pools stay for accounting. Which implementations a build has is chosen in CMake:
 // make_cuda_forward returns kUnsupported in a build without CUDA.
 //
+// The device MLA pool holds its entries in CudaForwardOptions::kv_cache_dtype (fp32, or bf16:
+// kv_cache_dtype "bfloat16", values rounded to nearest even when written, as on the CPU), which
+// must be the host MlaKvPool's dtype: download/upload copy the pool's bytes as they are and
+// refuse a host pool of another dtype (TpModelGroup::set_device_forward(s) checks at start).
+//
 // Disaggregation moves the host pools (the transfer layer registers them), so the engine
 // copies a request's cache between the two at the hand-over points: prefill downloads the
 // pages a chunk wrote (and the slot, once the prompt is in) before the hooks send them;
@@ -39,6 +44,8 @@ class DeviceForward {
   virtual Status download(const CacheRegion& region, MlaKvPool& kv, KdaStatePool& state) = 0;
   // Host pools -> device pools; the next forward sees the bytes.
   virtual Status upload(const CacheRegion& region, const MlaKvPool& kv, const KdaStatePool& state) = 0;
+  // The element type of the device MLA pool (the host MlaKvPool's must match).
+  virtual DType kv_cache_dtype() const { return DType::kF32; }
   // Another node of the instance was lost: aborts this rank's cross-rank collectives so that
   // a forward blocked in one returns (its result is then garbage: the caller reports the
   // loss instead), and later forwards fail. Safe from any thread; idempotent. Default: no
@@ -103,6 +110,11 @@ struct CudaForwardOptions {
   // chunked kernel's one-pass picks apply. 0: the 512 MiB floor only (longer batches split).
   int64_t prefill_step_tokens = 0;
   int64_t prefill_step_seqs = 1;
+  // The device MLA pool's element type: the host pools' (RuntimeConfig::kv_cache_dtype). kBF16:
+  // half the bytes a token; the latent writes round to nearest even (mla_write_latents_bf16),
+  // the decode (split-KV lean rings where the shape takes them, else mla_attend_latent) and the
+  // tensor-core prefill read the bf16 pages exactly (docs/design.md, "The CUDA backend").
+  DType kv_cache_dtype = DType::kF32;
 };
 
 // The whole (unsharded) model on CUDA device 0, pools of the given geometry.

@@ -121,7 +121,8 @@ class TpModelGroup {
   // DeviceForward for a one-rank group, or one per rank (rank r's at index r), which then run
   // in the rank threads exactly as the CPU ranks do. With pp > 1: one per stage and rank
   // (index stage * tp + rank, each holding its stage's layers and pools, passing activations
-  // itself, e.g. make_cuda_pp_forwards); the stage channels are then unused.
+  // itself, e.g. make_cuda_pp_forwards); the stage channels are then unused. A device forward
+  // whose MLA cache dtype (DeviceForward::kv_cache_dtype) is not the host pools' is refused.
   Status set_device_forward(std::unique_ptr<DeviceForward> device);
   Status set_device_forwards(std::vector<std::unique_ptr<DeviceForward>> devices);
   const DeviceForward* device_forward() const { return devices_.empty() ? nullptr : devices_[0].get(); }
@@ -152,6 +153,7 @@ class TpModelGroup {
   void set_cache_fetcher(CacheForwarder f) { cache_fetcher_ = std::move(f); }
 
  private:
+  Status check_device_dtype(const DeviceForward& d) const;
   Status run_local_ranks(const ForwardBatch& batch, ForwardOutput* out, const ForwardOptions& opts);
   Status forward_pipeline(const ForwardBatch& batch, ForwardOutput* out, const ForwardOptions& opts);
   // Stage pools <-> whole-model pools for one region (to_global: gather, else scatter).
