@@ -14,6 +14,7 @@
 
 #include "backend/cuda_model.h"
 #include "test_models.h"
+#include "forward_schedule.h"
 #include "test_util.h"
 
 namespace pdserve::cuda {
@@ -32,13 +33,6 @@ std::shared_ptr<const Model> load_model() {
   auto m = Model::load(testing::tiny_model_dir(kPreset));
   EXPECT_TRUE(m.is_ok()) << m.status().message();
   return std::shared_ptr<const Model>(std::move(m).value());
-}
-
-size_t differing(const ForwardOutput& a, const ForwardOutput& b) {
-  if (a.logits.size() != b.logits.size()) return std::max(a.logits.size(), b.logits.size());
-  size_t n = 0;
-  for (size_t j = 0; j < a.logits.size(); ++j) n += a.logits[j] != b.logits[j];
-  return n;
 }
 
 CudaForwardOptions options(bool graphs, bool early, bool pdl = true) {
@@ -71,14 +65,8 @@ TEST_P(EarlyMlaForward, MatchesCpuAndEagerAcrossTilesAndPages) {
   auto lean = CudaModel::create(model, kPages, page_size, kSlots, options(false, false));
   ASSERT_TRUE(graphs.is_ok() && eager.is_ok() && lean.is_ok());
   const int64_t V = model->config().vocab_size;
-  const auto a = testing::random_ids(300, 31), b = testing::random_ids(45, 32), c = testing::random_ids(7, 33);
   SequenceInput A, B, C;
-  A.pages = kv->allocate(kv->pages_for_tokens(300 + 24)).value();
-  B.pages = kv->allocate(kv->pages_for_tokens(45 + 24)).value();
-  C.pages = kv->allocate(kv->pages_for_tokens(7 + 24)).value();
-  A.state_slot = state->allocate().value();
-  B.state_slot = state->allocate().value();
-  C.state_slot = state->allocate().value();
+  start_three_sequences(*kv, *state, A, B, C);
   double worst = 0;
   int step = 0;
   auto run = [&](std::vector<SequenceInput*> seqs) {
@@ -97,27 +85,9 @@ TEST_P(EarlyMlaForward, MatchesCpuAndEagerAcrossTilesAndPages) {
     EXPECT_EQ(differing(go, eo), 0u) << "step " << step << ": graphs vs eager";
     EXPECT_EQ(differing(eo, lo), 0u) << "step " << step << ": eager vs eager with early_mla_decode off";
     ++step;
-    for (size_t i = 0; i < seqs.size(); ++i) {
-      seqs[i]->cached_len += static_cast<int64_t>(seqs[i]->tokens.size());
-      seqs[i]->tokens = {argmax(co.row(i), V)};  // all follow the CPU's choice
-      seqs[i]->all_logits = false;
-    }
+    follow_cpu_greedy(seqs, co, V);
   };
-  auto part = [&](size_t lo, size_t hi) { return std::vector<int32_t>(a.begin() + lo, a.begin() + hi); };
-  A.tokens = part(0, 96);
-  A.all_logits = true;
-  B.tokens = b;
-  run({&A, &B});
-  A.tokens = part(96, 192);
-  C.tokens = c;
-  C.all_logits = true;
-  run({&C, &A});
-  A.tokens = part(192, 288);
-  A.all_logits = true;
-  run({&A});
-  A.tokens = part(288, 300);
-  run({&A});
-  for (int i = 0; i < 24; ++i) run({&B, &C, &A});
+  run_three_sequence_schedule(A, B, C, run);
   std::printf("%s, early MLA decode %d, page %lld: logits error %.3g over %d steps; graphs %lld captured, %lld replays\n", kPreset, early,
               static_cast<long long>(page_size), worst, step, static_cast<long long>((*graphs)->graphs_captured()),
               static_cast<long long>((*graphs)->graph_replays()));

@@ -17,6 +17,7 @@
 #include "mla/mla_decode.h"
 #include "pdserve/core/dtype.h"
 #include "pdserve/ops/mla.h"
+#include "mla_decode_test_util.h"
 #include "test_util.h"
 
 namespace pdserve::cuda {
@@ -25,6 +26,7 @@ namespace {
 using ktest::dev;
 using ktest::host;
 using ktest::nerr;
+using ktest::replay_two_step_graph;
 using ktest::randn;
 
 class MlaDecodeBf16 : public ktest::GpuTest {};
@@ -193,26 +195,8 @@ void run_bf16_case(const Bf16Case& c, uint32_t seed) {
     w.pdl = true, w.cache_pages = pages;
     for (int stages : {3, 6}) {
       w.bf16_stages = stages;
-      ASSERT_TRUE(mla_decode_run(a16, w, stream).is_ok());
-      ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
-      cudaStream_t cs = nullptr;
-      ASSERT_EQ(cudaStreamCreateWithFlags(&cs, cudaStreamNonBlocking), cudaSuccess);
-      cudaGraph_t graph = nullptr;
-      cudaGraphExec_t exec = nullptr;
-      ASSERT_EQ(cudaStreamBeginCapture(cs, cudaStreamCaptureModeThreadLocal), cudaSuccess);
-      const bool ok1 = mla_decode_run(a16, w, cs).is_ok(), ok2 = mla_decode_run(a16, w, cs).is_ok();
-      ASSERT_EQ(cudaStreamEndCapture(cs, &graph), cudaSuccess);
-      ASSERT_TRUE(ok1 && ok2);
-      ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
-      for (int r = 0; r < 2; ++r) {
-        ASSERT_TRUE(out.upload(std::vector<float>(rows * H * kL, NAN)).is_ok());
-        ASSERT_EQ(cudaGraphLaunch(exec, cs), cudaSuccess);
-        ASSERT_EQ(cudaStreamSynchronize(cs), cudaSuccess);
-        EXPECT_LT(nerr(host(out), ref), 2e-5) << "bf16 graph replay " << r << " stages " << stages << " ring " << ring_name(plan.ring);
-      }
-      cudaGraphExecDestroy(exec);
-      cudaGraphDestroy(graph);
-      cudaStreamDestroy(cs);
+      replay_two_step_graph(a16, w, stream, out, rows * H * kL, ref,
+                            "bf16 stages " + std::to_string(stages) + " ring " + ring_name(plan.ring));
     }
   }
   cudaStreamDestroy(stream);

@@ -15,6 +15,7 @@
 #include "glue/glue.h"
 #include "mla/mla_decode.h"
 #include "pdserve/ops/mla.h"
+#include "mla_decode_test_util.h"
 #include "test_util.h"
 
 namespace pdserve::cuda {
@@ -24,6 +25,7 @@ using ktest::dev;
 using ktest::host;
 using ktest::nerr;
 using ktest::randn;
+using ktest::replay_two_step_graph;
 
 struct PlanView {
   const MlaDecodePlan& p;
@@ -348,32 +350,6 @@ struct Case {
   bool cluster_only = false;     // only the cluster forms (run_cluster_forms), one plan
   bool block_only = false;       // only the block-softmax forms (kLeanBlock*), then a captured graph of them
 };
-
-// `w` eagerly once (the kernel's one-time opt-ins), then captured as two steps in a graph and
-// replayed twice over NaN-filled outputs (`out`, out_size floats): each replay must match ref.
-void replay_two_step_graph(const MlaDecodeArgs& a, const MlaDecodeWork& w, cudaStream_t stream, DeviceBuffer<float>& out, int64_t out_size,
-                           const std::vector<float>& ref, const std::string& what) {
-  ASSERT_TRUE(mla_decode_run(a, w, stream).is_ok());
-  ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
-  cudaStream_t cs = nullptr;
-  ASSERT_EQ(cudaStreamCreateWithFlags(&cs, cudaStreamNonBlocking), cudaSuccess);
-  cudaGraph_t graph = nullptr;
-  cudaGraphExec_t exec = nullptr;
-  ASSERT_EQ(cudaStreamBeginCapture(cs, cudaStreamCaptureModeThreadLocal), cudaSuccess);
-  const bool ok1 = mla_decode_run(a, w, cs).is_ok(), ok2 = mla_decode_run(a, w, cs).is_ok();
-  ASSERT_EQ(cudaStreamEndCapture(cs, &graph), cudaSuccess);
-  ASSERT_TRUE(ok1 && ok2);
-  ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
-  for (int r = 0; r < 2; ++r) {
-    ASSERT_TRUE(out.upload(std::vector<float>(out_size, NAN)).is_ok());
-    ASSERT_EQ(cudaGraphLaunch(exec, cs), cudaSuccess);
-    ASSERT_EQ(cudaStreamSynchronize(cs), cudaSuccess);
-    EXPECT_LT(nerr(host(out), ref), 2e-5) << what << ", graph replay " << r;
-  }
-  cudaGraphExecDestroy(exec);
-  cudaGraphDestroy(graph);
-  cudaStreamDestroy(cs);
-}
 
 // The one-launch cluster form (MlaDecodeMerge::kCluster) on the case's inputs: cluster plans of
 // 16, 8, 4 and 2 items a row, the lean, lean-deep, lean-prefetch, wide and wide-prefetch rings (K3's widths; other
