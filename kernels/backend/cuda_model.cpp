@@ -52,8 +52,8 @@ Result<std::unique_ptr<CudaModel>> CudaModel::create(std::shared_ptr<const Model
   // shapes (the tiny presets but tiny-k3-mla512, or odd page sizes) run mla_attend_latent,
   // which reads bf16 pages at any shape; describe() says which.
   const int64_t rank_heads = c.num_heads / shard.size;
-  m->split_kv_bf16_ok_ = m->kv_dtype_ == DType::kBF16 && opts.split_kv_mla && mla_decode_supported(rank_heads, c.kv_lora_rank, c.qk_rope_head_dim) &&
-                         rank_heads <= 3 && c.kv_lora_rank == 512 && c.qk_rope_head_dim == 64 && page_size % kMlaTileTokens == 0;
+  m->split_kv_bf16_ok_ = m->kv_dtype_ == DType::kBF16 && opts.split_kv_mla &&
+                         mla_decode_bf16_supported(rank_heads, c.kv_lora_rank, c.qk_rope_head_dim, page_size);
   const int64_t P = c.kda_proj_dim() / shard.size;  // a rank's KDA state holds its heads only
   m->kda_conv_floats_ = 3 * P * (c.conv_kernel - 1);
   m->kda_layer_floats_ = m->kda_conv_floats_ + c.kda_num_heads / shard.size * c.kda_head_dim * c.kda_head_dim;

@@ -71,8 +71,7 @@ class CudaModel final : public DeviceForward {
   const void* kv_pool_bytes() const { return kv_; }
   const float* state_pool() const { return state_; }
   int64_t kv_elems() const;
-  int64_t kv_floats() const { return kv_elems(); }  // an fp32 pool's element count (kv_elems)
-  int64_t kv_elem_bytes() const { return kv_dtype_ == DType::kBF16 ? 2 : 4; }
+  int64_t kv_elem_bytes() const { return dtype_size(kv_dtype_); }
   int64_t state_floats() const;
   // Writable pools, for moving a request's pages and state in from another model (tests of
   // the prefill -> decode handover between GPUs).

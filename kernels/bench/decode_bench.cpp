@@ -97,36 +97,27 @@ int main(int argc, char** argv) {
   if (!loaded.is_ok()) return 1;
   std::shared_ptr<const pdserve::Model> model(std::move(loaded).value());
   using pdserve::CudaForwardOptions;
-  if (compare_dtype) {
-    std::printf("%s, context %lld, median of %d decode steps (forward wall time, graphs), kv_cache_dtype float32 / bfloat16\n\n"
-                "| batch | fp32 us | bf16 us | fp32 us (again) | bf16 us (again) | bf16 / fp32 (means) |\n|---|---|---|---|---|---|\n",
-                preset.c_str(), static_cast<long long>(ctx), steps - 1);
+  // Two forms of one option, A B A B a batch (graphs), so drift between runs shows as the
+  // difference between the two runs of a form.
+  auto compare = [&](const char* option, const char* a_name, const char* b_name, auto set_form) {
+    std::printf("%s, context %lld, median of %d decode steps (forward wall time, graphs), %s %s / %s\n\n"
+                "| batch | %s us | %s us | %s us (again) | %s us (again) | %s / %s (means) |\n|---|---|---|---|---|---|\n",
+                preset.c_str(), static_cast<long long>(ctx), steps - 1, option, a_name, b_name, a_name, b_name, a_name, b_name, b_name, a_name);
     for (int64_t B : batches) {
       double t[4];
       for (int r = 0; r < 4; ++r) {
         CudaForwardOptions o;
-        o.kv_cache_dtype = r % 2 == 1 ? pdserve::DType::kBF16 : pdserve::DType::kF32;
+        set_form(o, r % 2 == 1);  // false: form a, true: form b
         t[r] = pdserve::cuda::median_step_us(model, o, B, ctx, steps);
       }
       std::printf("| %lld | %.1f | %.1f | %.1f | %.1f | %.4f |\n", static_cast<long long>(B), t[0], t[1], t[2], t[3], (t[1] + t[3]) / (t[0] + t[2]));
     }
     return 0;
-  }
-  if (compare_early) {
-    std::printf("%s, context %lld, median of %d decode steps (forward wall time, graphs), early_mla_decode off / on\n\n"
-                "| batch | off us | on us | off us (again) | on us (again) | on / off (means) |\n|---|---|---|---|---|---|\n",
-                preset.c_str(), static_cast<long long>(ctx), steps - 1);
-    for (int64_t B : batches) {
-      double t[4];
-      for (int r = 0; r < 4; ++r) {
-        CudaForwardOptions o;
-        o.early_mla_decode = r % 2 == 1;
-        t[r] = pdserve::cuda::median_step_us(model, o, B, ctx, steps);
-      }
-      std::printf("| %lld | %.1f | %.1f | %.1f | %.1f | %.4f |\n", static_cast<long long>(B), t[0], t[1], t[2], t[3], (t[1] + t[3]) / (t[0] + t[2]));
-    }
-    return 0;
-  }
+  };
+  if (compare_dtype)
+    return compare("kv_cache_dtype", "fp32", "bf16",
+                   [](CudaForwardOptions& o, bool b) { o.kv_cache_dtype = b ? pdserve::DType::kBF16 : pdserve::DType::kF32; });
+  if (compare_early) return compare("early_mla_decode", "off", "on", [](CudaForwardOptions& o, bool b) { o.early_mla_decode = b; });
   std::printf("%s, context %lld, median of %d decode steps (forward wall time)\n\n| batch | eager us | graphs us | speed-up |\n|---|---|---|---|\n",
               preset.c_str(), static_cast<long long>(ctx), steps - 1);
   for (int64_t B : batches) {

@@ -86,7 +86,20 @@ double graph_launch_us(const Launch& launch, int steps, bool eager_first = true)
   return runs[runs.size() / 2];
 }
 
-#include "bench/mla_decode_bench_m16.h"  // bench_m16 (uses graph_launch_us)
+// `copies` page tables of `step_pages` pages each, disjoint slices of one fixed shuffle of the
+// pool's pages: each graph step reads other, scattered pages (none left in L2 by the step before).
+std::vector<DeviceBuffer<int32_t>> shuffled_page_tables(int64_t pool_pages, int64_t copies, int64_t step_pages) {
+  std::vector<int32_t> perm(pool_pages);
+  std::iota(perm.begin(), perm.end(), 0);
+  std::mt19937 gen(17);
+  std::shuffle(perm.begin(), perm.end(), gen);
+  std::vector<DeviceBuffer<int32_t>> tables;
+  for (int64_t c = 0; c < copies; ++c)
+    tables.push_back(upload(std::vector<int32_t>(perm.begin() + c * step_pages, perm.begin() + (c + 1) * step_pages)));
+  return tables;
+}
+
+#include "bench/mla_decode_bench_m16.h"  // bench_m16 (uses graph_launch_us, shuffled_page_tables)
 
 void bench_shape(const Shape& s, bool run_old) {
   const int64_t pages_per_row = (s.ctx + kPage - 1) / kPage, step_pages = s.batch * pages_per_row;
@@ -104,13 +117,7 @@ void bench_shape(const Shape& s, bool run_old) {
     for (int64_t off = 0; off < total; off += block.size())
       cudaMemcpy(cache.get() + off, d.get(), std::min<int64_t>(block.size(), total - off) * sizeof(float), cudaMemcpyDeviceToDevice);
   }
-  std::vector<int32_t> perm(pool_pages);
-  std::iota(perm.begin(), perm.end(), 0);
-  std::mt19937 gen(17);
-  std::shuffle(perm.begin(), perm.end(), gen);
-  std::vector<DeviceBuffer<int32_t>> tables;
-  for (int64_t c = 0; c < copies; ++c)
-    tables.push_back(upload(std::vector<int32_t>(perm.begin() + c * step_pages, perm.begin() + (c + 1) * step_pages)));
+  std::vector<DeviceBuffer<int32_t>> tables = shuffled_page_tables(pool_pages, copies, step_pages);
   const std::vector<int32_t> ctx(s.batch, static_cast<int32_t>(s.ctx));
   auto dctx = upload(ctx);
   auto ql = upload(randn(s.batch * s.heads * kLat, 6)), qr = upload(randn(s.batch * s.heads * kRope, 7));

@@ -6,7 +6,7 @@
 // conversions where the plan's form is not kLean's); c6 bf16 kLeanBlock's form (the block softmax
 // at every item length); c7 bf16 kLeanEarly (the CUDA backend's ring); c8 fp32 kLeanEarly. TB/s over the bytes each reads (fp32 2304,
 // bf16 1152 bytes a token); floors = those bytes / g_bw. Included by mla_decode_bench.cu (inside
-// its anonymous namespace, after graph_launch_us).
+// its anonymous namespace, after graph_launch_us and shuffled_page_tables).
 #pragma once
 
 #include <algorithm>
@@ -41,13 +41,7 @@ inline void bench_m16_shape(int64_t batch, int64_t ctx_tokens) {
       cudaMemcpy(c16.get() + off, d16.get(), n * 2, cudaMemcpyDeviceToDevice);
     }
   }
-  std::vector<int32_t> perm(pool_pages);
-  std::iota(perm.begin(), perm.end(), 0);
-  std::mt19937 gen(17);
-  std::shuffle(perm.begin(), perm.end(), gen);
-  std::vector<DeviceBuffer<int32_t>> tables;
-  for (int64_t c = 0; c < copies; ++c)
-    tables.push_back(upload(std::vector<int32_t>(perm.begin() + c * step_pages, perm.begin() + (c + 1) * step_pages)));
+  std::vector<DeviceBuffer<int32_t>> tables = shuffled_page_tables(pool_pages, copies, step_pages);
   const std::vector<int32_t> ctx(batch, static_cast<int32_t>(ctx_tokens));
   auto dctx = upload(ctx);
   auto ql = upload(randn(batch * kHeads * kLat, 6)), qr = upload(randn(batch * kHeads * kRope, 7));

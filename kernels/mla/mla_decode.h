@@ -379,6 +379,10 @@ MlaDecodeRing mla_decode_pick_ring(int64_t chunk_tokens);
 inline constexpr int kMlaBf16Stages = 3;
 
 bool mla_decode_supported(int64_t heads, int64_t latent_dim, int64_t rope_dim);
+// The shapes whose bf16 cache (MlaDecodeArgs::cache_bf16) mla_decode_run takes with its default
+// work options: the lean forms' K3 widths (latent 512 + key 64), <= 3 heads, pages a multiple of
+// the tile (the bulk loader). Elsewhere a bf16 cache runs mla_attend_latent.
+bool mla_decode_bf16_supported(int64_t heads, int64_t latent_dim, int64_t rope_dim, int64_t page_size);
 
 // a: the usual arguments (a.rows must equal the plan's rows). Page ids < 0 are masked out; a
 // row with nothing to attend to writes zeros.

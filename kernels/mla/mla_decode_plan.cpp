@@ -186,4 +186,9 @@ bool mla_decode_supported(int64_t heads, int64_t latent_dim, int64_t rope_dim) {
          entry % 4 == 0 && entry <= 576;
 }
 
+bool mla_decode_bf16_supported(int64_t heads, int64_t latent_dim, int64_t rope_dim, int64_t page_size) {
+  return mla_decode_supported(heads, latent_dim, rope_dim) && heads <= 3 && latent_dim == 512 && rope_dim == 64 && page_size > 0 &&
+         page_size % kMlaTileTokens == 0;
+}
+
 }  // namespace pdserve::cuda

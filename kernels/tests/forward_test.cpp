@@ -67,8 +67,8 @@ struct Pair {
   }
   double pool_error() {
     double e = 0;
-    if (gpu->kv_floats() > 0) {
-      std::vector<float> d(gpu->kv_floats());
+    if (gpu->kv_elems() > 0) {
+      std::vector<float> d(gpu->kv_elems());
       EXPECT_EQ(cudaMemcpy(d.data(), gpu->kv_pool(), d.size() * sizeof(float), cudaMemcpyDeviceToHost), cudaSuccess);
       e = std::max(e, nerr(d, std::vector<float>(kv->layer_base(0), kv->layer_base(0) + d.size())));
     }

@@ -203,6 +203,17 @@ void run_bf16_case(const Bf16Case& c, uint32_t seed) {
 }
 
 // Ragged rows (1, 63, 64, 65 tokens, a half-full page of 32, an empty row, split rows) at 1-3 heads.
+// The shapes the CUDA backend hands a bf16 cache to the split-KV run for (else mla_attend_latent).
+TEST(MlaDecodeBf16Shapes, OnlyTheLeanFormsShapesAreTaken) {
+  EXPECT_TRUE(mla_decode_bf16_supported(3, 512, 64, 64));
+  EXPECT_TRUE(mla_decode_bf16_supported(1, 512, 64, 16));
+  EXPECT_FALSE(mla_decode_bf16_supported(4, 512, 64, 64));  // the block variant has no bf16 form
+  EXPECT_FALSE(mla_decode_bf16_supported(3, 32, 16, 64));   // the tiny presets' widths
+  EXPECT_FALSE(mla_decode_bf16_supported(3, 512, 0, 64));
+  EXPECT_FALSE(mla_decode_bf16_supported(3, 512, 64, 24));  // a tile would cross pages: no bulk loader
+  EXPECT_FALSE(mla_decode_bf16_supported(3, 512, 64, 0));
+}
+
 TEST_F(MlaDecodeBf16, RaggedRowsMatchTheCpuReferenceAndTheFp32Path) {
   for (int64_t heads : {1, 2, 3}) run_bf16_case({heads, {1, 63, 64, 65, 4097, 32, 0, 2000}}, 900 + static_cast<uint32_t>(heads));
 }

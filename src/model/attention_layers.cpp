@@ -48,7 +48,8 @@ void mla_layer(const ModelConfig& c, const MlaWeights& w, const ForwardBatch& ba
     }
 
   const float scale = 1.0f / std::sqrt(static_cast<float>(qd));
-  std::vector<float> o_lat(nh * lat), attn(T * nh * vd);
+  std::vector<float> o_lat(nh * lat), attn(T * nh * vd), wide;
+  static constexpr int32_t kFirstPage = 0;  // a widened context is one page
   for (size_t s = 0; s < batch.seqs.size(); ++s) {
     const SequenceInput& seq = batch.seqs[s];
     const bool bf16 = kv.dtype() == DType::kBF16;
@@ -67,9 +68,18 @@ void mla_layer(const ModelConfig& c, const MlaWeights& w, const ForwardBatch& ba
         std::copy(src, src + ed, dst);
       }
     }
+    // A bf16 cache: the sequence's entries widened once (exact), then every row attends over
+    // them as one contiguous page, instead of each row widening its whole prefix again.
+    ops::PagedLatentView attend_view = view;
+    if (bf16) {
+      const int64_t ctx = seq.cached_len + n;
+      wide.resize(static_cast<size_t>(ctx * ed));
+      ops::widen_latents(view, ctx, wide.data());
+      attend_view = ops::PagedLatentView{wide.data(), ctx, ed, &kFirstPage};
+    }
     for (int64_t i = 0; i < n; ++i) {
       const int64_t t = lay.row_begin[s] + i;
-      ops::mla_attend_latent(&q_lat[t * nh * lat], &q_rot[t * nh * rope], nh, lat, rope, view, seq.cached_len + i + 1,
+      ops::mla_attend_latent(&q_lat[t * nh * lat], &q_rot[t * nh * rope], nh, lat, rope, attend_view, seq.cached_len + i + 1,
                              scale, o_lat.data());
       for (int64_t h = 0; h < nh; ++h)
         for (int64_t d = 0; d < vd; ++d)

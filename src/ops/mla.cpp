@@ -9,6 +9,14 @@
 
 namespace pdserve::ops {
 
+void widen_latents(const PagedLatentView& cache, int64_t ctx_len, float* out) {
+  const int64_t ed = cache.entry_dim;
+  for (int64_t j = 0; j < ctx_len; ++j) {
+    const uint16_t* src = cache.row_bf16(j);
+    for (int64_t d = 0; d < ed; ++d) out[j * ed + d] = bf16_to_f32(src[d]);
+  }
+}
+
 void mla_attend_latent(const float* q_lat, const float* q_rot, int64_t heads, int64_t latent_dim, int64_t rope_dim,
                        const PagedLatentView& cache, int64_t ctx_len, float scale, float* o_lat) {
   std::vector<float> scores(ctx_len);
@@ -16,12 +24,8 @@ void mla_attend_latent(const float* q_lat, const float* q_rot, int64_t heads, in
   // unchanged on it: the result equals the fp32 path over the rounded entries bit for bit.
   std::vector<float> wide;
   if (cache.bf16()) {
-    const int64_t ed = cache.entry_dim;
-    wide.resize(static_cast<size_t>(ctx_len * ed));
-    for (int64_t j = 0; j < ctx_len; ++j) {
-      const uint16_t* src = cache.row_bf16(j);
-      for (int64_t d = 0; d < ed; ++d) wide[j * ed + d] = bf16_to_f32(src[d]);
-    }
+    wide.resize(static_cast<size_t>(ctx_len * cache.entry_dim));
+    widen_latents(cache, ctx_len, wide.data());
   }
   auto row = [&](int64_t j) { return wide.empty() ? cache.row(j) : wide.data() + j * cache.entry_dim; };
   for (int64_t h = 0; h < heads; ++h) {

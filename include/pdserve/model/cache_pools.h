@@ -35,7 +35,7 @@ class MlaKvPool {
   int64_t pages_for_tokens(int64_t tokens) const { return (tokens + page_size_ - 1) / page_size_; }
 
   DType dtype() const { return dtype_; }
-  int64_t elem_bytes() const { return dtype_ == DType::kBF16 ? 2 : 4; }
+  int64_t elem_bytes() const { return dtype_size(dtype_); }
   // Elements (of dtype()) per page and per layer; bytes the same.
   int64_t page_elems() const { return page_size_ * entry_dim_; }
   int64_t layer_elems() const { return num_pages_ * page_elems(); }

@@ -29,6 +29,9 @@ struct PagedLatentView {
   const uint16_t* row_bf16(int64_t pos) const { return layer_base_bf16 + offset(pos); }
 };
 
+// A bf16 view's entries of tokens [0, ctx_len), widened exactly into out [ctx_len][entry_dim].
+void widen_latents(const PagedLatentView& cache, int64_t ctx_len, float* out);
+
 // q_lat [heads][latent_dim], q_rot [heads][rope_dim]; attends to tokens [0, ctx_len).
 // o_lat [heads][latent_dim].
 void mla_attend_latent(const float* q_lat, const float* q_rot, int64_t heads, int64_t latent_dim, int64_t rope_dim,
