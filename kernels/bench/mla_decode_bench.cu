@@ -13,7 +13,8 @@
 //   m13: the one-launch cluster form against the plan's pick, and the launch floors, thirteenth version; m14: the block-softmax
 //   form (kLeanBlock*) against the thirteenth pick, the floors, and at 1 x 1K both forms' timelines, fourteenth version;
 //   m15: the early forms (kLeanBlockEarly, kLeanEarly) against the fourteenth pick, fifteenth version; m16: an fp32 against
-//   a bf16 cache (MlaDecodeArgs::cache_bf16), sixteenth version: mla_decode_bench_m16.h)
+//   a bf16 cache (MlaDecodeArgs::cache_bf16), sixteenth version: mla_decode_bench_m16.h; m17: the bf16 cache on tensor cores,
+//   seventeenth version: mla_decode_bench_m17.h)
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -100,6 +101,7 @@ std::vector<DeviceBuffer<int32_t>> shuffled_page_tables(int64_t pool_pages, int6
 }
 
 #include "bench/mla_decode_bench_m16.h"  // bench_m16 (uses graph_launch_us, shuffled_page_tables)
+#include "bench/mla_decode_bench_m17.h"  // bench_m17 (the same)
 
 void bench_shape(const Shape& s, bool run_old) {
   const int64_t pages_per_row = (s.ctx + kPage - 1) / kPage, step_pages = s.batch * pages_per_row;
@@ -685,6 +687,10 @@ int main(int argc, char** argv) {
   g_m15 = argc > 1 && std::strcmp(argv[1], "m15") == 0;
   if (argc > 1 && std::strcmp(argv[1], "m16") == 0) {
     bench_m16();
+    return 0;
+  }
+  if (argc > 1 && std::strcmp(argv[1], "m17") == 0) {
+    bench_m17();
     return 0;
   }
   if (!g_timeline && !g_m12 && !g_m13 && !g_m14 && !g_m15) read_ceiling();

@@ -101,7 +101,9 @@ namespace pdserve::cuda {
 // kLeanBurst, kLeanPrefetch, kLeanAhead, kLeanWide*) -> kLean's. Refused with an error (Status):
 // more heads or the block variant, other widths, the cp.async loader or pages not a multiple of 16,
 // the cluster merge, dynamic tiles with the fused merge, the bench timeline, bf16_stages not in {0, 3, 6}.
-// The ring's depth: MlaDecodeWork::bf16_stages (kMlaBf16Stages by default).
+// The ring's depth: MlaDecodeWork::bf16_stages (kMlaBf16Stages by default). Those are the cuda-core
+// forms; by default a bf16 cache runs on the tensor cores instead wherever the ring is not a
+// block-softmax one (seventeenth version: MlaDecodeBf16Math below, mla_decode_mma_sm90.cu).
 enum class MlaDecodeRing { kAuto, kShallow, kDeep, kLean, kLeanDeep, kLeanBurst, kLeanPrefetch, kLeanAhead, kLeanWide, kLeanWidePrefetch,
                            kLeanBlock, kLeanBlockPrefetch, kLeanBlockEarly, kLeanEarly };
 
@@ -244,6 +246,23 @@ enum class MlaDecodeVariant { kAuto, kBlock, kWarp };
 // (docs/perf.md, "MLA split-KV latent decode on the H200", fourth version).
 enum class MlaDecodeLoader { kAuto, kCpAsync, kBulk };
 
+// A bf16 cache's arithmetic (seventeenth version, mla_decode_mma_sm90.cu). kCudaCores: the lean
+// forms above, each pair of entries widened to fp32 and scored by FMA (bit-identical to the fp32
+// forms on the cache's exact expansion). kTensorCores: the entries fed to bf16 tensor cores as they
+// are (mma.sync m16n8k16 for the scores and for P x V; q and p split into bf16 hi + lo, ~16
+// significant bits, every sum fp32; a tile arrives as one bulk tensor copy, 128-byte swizzled):
+// within ~2e-5 (normalised) of the fp32 forms, not bit-identical. Up to 4 heads. Its ring: the early
+// rings (kLeanEarly, kLeanBlockEarly) give its early prologue (MlaDecodeWork::new_tokens), every
+// other ring its plain one. With the fused merge (counters) the run takes the cuda-core forms.
+// kAuto: the tensor cores except for the block-softmax rings (kLeanBlock*, the plan's pick for items
+// of one or two tiles), where the cuda-core block form measured faster (1 x 64 to 1 x 4K: 4.23-7.48 us
+// a step against 4.81-7.64); from 1 x 16K up the tensor cores are 0.77-0.93x the cuda-core time and
+// reach 3.8-4.1 TB/s from 32 x 16K (docs/perf.md, seventeenth version).
+enum class MlaDecodeBf16Math { kAuto, kCudaCores, kTensorCores };
+// The tensor-core form's stages of 16 tokens (18 KiB each, two CTAs an SM): 5, 6-32% faster than 3
+// at every measured shape (seventeenth version).
+inline constexpr int kMlaMmaStages = 5;
+
 // Device side of one step's plan. part_o: [capacity][heads][latent_dim], part_lse:
 // [capacity][heads]. launch_items: CTAs to launch (the plan's num_items when known on the host,
 // its capacity inside a graph: surplus CTAs exit). merge: launch the separate merge (always,
@@ -302,6 +321,9 @@ struct MlaDecodeWork {
   // A bf16 cache, 3 heads, kLean's form at kMlaBf16Stages only (bench): bf16 pairs turned into fp32
   // by two byte permutes (prmt) instead of a shift and a mask; the same values.
   bool bf16_prmt = false;
+  // A bf16 cache: the cuda-core forms or the tensor-core form (MlaDecodeBf16Math; kAuto: the
+  // tensor cores except for the block-softmax rings).
+  MlaDecodeBf16Math bf16_math = MlaDecodeBf16Math::kAuto;
   MlaDecodeTrigger trigger = kMlaDefaultTrigger;
   // The separate merge's dims a CTA (16, 32 or 64; 0: mla_decode_merge_slice). The output is
   // bit-identical across slices (mla_decode_merge_sm90.cu); only the CTA count changes. 64 (the

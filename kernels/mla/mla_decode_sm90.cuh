@@ -266,6 +266,22 @@ inline __device__ void fused_merge_tail(const MlaDecodeArgs& a, const int32_t* p
 // rest, on the same barriers.
 // T: the cache's element (float, or uint16_t for a bf16 cache: MlaDecodeArgs::cache_bf16); `cache`
 // its base, `tiles` the stages in that element.
+// The early rings' stable bound: tokens of the row before it may be read before the pdl wait
+// (the row's end - new_tokens; MlaDecodeWork::new_tokens). The row's end: this item's where it is
+// the row's last (a row's items are consecutive in the plan); else `next` (item + 1's plan entry,
+// loaded with this item's) ends at or before it, which settles most items without another round
+// trip; only where that bound is too short the row's last item's end is read.
+__device__ __forceinline__ int early_stable_end(const int32_t* plan, int item, int num_items, int4 next, int row, int end, int new_tokens) {
+  int row_end = end;  // the row's last item (a row of one item included)
+  if (item + 1 < num_items && next.x == row) {
+    row_end = next.z;                 // a later item of the row ends at or before the row's end
+    if (row_end - new_tokens < end) {         // not enough to settle it: the row's last item's end
+      const int2 info = *reinterpret_cast<const int2*>(plan + 4 + 4 * plan[2] + 4 * row);  // first item, items
+      row_end = plan[4 + 4 * (info.x + info.y - 1) + 2];
+    }
+  }
+  return row_end - new_tokens;
+}
 template <int STAGES, typename T = float>
 struct EarlyPrologue {
   const T* src[STAGES];            // the tile's first entry in the cache
@@ -275,15 +291,7 @@ template <int TILE, int STAGES, int ENTRY, typename T>
 __device__ __forceinline__ void early_issue_stable(const MlaDecodeArgs& a, const T* cache, const int32_t* plan, const int32_t* table, int item,
                                                    int num_items, int4 next, int row, int begin, int end, int new_tokens, T* tiles,
                                                    uint64_t* full, int* s_valid, EarlyPrologue<STAGES, T>& e) {
-  int row_end = end;  // the row's last item (a row of one item included)
-  if (item + 1 < num_items && next.x == row) {
-    row_end = next.z;                 // a later item of the row ends at or before the row's end
-    if (row_end - new_tokens < end) {         // not enough to settle it: the row's last item's end
-      const int2 info = *reinterpret_cast<const int2*>(plan + 4 + 4 * plan[2] + 4 * row);  // first item, items
-      row_end = plan[4 + 4 * (info.x + info.y - 1) + 2];
-    }
-  }
-  const int stable = row_end - new_tokens, ps = static_cast<int>(a.page_size);
+  const int stable = early_stable_end(plan, item, num_items, next, row, end, new_tokens), ps = static_cast<int>(a.page_size);
   constexpr unsigned kBytes = ENTRY * sizeof(T);  // a token's entry
 #pragma unroll
   for (int st = 0; st < STAGES; ++st) {
@@ -360,6 +368,14 @@ __device__ __forceinline__ float4 load4(const CacheElem<BF>* p) {
 // A bf16 cache's stage count (MlaDecodeWork::bf16_stages: 3 or 6, 0 = kMlaBf16Stages).
 inline int mla_decode_bf16_stages(const MlaDecodeWork& w) { return w.bf16_stages == 0 ? kMlaBf16Stages : w.bf16_stages; }
 
+// Whether a bf16 cache's run takes the tensor-core form (MlaDecodeBf16Math; never with the fused
+// merge's counters).
+inline bool mla_decode_bf16_tensor_cores(const MlaDecodeWork& w, const int32_t* counters, MlaDecodeRing ring) {
+  if (counters != nullptr || w.bf16_math == MlaDecodeBf16Math::kCudaCores) return false;
+  if (w.bf16_math == MlaDecodeBf16Math::kTensorCores) return true;
+  return ring != MlaDecodeRing::kLeanBlock && ring != MlaDecodeRing::kLeanBlockPrefetch && ring != MlaDecodeRing::kLeanBlockEarly;
+}
+
 // MlaDecodeWork::new_tokens as the kernels take it (an int; a row never holds INT_MAX tokens).
 inline int early_new_tokens(const MlaDecodeWork& w) { return static_cast<int>(std::min<int64_t>(w.new_tokens, INT32_MAX)); }
 
@@ -380,6 +396,9 @@ Status launch_block_softmax_variant(const MlaDecodeArgs& a, const MlaDecodeWork&
 // MlaDecodeMerge::kCluster's one launch (mla_decode_warp_sm90.cu): the warp variant's run, rows x
 // w.cluster CTAs in clusters of w.cluster, merged through distributed shared memory.
 Status launch_cluster_variant(const MlaDecodeArgs& a, const MlaDecodeWork& w, bool bulk, MlaDecodeRing ring, cudaStream_t stream);
+// A bf16 cache's tensor-core form (mla_decode_mma_sm90.cu): heads <= 4, K3's widths, bulk loader,
+// fixed tiles, no fused merge (the caller checks); the early prologue for kLeanEarly / kLeanBlockEarly.
+Status launch_mma_variant(const MlaDecodeArgs& a, const MlaDecodeWork& w, MlaDecodeRing ring, cudaStream_t stream);
 // The separate merge of split rows (mla_decode_merge_sm90.cu), grid (row, head, 64-dim slice).
 Status launch_merge(const MlaDecodeArgs& a, const MlaDecodeWork& w, cudaStream_t stream);
 

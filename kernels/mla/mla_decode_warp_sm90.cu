@@ -566,6 +566,7 @@ template <int NH>
 Status launch_warp_run(const MlaDecodeArgs& a, const MlaDecodeWork& w, bool bulk, MlaDecodeRing ring, int32_t* counters,
                        cudaStream_t stream) {
   if (a.cache_bf16 != nullptr) {
+    if (mla_decode_bf16_tensor_cores(w, counters, ring)) return launch_mma_variant(a, w, ring, stream);
     if (ring == MlaDecodeRing::kLeanBlock || ring == MlaDecodeRing::kLeanBlockPrefetch || ring == MlaDecodeRing::kLeanBlockEarly)
       return launch_block_softmax_variant(a, w, ring, counters, stream);
     return mla_decode_bf16_stages(w) == 6 ? launch_warp_run_bf16<NH, 6>(a, w, ring, counters, stream)

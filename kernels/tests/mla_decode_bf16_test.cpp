@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <numeric>
 #include <random>
@@ -49,6 +50,13 @@ MlaDecodeRing fp32_twin(MlaDecodeRing ring) {
     default: return MlaDecodeRing::kLean;
   }
 }
+
+// The tensor-core form's bound against the reference (normalised): q and p carried as bf16 hi + lo
+// (~2^-17 relative) and the tensor cores' fp32 sums; measured up to 9.2e-6 over these cases on the
+// H200 (the cuda-core forms meet 2e-5 with bit-identical fp32 sums). A wrong fragment, a stale row
+// or a lost correction gives errors of order 1.
+constexpr double kTensorCoreBound = 5e-5;
+double g_tc_max_err = 0.0;  // the largest seen, printed by the last test
 
 std::string ring_name(MlaDecodeRing r) { return std::to_string(static_cast<int>(r)); }
 
@@ -166,7 +174,7 @@ void run_bf16_case(const Bf16Case& c, uint32_t seed) {
       MlaDecodeArgs a16 = a;
       a16.cache_bf16 = d16.get();
       MlaDecodeWork w16 = w;
-      w16.bf16_stages = o.stages, w16.bf16_prmt = o.prmt;
+      w16.bf16_stages = o.stages, w16.bf16_prmt = o.prmt, w16.bf16_math = MlaDecodeBf16Math::kCudaCores;
       const auto got = run(a16, w16);
       EXPECT_LT(nerr(got, ref), 2e-5) << what;
       if (w.counters) {
@@ -184,6 +192,29 @@ void run_bf16_case(const Bf16Case& c, uint32_t seed) {
       const auto f32 = run(a32, w32);
       EXPECT_LT(nerr(got, f32), 2e-5) << what;
       EXPECT_EQ(std::memcmp(got.data(), f32.data(), got.size() * sizeof(float)), 0) << "bf16 != fp32 bits, " << what;
+      // The tensor-core form with the same ring / merge / trigger: within kTensorCoreBound of the
+      // reference; with the fused merge the cuda-core form runs (the same bits as above).
+      MlaDecodeWork wtc = w16;
+      wtc.bf16_math = MlaDecodeBf16Math::kTensorCores;
+      const std::string how = "tensor cores, " + what;
+      const auto tc = run(a16, wtc);
+      const double tc_err = nerr(tc, ref);
+      g_tc_max_err = std::max(g_tc_max_err, tc_err);
+      EXPECT_LT(tc_err, kTensorCoreBound) << how;
+      if (w.counters) {
+        EXPECT_EQ(std::memcmp(tc.data(), got.data(), got.size() * sizeof(float)), 0) << "fused: not the cuda-core form, " << how;
+      }
+      if (c.negative_row >= 0) {
+        for (int64_t i = 0; i < H * kL; ++i) ASSERT_EQ(tc[c.negative_row * H * kL + i], 0.0f) << how;
+      }
+      // kAuto (the default): the cuda-core form for the block-softmax rings, else the tensor cores;
+      // both kernels are deterministic, so the bits tell which ran.
+      MlaDecodeWork wauto = w16;
+      wauto.bf16_math = MlaDecodeBf16Math::kAuto;
+      const auto dflt = run(a16, wauto);
+      const bool block = w.ring == kB || w.ring == kBE || w.ring == kBP;
+      EXPECT_EQ(std::memcmp(dflt.data(), (block ? got : tc).data(), got.size() * sizeof(float)), 0)
+          << "the default is not the " << (block ? "cuda-core" : "tensor-core") << " form, " << what;
     }
     // A graph of two steps (pdl, the plan's ring / merge / trigger / slice, the full capacity),
     // captured after one eager run, replayed twice over NaN-filled outputs.
@@ -193,11 +224,14 @@ void run_bf16_case(const Bf16Case& c, uint32_t seed) {
     w.plan = dplan.get(), w.capacity = cap, w.part_o = part_o.get(), w.part_lse = part_lse.get(), w.launch_items = cap, w.merge = true;
     w.ring = plan.ring, w.merge_mode = plan.merge, w.trigger = plan.trigger, w.merge_slice = plan.merge_slice ? plan.merge_slice : 64;
     w.pdl = true, w.cache_pages = pages;
+    w.bf16_math = MlaDecodeBf16Math::kCudaCores;
     for (int stages : {3, 6}) {
       w.bf16_stages = stages;
       replay_two_step_graph(a16, w, stream, out, rows * H * kL, ref,
                             "bf16 stages " + std::to_string(stages) + " ring " + ring_name(plan.ring));
     }
+    w.bf16_math = MlaDecodeBf16Math::kTensorCores;
+    replay_two_step_graph(a16, w, stream, out, rows * H * kL, ref, "bf16 tensor cores, ring " + ring_name(plan.ring), kTensorCoreBound);
   }
   cudaStreamDestroy(stream);
 }
@@ -260,6 +294,9 @@ TEST_F(MlaDecodeBf16, RefusesFormsItCannotTake) {
   EXPECT_TRUE(refused(a, x)) << "dynamic tiles";
   x = w, x.bf16_stages = 4;
   EXPECT_TRUE(refused(a, x)) << "4 stages";
+  x = w, x.bf16_math = MlaDecodeBf16Math::kTensorCores;
+  EXPECT_TRUE(refused(many, x)) << "more than 3 heads on tensor cores";
+  std::printf("[ bf16 tensor cores ] largest normalised error against the reference in this run: %.3g\n", g_tc_max_err);
 }
 
 }  // namespace

@@ -34,7 +34,7 @@ class MlaDecodeEarly : public ktest::GpuTest {};
 // cache is bf16 (MlaDecodeArgs::cache_bf16; old and new entries rounded, the reference on their
 // exact fp32 values), `bf16_stages` its ring depth.
 double late_writer_error(const std::vector<int32_t>& ctx, MlaDecodeRing ring, int64_t new_tokens, uint32_t seed, bool bf16 = false,
-                         int bf16_stages = 0) {
+                         int bf16_stages = 0, MlaDecodeBf16Math math = MlaDecodeBf16Math::kCudaCores) {
   constexpr int64_t kH = 3, kL = 512, kR = 64, kE = kL + kR, kP = 64;
   const int64_t rows = ctx.size();
   int64_t max_pages = 1, used = 0;
@@ -98,7 +98,7 @@ double late_writer_error(const std::vector<int32_t>& ctx, MlaDecodeRing ring, in
   w.plan = dplan.get(), w.capacity = cap, w.part_o = part_o.get(), w.part_lse = part_lse.get(), w.launch_items = plan.num_items;
   w.merge = plan.any_split || plan.any_empty, w.pdl = true, w.ring = ring == MlaDecodeRing::kAuto ? plan.ring : ring;
   w.merge_mode = plan.merge, w.trigger = plan.trigger, w.merge_slice = plan.merge_slice ? plan.merge_slice : 64;
-  w.cache_pages = pages, w.new_tokens = new_tokens, w.bf16_stages = bf16_stages;
+  w.cache_pages = pages, w.new_tokens = new_tokens, w.bf16_math = math, w.bf16_stages = bf16_stages;
   cudaStream_t stream = nullptr;
   EXPECT_EQ(cudaStreamCreate(&stream), cudaSuccess);
   EXPECT_TRUE(mla_decode_run(a, w, stream).is_ok());  // loads and opts in the kernels (old values)
@@ -135,19 +135,24 @@ TEST_F(MlaDecodeEarly, RingsReadTheNewestTokenAfterTheWait) {
       }
 }
 
-// The same on a bf16 cache (MlaDecodeArgs::cache_bf16): the bf16 early forms on 3 and 6 stages,
-// the plan's pick and kLean's bf16 form.
+// The same on a bf16 cache (MlaDecodeArgs::cache_bf16): the cuda-core early forms on 3 and 6 stages,
+// the plan's pick and kLean's bf16 form; the tensor-core form (its early prologue for the early
+// rings) within its bound (mla_decode_bf16_test.cpp: q and p in bf16 hi + lo).
 TEST_F(MlaDecodeEarly, Bf16RingsReadTheNewestTokenAfterTheWait) {
   uint32_t seed = 850;
-  for (const auto& ctx : kLateWriterCtx)
-    for (MlaDecodeRing ring : {MlaDecodeRing::kAuto, MlaDecodeRing::kLeanBlockEarly, MlaDecodeRing::kLeanEarly, MlaDecodeRing::kLean})
-      for (int stages : {3, 6})
-        for (int64_t nt : {1, 20}) {
-          if (nt != 1 && ring != MlaDecodeRing::kLeanBlockEarly && ring != MlaDecodeRing::kLeanEarly) continue;
-          EXPECT_LT(late_writer_error(ctx, ring, nt, seed++, true, stages), 2e-5)
-              << "bf16 ring " << static_cast<int>(ring) << " stages " << stages << " new tokens " << nt << " rows " << ctx.size()
-              << " first ctx " << ctx[0];
-        }
+  for (MlaDecodeBf16Math math : {MlaDecodeBf16Math::kCudaCores, MlaDecodeBf16Math::kTensorCores}) {
+    const bool tc = math == MlaDecodeBf16Math::kTensorCores;
+    for (const auto& ctx : kLateWriterCtx)
+      for (MlaDecodeRing ring : {MlaDecodeRing::kAuto, MlaDecodeRing::kLeanBlockEarly, MlaDecodeRing::kLeanEarly, MlaDecodeRing::kLean})
+        for (int stages : {3, 6})
+          for (int64_t nt : {1, 20}) {
+            if (nt != 1 && ring != MlaDecodeRing::kLeanBlockEarly && ring != MlaDecodeRing::kLeanEarly) continue;
+            if (tc && stages == 6) continue;  // the tensor-core ring has one depth
+            EXPECT_LT(late_writer_error(ctx, ring, nt, seed++, true, stages, math), tc ? 5e-5 : 2e-5)
+                << "bf16 ring " << static_cast<int>(ring) << (tc ? " tensor cores" : " cuda cores") << " stages " << stages
+                << " new tokens " << nt << " rows " << ctx.size() << " first ctx " << ctx[0];
+          }
+  }
 }
 
 // The test above can fail: with new_tokens 0 the early rings copy every token of their first
