@@ -40,7 +40,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (auto m = decode_ready(p, n); m.is_ok()) same_payload(*m, p, n);
   if (auto m = decode_shutdown(p, n); m.is_ok()) same_payload(*m, p, n);
   if (auto m = decode_cache(p, n); m.is_ok()) {
-    if (m->id < 0 || m->kind > CacheData::kStateLayer || m->data.size() > n / sizeof(float)) std::abort();
+    const bool bf16 = m->dtype == pdserve::DType::kBF16;
+    if (m->id < 0 || m->kind > CacheData::kStateLayer || m->data.size() > n || (!bf16 && m->dtype != pdserve::DType::kF32) ||
+        (bf16 && m->kind != CacheData::kPage) || m->data.size() % static_cast<size_t>(pdserve::dtype_size(m->dtype)) != 0)
+      std::abort();
     same_payload(*m, p, n);
   }
   if (auto m = decode_fetch(p, n); m.is_ok()) {

@@ -2,6 +2,7 @@
 #include "node_cache.h"
 
 #include <algorithm>
+#include <cstring>
 #include <functional>
 
 namespace pdserve::server {
@@ -39,21 +40,16 @@ Result<uint32_t> send_rank_cache(int rank, MlaKvPool& kv, KdaStatePool& st, cons
   m.rank = static_cast<uint32_t>(rank);
   if (layers.mla1 > layers.mla0) {
     m.kind = node::CacheData::kPage;
+    m.dtype = kv.dtype();
     m.layer = static_cast<uint32_t>(layers.mla0);
     for (int32_t page : region.pages) {
       if (page < 0 || page >= kv.num_pages()) return internal_error("node cache: page " + std::to_string(page) + " is not in the pool");
       m.id = page;
       m.data.clear();
-      // The frame carries floats: a bf16 pool's entries are widened (exactly) and narrowed
-      // back on arrival (write_cache), which gives the same bits.
+      // The pool's bytes as they are (2 an element in a bf16 pool).
       for (int64_t l = layers.mla0; l < layers.mla1; ++l) {
-        if (kv.dtype() == DType::kBF16) {
-          const uint16_t* src = kv.layer_base_bf16(l) + static_cast<int64_t>(page) * kv.page_elems();
-          for (int64_t i = 0; i < kv.page_elems(); ++i) m.data.push_back(bf16_to_f32(src[i]));
-        } else {
-          const float* src = kv.layer_base(l) + static_cast<int64_t>(page) * kv.page_floats();
-          m.data.insert(m.data.end(), src, src + kv.page_floats());
-        }
+        const uint8_t* src = kv.page_ptr(l, page);
+        m.data.insert(m.data.end(), src, src + kv.page_bytes());
       }
       PDS_RETURN_IF_ERROR(send(node::encode(m)));
       ++frames;
@@ -62,11 +58,12 @@ Result<uint32_t> send_rank_cache(int rank, MlaKvPool& kv, KdaStatePool& st, cons
   if (region.slot >= 0 && layers.kda1 > layers.kda0) {
     if (region.slot >= st.num_slots()) return internal_error("node cache: slot " + std::to_string(region.slot) + " is not in the pool");
     m.kind = node::CacheData::kStateLayer;
+    m.dtype = DType::kF32;
     m.id = region.slot;
     for (int64_t l = layers.kda0; l < layers.kda1; ++l) {
-      const float* src = st.conv(region.slot, l);
+      const auto* src = reinterpret_cast<const uint8_t*>(st.conv(region.slot, l));
       m.layer = static_cast<uint32_t>(l);
-      m.data.assign(src, src + st.layer_floats());
+      m.data.assign(src, src + st.layer_floats() * sizeof(float));
       PDS_RETURN_IF_ERROR(send(node::encode(m)));
       ++frames;
     }
@@ -78,26 +75,23 @@ Result<uint32_t> send_rank_cache(int rank, MlaKvPool& kv, KdaStatePool& st, cons
 // pipeline stages, against the layers it holds (`allowed`).
 Status write_cache(MlaKvPool& kv, KdaStatePool& st, const node::CacheData& m, const CacheLayers& allowed) {
   if (m.kind == node::CacheData::kPage) {
-    const int64_t pf = kv.page_elems(), layers = pf > 0 ? static_cast<int64_t>(m.data.size()) / pf : 0;
-    if (m.id >= kv.num_pages() || layers < 1 || layers * pf != static_cast<int64_t>(m.data.size()) || m.layer < allowed.mla0 ||
+    // Never reinterpreted: a float32 frame into a bfloat16 pool (or back) is refused by name.
+    if (m.dtype != kv.dtype())
+      return Status(ErrorCode::kDataLoss, "node cache: page " + std::to_string(m.id) + " arrived as " + kv_cache_dtype_name(m.dtype) +
+                                              ", this rank's MLA pool holds " + kv_cache_dtype_name(kv.dtype()) +
+                                              " (every node of an instance runs the leader's --kv-cache-dtype)");
+    const int64_t pb = kv.page_bytes(), layers = pb > 0 ? static_cast<int64_t>(m.data.size()) / pb : 0;
+    if (m.id >= kv.num_pages() || layers < 1 || layers * pb != static_cast<int64_t>(m.data.size()) || m.layer < allowed.mla0 ||
         m.layer + layers > allowed.mla1)
-      return internal_error("node cache: page " + std::to_string(m.id) + " of " + std::to_string(m.data.size()) + " floats from MLA layer " +
+      return internal_error("node cache: page " + std::to_string(m.id) + " of " + std::to_string(m.data.size()) + " bytes from MLA layer " +
                             std::to_string(m.layer) + " does not fit the pool");
-    for (int64_t l = 0; l < layers; ++l) {
-      const float* src = m.data.data() + l * pf;
-      if (kv.dtype() == DType::kBF16) {
-        uint16_t* dst = kv.layer_base_bf16(m.layer + l) + static_cast<int64_t>(m.id) * pf;
-        for (int64_t i = 0; i < pf; ++i) dst[i] = f32_to_bf16(src[i]);
-      } else {
-        std::copy_n(src, pf, kv.layer_base(m.layer + l) + static_cast<int64_t>(m.id) * pf);
-      }
-    }
+    for (int64_t l = 0; l < layers; ++l) std::memcpy(kv.page_ptr(m.layer + l, m.id), m.data.data() + l * pb, static_cast<size_t>(pb));
     return Status::ok();
   }
-  if (m.id >= st.num_slots() || m.layer < allowed.kda0 || m.layer >= allowed.kda1 || m.layer >= st.num_layers() ||
-      static_cast<int64_t>(m.data.size()) != st.layer_floats())
+  if (m.dtype != DType::kF32 || m.id >= st.num_slots() || m.layer < allowed.kda0 || m.layer >= allowed.kda1 || m.layer >= st.num_layers() ||
+      static_cast<int64_t>(m.data.size()) != st.layer_floats() * static_cast<int64_t>(sizeof(float)))
     return internal_error("node cache: slot " + std::to_string(m.id) + " layer " + std::to_string(m.layer) + " does not fit the pool");
-  std::copy(m.data.begin(), m.data.end(), st.conv(m.id, m.layer));
+  std::memcpy(st.conv(m.id, m.layer), m.data.data(), m.data.size());
   return Status::ok();
 }
 

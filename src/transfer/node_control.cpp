@@ -2,12 +2,18 @@
 #include "pdserve/transfer/node_control.h"
 
 #include <cstring>
+#include <string>
 
 namespace pdserve::transfer::node {
 
 namespace {
 
 constexpr char kMagic[4] = {'P', 'D', 'N', 'C'};
+
+// kCache's dtype byte.
+constexpr uint8_t kWireF32 = 0, kWireBF16 = 1, kWireOther = 0xff;
+uint8_t wire_dtype(DType t) { return t == DType::kF32 ? kWireF32 : t == DType::kBF16 ? kWireBF16 : kWireOther; }
+const char* wire_name(DType t) { return t == DType::kBF16 ? "bfloat16" : "float32"; }
 
 class Writer {
  public:
@@ -65,7 +71,7 @@ class Reader {
   // (so a forged count never drives an allocation).
   uint32_t count(size_t each) {
     const uint32_t c = u32();
-    if (ok_ && static_cast<uint64_t>(c) * each > n_ - at_) ok_ = false;
+    if (ok_ && static_cast<uint64_t>(c) * each > n_ - at_) fail("a count of " + std::to_string(c) + " past the payload");
     return ok_ ? c : 0;
   }
   // Non-negative i32s (token ids, page ids).
@@ -73,13 +79,17 @@ class Reader {
     std::vector<int32_t> v(count(4));
     for (auto& x : v) {
       x = i32();
-      if (x < 0) ok_ = false;
+      if (x < 0) fail("a negative id");
     }
     return v;
   }
-  void fail() { ok_ = false; }
+  // The first failure's reason is the one reported.
+  void fail(const std::string& why = "a value out of range") {
+    if (ok_) why_ = why;
+    ok_ = false;
+  }
   Status done(const char* what) const {
-    if (!ok_) return Status(ErrorCode::kDataLoss, std::string("node control: malformed ") + what + " message");
+    if (!ok_) return Status(ErrorCode::kDataLoss, std::string("node control: malformed ") + what + " message (" + why_ + ")");
     if (at_ != n_) return Status(ErrorCode::kDataLoss, std::string("node control: trailing bytes after a ") + what + " message");
     return Status::ok();
   }
@@ -87,7 +97,7 @@ class Reader {
  private:
   bool take(size_t n) {
     if (!ok_ || n > n_ - at_) {
-      ok_ = false;
+      fail("it ends after " + std::to_string(n_) + " bytes");
       return false;
     }
     at_ += n;
@@ -96,6 +106,7 @@ class Reader {
   const uint8_t* p_;
   size_t n_, at_ = 0;
   bool ok_ = true;
+  std::string why_;
 };
 
 }  // namespace
@@ -172,10 +183,11 @@ std::string encode(const CacheData& m) {
   Writer w;
   w.u32(m.rank);
   w.u8(m.kind);
+  w.u8(wire_dtype(m.dtype));
   w.i32(m.id);
   w.u32(m.layer);
   w.u32(static_cast<uint32_t>(m.data.size()));
-  w.bytes(m.data.data(), m.data.size() * sizeof(float));  // the hosts are little-endian (x86-64, aarch64)
+  w.bytes(m.data.data(), m.data.size());  // the pools' bytes: the hosts are little-endian (x86-64, aarch64)
   return w.frame(MsgType::kCache);
 }
 
@@ -282,11 +294,18 @@ Result<CacheData> decode_cache(const uint8_t* p, size_t n) {
   CacheData m;
   m.rank = r.u32();
   m.kind = r.u8();
+  const uint8_t dtype = r.u8();
   m.id = r.i32();
   m.layer = r.u32();
-  m.data.resize(r.count(sizeof(float)));
-  r.bytes(m.data.data(), m.data.size() * sizeof(float));
-  if (m.kind > CacheData::kStateLayer || m.id < 0) r.fail();
+  m.data.resize(r.count(1));
+  r.bytes(m.data.data(), m.data.size());
+  m.dtype = dtype == kWireBF16 ? DType::kBF16 : DType::kF32;
+  if (m.kind > CacheData::kStateLayer) r.fail("kind " + std::to_string(m.kind) + ", not 0 (page) or 1 (KDA layer)");
+  if (dtype > kWireBF16) r.fail("dtype " + std::to_string(dtype) + ", not 0 (float32) or 1 (bfloat16)");
+  if (m.kind == CacheData::kStateLayer && m.dtype != DType::kF32) r.fail("a KDA layer in bfloat16 (the state is float32)");
+  if (m.id < 0) r.fail("id " + std::to_string(m.id));
+  if (m.data.size() % static_cast<size_t>(dtype_size(m.dtype)) != 0)
+    r.fail(std::to_string(m.data.size()) + " bytes, not whole " + wire_name(m.dtype) + std::string(" elements"));
   PDS_RETURN_IF_ERROR(r.done("cache"));
   return m;
 }

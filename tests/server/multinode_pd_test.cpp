@@ -6,7 +6,7 @@
 // the same greedy text as --tp 1. Then the failures: a follower killed mid-request fails it
 // with a clear error, /health says why, and the leader keeps no page or slot; a follower
 // started with another command is refused by name. The same for pipeline stages split over
-// the nodes (MultiNodePipeline).
+// the nodes (MultiNodePipeline), and decode over two nodes with a bfloat16 cache (MultiNodeBf16).
 #include <gtest/gtest.h>
 
 #include <signal.h>
@@ -177,6 +177,35 @@ TEST_F(MultiNodePd, FourDecodeRanksOverTwoNodesAnswerLikeOneNode) {
   ASSERT_TRUE(r);
   const std::vector<Json> two_nodes = replies(r->port());
   for (size_t i = 0; i < kPrompts.size(); ++i) EXPECT_EQ(two_nodes[i], tp4[i]) << kPrompts[i];
+}
+
+// kv_cache_dtype bfloat16 on every side: node 0 forwards the follower's pages as the pool's
+// bf16 bytes (kCache frames in bfloat16, refused by a pool of another dtype), and decode TP2
+// over two nodes equals one-node bf16 decode TP2 bit for bit.
+TEST(MultiNodeBf16, DecodeOverTwoNodesAnswersLikeOneNode) {
+  const std::vector<std::string> bf16 = {"--kv-cache-dtype", "bfloat16"};
+  ChildServer prefill(role_args("prefill", "1", bf16));
+  ASSERT_GT(prefill.bootstrap_port(), 0) << prefill.log();
+  std::vector<Json> one_node;
+  {
+    ChildServer decode(role_args("decode", "2", bf16));
+    ASSERT_GT(decode.port(), 0) << decode.log();
+    auto r = pd_router(prefill, decode.port());
+    ASSERT_TRUE(r);
+    one_node = replies(r->port());
+  }
+  ASSERT_EQ(one_node.size(), kPrompts.size());
+  TwoNodes n("decode", "2", "decode", "60", bf16);
+  ASSERT_GT(n.leader->port(), 0) << n.leader->log() << "\nfollower:\n" << n.follower->drain_output();
+  EXPECT_EQ(server_info(n.leader->port())["pools"]["kv_cache_dtype"], "bfloat16");
+  auto r = pd_router(prefill, n.leader->port());
+  ASSERT_TRUE(r);
+  const std::vector<Json> two_nodes = replies(r->port());
+  for (size_t i = 0; i < kPrompts.size(); ++i) {
+    ASSERT_TRUE(two_nodes[i].is_object()) << kPrompts[i];
+    EXPECT_EQ(two_nodes[i], one_node[i]) << kPrompts[i] << "\ntwo nodes:\n" << two_nodes[i].dump() << "\none node:\n" << one_node[i].dump();
+  }
+  EXPECT_TRUE(wait_for([&] { return pools_free(n.leader->port()) && pools_free(prefill.port()); }));
 }
 
 TEST_F(MultiNodePd, AFollowerKilledMidRequestFailsItClearlyAndLeaksNothing) {

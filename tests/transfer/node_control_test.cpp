@@ -81,6 +81,13 @@ TEST(NodeControl, FramesRoundTrip) {
   EXPECT_EQ(decode_shutdown(bytes(dp), dp.size())->reason, "bye");
 }
 
+template <typename T>
+std::vector<uint8_t> raw(const std::vector<T>& v) {
+  std::vector<uint8_t> b(v.size() * sizeof(T));
+  std::memcpy(b.data(), v.data(), b.size());
+  return b;
+}
+
 // Decode across nodes: the cache the leader forwards, and the role every node must share.
 TEST(NodeControl, CacheFramesAndTheRoleRoundTripAndRefuseNonsense) {
   CacheData c;
@@ -88,16 +95,23 @@ TEST(NodeControl, CacheFramesAndTheRoleRoundTripAndRefuseNonsense) {
   c.kind = CacheData::kStateLayer;
   c.id = 7;
   c.layer = 2;
-  c.data = {1.5f, -2.0f, 0.25f};
+  c.data = raw(std::vector<float>{1.5f, -2.0f, 0.25f});
   const std::string cp = payload_of(encode(c), MsgType::kCache);
+  EXPECT_EQ(cp.size(), 18u + 12u);  // rank, kind, dtype, id, layer, byte count; three floats
   auto c2 = decode_cache(bytes(cp), cp.size());
   ASSERT_TRUE(c2.is_ok()) << c2.status().message();
   EXPECT_EQ(c2->rank, 3u);
   EXPECT_EQ(c2->kind, CacheData::kStateLayer);
+  EXPECT_EQ(c2->dtype, DType::kF32);
   EXPECT_EQ(c2->id, 7);
   EXPECT_EQ(c2->layer, 2u);
   EXPECT_EQ(c2->data, c.data);
   for (size_t n = 0; n < cp.size(); ++n) EXPECT_FALSE(decode_cache(bytes(cp), n).is_ok()) << n << " bytes";
+  auto truncated = decode_cache(bytes(cp), cp.size() - 1);
+  EXPECT_NE(truncated.status().message().find("malformed cache message (a count of 12 past the payload)"), std::string::npos)
+      << truncated.status().message();
+  truncated = decode_cache(bytes(cp), 7);
+  EXPECT_NE(truncated.status().message().find("(it ends after 7 bytes)"), std::string::npos) << truncated.status().message();
   for (auto mutate : {+[](CacheData& m) { m.id = -1; }, +[](CacheData& m) { m.kind = 2; }}) {
     CacheData m = c;
     mutate(m);
@@ -105,7 +119,7 @@ TEST(NodeControl, CacheFramesAndTheRoleRoundTripAndRefuseNonsense) {
     EXPECT_FALSE(decode_cache(bytes(q), q.size()).is_ok());
   }
   std::string forged = cp;
-  forged[13] = 0x7f;  // the float count (after rank, kind, id, layer) past the payload
+  forged[14] = 0x7f;  // the byte count (after rank, kind, dtype, id, layer) past the payload
   EXPECT_FALSE(decode_cache(bytes(forged), forged.size()).is_ok());
   // Prefill across nodes: the leader's fetch of a region and the follower's closing count.
   const std::string fp = payload_of(encode(Fetch{{4, 5, 9}, 2}), MsgType::kFetch);
@@ -133,6 +147,59 @@ TEST(NodeControl, CacheFramesAndTheRoleRoundTripAndRefuseNonsense) {
   h.role = kMaxRole + 1;
   hp = payload_of(encode(h), MsgType::kHello);
   EXPECT_FALSE(decode_hello(bytes(hp), hp.size()).is_ok());
+}
+
+// kv_cache_dtype bfloat16: a page frame carries the pool's bf16 bits as they are (2 bytes an
+// element, half the float32 frame), every bit pattern intact (NaN payloads, -0.0); the dtype is
+// named in the frame, an unknown one, a KDA layer in bf16 or a partial element is refused by name.
+TEST(NodeControl, Bf16PageFramesCarryTheRawBitsAtHalfTheBytes) {
+  const std::vector<uint16_t> bits = {0x3f80, 0x8000 /* -0.0 */, 0x7fc1 /* quiet NaN, payload */, 0x7f81 /* signalling NaN */,
+                                      0xff80 /* -inf */, 0x0001 /* denormal */, 0xc2f7, 0x0000};
+  CacheData p16;
+  p16.rank = 1;
+  p16.kind = CacheData::kPage;
+  p16.dtype = DType::kBF16;
+  p16.id = 5;
+  p16.layer = 0;
+  p16.data = raw(bits);
+  CacheData p32 = p16;
+  p32.dtype = DType::kF32;
+  std::vector<float> widened;
+  for (uint16_t b : bits) widened.push_back(bf16_to_f32(b));
+  p32.data = raw(widened);
+  const std::string f16 = encode(p16), f32 = encode(p32);
+  EXPECT_EQ(f16.size(), kHeaderBytes + 18 + 2 * bits.size());
+  EXPECT_EQ(f32.size(), kHeaderBytes + 18 + 4 * bits.size());
+  const std::string q = payload_of(f16, MsgType::kCache);
+  EXPECT_EQ(static_cast<uint8_t>(q[5]), 1);  // the dtype byte: bfloat16
+  auto back = decode_cache(bytes(q), q.size());
+  ASSERT_TRUE(back.is_ok()) << back.status().message();
+  EXPECT_EQ(back->dtype, DType::kBF16);
+  EXPECT_EQ(back->id, 5);
+  ASSERT_EQ(back->data.size(), 2 * bits.size());
+  EXPECT_EQ(0, std::memcmp(back->data.data(), bits.data(), back->data.size()));  // the same bits, NaN payloads and -0.0 included
+  for (size_t n = 0; n < q.size(); ++n) EXPECT_FALSE(decode_cache(bytes(q), n).is_ok()) << n << " bytes";
+  auto refused = [&](std::string bad, const std::string& why) {
+    auto r = decode_cache(bytes(bad), bad.size());
+    ASSERT_FALSE(r.is_ok()) << why;
+    EXPECT_EQ(r.status().code(), ErrorCode::kDataLoss);
+    EXPECT_NE(r.status().message().find(why), std::string::npos) << r.status().message();
+  };
+  std::string bad = q;
+  bad[5] = 7;
+  refused(bad, "dtype 7, not 0 (float32) or 1 (bfloat16)");
+  bad = q;
+  bad[4] = CacheData::kStateLayer;
+  refused(bad, "a KDA layer in bfloat16 (the state is float32)");
+  CacheData odd = p16;
+  odd.data.pop_back();  // 15 bytes: seven and a half elements
+  refused(payload_of(encode(odd), MsgType::kCache), "15 bytes, not whole bfloat16 elements");
+  odd = p32;
+  odd.data.resize(30);
+  refused(payload_of(encode(odd), MsgType::kCache), "30 bytes, not whole float32 elements");
+  odd = p16;
+  odd.dtype = DType::kF16;  // not a cache dtype: written as unknown, refused on arrival
+  refused(payload_of(encode(odd), MsgType::kCache), "dtype 255");
 }
 
 // Pipeline stages on several nodes: Hello's stage count (stages whole on a node) and a
@@ -210,6 +277,8 @@ TEST(NodeControl, BadHeadersAreRefused) {
   bad = f;
   bad[4] = 9;  // version 9
   EXPECT_NE(decode_header(bytes(bad)).status().message().find("version 9"), std::string::npos);
+  bad[4] = 3;  // a node of the build before byte-typed kCache frames: refused on its first frame
+  EXPECT_NE(decode_header(bytes(bad)).status().message().find("protocol version 3, this build speaks 4"), std::string::npos);
   bad = f;
   bad[6] = 0;  // type 0
   EXPECT_FALSE(decode_header(bytes(bad)).is_ok());

@@ -20,9 +20,13 @@
 //   kCache    leader -> follower (decode role): cache prefill sent for a rank the follower
 //             runs, ahead of the first step that reads it (same stream, so in order):
 //             rank u32 (global), kind u8 (0: one page, every MLA layer; 1: one KDA layer of
-//             one slot), id i32 (page or slot), layer u32 (kind 1: the KDA layer; kind 0:
-//             the first MLA layer the floats hold, consecutive layers from it, 0 = all),
-//             floats u32 + f32 each; also follower -> leader in reply to kFetch
+//             one slot), dtype u8 (the values' type: 0 float32, 1 bfloat16; kind 1 is always
+//             float32), id i32 (page or slot), layer u32 (kind 1: the KDA layer; kind 0: the
+//             first MLA layer the values hold, consecutive layers from it, 0 = all), bytes u32
+//             + the values as the pool stores them (a page: the MLA pool's raw entries, 2 bytes
+//             an element in a bfloat16 pool; a whole number of elements); a receiver whose
+//             pool holds another dtype refuses the frame; also follower -> leader in reply
+//             to kFetch
 //   kFetch    leader -> follower (prefill role): send back your ranks' share of a region the
 //             last step wrote: pages u32 + i32 each, slot i32 (-1: none)
 //   kFetchDone follower -> leader: the kCache frames sent in reply (u32), after the last one
@@ -41,11 +45,14 @@
 #include <string>
 #include <vector>
 
+#include "pdserve/core/dtype.h"
 #include "pdserve/core/status.h"
 
 namespace pdserve::transfer::node {
 
-constexpr uint16_t kVersion = 3;  // 2: Hello carries the role; kCache. 3: Hello.pp, kRound, pages from a layer
+// 2: Hello carries the role; kCache. 3: Hello.pp, kRound, pages from a layer. 4: kCache carries
+// the pool's bytes and their dtype (was floats).
+constexpr uint16_t kVersion = 4;
 constexpr size_t kHeaderBytes = 12;
 constexpr uint32_t kMaxPayload = 64u << 20;  // a step of many long prefill chunks stays far below
 constexpr uint32_t kMaxGroupId = 4096;
@@ -93,9 +100,10 @@ struct CacheData {
   enum Kind : uint8_t { kPage = 0, kStateLayer = 1 };
   uint32_t rank = 0;
   uint8_t kind = kPage;
+  DType dtype = DType::kF32;  // kF32 or kBF16 (pages only)
   int32_t id = 0;
   uint32_t layer = 0;
-  std::vector<float> data;
+  std::vector<uint8_t> data;  // the values' bytes, little-endian, as the pool holds them
 };
 
 struct Fetch {
