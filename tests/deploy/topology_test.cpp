@@ -40,6 +40,14 @@ TEST(Topology, ParsesShellSubset) {
   EXPECT_EQ(t->router_port, 31000);
 }
 
+TEST(Topology, KeysOnlyTheDeployScriptReadsAreAccepted) {
+  // scripts/deploy_pd.sh sources the file and reads these; the roles ignore them.
+  for (const char* kv : {"STOP_GRACE_S=30", "READY_TIMEOUT_S=1800", "MAX_CLOCK_SKEW_MS=500", "GPU_IDLE_MIB=4096"}) {
+    auto t = parse_topology(kOneHost + kv + "\n", "t.env");
+    EXPECT_TRUE(t.is_ok()) << kv << ": " << t.status().to_string();
+  }
+}
+
 TEST(Topology, ErrorsNameFileKeyAndValue) {
   EXPECT_EQ(error_of(kOneHost + "PREFILL_TP=four\n"), "t.env: PREFILL_TP='four' is not an integer");
   EXPECT_EQ(error_of(kOneHost + "ROUTER_PORT=70000\n"), "t.env: ROUTER_PORT=70000 must be in [1, 65535]");
