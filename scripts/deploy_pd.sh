@@ -293,7 +293,7 @@ show_log() {  # name node lines
 
 cmd_status() {
   load_run || { log "no run (nothing started under $RUN_ROOT)"; exit 1; }
-  local name role node url pid state health bad=0 router_url=""
+  local name role node url pid state health bad=0 router_url="" info
   [ ! -e "$RUN_DIR/stopped" ] || log "run $RUN_NAME was stopped"
   printf '%-12s %-16s %-30s %-8s %s\n' NAME NODE URL PROCESS HEALTH
   while IFS=$'\t' read -r name role node url pid; do
@@ -307,12 +307,14 @@ cmd_status() {
   done <"$RUN_DIR/procs.tsv"
   if [ -n "$router_url" ]; then
     echo "router's view ($router_url/get_server_info):"
-    curl -sf -m 5 "$router_url/get_server_info" | python3 -c '
+    # Fetched first: a router that is down gets one line, not a JSON traceback.
+    info=$(curl -sf -m 5 "$router_url/get_server_info") || info=""
+    [ -n "$info" ] && python3 -c '
 import json, sys
 for w in json.load(sys.stdin).get("workers", []):
     print("  {:8} {:32} {:10} outstanding={} requests={} errors={} {}".format(w.get("role", "?"), w.get("url", "?"),
           w.get("state", "?"), w.get("outstanding", 0), w.get("requests", 0), w.get("errors", 0), w.get("last_health_error", "")))
-' || echo "  (router not answering)"
+' <<<"$info" || echo "  (router not answering)"
   fi
   return "$bad"
 }

@@ -147,7 +147,7 @@ PreflightReport run_preflight(const Topology& t, const PreflightOptions& opt) {
   };
   if (!r.problems.empty() && (t.prefill.nodes.empty() || t.decode.nodes.empty())) return r;
 
-  bool runs_model = false;
+  bool runs_model = false, runs_router = false;
   std::set<std::pair<std::string, int>> checked;
   for (Role role : {Role::kPrefill, Role::kDecode, Role::kRouter}) {
     const SideSpec* s = role == Role::kPrefill ? &t.prefill : role == Role::kDecode ? &t.decode : nullptr;
@@ -163,6 +163,7 @@ PreflightReport run_preflight(const Topology& t, const PreflightOptions& opt) {
         if (role == Role::kPrefill) listeners.push_back({s->nodes[i], {t.bootstrap_port, "BOOTSTRAP_PORT"}});
       }
     } else if (is_here(t.router_host())) {
+      runs_router = true;
       listeners.push_back({t.router_host(), {t.router_port, "ROUTER_PORT"}});
     }
     for (const auto& [node, pk] : listeners) {
@@ -170,6 +171,14 @@ PreflightReport run_preflight(const Topology& t, const PreflightOptions& opt) {
       ++r.checks;
       if (Status st = check_port_free(t.bind_host, pk.first, pk.second); !st.is_ok()) r.problems.push_back(st.message());
     }
+  }
+  if (!runs_model && !runs_router) {
+    // Nothing of the topology runs here: say so, or "1 checks passed" reads like a clean node.
+    std::string names;
+    for (const auto& n : here) names += (names.empty() ? "" : ", ") + n;
+    r.notes.push_back("no process of this topology runs on this host (none of its nodes is " + names +
+                      "): only the topology was checked, not the model, ports or RDMA NICs; run it on a "
+                      "node of the topology (--node NAME), or with --all-nodes when every process runs here");
   }
   if (runs_model) {
     ++r.checks;

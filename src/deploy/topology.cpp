@@ -210,6 +210,11 @@ Result<std::vector<LaunchSpec>> launch_specs(const Topology& t, Role role) {
     if (!t.kv_cache_dtype.empty()) a.insert(a.end(), {"--kv-cache-dtype", t.kv_cache_dtype});
     if (t.rdma_gid_index >= 0) a.insert(a.end(), {"--rdma-gid-index", std::to_string(t.rdma_gid_index)});
     if (!t.cluster_secret_file.empty()) a.insert(a.end(), {"--cluster-secret-file", t.cluster_secret_file});
+    // GPU nodes run the CUDA backend (GPUS_PER_NODE=0: the CPU one), unless EXTRA_ARGS name a device.
+    const bool device_given = std::any_of(s.extra_args.begin(), s.extra_args.end(), [](const std::string& x) {
+      return x == "--device" || x.rfind("--device=", 0) == 0;
+    });
+    if (t.gpus_per_node > 0 && !device_given) a.insert(a.end(), {"--device", "cuda"});
     a.insert(a.end(), s.extra_args.begin(), s.extra_args.end());
     if (t.gpus_per_node > 0) {
       // A node shared by both sides gives prefill the first GPUs and decode the next ones.

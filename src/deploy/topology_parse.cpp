@@ -16,7 +16,7 @@ namespace {
 const std::set<std::string>& script_only_keys() {
   static const std::set<std::string> k = {"DEPLOY_MODE", "IMAGE",          "PDSERVE_BIN",       "RUN_ROOT",
                                           "SSH_OPTS",    "READY_TIMEOUT_S", "STOP_GRACE_S",     "MAX_CLOCK_SKEW_MS",
-                                          "DOCKER_RUN_ARGS"};
+                                          "DOCKER_RUN_ARGS", "GPU_IDLE_MIB"};
   return k;
 }
 

@@ -130,6 +130,8 @@ for p in $P_PORT $D_PORT $R_PORT; do
 done
 out=$(deploy status 2>&1) && fail "status of a stopped run says healthy: $out"
 grep -q "was stopped" <<<"$out" || fail "status does not say the run was stopped: $out"
+grep -q "(router not answering)" <<<"$out" || fail "status does not say the router is not answering: $out"
+! grep -q Traceback <<<"$out" || fail "status of a stopped run prints a Python traceback: $out"
 deploy stop >/dev/null || fail "a second stop failed"
 ok "stop is clean and idempotent"
 echo "deploy_pd_test: all passed"

@@ -103,6 +103,21 @@ TEST_F(Preflight, PortsOfOtherNodesAreNotCheckedHere) {
   EXPECT_EQ(run_preflight(t, {.nodes = {}, .all_nodes = true}).problems.size(), 1u);
 }
 
+TEST_F(Preflight, AHostOutsideTheTopologySaysItCheckedOnlyTheTopology) {
+  Topology t = topo((dir_ / "m").string());
+  t.prefill.nodes = {"prefill-node-elsewhere"};
+  t.decode.nodes = {"decode-node-elsewhere"};
+  t.router_node = "router-node-elsewhere";
+  auto r = run_preflight(t, {.nodes = {"this-node"}, .all_nodes = false});
+  EXPECT_TRUE(r.problems.empty()) << r.problems.front();
+  ASSERT_EQ(r.notes.size(), 1u);
+  EXPECT_NE(r.notes[0].find("no process of this topology runs on this host (none of its nodes is this-node)"),
+            std::string::npos) << r.notes[0];
+  // A node of the topology gets its checks and no such note.
+  r = run_preflight(t, {.nodes = {"decode-node-elsewhere"}, .all_nodes = false});
+  for (const auto& n : r.notes) EXPECT_EQ(n.find("no process of this topology"), std::string::npos) << n;
+}
+
 TEST_F(Preflight, FindsPageSizeMismatchWithTheOtherProblems) {
   Topology t = topo((dir_ / "m").string());
   t.source = "x.env";

@@ -40,6 +40,14 @@ TEST(Topology, ParsesShellSubset) {
   EXPECT_EQ(t->router_port, 31000);
 }
 
+TEST(Topology, KeysOnlyTheDeployScriptReadsAreAccepted) {
+  // scripts/deploy_pd.sh sources the file and reads these; the roles ignore them.
+  for (const char* kv : {"STOP_GRACE_S=30", "READY_TIMEOUT_S=1800", "MAX_CLOCK_SKEW_MS=500", "GPU_IDLE_MIB=4096"}) {
+    auto t = parse_topology(kOneHost + kv + "\n", "t.env");
+    EXPECT_TRUE(t.is_ok()) << kv << ": " << t.status().to_string();
+  }
+}
+
 TEST(Topology, ErrorsNameFileKeyAndValue) {
   EXPECT_EQ(error_of(kOneHost + "PREFILL_TP=four\n"), "t.env: PREFILL_TP='four' is not an integer");
   EXPECT_EQ(error_of(kOneHost + "ROUTER_PORT=70000\n"), "t.env: ROUTER_PORT=70000 must be in [1, 65535]");
@@ -96,6 +104,7 @@ TEST(Topology, SeedEightNodeLaunch) {
   EXPECT_TRUE(has(p2.args, {"--nnodes", "4", "--node-rank", "2", "--dist-init-addr", (*p)[0].node + ":29500"}));
   EXPECT_TRUE(has(p2.args, {"--rdma-nics", "mlx5_0,mlx5_1,mlx5_2,mlx5_3"}));
   EXPECT_EQ(p2.env, (std::vector<std::string>{"CUDA_VISIBLE_DEVICES=0,1,2,3,4,5,6,7"}));
+  EXPECT_TRUE(has(p2.args, {"--device", "cuda"}));  // GPUS_PER_NODE > 0: the CUDA backend
   EXPECT_EQ(p2.url, "");  // only an instance's first node serves HTTP
   EXPECT_EQ((*p)[0].url, "http://" + (*p)[0].node + ":30000");
   auto d = launch_specs(*t, Role::kDecode);
@@ -104,6 +113,7 @@ TEST(Topology, SeedEightNodeLaunch) {
   EXPECT_TRUE(has(d->front().args, {"--tp", "32"}));
   EXPECT_FALSE(has(d->front().args, {"--ep", "32"}));
   EXPECT_FALSE(has(d->front().args, {"--pp", "1"}));
+  EXPECT_TRUE(has(d->front().args, {"--device", "cuda"}));
   auto r = launch_specs(*t, Role::kRouter);
   ASSERT_TRUE(r.is_ok());
   EXPECT_EQ(r->front().node, d->front().node);  // MiniLB on the first decode node, as in the seed
@@ -120,9 +130,20 @@ TEST(Topology, OneHostConfigLaunch) {
   ASSERT_EQ(p->size(), 1u);
   EXPECT_TRUE(p->front().env.empty());  // CPU: no GPU pinning
   // Only flags every role has: no --pp/--ep/--nnodes/--rdma-nics on one CPU host.
-  for (const char* f : {"--pp", "--ep", "--nnodes", "--rdma-nics"})
+  for (const char* f : {"--pp", "--ep", "--nnodes", "--rdma-nics", "--device"})
     EXPECT_EQ(std::find(p->front().args.begin(), p->front().args.end(), f), p->front().args.end()) << f;
   EXPECT_TRUE(has(p->front().args, {"--bootstrap-port", "8998"}));
+}
+
+TEST(Topology, ADeviceInExtraArgsIsNotGivenTwice) {
+  const std::string base = "MODEL_PATH=/m\nPREFILL_NODES=a\nDECODE_NODES=b\nGPUS_PER_NODE=1\n";
+  auto t = parse_topology(base + "PREFILL_EXTRA_ARGS=--device=cpu\nDECODE_EXTRA_ARGS=\"--device cpu\"\n", "t.env");
+  ASSERT_TRUE(t.is_ok()) << t.status().to_string();
+  for (Role role : {Role::kPrefill, Role::kDecode}) {
+    auto l = launch_specs(*t, role);
+    ASSERT_TRUE(l.is_ok()) << l.status().to_string();
+    EXPECT_FALSE(has(l->front().args, {"--device", "cuda"})) << role_name(role);
+  }
 }
 
 TEST(Topology, TransferBackendAndGidIndexReachBothRoles) {

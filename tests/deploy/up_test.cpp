@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <dirent.h>
@@ -300,6 +301,27 @@ TEST_F(Up, RealRolesServeAChatAndStopCleanly) {
   kill(up->pid(), SIGINT);
   EXPECT_EQ(up->wait_exit(60), 0) << up->out() << slurp(err_);
   expect_nothing_left(kids);
+}
+
+// The roles' help is what an operator reads first: `--kv-cache-dtype` must not say it is
+// CPU-only (the CUDA backend takes bfloat16 too, docs/operations.md "The MLA cache's dtype").
+TEST(RoleHelp, KvCacheDtypeIsDescribedForBothDevicesOnEveryRole) {
+  for (const char* role : {"serve", "prefill", "decode"}) {
+    const std::string cmd = std::string(PDSERVE_BINARY) + " " + role + " --help 2>&1";
+    FILE* p = popen(cmd.c_str(), "r");
+    ASSERT_NE(p, nullptr);
+    std::string help;
+    char buf[4096];
+    while (size_t n = fread(buf, 1, sizeof buf, p)) help.append(buf, n);
+    pclose(p);
+    const size_t at = help.find("--kv-cache-dtype");
+    ASSERT_NE(at, std::string::npos) << role << ":\n" << help;
+    // The option's text runs to the next option ("\n  --").
+    const std::string text = help.substr(at, help.find("\n  --", at) - at);
+    EXPECT_NE(text.find("float32 or bfloat16"), std::string::npos) << role << ": " << text;
+    EXPECT_EQ(text.find("cpu for now"), std::string::npos) << role << ": " << text;
+    EXPECT_NE(text.find("cuda"), std::string::npos) << role << ": " << text;
+  }
 }
 
 }  // namespace

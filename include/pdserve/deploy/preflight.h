@@ -20,7 +20,9 @@ struct PreflightOptions {
 
 struct PreflightReport {
   std::vector<std::string> problems;
-  std::vector<std::string> notes;  // what was found that is not a problem (each RDMA NIC's state)
+  // What was found that is not a problem: each RDMA NIC's state, or that no process of the
+  // topology runs on this host (then only the topology was checked).
+  std::vector<std::string> notes;
   int checks = 0;
 };
 
