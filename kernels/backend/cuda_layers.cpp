@@ -86,7 +86,7 @@ Status CudaModel::mla_layer(const DeviceLayer& l, const Step& st, const float* x
   a.q_lat = q_lat;
   a.q_rot = q_rot;
   a.cache = cache;
-  a.cache_bf16 = cache16;  // the split-KV run's lean bf16 forms (kLeanEarly's included) or mla_attend_latent's
+  a.cache_bf16 = cache16;  // the split-KV run's bf16 forms (tensor cores by default: mla_decode.h MlaDecodeBf16Math) or mla_attend_latent's
   a.page_table = st.page_table;
   a.ctx_len = st.ctx_len;
   a.rows = T;

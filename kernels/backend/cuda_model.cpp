@@ -120,7 +120,7 @@ std::string CudaModel::describe() const {
   std::string cache = "fp32 MLA cache";
   if (kv_dtype_ == DType::kBF16)
     cache = std::string("bf16 MLA cache, decode attention ") +
-            (split_kv_bf16_ok_ ? "split-KV (lean rings)" : "mla_attend_latent (the split-KV bf16 forms take K3's widths at <= 3 heads a rank, pages a multiple of 16 tokens)");
+            (split_kv_bf16_ok_ ? "split-KV on tensor cores" : "mla_attend_latent (the split-KV bf16 forms take K3's widths at <= 3 heads a rank, pages a multiple of 16 tokens)");
   return "cuda (" + name + ", fp32 correct-first kernels, " + cache + ", decode " + (opts_.graphs ? "CUDA graphs" : "eager") + ", " +
          std::to_string(device_bytes_ >> 20) + " MiB of weights and pools, " +
          std::to_string(num_pages_) + " pages of " + std::to_string(page_size_) + ", " + std::to_string(num_slots_) + " slots)";

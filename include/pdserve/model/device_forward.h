@@ -112,7 +112,7 @@ struct CudaForwardOptions {
   int64_t prefill_step_seqs = 1;
   // The device MLA pool's element type: the host pools' (RuntimeConfig::kv_cache_dtype). kBF16:
   // half the bytes a token; the latent writes round to nearest even (mla_write_latents_bf16),
-  // the decode (split-KV lean rings where the shape takes them, else mla_attend_latent) and the
+  // the decode (split-KV on tensor cores where the shape takes them, else mla_attend_latent) and the
   // tensor-core prefill read the bf16 pages exactly (docs/design.md, "The CUDA backend").
   DType kv_cache_dtype = DType::kF32;
 };
