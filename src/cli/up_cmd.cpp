@@ -11,6 +11,9 @@
 #include <filesystem>
 #include <iostream>
 #include <map>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "commands.h"
 #include "pdserve/deploy/preflight.h"
@@ -221,13 +224,44 @@ class Up {
   std::map<std::string, std::string> logs_;
 };
 
+// With --config the topology file decides these; a flag given beside it would be ignored, so
+// up refuses it, naming the key that decides (--model and --kv-cache-dtype override the file).
+const std::pair<const char*, const char*> kTopologyDecides[] = {
+    {"--host", "BIND_HOST"},
+    {"--port", "ROUTER_PORT"},
+    {"--prefill-port", "PREFILL_PORT"},
+    {"--bootstrap-port", "BOOTSTRAP_PORT"},
+    {"--decode-port", "DECODE_PORT"},
+    {"--page-size", "PAGE_SIZE"},
+    {"--chunk-size", "CHUNK_SIZE"},
+    {"--prefill-tp", "PREFILL_TP"},
+    {"--prefill-pp", "PREFILL_PP"},
+    {"--decode-tp", "DECODE_TP"},
+    {"--device", "GPUS_PER_NODE, or a --device in PREFILL_EXTRA_ARGS / DECODE_EXTRA_ARGS"},
+    {"--max-running", "PREFILL_MAX_RUNNING / DECODE_MAX_RUNNING"},
+    {"--prefill-arg", "PREFILL_EXTRA_ARGS"},
+    {"--decode-arg", "DECODE_EXTRA_ARGS"},
+    {"--router-arg", "ROUTER_EXTRA_ARGS"},
+};
+
+// One line per such flag given on the command line; empty when there is none.
+std::vector<std::string> flags_the_topology_decides(const CLI::App& cmd, const std::string& config) {
+  std::vector<std::string> out;
+  for (auto [flag, key] : kTopologyDecides)
+    if (flag_given(cmd, flag))
+      out.push_back("up --config " + config + ": " + flag + " is set by the topology file (" + key +
+                    "); drop the flag or edit the file");
+  return out;
+}
+
 }  // namespace
 
 void add_up_command(CLI::App& app) {
   auto* cmd = app.add_subcommand("up", "One host: start prefill, decode and the router; stop all on Ctrl-C");
   auto a = std::make_shared<UpArgs>();
   cmd->add_option("--model", a->model, "Model directory");
-  add_config_option(cmd, &a->config)->description("A one-host topology file instead of the flags below");
+  add_config_option(cmd, &a->config)
+      ->description("A one-host topology file instead of the flags below (--model and --kv-cache-dtype override it; the flags it decides are refused)");
   cmd->add_option("--host", a->host, "Address every role listens on")->capture_default_str();
   cmd->add_option("--port", a->router_port, "Router port (where requests go)")->capture_default_str();
   cmd->add_option("--prefill-port", a->prefill_port, "Prefill HTTP port")->capture_default_str();
@@ -253,7 +287,12 @@ void add_up_command(CLI::App& app) {
   cmd->add_option("--grace", a->grace_s, "Seconds between SIGTERM and SIGKILL when stopping")->capture_default_str();
   cmd->add_option("--log-dir", a->log_dir, "Where the roles' logs go (default: a new directory under $TMPDIR)");
   cmd->add_option("--exe", a->exe, "Executable the roles run (default: this pdserve; for tests)")->group("");
-  cmd->callback([a] {
+  cmd->callback([a, cmd] {
+    if (!a->config.empty()) {
+      const auto refused = flags_the_topology_decides(*cmd, a->config);
+      for (const auto& line : refused) std::cerr << "pdserve " << line << "\n";
+      if (!refused.empty()) std::exit(2);
+    }
     int rc = Up(*a).run();
     std::exit(rc);
   });

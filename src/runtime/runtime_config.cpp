@@ -22,7 +22,8 @@ Status RuntimeConfig::validate() const {
   if (page_size < 1 || page_size > 4096) return bad("page_size", "must be in [1, 4096]");
   if (max_running < 1) return bad("max_running", "must be >= 1");
   if (chunk_size < 1) return bad("chunk_size", "must be >= 1");
-  if (step_token_budget < 1) return bad("step_token_budget", "must be >= 1");
+  if (step_token_budget < 1)
+    return bad("step_token_budget", "must be >= 1, or 0 for the chunk size (resolve() fills 0), got " + std::to_string(step_token_budget));
   if (max_queue < 0) return bad("max_queue", "must be >= 0");
   if (max_model_len < 2) return bad("max_model_len", "must be >= 2 (resolve() fills 0 from the model)");
   if (num_pages < 1) return bad("num_pages", "must be >= 1");

@@ -53,6 +53,9 @@ Status ServeConfig::validate() const {
   if (runtime.page_size < 1) return invalid_argument("config page_size: must be >= 1");
   if (runtime.max_running < 1) return invalid_argument("config max_running: must be >= 1");
   if (runtime.chunk_size < 1) return invalid_argument("config chunk_size: must be >= 1");
+  if (runtime.step_token_budget < 0)
+    return invalid_argument("config step_token_budget (--step-tokens): must be >= 0 (0: the chunk size, --chunk-size), got " +
+                            std::to_string(runtime.step_token_budget));
   if (runtime.max_queue < 0) return invalid_argument("config max_queue: must be >= 0");
   if (runtime.num_pages < 0) return invalid_argument("config num_pages: must be >= 0 (0: auto)");
   if (runtime.max_model_len < 0) return invalid_argument("config max_model_len: must be >= 0 (0: the model's)");

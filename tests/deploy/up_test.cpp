@@ -228,6 +228,26 @@ class Up : public ::testing::Test {
     expect_nothing_left(kids);
   }
 
+  // A one-host topology on free ports; MODEL_PATH is `model`.
+  std::string write_topology(const std::string& name, const std::string& model) {
+    const std::string path = (dir_ / name).string();
+    std::ofstream(path) << "MODEL_PATH=" << model << "\nDEPLOY_MODE=local\nBIND_HOST=127.0.0.1\nGPUS_PER_NODE=0\n"
+                        << "PREFILL_NODES=127.0.0.1\nPREFILL_PORT=" << free_port() << "\nBOOTSTRAP_PORT=" << free_port()
+                        << "\nDECODE_NODES=127.0.0.1\nDECODE_PORT=" << free_port() << "\nROUTER_NODE=127.0.0.1\nROUTER_PORT="
+                        << free_port() << "\n";
+    return path;
+  }
+  // Runs `up --config cfg args...`; its exit code (-1: still running after 30 s).
+  int run_up(const std::string& cfg, std::vector<std::string> args, const std::string& name, std::string* out = nullptr) {
+    args.insert(args.begin(), {PDSERVE_BINARY, "up", "--config", cfg, "--exe", "/bin/false", "--grace", "1",
+                               "--ready-timeout", "20", "--log-dir", (dir_ / name).string()});
+    err_ = (dir_ / (name + ".stderr")).string();
+    UpProcess up(args, {}, err_);
+    int rc = up.wait_exit(30);
+    if (out) *out = up.out();
+    return rc;
+  }
+
   static fs::path dir_;
   std::vector<int> ports_;
   std::string err_;
@@ -277,6 +297,56 @@ TEST_F(Up, RefusesBusyPortBeforeStartingAnything) {
             std::string::npos)
       << slurp((dir_ / "busy.stderr").string());
   close(fd);
+}
+
+// With --config the file decides the ports, sizes, parallelism, device and extra arguments: a
+// flag for one of them is refused at startup (exit 2, before any port or child), naming the flag
+// and the key. --exe /bin/false makes a started child die at once, so a flag that slipped
+// through shows as exit 1, not a hang.
+TEST_F(Up, ConfigRefusesFlagsTheTopologyDecides) {
+  const std::string cfg = write_topology("decides.env", (dir_ / "m").string());
+  const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
+      {{"--port", "39999"}, "--port is set by the topology file (ROUTER_PORT)"},
+      {{"--host", "0.0.0.0"}, "--host is set by the topology file (BIND_HOST)"},
+      {{"--prefill-port", "39998"}, "--prefill-port is set by the topology file (PREFILL_PORT)"},
+      {{"--bootstrap-port", "39997"}, "--bootstrap-port is set by the topology file (BOOTSTRAP_PORT)"},
+      {{"--decode-port", "39996"}, "--decode-port is set by the topology file (DECODE_PORT)"},
+      {{"--page-size", "32"}, "--page-size is set by the topology file (PAGE_SIZE)"},
+      {{"--chunk-size", "512"}, "--chunk-size is set by the topology file (CHUNK_SIZE)"},
+      {{"--prefill-tp", "2"}, "--prefill-tp is set by the topology file (PREFILL_TP)"},
+      {{"--prefill-pp", "2"}, "--prefill-pp is set by the topology file (PREFILL_PP)"},
+      {{"--decode-tp", "2"}, "--decode-tp is set by the topology file (DECODE_TP)"},
+      {{"--device", "cuda"}, "--device is set by the topology file (GPUS_PER_NODE"},
+      {{"--max-running", "4"}, "--max-running is set by the topology file (PREFILL_MAX_RUNNING / DECODE_MAX_RUNNING)"},
+      {{"--prefill-arg=--max-queue=8"}, "--prefill-arg is set by the topology file (PREFILL_EXTRA_ARGS)"},
+      {{"--decode-arg=--max-queue=8"}, "--decode-arg is set by the topology file (DECODE_EXTRA_ARGS)"},
+      {{"--router-arg=--verbose"}, "--router-arg is set by the topology file (ROUTER_EXTRA_ARGS)"},
+  };
+  for (const auto& [flag, want] : cases) {
+    std::string out;
+    EXPECT_EQ(run_up(cfg, flag, "decides", &out), 2) << flag[0] << ": " << out << slurp(err_);
+    const std::string err = slurp(err_);
+    EXPECT_NE(err.find("pdserve up --config " + cfg + ": " + want), std::string::npos) << err;
+    EXPECT_NE(err.find("drop the flag or edit the file"), std::string::npos) << err;
+    EXPECT_EQ(out.find("starting"), std::string::npos) << out;
+  }
+  // Every such flag is named, not only the first.
+  EXPECT_EQ(run_up(cfg, {"--port", "39999", "--page-size", "32"}, "decides2"), 2);
+  const std::string err = slurp(err_);
+  EXPECT_NE(err.find("--port is set"), std::string::npos) << err;
+  EXPECT_NE(err.find("--page-size is set"), std::string::npos) << err;
+}
+
+TEST_F(Up, ConfigModelAndKvCacheDtypeStillOverrideTheFile) {
+  // The file names no model: only the --model override makes the preflight pass.
+  const std::string cfg = write_topology("override.env", (dir_ / "no-such-model").string());
+  std::string out;
+  EXPECT_EQ(run_up(cfg, {"--model", (dir_ / "m").string(), "--kv-cache-dtype", "bfloat16"}, "override", &out), 1)
+      << out << slurp(err_);
+  EXPECT_NE(out.find("pdserve up: starting prefill: /bin/false prefill"), std::string::npos) << out;
+  EXPECT_NE(out.find("--model " + (dir_ / "m").string()), std::string::npos) << out;
+  EXPECT_NE(out.find("--kv-cache-dtype bfloat16"), std::string::npos) << out;
+  EXPECT_EQ(slurp(err_).find("is set by the topology file"), std::string::npos) << slurp(err_);
 }
 
 // The real roles: prefill + decode + router, a chat request through the router, SIGINT.

@@ -162,6 +162,24 @@ TEST(ServerBadInput, ConfigValidationNamesTheField) {
   EXPECT_FALSE(HttpServer::create(cfg).is_ok());
 }
 
+// --step-tokens: 0 means the chunk size, so the refusal of a negative value says so, and it comes
+// from ServeConfig::validate (at startup, before the model loads), naming the flag.
+TEST(ServerBadInput, StepTokensMessageStatesTheRule) {
+  ServeConfig cfg = tiny_config();
+  cfg.runtime.step_token_budget = 0;
+  EXPECT_TRUE(cfg.validate().is_ok()) << cfg.validate().message();
+  cfg.runtime.step_token_budget = -1;
+  const std::string why = cfg.validate().message();
+  EXPECT_NE(why.find("config step_token_budget (--step-tokens): must be >= 0 (0: the chunk size, --chunk-size), got -1"),
+            std::string::npos)
+      << why;
+  runtime::RuntimeConfig rc;
+  rc.max_model_len = 64;
+  rc.num_pages = 4;
+  rc.step_token_budget = -1;
+  EXPECT_NE(rc.validate().message().find("must be >= 1, or 0 for the chunk size"), std::string::npos) << rc.validate().message();
+}
+
 // kv_cache_dtype: float32 (default) or bfloat16 on either device (the CUDA backend's device
 // pool takes the dtype since branch cudakv); anything else is refused before any pool exists,
 // naming the field.
