@@ -7,6 +7,7 @@
 #include <cooperative_groups.h>
 
 #include "common/cuda_check.h"
+#include "common/per_device.h"
 #include "common/pdl_bulk.cuh"
 #include "common/reduce.cuh"
 #include "kda/kda.h"
@@ -149,7 +150,8 @@ Status launch_push(const KdaDecodeArgs& a, cudaStream_t stream) {
   constexpr int cs = 32 * CPL / (W * RW);
   auto* kernel = kda_decode_push_kernel<CPL, RW, W>;
   if constexpr (cs > 8) {  // 16 needs the non-portable size (Hopper allows it)
-    static const cudaError_t allowed = cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
+    static PerDevice<cudaError_t> allowed_on;  // the attribute is per GPU (common/per_device.h)
+    const cudaError_t allowed = allowed_on.get([&] { return cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1); });
     PDS_RETURN_IF_ERROR(cuda_status(allowed, "kda_decode_step: cluster size 16"));
   }
   cudaLaunchConfig_t cfg = {};

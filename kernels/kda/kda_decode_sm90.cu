@@ -2,6 +2,7 @@
 #include <cooperative_groups.h>
 
 #include "common/cuda_check.h"
+#include "common/per_device.h"
 #include "common/reduce.cuh"
 #include "kda/kda.h"
 #include "kda/kda_decode_common.cuh"
@@ -196,7 +197,8 @@ Status launch_cluster(const KdaDecodeArgs& a, cudaStream_t stream) {
   static_assert(cs >= 1 && cs <= 16, "a head's blocks must fit one cluster");
   auto* kernel = kda_decode_cluster_kernel<CPL, RW>;
   if constexpr (cs > 8) {  // 16 needs the non-portable size (Hopper allows it)
-    static const cudaError_t allowed = cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
+    static PerDevice<cudaError_t> allowed_on;  // the attribute is per GPU (common/per_device.h)
+    const cudaError_t allowed = allowed_on.get([&] { return cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1); });
     PDS_RETURN_IF_ERROR(cuda_status(allowed, "kda_decode_step: cluster size 16"));
   }
   cudaLaunchConfig_t cfg = {};

@@ -8,6 +8,7 @@
 // 16-byte chunks it copied itself, so the ring needs no barrier; two block barriers per head
 // hand q, k, decays, v and the outputs over in shared memory.
 #include "common/cuda_check.h"
+#include "common/per_device.h"
 #include "common/pdl_bulk.cuh"
 #include "common/reduce.cuh"
 #include "kda/kda.h"
@@ -182,15 +183,16 @@ Status launch_stream(const KdaDecodeArgs& a, int per_block, cudaStream_t stream)
   auto* kernel = kda_decode_stream_kernel<RW, W, NS>;
   constexpr int threads = 32 * W;
   constexpr size_t smem = size_t(NS) * W * RW * 32 * sizeof(float4);
-  // Once per shape: the dynamic shared memory limit, and how many blocks fit on the device.
-  static const int resident = [&] {
+  // Once per shape and GPU: the dynamic shared memory limit, and how many blocks fit on the device.
+  static PerDevice<int> resident_on;
+  const int resident = resident_on.get([&] {
     if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)) != cudaSuccess) return 0;
     int per_sm = 0, device = 0, sms = 0;
     if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, smem) != cudaSuccess || cudaGetDevice(&device) != cudaSuccess ||
         cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess)
       return 0;
     return per_sm * sms;
-  }();
+  });
   if (resident <= 0) return internal_error("kda_decode_step (stream): no block of this shape fits");
   const int64_t items = a.batch * a.heads;
   // Fewest items a block such that every block is resident at once; then as few blocks as that needs.

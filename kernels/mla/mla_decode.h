@@ -251,7 +251,8 @@ enum class MlaDecodeLoader { kAuto, kCpAsync, kBulk };
 // forms on the cache's exact expansion). kTensorCores: the entries fed to bf16 tensor cores as they
 // are (mma.sync m16n8k16 for the scores and for P x V; q and p split into bf16 hi + lo, ~16
 // significant bits, every sum fp32; a tile arrives as one bulk tensor copy, 128-byte swizzled):
-// within ~2e-5 (normalised) of the fp32 forms, not bit-identical. Up to 4 heads. Its ring: the early
+// within ~2e-5 (normalised) of the fp32 forms, not bit-identical. The kernel takes up to 4 heads; a
+// bf16 cache's run takes up to 3 (mla_decode_bf16_supported). Its ring: the early
 // rings (kLeanEarly, kLeanBlockEarly) give its early prologue (MlaDecodeWork::new_tokens), every
 // other ring its plain one. With the fused merge (counters) the run takes the cuda-core forms.
 // kAuto: the tensor cores except for the block-softmax rings (kLeanBlock*, the plan's pick for items

@@ -246,11 +246,12 @@ Status launch_block_run(const MlaDecodeArgs& a, const MlaDecodeWork& w, int32_t*
     }
   }
   constexpr auto kernel = mla_decode_block_kernel<NH, PREFETCH, EARLY, TL, BF, STAGES>;
-  static const cudaError_t opt_in = [] {  // first (eager) call, never in a capture
+  static PerDevice<cudaError_t> opted_in;  // each GPU's first (eager) call, never in a capture
+  const cudaError_t opt_in = opted_in.get([] {
     const cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kStages * kTile * kMaxEntry * sizeof(float));
     if (e != cudaSuccess) return e;
     return cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, 100);
-  }();
+  });
   if (opt_in != cudaSuccess) return cuda_status(opt_in, "mla_decode_run (block softmax opt-in)");
   const cudaError_t e = launch_pdl(w.pdl, kernel, dim3(static_cast<unsigned>(w.launch_items)), dim3(kThreads), run_shared_bytes(a), stream, a,
                                    w.plan, w.part_o, w.part_lse, counters, w.trigger == MlaDecodeTrigger::kLate, w.cache_pages, early_new_tokens(w), w.timeline);

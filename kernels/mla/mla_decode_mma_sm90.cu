@@ -35,6 +35,7 @@
 // (MlaDecodeWork::new_tokens); the other tiles' copies after it. A box always copies the whole tile:
 // its rows past the row's end lie in the tile's page and are zeroed before use.
 #include "common/tensor_map.h"
+#include "common/per_device.h"
 #include "mla/mla_decode_sm90.cuh"
 #include "mla/mma_bf16.cuh"
 
@@ -68,7 +69,11 @@ constexpr int kIssueWarp = kWarps - 1;                            // issues the 
 constexpr int kZeroThreads = kThreads - kSoftmaxThreads - 32;     // warps 2-6 zero stale rows
 static_assert(kTile == 16 && kSoftmaxThreads == 64 && kDimTiles * 16 * kWarps == kLat, "the fragment layout assumes these");
 
-// x rounded to bf16 (lo false) or the rest x - bf16(x) rounded to bf16 (lo true), as bits.
+// x rounded to bf16 (lo false) or the rest x - bf16(x) rounded to bf16 (lo true), as bits. Range: |x|
+// below bf16's largest finite value (~3.39e38), else hi is inf and the pair an inf - inf NaN; x is
+// q x scale x log2(e), and scale = 1/sqrt(qk head dim) keeps it within that for every finite q (K3:
+// 0.104). A guard (isinf on hi) cost 1.6 us a step at batch 1 on the H200 (the q fragments then
+// left registers), so the range is a documented precondition instead.
 __device__ __forceinline__ uint32_t split_half(float x, bool lo) {
   const __nv_bfloat16 hi = __float2bfloat16_rn(x);
   return __bfloat16_as_ushort(lo ? __float2bfloat16_rn(x - __bfloat162float(hi)) : hi);
@@ -91,7 +96,7 @@ __global__ void __launch_bounds__(kThreads, 2)
   extern __shared__ float4 smem_raw[];
   // [kRing][kStageBytes], 1024-byte aligned (the swizzle's period; the launch adds the slack).
   unsigned char* const stages =
-      reinterpret_cast<unsigned char*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~static_cast<uintptr_t>(1023));
+      reinterpret_cast<unsigned char*>(smem_raw) + ((1024u - (smem_u32(smem_raw) & 1023u)) & 1023u);  // the shared-space address's bits
   __shared__ __align__(8) uint64_t s_full[kRing];      // stage s's tile has landed
   __shared__ int s_valid[kRing];                       // its tokens to score (0: a negative page)
   __shared__ float s_score[kWarps][kMaxHeads][kTile];   // each warp's partial scores
@@ -117,7 +122,7 @@ __global__ void __launch_bounds__(kThreads, 2)
   // (0 on a negative page).
   auto locate = [&](int gt, int& token) {
     const int t0 = begin + gt * kTile, page = table[t0 / ps];
-    token = (page < 0 ? 0 : page) * ps + t0 % ps;
+    token = static_cast<int>(static_cast<int64_t>(page < 0 ? 0 : page) * ps + t0 % ps);  // < the map's extent (launch_mma checks)
     return page < 0 ? 0 : min(kTile, end - t0);
   };
   // Lane 0 of the issuing warp: the stage's barrier armed with the box's bytes (the rows past
@@ -294,27 +299,31 @@ __global__ void __launch_bounds__(kThreads, 2)
 }
 
 // The cache as a 3-D tensor for the box copies: [tokens][9 lines][64 elements], boxes of 16 tokens.
-// The token extent is not the pool's (the run does not know it; page ids are trusted, as with the
-// bulk copies): 2^31 - 1, a tile never crossing its page.
-Status encode_cache_map(CUtensorMap* map, const uint16_t* cache) {
-  const uint64_t extent[3] = {64, kLines, (1ull << 31) - 1};
+// The token extent: the pool's (MlaDecodeWork::cache_pages x page_size) where the caller passes it,
+// so a page id past the pool reads the copy engine's zeros instead of other memory; else 2^31 - 1
+// (page ids are trusted, as with the bulk copies). A box's coordinate is a signed 32-bit token.
+Status encode_cache_map(CUtensorMap* map, const MlaDecodeArgs& a, const MlaDecodeWork& w) {
+  const int64_t tokens = w.cache_pages > 0 ? w.cache_pages * a.page_size : int64_t{INT32_MAX};
+  if (tokens > INT32_MAX) return invalid_argument("mla_decode_run (tensor cores): the cache holds more than 2^31 - 1 tokens a layer");
+  const uint64_t extent[3] = {64, kLines, static_cast<uint64_t>(tokens)};
   const uint64_t stride[2] = {128, kRowBytes};
   const uint32_t box[3] = {64, kLines, kTile};
-  return encode_bf16_tensor_map(map, cache, 3, extent, stride, box, "mla decode (tensor cores, tensor map)");
+  return encode_bf16_tensor_map(map, a.cache_bf16, 3, extent, stride, box, "mla decode (tensor cores, tensor map)");
 }
 
 template <bool EARLY>
 Status launch_mma(const MlaDecodeArgs& a, const MlaDecodeWork& w, cudaStream_t stream) {
   constexpr auto kernel = mla_decode_mma_kernel<EARLY>;
   constexpr size_t kSmem = static_cast<size_t>(kRing) * kStageBytes + 1024;  // + the alignment slack
-  static const cudaError_t opt_in = [] {  // first (eager) call, never in a capture
+  static PerDevice<cudaError_t> opted_in;  // each GPU's first (eager) call, never in a capture
+  const cudaError_t opt_in = opted_in.get([] {
     const cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(kSmem));
     if (e != cudaSuccess) return e;
     return cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, 100);
-  }();
+  });
   if (opt_in != cudaSuccess) return cuda_status(opt_in, "mla_decode_run (tensor cores, shared memory opt-in)");
   CUtensorMap map{};
-  PDS_RETURN_IF_ERROR(encode_cache_map(&map, a.cache_bf16));
+  PDS_RETURN_IF_ERROR(encode_cache_map(&map, a, w));
   const cudaError_t e = launch_pdl(w.pdl, kernel, dim3(static_cast<unsigned>(w.launch_items)), dim3(kThreads), kSmem, stream, a, map, w.plan,
                                    w.part_o, w.part_lse, w.trigger == MlaDecodeTrigger::kLate, early_new_tokens(w));
   if (e != cudaSuccess) return cuda_status(e, "mla_decode_run (tensor cores)");
@@ -326,6 +335,9 @@ Status launch_mma(const MlaDecodeArgs& a, const MlaDecodeWork& w, cudaStream_t s
 namespace mla_decode_detail {
 
 Status launch_mma_variant(const MlaDecodeArgs& a, const MlaDecodeWork& w, MlaDecodeRing ring, cudaStream_t stream) {
+  // What the kernel assumes (mla_decode_run checks these first; kept here so no caller can skip them).
+  if (a.heads < 1 || a.heads > kMaxHeads || a.latent_dim != kLat || a.rope_dim != kEntry - kLat || a.page_size % kTile != 0)
+    return invalid_argument("mla_decode_run (tensor cores): 1-4 heads, latent 512 + key 64, pages a multiple of 16 tokens");
   const bool early = ring == MlaDecodeRing::kLeanEarly || ring == MlaDecodeRing::kLeanBlockEarly;
   return early ? launch_mma<true>(a, w, stream) : launch_mma<false>(a, w, stream);
 }

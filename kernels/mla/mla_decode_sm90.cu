@@ -183,14 +183,15 @@ __global__ void __launch_bounds__(kThreads, HMAX <= 8 ? 2 : 1)
 template <int HMAX>
 Status launch_run(const MlaDecodeArgs& a, const MlaDecodeWork& w, int32_t* counters, cudaStream_t stream) {
   const size_t smem = run_shared_bytes(a);
-  // Above the 48 KiB default (two CTAs of 108 KiB fit an SM): opted in once, on the first
+  // Above the 48 KiB default (two CTAs of 108 KiB fit an SM): opted in once a GPU, on its first
   // (eager) call, never inside a capture.
-  static const cudaError_t opt_in = [] {
+  static PerDevice<cudaError_t> opted_in;
+  const cudaError_t opt_in = opted_in.get([] {
     const cudaError_t e = cudaFuncSetAttribute(mla_decode_kernel<HMAX>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                                kStages * kTile * kMaxEntry * sizeof(float));
     if (e != cudaSuccess) return e;
     return cudaFuncSetAttribute(mla_decode_kernel<HMAX>, cudaFuncAttributePreferredSharedMemoryCarveout, 100);
-  }();
+  });
   if (opt_in != cudaSuccess) return cuda_status(opt_in, "mla_decode_run (shared memory opt-in)");
   const cudaError_t e = launch_pdl(w.pdl, mla_decode_kernel<HMAX>, dim3(static_cast<unsigned>(w.launch_items)), dim3(kThreads), smem,
                                    stream, a, w.plan, w.part_o, w.part_lse, counters, w.trigger == MlaDecodeTrigger::kLate);

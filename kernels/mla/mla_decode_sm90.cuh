@@ -9,6 +9,7 @@
 #include <type_traits>
 
 #include "common/cuda_check.h"
+#include "common/per_device.h"
 #include "common/pdl_bulk.cuh"
 #include "mla/mla_decode.h"
 
@@ -396,7 +397,7 @@ Status launch_block_softmax_variant(const MlaDecodeArgs& a, const MlaDecodeWork&
 // MlaDecodeMerge::kCluster's one launch (mla_decode_warp_sm90.cu): the warp variant's run, rows x
 // w.cluster CTAs in clusters of w.cluster, merged through distributed shared memory.
 Status launch_cluster_variant(const MlaDecodeArgs& a, const MlaDecodeWork& w, bool bulk, MlaDecodeRing ring, cudaStream_t stream);
-// A bf16 cache's tensor-core form (mla_decode_mma_sm90.cu): heads <= 4, K3's widths, bulk loader,
+// A bf16 cache's tensor-core form (mla_decode_mma_sm90.cu): heads <= 4 (the run takes <= 3), K3's widths, bulk loader,
 // fixed tiles, no fused merge (the caller checks); the early prologue for kLeanEarly / kLeanBlockEarly.
 Status launch_mma_variant(const MlaDecodeArgs& a, const MlaDecodeWork& w, MlaDecodeRing ring, cudaStream_t stream);
 // The separate merge of split rows (mla_decode_merge_sm90.cu), grid (row, head, 64-dim slice).

@@ -489,7 +489,8 @@ Status launch_warp_run(const MlaDecodeArgs& a, const MlaDecodeWork& w, int32_t* 
   }
   const size_t smem = run_shared_bytes(a);
   constexpr auto kernel = mla_decode_warp_kernel<NH, BULK, TILE, STAGES, LEAN, FILL, PREFETCH, AHEAD, TL, false, EARLY, BF>;
-  static const cudaError_t opt_in = opt_in_shared(kernel);  // first (eager) call, never in a capture
+  static PerDevice<cudaError_t> opted_in;  // each GPU's first (eager) call, never in a capture
+  const cudaError_t opt_in = opted_in.get([] { return opt_in_shared(kernel); });
   if (opt_in != cudaSuccess) return cuda_status(opt_in, "mla_decode_run (shared memory opt-in)");
   const cudaError_t e = launch_pdl(w.pdl, kernel, dim3(static_cast<unsigned>(w.launch_items)), dim3(kThreads),
                                    smem, stream, a, w.plan, w.part_o, w.part_lse, counters, w.dynamic_tiles,
@@ -503,13 +504,14 @@ template <int NH, bool BULK, int TILE, int STAGES, bool LEAN = false, bool PREFE
 Status launch_cluster_run(const MlaDecodeArgs& a, const MlaDecodeWork& w, cudaStream_t stream) {
   constexpr auto kernel = mla_decode_warp_kernel<NH, BULK, TILE, STAGES, LEAN, false, PREFETCH, false, false, true>;
   constexpr bool kWide = TILE * STAGES > kTile * kStages;
-  static const cudaError_t opt_in = [] {  // first (eager) call, never in a capture
+  static PerDevice<cudaError_t> opted_in;  // each GPU's first (eager) call, never in a capture
+  const cudaError_t opt_in = opted_in.get([] {
     cudaError_t e = opt_in_shared(kernel);
     if (e == cudaSuccess && kWide)
       e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(wide_shared_bytes()));
     if (e != cudaSuccess) return e;
     return cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
-  }();
+  });
   if (opt_in != cudaSuccess) return cuda_status(opt_in, "mla_decode_run (cluster opt-in)");
   cudaLaunchConfig_t cfg = {};
   cfg.gridDim = dim3(static_cast<unsigned>(a.rows * w.cluster));

@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <mutex>
 #include <type_traits>
 
 #include "common/cuda_check.h"
@@ -295,20 +296,24 @@ __device__ __forceinline__ void wa_store_partials(const float (&acc)[2][4], floa
 // all the SM allows, so that one size set first never caps another size of the same kernel.
 template <typename Kernel>
 Result<unsigned> grid_for(Kernel kernel, size_t smem, int64_t max_units, int threads) {
+  // Per (kernel, shared memory, GPU): the attribute is the current device's (common/per_device.h),
+  // and the TP ranks of one process call this from their own threads at once.
   struct Entry {
     const void* kernel;
     size_t smem;
-    int per_sm;
+    int dev, per_sm, sms;
   };
   static Entry cache[48];
-  static int used = 0, sms = 0;
+  static int used = 0;
+  static std::mutex mu;
   const void* key = reinterpret_cast<const void*>(kernel);
-  int per_sm = 0;
+  int dev = 0;
+  PDS_RETURN_IF_ERROR(cuda_status(cudaGetDevice(&dev), "cudaGetDevice"));
+  std::lock_guard<std::mutex> lock(mu);
+  int per_sm = 0, sms = 0;
   for (int i = 0; i < used; ++i)
-    if (cache[i].kernel == key && cache[i].smem == smem) per_sm = cache[i].per_sm;
+    if (cache[i].kernel == key && cache[i].smem == smem && cache[i].dev == dev) per_sm = cache[i].per_sm, sms = cache[i].sms;
   if (per_sm == 0) {
-    int dev = 0;
-    PDS_RETURN_IF_ERROR(cuda_status(cudaGetDevice(&dev), "cudaGetDevice"));
     PDS_RETURN_IF_ERROR(cuda_status(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev), "sm count"));
     if (smem > 0) {  // allow all the dynamic shared memory the kernel's static part leaves (static + dynamic > 48 KB)
       cudaFuncAttributes fa{};
@@ -321,7 +326,7 @@ Result<unsigned> grid_for(Kernel kernel, size_t smem, int64_t max_units, int thr
     }
     PDS_RETURN_IF_ERROR(cuda_status(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, smem), "occupancy"));
     if (per_sm == 0) return invalid_argument("moe_expert_mlp_decode: kernel does not fit on an SM");
-    if (used < 48) cache[used++] = {key, smem, per_sm};
+    if (used < 48) cache[used++] = {key, smem, dev, per_sm, sms};
   }
   return static_cast<unsigned>(std::max<int64_t>(1, std::min<int64_t>(max_units, int64_t(per_sm) * sms)));
 }

@@ -26,6 +26,7 @@
 #include <cstdint>
 
 #include "common/pdl_bulk.cuh"
+#include "common/per_device.h"
 #include "moe/moe_decode_device.cuh"
 #include "moe/moe_decode_wa.cuh"
 
@@ -207,12 +208,13 @@ int ring_warps(int64_t chunks) {
 
 // The opt-in dynamic shared memory of one CTA (less the kernels' static part), queried once.
 Result<uint32_t> ring_smem_limit() {
-  static int optin = 0;
-  if (optin == 0) {
-    int dev = 0;
-    PDS_RETURN_IF_ERROR(cuda_status(cudaGetDevice(&dev), "cudaGetDevice"));
-    PDS_RETURN_IF_ERROR(cuda_status(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev), "shared memory opt-in"));
-  }
+  static PerDevice<int> optin_on;  // per GPU, thread-safe (common/per_device.h)
+  const int optin = optin_on.get([] {
+    int dev = 0, v = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&v, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) != cudaSuccess) return 0;
+    return v;
+  });
+  if (optin == 0) return internal_error("moe_expert_mlp_decode: the shared memory opt-in limit could not be read");
   return static_cast<uint32_t>(optin) - uint32_t(kMaxExperts) * 4u - 256u;  // the static part: the expert list and count (4224 bytes)
 }
 

@@ -34,6 +34,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <mutex>
 #include <string>
 
 #include "common/cuda_check.h"
@@ -404,11 +405,15 @@ template <typename Kernel>
 Result<unsigned> cluster_pairs_for(Kernel kernel, int threads) {
   static struct {
     const void* k;
-    int n;
+    int dev, n;
   } cache[8];
   static int used = 0;
+  static std::mutex mu;  // the ranks of one process call this from their own threads
+  int dev = 0;
+  PDS_RETURN_IF_ERROR(cuda_status(cudaGetDevice(&dev), "cudaGetDevice"));
+  std::lock_guard<std::mutex> lock(mu);
   for (int i = 0; i < used; ++i)
-    if (cache[i].k == reinterpret_cast<const void*>(kernel)) return unsigned(cache[i].n);
+    if (cache[i].k == reinterpret_cast<const void*>(kernel) && cache[i].dev == dev) return unsigned(cache[i].n);
   cudaLaunchConfig_t cfg = {};
   cudaLaunchAttribute attr[1];
   attr[0].id = cudaLaunchAttributeClusterDimension;
@@ -421,7 +426,7 @@ Result<unsigned> cluster_pairs_for(Kernel kernel, int threads) {
   int n = 0;
   PDS_RETURN_IF_ERROR(cuda_status(cudaOccupancyMaxActiveClusters(&n, kernel, &cfg), "cluster occupancy"));
   if (n <= 0) return invalid_argument("moe_expert_mlp_prefill: a 2-CTA cluster of the multicast kernel does not fit");
-  if (used < 8) cache[used++] = {reinterpret_cast<const void*>(kernel), n};
+  if (used < 8) cache[used++] = {reinterpret_cast<const void*>(kernel), dev, n};
   return unsigned(n);
 }
 

@@ -74,8 +74,16 @@ void run_bf16_case(const Bf16Case& c, uint32_t seed) {
   int64_t next = 0;
   for (int64_t b = 0; b < rows; ++b)
     for (int64_t p = 0; p < (c.ctx[b] + kP - 1) / kP; ++p) table[b * max_pages + p] = b == c.negative_row ? -1 : perm[next++];
-  // The bf16 cache (rounded to nearest even) and its exact fp32 expansion.
-  const auto raw = randn(pages * kP * kE, seed + 1);
+  // The bf16 cache (rounded to nearest even) and its exact fp32 expansion. Every entry no row may
+  // attend to is NaN: the slots past each row's end in its last page (the tensor-core form copies
+  // whole 16-token tiles and must zero those rows before P x V) and the pages no row holds.
+  auto raw = randn(pages * kP * kE, seed + 1);
+  std::vector<bool> live(pages * kP, false);
+  for (int64_t b = 0; b < rows; ++b)
+    for (int64_t t = 0; t < c.ctx[b]; ++t)
+      if (table[b * max_pages + t / kP] >= 0) live[table[b * max_pages + t / kP] * kP + t % kP] = true;
+  for (int64_t e = 0; e < pages * kP; ++e)
+    if (!live[e]) std::fill_n(raw.begin() + e * kE, kE, NAN);
   std::vector<uint16_t> cache16(raw.size());
   std::vector<float> cache32(raw.size());
   for (size_t i = 0; i < raw.size(); ++i) cache16[i] = f32_to_bf16(raw[i]), cache32[i] = bf16_to_f32(cache16[i]);
@@ -264,6 +272,20 @@ TEST_F(MlaDecodeBf16, BatchOneSplitRowsGraphsAndNegativePages) {
 
 // One small case for compute-sanitizer (memcheck, racecheck).
 TEST_F(MlaDecodeBf16, SmallCase) { run_bf16_case({3, {1024, 65, 0}, false, -1, true}, 950); }
+
+// One process driving two GPUs (TP ranks and pipeline stages are threads of one process): the
+// forms that need more than 48 KiB of shared memory are opted in on each GPU, not only on the
+// first one a launch ran on (common/per_device.h). Skips with fewer than two GPUs.
+TEST_F(MlaDecodeBf16, EveryGpuOfTheProcessRunsTheK3Forms) {
+  int n = 0;
+  ASSERT_EQ(cudaGetDeviceCount(&n), cudaSuccess);
+  if (n < 2) GTEST_SKIP() << "one GPU";
+  for (int dev : {0, 1, 0}) {
+    ASSERT_EQ(cudaSetDevice(dev), cudaSuccess);
+    run_bf16_case({3, {1024, 65, 0}, false, -1, true}, 960 + static_cast<uint32_t>(dev));
+  }
+  ASSERT_EQ(cudaSetDevice(0), cudaSuccess);
+}
 
 // What a bf16 cache does not take is refused (mla_decode.h), never run on the wrong bytes.
 TEST_F(MlaDecodeBf16, RefusesFormsItCannotTake) {
