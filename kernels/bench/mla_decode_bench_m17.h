@@ -17,49 +17,9 @@
 #include "pdserve/core/dtype.h"
 
 inline void bench_m17_shape(int64_t batch, int64_t ctx_tokens) {
-  constexpr int64_t kHeads = 3;
-  const int64_t pages_per_row = (ctx_tokens + kPage - 1) / kPage, step_pages = batch * pages_per_row;
-  const double bytes32 = static_cast<double>(batch) * ctx_tokens * kEntry * 4, bytes16 = bytes32 / 2;
-  // Copies of distinct pages so consecutive steps read different memory (>= 256 MB of fp32 rotated).
-  const int64_t copies = std::min<int64_t>(32, std::max<int64_t>(1, static_cast<int64_t>(std::ceil(256e6 / bytes32))));
-  const int64_t pool_pages = copies * step_pages, total = pool_pages * kPage * kEntry;
-  DeviceBuffer<float> c32;
-  DeviceBuffer<uint16_t> c16;
-  check(c32.resize(total), "fp32 cache");
-  check(c16.resize(total), "bf16 cache");
-  {
-    const auto block = randn(1 << 18, 5);
-    std::vector<uint16_t> block16(block.size());
-    for (size_t i = 0; i < block.size(); ++i) block16[i] = pdserve::f32_to_bf16(block[i]);
-    auto d32 = upload(block);
-    auto d16 = upload(block16);
-    for (int64_t off = 0; off < total; off += static_cast<int64_t>(block.size())) {
-      const int64_t n = std::min<int64_t>(block.size(), total - off);
-      cudaMemcpy(c32.get() + off, d32.get(), n * 4, cudaMemcpyDeviceToDevice);
-      cudaMemcpy(c16.get() + off, d16.get(), n * 2, cudaMemcpyDeviceToDevice);
-    }
-  }
-  std::vector<DeviceBuffer<int32_t>> tables = shuffled_page_tables(pool_pages, copies, step_pages);
-  const std::vector<int32_t> ctx(batch, static_cast<int32_t>(ctx_tokens));
-  auto dctx = upload(ctx);
-  auto ql = upload(randn(batch * kHeads * kLat, 6)), qr = upload(randn(batch * kHeads * kRope, 7));
-  DeviceBuffer<float> out;
-  check(out.resize(batch * kHeads * kLat), "out");
-  const int64_t cap = mla_decode_plan_capacity(batch);
-  MlaDecodePlan plan;
-  check(build_mla_decode_plan(ctx.data(), batch, kPage, cap, &plan), "plan");
-  auto dplan = upload(plan.image);
-  DeviceBuffer<float> part_o, part_lse;
-  check(part_o.resize(cap * kHeads * kLat), "part_o");
-  check(part_lse.resize(cap * kHeads), "part_lse");
-  MlaDecodeArgs a;
-  a.q_lat = ql.get(), a.q_rot = qr.get(), a.ctx_len = dctx.get();
-  a.rows = batch, a.heads = kHeads, a.latent_dim = kLat, a.rope_dim = kRope, a.page_size = kPage, a.max_pages = pages_per_row;
-  a.scale = 1.0f / std::sqrt(192.0f), a.o_lat = out.get();
-  MlaDecodeWork w;
-  w.plan = dplan.get(), w.capacity = cap, w.launch_items = plan.num_items, w.merge = plan.any_split || plan.any_empty;
-  w.part_o = part_o.get(), w.part_lse = part_lse.get(), w.pdl = true, w.ring = plan.ring, w.merge_mode = plan.merge;
-  w.cache_pages = pool_pages, w.trigger = plan.trigger, w.merge_slice = plan.merge_slice;
+  DtypeStep st(batch, ctx_tokens);  // mla_decode_bench_m16.h
+  const MlaDecodeWork& w = st.w;
+  const MlaDecodePlan& plan = st.plan;
   constexpr int kCfg = 6;
   MlaDecodeWork cw[kCfg];
   bool bf[kCfg];
@@ -67,13 +27,7 @@ inline void bench_m17_shape(int64_t batch, int64_t ctx_tokens) {
   constexpr auto kCuda = MlaDecodeBf16Math::kCudaCores, kTc = MlaDecodeBf16Math::kTensorCores;
   cw[1].bf16_math = kCuda, cw[2].bf16_math = kTc, cw[3].bf16_math = MlaDecodeBf16Math::kAuto;
   cw[4].bf16_math = kCuda, cw[4].ring = MlaDecodeRing::kLeanEarly, cw[5].bf16_math = kTc, cw[5].ring = MlaDecodeRing::kLeanEarly;
-  auto launch = [&](int o, cudaStream_t stream, int i) {
-    MlaDecodeArgs ai = a;
-    ai.page_table = tables[i % copies].get();
-    if (bf[o]) ai.cache_bf16 = c16.get();
-    else ai.cache = c32.get();
-    check(mla_decode_run(ai, cw[o], stream), "mla_decode_run (m17)");
-  };
+  auto launch = [&](int o, cudaStream_t stream, int i) { st.run(cw[o], bf[o], stream, i, "mla_decode_run (m17)"); };
   std::vector<double> rounds[kCfg];
   for (int r = 0; r < 5; ++r)
     for (int o = 0; o < kCfg; ++o) rounds[o].push_back(graph_launch_us([&](cudaStream_t s, int i) { launch(o, s, i); }, 20));
@@ -81,11 +35,11 @@ inline void bench_m17_shape(int64_t batch, int64_t ctx_tokens) {
   for (int o = 0; o < kCfg; ++o) std::sort(rounds[o].begin(), rounds[o].end()), med[o] = rounds[o][2];
   // The tensor-core output against the cuda-core one on the same step (NaN-filled first).
   auto output_of = [&](int o) {
-    check(cudaMemset(out.get(), 0xff, out.size() * 4), "nan fill");
+    check(cudaMemset(st.out.get(), 0xff, st.out.size() * 4), "nan fill");
     launch(o, nullptr, 0);
     check(cudaDeviceSynchronize(), "sync");
-    std::vector<float> h(out.size());
-    check(cudaMemcpy(h.data(), out.get(), h.size() * 4, cudaMemcpyDeviceToHost), "out");
+    std::vector<float> h(st.out.size());
+    check(cudaMemcpy(h.data(), st.out.get(), h.size() * 4, cudaMemcpyDeviceToHost), "out");
     return h;
   };
   const std::vector<float> cuda_out = output_of(1), tc_out = output_of(2);
@@ -96,7 +50,7 @@ inline void bench_m17_shape(int64_t batch, int64_t ctx_tokens) {
     diff = std::max(diff, static_cast<double>(std::fabs(tc_out[i] - cuda_out[i])));
     mag = std::max(mag, static_cast<double>(std::fabs(cuda_out[i])));
   }
-  const double floor32 = bytes32 / g_bw * 1e6, floor16 = bytes16 / g_bw * 1e6;
+  const double bytes32 = st.bytes32, bytes16 = st.bytes16, floor32 = bytes32 / g_bw * 1e6, floor16 = bytes16 / g_bw * 1e6;
   std::printf("| %4ld | %6ld | %5ld | %2d | %8.2f / %8.2f |", static_cast<long>(batch), static_cast<long>(ctx_tokens),
               static_cast<long>(plan.num_items), static_cast<int>(plan.ring), floor32, floor16);
   for (int o = 0; o < kCfg; ++o) std::printf(" %8.2f (%4.2f) |", med[o], (bf[o] ? bytes16 : bytes32) / med[o] * 1e-6);
