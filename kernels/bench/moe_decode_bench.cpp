@@ -15,7 +15,9 @@
 // wa, wa-noprefetch, wa-strided, fused, fused-split, fused-split-pdl, fused-split24,
 // fused-split24-stagger, fused-split-stagger, wa-pdl, wa-pdl-l2,
 // wa-pdl-l2all, wa-pdl-splitk, wa-pdl-f32, wa-pdl-l2-stagger, wa-pdl-f32-stagger, wa-pdl-wgmma,
-// wa-pdl-wgmma3, wa-pdl-ring, wa-pdl-ring-l2, wa-pdl-ring1, wa-pdl-ring1-l2; kAuto is always timed.
+// wa-pdl-wgmma3, wa-pdl-ring, wa-pdl-ring-l2, wa-pdl-ring1, wa-pdl-ring1-l2, wa-pdl-qgmma, wa-pdl-qgmma-wide (the same
+// random bytes read as the Mxfp4DecodeBits::kFp8 shuffle; its whole routed step from a graph too);
+// kAuto is always timed.
 //
 //   moe_decode_bench [--bw BYTES_PER_S] [--reps N] [--routes FILE] [--only BATCH] [--batches LIST] [--kernels LIST]
 #include <algorithm>
@@ -89,6 +91,9 @@ void run_bench(const char* routes_path) {
     wd[s].situ_beta = wa[s].situ_beta = 4.0f;
     wd[s].situ_linear_beta = wa[s].situ_linear_beta = 25.0f;
   }
+  // kWeightsAPdlQgmma reads the same bytes as its own bit shuffle (random codes either way).
+  std::vector<MoeDecodeWeights> wq = wd;
+  for (MoeDecodeWeights& w : wq) w.w1.bits = w.w3.bits = w.w2.bits = Mxfp4DecodeBits::kFp8;
   // Bandwidth reference at the same sizes: a device-to-device copy of the touched bytes
   // (it reads them once and writes them once).
   DeviceBuffer<uint8_t> copy_src(local * per_expert), copy_dst(local * per_expert);
@@ -145,6 +150,11 @@ void run_bench(const char* routes_path) {
       check(moe_expert_mlp_decode(wd[i % sets], off.get(), local, cap, xs.get(), act.get(), os.get(), st, kern, ws), "decode");
     };
     auto decode = [&](int i, cudaStream_t st) { decode_with(i, st, MoeDecodeKernel::kAuto); };
+    auto decode_qk = [&](int i, cudaStream_t st, MoeDecodeKernel kern) {
+      check(moe_expert_mlp_decode(wq[i % sets], off.get(), local, cap, xs.get(), act.get(), os.get(), st, kern, ws), "decode (qgmma)");
+    };
+    auto decode_q = [&](int i, cudaStream_t st) { decode_qk(i, st, MoeDecodeKernel::kWeightsAPdlQgmma); };
+    auto decode_qw = [&](int i, cudaStream_t st) { decode_qk(i, st, MoeDecodeKernel::kWeightsAPdlQgmmaWide); };
     auto combine = [&](cudaStream_t st) { check(moe_combine(os.get(), prow.get(), dw.get(), tokens, k, dim, y.get(), st), "combine"); };
     permute(nullptr);
     constexpr double kSkipped = -1.0;
@@ -175,6 +185,10 @@ void run_bench(const char* routes_path) {
     const double trg2 = time_kernel("wa-pdl-ring-l2", MoeDecodeKernel::kWeightsAPdlRingL2);
     const double trg1 = time_kernel("wa-pdl-ring1", MoeDecodeKernel::kWeightsAPdlRing1);
     const double trg12 = time_kernel("wa-pdl-ring1-l2", MoeDecodeKernel::kWeightsAPdlRing1L2);
+    const bool want_q = wanted("wa-pdl-qgmma");
+    const double tq = want_q ? median_us([&](int i) { decode_q(i, nullptr); }) : kSkipped;
+    const bool want_qw = wanted("wa-pdl-qgmma-wide");
+    const double tqw = want_qw ? median_us([&](int i) { decode_qw(i, nullptr); }) : kSkipped;
     // The decode call alone captured per weight set on a non-blocking stream and replayed (the
     // backend's decode graphs; a programmatic dependent launch becomes a programmatic edge).
     // `work(set, stream)` captured once per weight set on a non-blocking stream, then the
@@ -214,6 +228,10 @@ void run_bench(const char* routes_path) {
     const double grg2 = time_graph("wa-pdl-ring-l2", MoeDecodeKernel::kWeightsAPdlRingL2);
     const double grg1 = time_graph("wa-pdl-ring1", MoeDecodeKernel::kWeightsAPdlRing1);
     const double grg12 = time_graph("wa-pdl-ring1-l2", MoeDecodeKernel::kWeightsAPdlRing1L2);
+    const double gq = want_q ? replay_us([&](int set, cudaStream_t st) { decode_q(set, st); }) : kSkipped;
+    const double tgq = want_q ? replay_us([&](int set, cudaStream_t st) { permute(st), decode_q(set, st), combine(st); }) : kSkipped;
+    const double gqw = want_qw ? replay_us([&](int set, cudaStream_t st) { decode_qw(set, st); }) : kSkipped;
+    const double tgqw = want_qw ? replay_us([&](int set, cudaStream_t st) { permute(st), decode_qw(set, st), combine(st); }) : kSkipped;
     const double tauto = median_us([&](int i) { decode(i, nullptr); });
     const MoeDecodeKernel chosen = moe_decode_choice(wd[0], local, cap, true);
     const char* chosen_name = chosen == MoeDecodeKernel::kFused                ? "fused"
@@ -291,10 +309,17 @@ void run_bench(const char* routes_path) {
       krow(std::string("weights on A, PDL down, ") + what, us, ratio(twp2, us) + "x down to L2; " + ratio(twf, us) + "x scale on fp32 sums");
       krow(std::string("graph: weights on A, PDL down, ") + what, gus, ratio(gwp2, gus) + "x down to L2, graph; " + ratio(gwf, gus) + "x scale on fp32 sums, graph");
     }
+    krow("weights on A, PDL down, E4M3 QGMMA", tq, ratio(twf, tq) + "x scale on fp32 sums; " + ratio(tauto, tq) + "x kAuto");
+    krow("graph: weights on A, PDL down, E4M3 QGMMA", gq, ratio(gwf, gq) + "x scale on fp32 sums, graph");
+    krow("weights on A, PDL down, E4M3 QGMMA, 64-row units", tqw, ratio(twf, tqw) + "x scale on fp32 sums; " + ratio(tauto, tqw) + "x kAuto");
+    krow("graph: weights on A, PDL down, E4M3 QGMMA, 64-row units", gqw, ratio(gwf, gqw) + "x scale on fp32 sums, graph");
     row(b + " decode expert MLP, kAuto -> " + chosen_name, tauto, bytes, floor_us, "with a workspace, as the backend");
     row(b + " anchor moe_expert_mlp", ta, bytes, floor_us, "kAuto is " + ratio(ta, tauto) + "x faster");
     row(b + " permute+decode+combine", tall, bytes, floor_us, "eager");
     row(b + " permute+decode+combine", tg, bytes, floor_us, "CUDA graph replay");
+    if (tgq != kSkipped) row(b + " permute+decode+combine, E4M3 QGMMA", tgq, bytes, floor_us, "CUDA graph replay, " + ratio(tg, tgq) + "x kAuto's");
+    if (tgqw != kSkipped)
+      row(b + " permute+decode+combine, E4M3 QGMMA, 64-row units", tgqw, bytes, floor_us, "CUDA graph replay, " + ratio(tg, tgqw) + "x kAuto's");
     row(b + " reference: D2D copy of those bytes", tcopy, bytes, floor_us, "reads them once, writes them once");
   }
   if (routes) std::fclose(routes);

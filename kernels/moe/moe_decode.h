@@ -51,12 +51,25 @@
 
 namespace pdserve::cuda {
 
+// The bit shuffle inside each word of the decode layout (tiles, lanes, words and scale bytes
+// are the same for both). kBf16: the shuffle above, for the bf16 tensor-core forms (every form
+// but kWeightsAPdlQgmma). kFp8 (kWeightsAPdlQgmma, moe_decode_qgmma_sm90.cu): word i's 8 codes
+// (inputs j = 0..7 of the lane's 8) give two registers of four E4M3 bytes each, the code's
+// magnitude bits at 2..4 and its sign at 7 of its byte (E4M3's exponent low bits and mantissa
+// top bit: the byte is the E2M1 value times 2^-6 exactly, code 0.5 a subnormal): lo = inputs
+// 0..3 = q & 0x9C9C9C9C; hi = inputs 4..7 = (rotl(q, 6) & 0x88888888) | (rotl(q, 4) & 0x14141414)
+// (5 bit operations a word against kBf16's 9; no layout gets hi from one rotate and mask).
+// Stored positions: input j < 4 at 8j + {2, 3, 4} (mantissa, exponent bits), sign 8j + 7; input
+// 4 + j at m 8j - 2, e0 8j - 3, e1 8j, sign 8j + 1 (mod 32).
+enum class Mxfp4DecodeBits { kBf16, kFp8 };
+
 // One stacked projection in the decode layout (device pointers).
 struct Mxfp4Decode {
   const uint8_t* packed = nullptr;  // [experts * rows * cols / 2]
   const uint8_t* scales = nullptr;  // [experts * rows * cols / 32]
   int64_t rows = 0, cols = 0;
   bool wide_scales = false;  // some scale byte > 128: the kernel multiplies twice
+  Mxfp4DecodeBits bits = Mxfp4DecodeBits::kBf16;
 };
 
 struct MoeDecodeWeights {
@@ -74,11 +87,13 @@ inline bool decode_layout_fits(int64_t rows, int64_t cols) { return rows > 0 && 
 // scales [rows, cols/32] each) into the decode layout; sizes are unchanged. Returns
 // whether any scale byte exceeds 128 (Mxfp4Decode::wide_scales).
 Result<bool> mxfp4_repack_decode(const uint8_t* packed, const uint8_t* scales, int64_t experts, int64_t rows, int64_t cols,
-                                 std::vector<uint8_t>* packed_out, std::vector<uint8_t>* scales_out);
+                                 std::vector<uint8_t>* packed_out, std::vector<uint8_t>* scales_out,
+                                 Mxfp4DecodeBits bits = Mxfp4DecodeBits::kBf16);
 
 // The inverse (tests, debugging): decode layout back to ops/mxfp4.h's.
 Status mxfp4_unpack_decode(const uint8_t* packed, const uint8_t* scales, int64_t experts, int64_t rows, int64_t cols,
-                           std::vector<uint8_t>* packed_out, std::vector<uint8_t>* scales_out);
+                           std::vector<uint8_t>* packed_out, std::vector<uint8_t>* scales_out,
+                           Mxfp4DecodeBits bits = Mxfp4DecodeBits::kBf16);
 
 // kWeightsA: weights as the MMA's A operand (16 rows: two adjacent tiles of this layout),
 // 8 tokens as B, staged in shared memory; needs dim, inter <= 4096, inter % 16 == 0,
@@ -173,6 +188,29 @@ Status mxfp4_unpack_decode(const uint8_t* packed, const uint8_t* scales, int64_t
 // barrier and fixed-latency waits; the ring cuts long scoreboard to 0.6-1.0 but has 14 / 12 warps
 // (3-3.5 a scheduler) and 5-13% more instructions: 0.87-0.90x kAuto's forms at B 1-64, eager and
 // from a graph (Ring1: 0.72-0.79x), so all four are opt-in and kAuto never takes them.
+// kWeightsAPdlQgmma (moe_decode_qgmma_sm90.cu; weights repacked with Mxfp4DecodeBits::kFp8, the
+// only form that takes them, and kAuto's pick for them): kWeightsAPdlWgmma's units, warpgroups,
+// chunk pairs, PDL launches and L2 pull with the weights fed to the tensor cores as E4M3 (which
+// holds every E2M1 value exactly) through wgmma.m64n16k32.e4m3 (SASS QGMMA, A from registers): 5
+// bit operations a word instead of 9 and one MMA per 32 inputs a row pair instead of two. Tokens
+// go in as E4M3 too, each split hi + lo (x 2^k_t, a power of two a token so its largest |x| lands
+// in [128, 256); hi = e4m3(x 2^k), lo = e4m3(x 2^k - hi): ~2^-8 relative, bf16's class), 4 tokens
+// a pass (columns 2t, 2t + 1 of each 8-column block). Each 32-input group runs into a fresh
+// accumulator that takes the group's E8M0 scale as an fp32 multiply-add (kWeightsAPdlF32's way).
+// Needs the kWeightsA shapes, scale bytes <= 128 (no wide_scales) and dim, inter <= 4096.
+// Measured on the H200 (docs/perf.md, "E4M3 warpgroup MMA"): at parity with kAuto's bf16 forms at
+// B 1-64 (0.94-1.02x: the select of the warp's accumulator half and the chunk-pair imbalance eat the
+// cheaper dequantisation), 0.65-0.68x at B 128-256 (4-token passes); kAuto on kFp8 weights takes it
+// below kMoeDecodeQgmmaWideMinCapacity pairs only. Outputs within 0.0016 of the CPU reference in the
+// tests (the bf16 forms: 0.0038).
+// kWeightsAPdlQgmmaWide (moe_decode_qgmma_wide_sm90.cu; kFp8 weights): the same E4M3 step on
+// 64-row units (8 tiles: every warp of a warpgroup on the same chunk, wgmma.m64n8k32, nothing
+// dropped or selected; warpgroup G takes chunks G, G + 4, ...: 7 equal rounds at K3's gate/up), a
+// warp's words kept 4 rounds ahead in registers across unit boundaries. Needs inter % 32 == 0,
+// dim % 64 == 0, narrow scales. Measured: 1.03-1.08x kAuto's bf16 forms at B 4-64 (2.74 TB/s at
+// B = 64), 0.90x at B = 1 (uneven 64-row units), 0.83-0.91x at B 128-256 even with its items of up
+// to 16 rows sharing the dequantised A over their passes (from kMoeDecodeQgmmaMultiMinCapacity
+// pairs). The engine keeps the bf16 shuffle; these forms are opt-in by repacking with kFp8.
 enum class MoeDecodeKernel {
   kAuto,
   kStreamed,
@@ -198,8 +236,19 @@ enum class MoeDecodeKernel {
   kWeightsAPdlRing,
   kWeightsAPdlRingL2,
   kWeightsAPdlRing1,
-  kWeightsAPdlRing1L2
+  kWeightsAPdlRing1L2,
+  kWeightsAPdlQgmma,
+  kWeightsAPdlQgmmaWide
 };
+
+// kAuto on Mxfp4DecodeBits::kFp8 weights: kWeightsAPdlQgmmaWide from this many routed pairs (B >= 4
+// at top-16), kWeightsAPdlQgmma below (B = 1: the wide form's 64-row units leave the gate/up
+// launch's CTAs unevenly loaded, 2 units on some against 1.45 on average; docs/perf.md).
+constexpr int64_t kMoeDecodeQgmmaWideMinCapacity = 64;
+// From this many pairs (B >= 128 at top-16: several experts with more than 4 rows) kWeightsAPdlQgmmaWide
+// takes items of up to 16 rows whose passes of 4 share each round's dequantised A registers; below,
+// items of one pass, straight-line (the extra pass loop and its descriptors cost 10-18% at B <= 64).
+constexpr int64_t kMoeDecodeQgmmaMultiMinCapacity = 2048;
 
 constexpr int kMoeDecodeSplitK = 2;  // K slices of kWeightsAPdlSplitK (2: the atomic sums are exact-order-free)
 

@@ -234,15 +234,18 @@ __device__ __forceinline__ void wa_chunk_narrow(const uint4 (&q)[4], const uint3
 // Products are w x 2^-62 (fp32 subnormal only below |w x| ~ 2^-64). Narrow scales only (bytes
 // <= 128; any byte <= 193 would fit).
 
-// fp32 2^(s - 65) for the four bytes of a scale word: + 62 a byte (no carry for bytes <= 193),
-// then the byte moved to the exponent field.
-__device__ __forceinline__ void f32_multipliers(uint32_t s, float (&f)[4]) {
-  const uint32_t e = s + 0x3E3E3E3Eu;
+// fp32 2^(s + kBias - 127) for the four bytes of a scale word: + kBias a byte (no carry while a byte
+// stays <= 255 - kBias), then the byte moved to the exponent field.
+template <uint32_t kBias>
+__device__ __forceinline__ void exponent_multipliers(uint32_t s, float (&f)[4]) {
+  const uint32_t e = s + kBias * 0x01010101u;
   f[0] = __uint_as_float((e << 23) & 0x7F800000u);
   f[1] = __uint_as_float((e << 15) & 0x7F800000u);
   f[2] = __uint_as_float((e << 7) & 0x7F800000u);
   f[3] = __uint_as_float((e >> 1) & 0x7F800000u);
 }
+// fp32 2^(s - 65): + 62 a byte (no carry for bytes <= 193).
+__device__ __forceinline__ void f32_multipliers(uint32_t s, float (&f)[4]) { exponent_multipliers<62>(s, f); }
 
 // d = A B (the accumulator input zero).
 __device__ __forceinline__ void mma_bf16_zero(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
@@ -348,6 +351,13 @@ Status launch_decode_wgmma(const MoeDecodeWeights& w, const int32_t* offsets, in
 // ring of weights; chunks_per_warp 2 (kWeightsAPdlRing*) or 1 (kWeightsAPdlRing1*); `pull`: the
 // down CTAs' first units into L2 (the ...L2 forms). decode_ring_fits: the warp count fits.
 bool decode_ring_fits(int64_t dim, int64_t inter, int chunks_per_warp);
+// kWeightsAPdlQgmma (moe_decode_qgmma_sm90.cu): the two PDL launches on E4M3 warpgroup MMA, weights
+// in the Mxfp4DecodeBits::kFp8 shuffle. Refuses dim, inter > 4096 and wide scales.
+Status launch_decode_qgmma(const MoeDecodeWeights& w, const int32_t* offsets, int64_t experts, const float* x, float* act, float* out,
+                           const MoeAct& fn, cudaStream_t stream);
+// kWeightsAPdlQgmmaWide (moe_decode_qgmma_wide_sm90.cu): 64-row units. Refuses inter % 32, dim % 64, wide scales.
+Status launch_decode_qgmma_wide(const MoeDecodeWeights& w, const int32_t* offsets, int64_t experts, int64_t capacity, const float* x,
+                                float* act, float* out, const MoeAct& fn, cudaStream_t stream);
 Status launch_decode_ring(const MoeDecodeWeights& w, const int32_t* offsets, int64_t experts, const float* x, float* act, float* out,
                           const MoeAct& fn, cudaStream_t stream, int chunks_per_warp, bool pull);
 

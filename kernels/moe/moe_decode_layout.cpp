@@ -11,22 +11,33 @@ namespace {
 // Stored bit position of bit b (0..2 magnitude, 3 sign) of the weight with word-local
 // index w (0..7): out_j = (w / 2), half = w % 2 (+16 for the high half, mod 32: out2 and
 // out3 come from rotations of the word).
-int stored_bit(int w, int b) {
+int stored_bit_bf16(int w, int b) {
   static constexpr int kPos[4][4] = {{6, 7, 8, 15}, {2, 3, 4, 11}, {28, 29, 30, 5}, {16, 9, 10, 17}};
   return (kPos[w / 2][b] + 16 * (w % 2)) % 32;
 }
 
-uint32_t shuffle_word(const uint8_t codes[8]) {
+// Mxfp4DecodeBits::kFp8 (moe_decode.h): input w < 4 sits where E4M3 byte w wants it (mantissa
+// 2, exponent 3-4, sign 7); input 4 + j where the two rotates put it into byte j (sign and
+// exponent bit 0 by rotl 6, mantissa and exponent bit 1 by rotl 4).
+int stored_bit_fp8(int w, int b) {
+  static constexpr int kLo[4] = {2, 3, 4, 7}, kHi[4] = {-2, -3, 0, 1};
+  const int j = w % 4;
+  return (8 * j + (w < 4 ? kLo[b] : kHi[b]) + 32) % 32;
+}
+
+int stored_bit(Mxfp4DecodeBits bits, int w, int b) { return bits == Mxfp4DecodeBits::kFp8 ? stored_bit_fp8(w, b) : stored_bit_bf16(w, b); }
+
+uint32_t shuffle_word(Mxfp4DecodeBits bits, const uint8_t codes[8]) {
   uint32_t q = 0;
   for (int w = 0; w < 8; ++w)
-    for (int b = 0; b < 4; ++b) q |= uint32_t((codes[w] >> b) & 1u) << stored_bit(w, b);
+    for (int b = 0; b < 4; ++b) q |= uint32_t((codes[w] >> b) & 1u) << stored_bit(bits, w, b);
   return q;
 }
 
-void unshuffle_word(uint32_t q, uint8_t codes[8]) {
+void unshuffle_word(Mxfp4DecodeBits bits, uint32_t q, uint8_t codes[8]) {
   for (int w = 0; w < 8; ++w) {
     codes[w] = 0;
-    for (int b = 0; b < 4; ++b) codes[w] |= uint8_t(((q >> stored_bit(w, b)) & 1u) << b);
+    for (int b = 0; b < 4; ++b) codes[w] |= uint8_t(((q >> stored_bit(bits, w, b)) & 1u) << b);
   }
 }
 
@@ -61,7 +72,7 @@ void for_each_word(int64_t experts, int64_t rows, int64_t cols, F&& f) {
 }  // namespace
 
 Result<bool> mxfp4_repack_decode(const uint8_t* packed, const uint8_t* scales, int64_t experts, int64_t rows, int64_t cols,
-                                 std::vector<uint8_t>* packed_out, std::vector<uint8_t>* scales_out) {
+                                 std::vector<uint8_t>* packed_out, std::vector<uint8_t>* scales_out, Mxfp4DecodeBits bits) {
   PDS_RETURN_IF_ERROR(check_shape(experts, rows, cols, "mxfp4_repack_decode"));
   packed_out->assign(experts * rows * cols / 2, 0);
   scales_out->assign(experts * rows * cols / 32, 0);
@@ -70,7 +81,7 @@ Result<bool> mxfp4_repack_decode(const uint8_t* packed, const uint8_t* scales, i
     uint8_t codes[8];
     const uint8_t* src = packed + row * (cols / 2) + col0 / 2;
     for (int w = 0; w < 8; ++w) codes[w] = (src[w / 2] >> (4 * (w % 2))) & 0xfu;
-    const uint32_t q = shuffle_word(codes);
+    const uint32_t q = shuffle_word(bits, codes);
     for (int b = 0; b < 4; ++b) (*packed_out)[wb + b] = uint8_t(q >> (8 * b));
     if (sb >= 0) {
       (*scales_out)[sb] = scales[si];
@@ -81,7 +92,7 @@ Result<bool> mxfp4_repack_decode(const uint8_t* packed, const uint8_t* scales, i
 }
 
 Status mxfp4_unpack_decode(const uint8_t* packed, const uint8_t* scales, int64_t experts, int64_t rows, int64_t cols,
-                           std::vector<uint8_t>* packed_out, std::vector<uint8_t>* scales_out) {
+                           std::vector<uint8_t>* packed_out, std::vector<uint8_t>* scales_out, Mxfp4DecodeBits bits) {
   PDS_RETURN_IF_ERROR(check_shape(experts, rows, cols, "mxfp4_unpack_decode"));
   packed_out->assign(experts * rows * cols / 2, 0);
   scales_out->assign(experts * rows * cols / 32, 0);
@@ -89,7 +100,7 @@ Status mxfp4_unpack_decode(const uint8_t* packed, const uint8_t* scales, int64_t
     uint32_t q = 0;
     for (int b = 0; b < 4; ++b) q |= uint32_t(packed[wb + b]) << (8 * b);
     uint8_t codes[8];
-    unshuffle_word(q, codes);
+    unshuffle_word(bits, q, codes);
     uint8_t* dst = packed_out->data() + row * (cols / 2) + col0 / 2;
     for (int w = 0; w < 8; w += 2) dst[w / 2] = uint8_t(codes[w] | (codes[w + 1] << 4));
     if (sb >= 0) (*scales_out)[si] = scales[sb];

@@ -619,9 +619,29 @@ MoeDecodeKernel resolve(const Fits& f, int64_t capacity, bool has_workspace) {
 
 }  // namespace
 
+namespace {
+
+bool fp8_bits(const MoeDecodeWeights& w) {
+  return w.w1.bits == Mxfp4DecodeBits::kFp8 && w.w3.bits == Mxfp4DecodeBits::kFp8 && w.w2.bits == Mxfp4DecodeBits::kFp8;
+}
+// kAuto on kFp8 weights: the 64-row form from kMoeDecodeQgmmaWideMinCapacity pairs where its shape
+// rules hold, else the chunk-pair form.
+MoeDecodeKernel fp8_choice(const MoeDecodeWeights& w, int64_t capacity) {
+  const bool wide_fits = w.w1.rows % 32 == 0 && w.w2.rows % 64 == 0;
+  return wide_fits && capacity >= kMoeDecodeQgmmaWideMinCapacity ? MoeDecodeKernel::kWeightsAPdlQgmmaWide : MoeDecodeKernel::kWeightsAPdlQgmma;
+}
+
+bool bf16_bits(const MoeDecodeWeights& w) {
+  return w.w1.bits == Mxfp4DecodeBits::kBf16 && w.w3.bits == Mxfp4DecodeBits::kBf16 && w.w2.bits == Mxfp4DecodeBits::kBf16;
+}
+
+}  // namespace
+
 MoeDecodeKernel moe_decode_choice(const MoeDecodeWeights& w, int64_t local_experts, int64_t capacity, bool has_workspace,
                                   MoeDecodeKernel kernel) {
-  return kernel == MoeDecodeKernel::kAuto ? resolve(shape_fits(w, local_experts), capacity, has_workspace) : kernel;
+  if (kernel != MoeDecodeKernel::kAuto) return kernel;
+  if (fp8_bits(w)) return fp8_choice(w, capacity);  // the E4M3 forms are the ones that read the kFp8 shuffle
+  return resolve(shape_fits(w, local_experts), capacity, has_workspace);
 }
 
 Status moe_expert_mlp_decode(const MoeDecodeWeights& w, const int32_t* offsets, int64_t local_experts, int64_t capacity,
@@ -635,8 +655,21 @@ Status moe_expert_mlp_decode(const MoeDecodeWeights& w, const int32_t* offsets, 
   const bool has_workspace = workspace.data != nullptr;
   if (has_workspace && workspace.bytes < moe_decode_workspace_bytes(local_experts))
     return invalid_argument("moe_expert_mlp_decode: workspace smaller than moe_decode_workspace_bytes(local_experts)");
+  const bool fp8 = fp8_bits(w);
+  if (!fp8 && !bf16_bits(w)) return invalid_argument("moe_expert_mlp_decode: w1, w3 and w2 must share one Mxfp4DecodeBits");
+  const bool q_form = kernel == MoeDecodeKernel::kWeightsAPdlQgmma || kernel == MoeDecodeKernel::kWeightsAPdlQgmmaWide;
+  if (fp8 && kernel != MoeDecodeKernel::kAuto && !q_form)
+    return invalid_argument("moe_expert_mlp_decode: weights in the kFp8 bit shuffle run the E4M3 forms (or kAuto) only");
+  if (!fp8 && q_form) return invalid_argument("moe_expert_mlp_decode: the E4M3 forms need weights repacked with Mxfp4DecodeBits::kFp8");
   if (capacity == 0) return Status::ok();
   const Fits f = shape_fits(w, local_experts);
+  if (fp8) {
+    if (!f.wa) return invalid_argument("moe_expert_mlp_decode: kWeightsAPdlQgmma takes cols <= 4096, inter % 16 == 0, dim % 32 == 0");
+    const MoeAct fn{w.activation, w.situ_beta, w.situ_linear_beta};
+    const MoeDecodeKernel kind = kernel == MoeDecodeKernel::kAuto ? fp8_choice(w, capacity) : kernel;
+    if (kind == MoeDecodeKernel::kWeightsAPdlQgmmaWide) return launch_decode_qgmma_wide(w, offsets, local_experts, capacity, x_sorted, act, out_sorted, fn, stream);
+    return launch_decode_qgmma(w, offsets, local_experts, x_sorted, act, out_sorted, fn, stream);
+  }
   if (kernel == MoeDecodeKernel::kStaged && !f.fits) return invalid_argument("moe_expert_mlp_decode: the staged kernel takes cols <= 4096");
   const bool phases = kernel == MoeDecodeKernel::kWeightsAPdl || kernel == MoeDecodeKernel::kWeightsAPdlL2 ||
                       kernel == MoeDecodeKernel::kWeightsAPdlL2All || kernel == MoeDecodeKernel::kWeightsAPdlSplitK ||

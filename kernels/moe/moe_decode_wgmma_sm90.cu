@@ -37,6 +37,7 @@
 #include "common/pdl_bulk.cuh"
 #include "moe/moe_decode_device.cuh"
 #include "moe/moe_decode_wa.cuh"
+#include "moe/moe_decode_wg.cuh"
 #include "moe/moe_prefill_schedule.h"
 #include "moe/moe_prefill_wgmma.cuh"
 
@@ -51,58 +52,6 @@ using moe_prefill_detail::wgmma_rs;
 using moe_prefill_detail::wgmma_wait;
 
 constexpr uint32_t kAtomBytes = 1024;  // 8 token rows x 64 inputs (bf16), one swizzle atom
-
-// kGroups warpgroups a CTA (4: kWeightsAPdlWgmma, 16 warps; 3: kWeightsAPdlWgmma3, 12 warps at
-// up to 168 registers), each 2 chunks a round: 4 x 2 x 4 rounds = 32 chunks (cols <= 4096),
-// 3 x 2 x 5 rounds = 30 (cols <= 3840; K3's 3584 and 3072).
-template <int kGroups>
-struct Wg {
-  static constexpr int kThreads = kGroups * 128;
-  static constexpr int kWarps = kGroups * 4;
-  static constexpr int kRounds = kGroups == 4 ? 4 : 5;
-  static constexpr uint32_t kMaxChunks = 2u * kGroups * kRounds;
-  // k16 steps a wgmma commit group (fence, commit and wait once a group): 2 where the registers
-  // allow (3 warpgroups), else 1.
-  static constexpr int kStepsPerCommit = kGroups == 4 ? 1 : 2;
-};
-
-// A warp's words of one unit: round r's chunk, tiles 2p and 2p + 1 of its operand.
-template <int kRounds>
-struct WgRegs {
-  uint4 q[kRounds][2];
-  uint32_t s[kRounds][2];
-};
-
-// Warp `warp`'s chunk in round 0 (its chunk in round r is 2 kGroups r more).
-__device__ __forceinline__ uint32_t wg_chunk0(int warp) { return 2u * uint32_t(warp >> 2) + uint32_t((warp >> 1) & 1); }
-
-template <bool kGated, int kGroups>
-__device__ __forceinline__ void wg_load(const Mxfp4Decode& a, const Mxfp4Decode& b, const WaSpace& sp, uint32_t u, int lane, int warp,
-                                        WgRegs<Wg<kGroups>::kRounds>& r) {
-  constexpr int kRounds = Wg<kGroups>::kRounds;
-  constexpr uint32_t kStep = 2u * kGroups;
-  int e;
-  uint32_t n;
-  wa_unit<kGated>(sp, u, &e, &n);
-  const uint32_t p = warp & 1, c0 = wg_chunk0(warp), g = lane >> 2;
-  const Mxfp4Decode& m = kGated && p ? b : a;
-  const uint32_t tile = (uint32_t(e) * sp.tiles + n + (kGated ? 0u : 2u * p)) * sp.chunks + c0;
-  const uint4* pq = reinterpret_cast<const uint4*>(m.packed) + (tile * 32u + lane);
-  const uint32_t* ps = reinterpret_cast<const uint32_t*>(m.scales) + (tile * 8u + g);
-#pragma unroll
-  for (int rd = 0; rd < kRounds; ++rd) {
-    if (c0 + kStep * rd < sp.chunks) {
-#pragma unroll
-      for (int j = 0; j < 2; ++j) {
-        r.q[rd][j] = load_stream(pq + (j * sp.chunks + kStep * rd) * 32u);
-        r.s[rd][j] = __ldg(ps + (j * sp.chunks + kStep * rd) * 8u);
-      }
-    } else {  // no chunk: zero codes give a zero A (c_b of an odd chunk count), no select a step
-#pragma unroll
-      for (int j = 0; j < 2; ++j) r.q[rd][j] = make_uint4(0u, 0u, 0u, 0u), r.s[rd][j] = 0u;
-    }
-  }
-}
 
 // Rows [r0, r0 + nrows) of x (fp32, `cols` wide) into xs (1024-aligned) as bf16 in the swizzled
 // K-major layout above: input c of token row lies in atom c / 64, that row's 128-byte line, at

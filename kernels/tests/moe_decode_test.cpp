@@ -13,14 +13,17 @@
 // forms kWeightsAPdlRing* of moedec14: 3-chunk dims give a 1-chunk warp, 1-2 chunk dims warps
 // with no words) and on kAuto (with a queue workspace, as the backend calls it). Each
 // fused form also: repeated launches and CUDA-graph replays (of permute -> decode, from
-// cleared permute outputs) give the first launch's bits and leave the workspace zero; two
+// cleared permute outputs) give the first launch's bits and leave the workspace zero (so do the
+// E4M3 forms kWeightsAPdlQgmma / kWeightsAPdlQgmmaWide, which also run every differential case on
+// the same weights repacked with Mxfp4DecodeBits::kFp8, with kAuto on them); two
 // calls (kFused, then kFusedSplit24Warps) on two streams with separate
 // workspaces, eager and replayed from graphs without a host sync in between, each give
 // their solo bits; a call without a workspace or with too small a one is refused; kAuto's
 // choice follows the capacity rule.
 // Bound: normalised error max|gpu - cpu| / max|cpu| < 1e-2. The kernel rounds the
-// activations (x, then act) to bf16 for the tensor cores (relative 2^-9 each) while the
-// weights are exact; fp32 accumulation. Measured values are printed by each run.
+// activations (x, then act) to bf16 for the tensor cores (relative 2^-9 each; the E4M3 forms:
+// an E4M3 hi + lo pair, about 2^-8) while the weights are exact; fp32 accumulation. Measured
+// values are printed by each run. CPU tests also check the kFp8 shuffle word by word.
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
@@ -85,13 +88,45 @@ void decode_word_host(uint32_t q, uint32_t s, float out[8]) {
   }
 }
 
-TEST(MoeDecodeLayout, ShuffledWordsDecodeToTheCheckpointValues) {
+TEST(MoeDecodeLayout, Fp8BitsRoundTripAndDiffer) {
   const int64_t experts = 2, rows = 16, cols = 256;
-  const auto p = random_bytes(experts * rows * cols / 2, 11), s = random_bytes(experts * rows * cols / 32, 12, 115, 14);
+  const auto p = random_bytes(experts * rows * cols / 2, 21), s = random_bytes(experts * rows * cols / 32, 22, 100, 29);
+  std::vector<uint8_t> rb, sb, rq, sq, up, us;
+  ASSERT_TRUE(mxfp4_repack_decode(p.data(), s.data(), experts, rows, cols, &rb, &sb).is_ok());
+  ASSERT_TRUE(mxfp4_repack_decode(p.data(), s.data(), experts, rows, cols, &rq, &sq, Mxfp4DecodeBits::kFp8).is_ok());
+  EXPECT_NE(rq, rb);  // another shuffle of the same words
+  EXPECT_EQ(sq, sb);  // the scale bytes are laid out alike
+  ASSERT_TRUE(mxfp4_unpack_decode(rq.data(), sq.data(), experts, rows, cols, &up, &us, Mxfp4DecodeBits::kFp8).is_ok());
+  EXPECT_EQ(up, p);
+  EXPECT_EQ(us, s);
+}
+
+// E4M3 byte -> float (no NaN / inf among the bytes the shuffle makes).
+float e4m3_to_float(uint32_t b) {
+  const int e = (b >> 3) & 15, m = b & 7;
+  const float v = e == 0 ? std::ldexp(m / 8.0f, -6) : std::ldexp(1.0f + m / 8.0f, e - 7);
+  return (b & 0x80u) ? -v : v;
+}
+
+// The E4M3 forms' dequantisation on the host: the two E4M3 registers of a word (inputs 0..3 and
+// 4..7, byte j = input j of the register), times 2^6 x 2^(s - 127).
+void decode_word_fp8_host(uint32_t q, uint32_t s, float out[8]) {
+  auto rotl = [](uint32_t v, int n) { return (v << n) | (v >> (32 - n)); };
+  const uint32_t reg[2] = {q & 0x9C9C9C9Cu, (rotl(q, 6) & 0x88888888u) | (rotl(q, 4) & 0x14141414u)};
+  const float scale = std::ldexp(1.0f, static_cast<int>(s) - 127 + 6);
+  for (int w = 0; w < 8; ++w) out[w] = e4m3_to_float((reg[w / 4] >> (8 * (w % 4))) & 0xffu) * scale;
+}
+
+// Repacks random weights with `bits` and checks that every word, decoded the kernel's way
+// (`decode(word, scale byte, out)`), gives the checkpoint's value at the input the layout assigns.
+template <typename Decode>
+void expect_words_decode(Mxfp4DecodeBits bits, uint32_t seed, int scale_lo, int scale_span, Decode&& decode) {
+  const int64_t experts = 2, rows = 16, cols = 256;
+  const auto p = random_bytes(experts * rows * cols / 2, seed), s = random_bytes(experts * rows * cols / 32, seed + 1, scale_lo, scale_span);
   std::vector<float> want(experts * rows * cols);
   ops::mxfp4_dequant({experts * rows, cols, p.data(), s.data()}, want.data());
   std::vector<uint8_t> rp, rs;
-  ASSERT_TRUE(mxfp4_repack_decode(p.data(), s.data(), experts, rows, cols, &rp, &rs).is_ok());
+  ASSERT_TRUE(mxfp4_repack_decode(p.data(), s.data(), experts, rows, cols, &rp, &rs, bits).is_ok());
   const int64_t tiles = rows / 8, chunks = cols / 128;
   int64_t checked = 0;
   for (int64_t e = 0; e < experts; ++e)
@@ -102,9 +137,8 @@ TEST(MoeDecodeLayout, ShuffledWordsDecodeToTheCheckpointValues) {
             const int64_t tile = (e * tiles + n) * chunks + c;
             uint32_t q;
             std::memcpy(&q, &rp[tile * 512 + lane * 16 + i * 4], 4);
-            const uint32_t sc = rs[tile * 32 + (lane / 4) * 4 + i];
             float got[8];
-            decode_word_host(q, sc, got);
+            decode(q, rs[tile * 32 + (lane / 4) * 4 + i], got);
             const int64_t row = e * rows + n * 8 + lane / 4, col0 = c * 128 + 32 * i + 8 * (lane % 4);
             for (int w = 0; w < 8; ++w, ++checked)
               ASSERT_EQ(got[w], want[row * cols + col0 + w]) << "row " << row << " col " << col0 + w;
@@ -112,20 +146,43 @@ TEST(MoeDecodeLayout, ShuffledWordsDecodeToTheCheckpointValues) {
   EXPECT_EQ(checked, experts * rows * cols);
 }
 
+TEST(MoeDecodeLayout, Fp8WordsDecodeToTheCheckpointValues) { expect_words_decode(Mxfp4DecodeBits::kFp8, 31, 110, 19, decode_word_fp8_host); }
+
+// Weights and kernel must agree on the bit shuffle; checked before anything runs (no GPU needed).
+TEST(MoeDecodeLayout, BitsAndKernelMustAgree) {
+  static uint8_t fake[16];
+  static int32_t offsets[2];
+  MoeDecodeWeights w;
+  w.w1 = w.w3 = {fake, fake, 128, 128, false, Mxfp4DecodeBits::kFp8};
+  w.w2 = {fake, fake, 128, 128, false, Mxfp4DecodeBits::kFp8};
+  float* none = nullptr;
+  EXPECT_EQ(moe_expert_mlp_decode(w, offsets, 1, 0, none, none, none, nullptr, MoeDecodeKernel::kWeightsAPdlF32).code(), ErrorCode::kInvalidArgument);
+  EXPECT_TRUE(moe_expert_mlp_decode(w, offsets, 1, 0, none, none, none, nullptr, MoeDecodeKernel::kWeightsAPdlQgmma).is_ok());
+  EXPECT_EQ(moe_decode_choice(w, 1, 16, false), MoeDecodeKernel::kWeightsAPdlQgmma);
+  EXPECT_EQ(moe_decode_choice(w, 1, kMoeDecodeQgmmaWideMinCapacity, false), MoeDecodeKernel::kWeightsAPdlQgmmaWide);
+  w.w2.bits = Mxfp4DecodeBits::kBf16;  // mixed
+  EXPECT_EQ(moe_expert_mlp_decode(w, offsets, 1, 0, none, none, none, nullptr).code(), ErrorCode::kInvalidArgument);
+  w.w1.bits = w.w3.bits = Mxfp4DecodeBits::kBf16;
+  EXPECT_EQ(moe_expert_mlp_decode(w, offsets, 1, 0, none, none, none, nullptr, MoeDecodeKernel::kWeightsAPdlQgmma).code(), ErrorCode::kInvalidArgument);
+  EXPECT_TRUE(moe_expert_mlp_decode(w, offsets, 1, 0, none, none, none, nullptr, MoeDecodeKernel::kWeightsAPdlF32).is_ok());
+}
+
+TEST(MoeDecodeLayout, ShuffledWordsDecodeToTheCheckpointValues) { expect_words_decode(Mxfp4DecodeBits::kBf16, 11, 115, 14, decode_word_host); }
+
 struct DevDecode {
   std::vector<DeviceBuffer<uint8_t>> bufs;
   MoeDecodeWeights w;
 };
 
-DevDecode upload_decode(const HostExperts& h, MoeActivation act, float beta, float lb) {
+DevDecode upload_decode(const HostExperts& h, MoeActivation act, float beta, float lb, Mxfp4DecodeBits bits = Mxfp4DecodeBits::kBf16) {
   DevDecode d;
   auto put = [&](const std::vector<uint8_t>& p, const std::vector<uint8_t>& s, int64_t rows, int64_t cols, Mxfp4Decode* out) {
     std::vector<uint8_t> rp, rs;
-    auto wide = mxfp4_repack_decode(p.data(), s.data(), h.experts, rows, cols, &rp, &rs);
+    auto wide = mxfp4_repack_decode(p.data(), s.data(), h.experts, rows, cols, &rp, &rs, bits);
     EXPECT_TRUE(wide.is_ok());
     d.bufs.push_back(dev(rp));
     d.bufs.push_back(dev(rs));
-    *out = {d.bufs[d.bufs.size() - 2].get(), d.bufs.back().get(), rows, cols, wide.is_ok() && wide.value()};
+    *out = {d.bufs[d.bufs.size() - 2].get(), d.bufs.back().get(), rows, cols, wide.is_ok() && wide.value(), bits};
   };
   d.bufs.reserve(6);
   put(h.p1, h.s1, h.inter, h.dim, &d.w.w1);
@@ -173,6 +230,8 @@ const char* kernel_name(MoeDecodeKernel k) {
     case MoeDecodeKernel::kWeightsAPdlRingL2: return "weights-A pdl ring l2";
     case MoeDecodeKernel::kWeightsAPdlRing1: return "weights-A pdl ring 1 chunk a warp";
     case MoeDecodeKernel::kWeightsAPdlRing1L2: return "weights-A pdl ring 1 chunk a warp l2";
+    case MoeDecodeKernel::kWeightsAPdlQgmma: return "weights-A pdl e4m3 qgmma";
+    case MoeDecodeKernel::kWeightsAPdlQgmmaWide: return "weights-A pdl e4m3 qgmma wide";
   }
   return "?";
 }
@@ -221,6 +280,23 @@ double run_decode(const Routing& r, int64_t tokens, int64_t k, int64_t begin, co
                                MoeDecodeKernel::kWeightsAPdlRingL2, MoeDecodeKernel::kWeightsAPdlRing1, MoeDecodeKernel::kWeightsAPdlRing1L2,
                                MoeDecodeKernel::kAuto})
     err = std::max(err, run_decode_with(r, tokens, k, begin, h, dw, x, ref, what, kern));
+  // The E4M3 form on the same weights in its own bit shuffle (and kAuto, which must take it there);
+  // wide scales are refused.
+  const DevDecode dq = upload_decode(h, act, beta, lb, Mxfp4DecodeBits::kFp8);
+  if (dq.w.w1.wide_scales || dq.w.w3.wide_scales || dq.w.w2.wide_scales) {
+    DeviceBuffer<int32_t> off(h.experts + 1);
+    DeviceBuffer<float> buf(1);
+    const Status st = moe_expert_mlp_decode(dq.w, off.get(), h.experts, 1, buf.get(), buf.get(), buf.get(), nullptr, MoeDecodeKernel::kWeightsAPdlQgmma);
+    EXPECT_EQ(st.code(), ErrorCode::kInvalidArgument) << st.to_string();
+    return err;
+  }
+  const bool wide_fits = h.inter % 32 == 0 && h.dim % 64 == 0;
+  EXPECT_EQ(moe_decode_choice(dq.w, h.experts, tokens * k, true),
+            wide_fits && tokens * k >= kMoeDecodeQgmmaWideMinCapacity ? MoeDecodeKernel::kWeightsAPdlQgmmaWide : MoeDecodeKernel::kWeightsAPdlQgmma);
+  for (MoeDecodeKernel kern : {MoeDecodeKernel::kWeightsAPdlQgmma, MoeDecodeKernel::kWeightsAPdlQgmmaWide, MoeDecodeKernel::kAuto}) {
+    if (kern == MoeDecodeKernel::kWeightsAPdlQgmmaWide && (h.inter % 32 != 0 || h.dim % 64 != 0)) continue;
+    err = std::max(err, run_decode_with(r, tokens, k, begin, h, dq, x, ref, what, kern));
+  }
   return err;
 }
 
@@ -303,7 +379,8 @@ TEST_F(MoeDecode, FusedKernelRepeatsAndReplaysFromAGraph) {
                                MoeDecodeKernel::kWeightsAPdlL2All, MoeDecodeKernel::kWeightsAPdlSplitK, MoeDecodeKernel::kWeightsAPdlF32,
                                MoeDecodeKernel::kWeightsAPdlL2Stagger, MoeDecodeKernel::kWeightsAPdlF32Stagger,
                                MoeDecodeKernel::kWeightsAPdlWgmma, MoeDecodeKernel::kWeightsAPdlWgmma3, MoeDecodeKernel::kWeightsAPdlRing,
-                               MoeDecodeKernel::kWeightsAPdlRingL2, MoeDecodeKernel::kWeightsAPdlRing1, MoeDecodeKernel::kWeightsAPdlRing1L2}) {
+                               MoeDecodeKernel::kWeightsAPdlRingL2, MoeDecodeKernel::kWeightsAPdlRing1, MoeDecodeKernel::kWeightsAPdlRing1L2,
+                               MoeDecodeKernel::kWeightsAPdlQgmma, MoeDecodeKernel::kWeightsAPdlQgmmaWide}) {
     SCOPED_TRACE(kernel_name(kern));
     fused_repeats_and_replays(kern);
   }
@@ -314,7 +391,10 @@ void fused_repeats_and_replays(MoeDecodeKernel kern) {
   const HostExperts h = make_experts(local, inter, dim, 80, true);
   Routing r{std::vector<int32_t>(cap), std::vector<float>(cap, 0.5f)};
   for (int t = 0; t < tokens; ++t) r.ids[2 * t] = 1, r.ids[2 * t + 1] = t % 3 == 0 ? 4 : 9;  // experts 0, 2, 3, 5 empty
-  DevDecode dw = upload_decode(h, MoeActivation::kSiTU, 4.0f, 25.0f);
+  DevDecode dw = upload_decode(h, MoeActivation::kSiTU, 4.0f, 25.0f,
+                               kern == MoeDecodeKernel::kWeightsAPdlQgmma || kern == MoeDecodeKernel::kWeightsAPdlQgmmaWide
+                                   ? Mxfp4DecodeBits::kFp8
+                                   : Mxfp4DecodeBits::kBf16);
   auto di = dev(r.ids);
   auto dx = dev(randn(tokens * dim, 81));
   DeviceBuffer<int32_t> off(local + 1), sorted(cap), prow(cap);
