@@ -617,10 +617,6 @@ MoeDecodeKernel resolve(const Fits& f, int64_t capacity, bool has_workspace) {
   return f.fits && capacity <= 1024 ? MoeDecodeKernel::kStaged : MoeDecodeKernel::kStreamed;
 }
 
-}  // namespace
-
-namespace {
-
 bool fp8_bits(const MoeDecodeWeights& w) {
   return w.w1.bits == Mxfp4DecodeBits::kFp8 && w.w3.bits == Mxfp4DecodeBits::kFp8 && w.w2.bits == Mxfp4DecodeBits::kFp8;
 }

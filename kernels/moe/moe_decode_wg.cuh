@@ -5,6 +5,7 @@
 
 #include <cstdint>
 
+#include "common/pdl_bulk.cuh"
 #include "moe/moe_decode_device.cuh"
 #include "moe/moe_decode_wa.cuh"
 
@@ -67,6 +68,38 @@ __device__ __forceinline__ void wg_load(const Mxfp4Decode& a, const Mxfp4Decode&
       for (int j = 0; j < 2; ++j) r.q[rd][j] = make_uint4(0u, 0u, 0u, 0u), r.s[rd][j] = 0u;
     }
   }
+}
+
+// The warpgroup forms' kernel body around their unit step: gate/up (kGated) triggers the down
+// launch at once and, on its last unit, pulls the first two units of the down CTA of its index
+// into L2; down (a programmatic dependent launch) loads its first two units, then waits
+// (griddepcontrol.wait) before the first compute reads the activations, and waits even with no
+// work. Units are blocked over the CTAs, their words double-buffered in registers (ping_pong);
+// compute(v, regs) runs unit v. s_list / s_count: the caller's shared memory.
+template <bool kGated, int kGroups, typename Compute>
+__device__ __forceinline__ void wg_run_units(const Mxfp4Decode& a, const Mxfp4Decode& b, const int32_t* __restrict__ offsets, int experts,
+                                             const Mxfp4Decode& next, uint32_t next_grid, int* s_list, int* s_count, Compute&& compute) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  if constexpr (kGated) pdl_bulk::pdl_trigger();
+  list_touched_experts(offsets, experts, s_list, s_count);
+  __syncthreads();
+  const uint32_t tiles = static_cast<uint32_t>(a.rows / 8);
+  const WaSpace sp{s_list, tiles, static_cast<uint32_t>(a.cols / 128), kGated ? tiles / 2 : tiles / 4};
+  const uint32_t all = uint32_t(*s_count) * sp.per_expert, per = (all + gridDim.x - 1) / gridDim.x;
+  const uint32_t u = blockIdx.x * per, units = min(all, u + per);
+  if (kGated && u >= units) wa_prefetch_next_start<kL2First>(next, s_list, *s_count, next_grid, threadIdx.x);  // idle CTA
+  bool waited = false;
+  using Regs = WgRegs<Wg<kGroups>::kRounds>;
+  ping_pong<Regs>(
+      u, units, 1u, [&](uint32_t v, Regs& r) { wg_load<kGated, kGroups>(a, b, sp, v, lane, warp, r); },
+      [&](uint32_t v, const Regs& r) {
+        if (!kGated && !waited) pdl_bulk::pdl_wait(), waited = true;  // both units' loads are out: now x may be read
+        compute(sp, v, r);
+      },
+      [&](uint32_t v) {
+        if (kGated && v + 1 >= units) wa_prefetch_next_start<kL2First>(next, s_list, *s_count, next_grid, threadIdx.x);
+      });
+  if (!kGated && !waited) pdl_bulk::pdl_wait();  // no work: still complete only after gate/up
 }
 
 }  // namespace pdserve::cuda::moe_decode_detail

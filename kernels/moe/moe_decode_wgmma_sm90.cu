@@ -202,9 +202,8 @@ __device__ __forceinline__ void wg_compute(const Mxfp4Decode& a, const WaSpace& 
   }
 }
 
-// Gate/up (kGated: triggers the down launch at once and, on its last unit, pulls the first two
-// units of the down CTA of its index into L2) or down (a programmatic dependent launch: loads its
-// first two units, then griddepcontrol.wait before reading the activations).
+// Gate/up (kGated) or down (a programmatic dependent launch); the unit loop, PDL order and L2 pull
+// are wg_run_units' (moe_decode_wg.cuh).
 template <bool kGated, bool kWide, int kGroups>
 __global__ void __launch_bounds__(Wg<kGroups>::kThreads, 1) decode_gemm_wg(Mxfp4Decode a, Mxfp4Decode b, const int32_t* __restrict__ offsets, int experts,
                                                                 const float* __restrict__ x, float* __restrict__ y, MoeAct act, Mxfp4Decode next,
@@ -216,28 +215,10 @@ __global__ void __launch_bounds__(Wg<kGroups>::kThreads, 1) decode_gemm_wg(Mxfp4
   __shared__ float s_red[2][C::kWarps][2][kWaTokens][8];
   const uint32_t raw = static_cast<uint32_t>(__cvta_generic_to_shared(smem_raw)), xs_addr = (raw + kAtomBytes - 1) & ~(kAtomBytes - 1);
   uint8_t* xs = smem_raw + (xs_addr - raw);
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  if constexpr (kGated) pdl_bulk::pdl_trigger();
-  list_touched_experts(offsets, experts, s_list, &s_count);
-  __syncthreads();
-  const uint32_t tiles = static_cast<uint32_t>(a.rows / 8);
-  const WaSpace sp{s_list, tiles, static_cast<uint32_t>(a.cols / 128), kGated ? tiles / 2 : tiles / 4};
-  const uint32_t all = uint32_t(s_count) * sp.per_expert, per = (all + gridDim.x - 1) / gridDim.x;
-  const uint32_t u = blockIdx.x * per, units = min(all, u + per);
-  if (kGated && u >= units) wa_prefetch_next_start<kL2First>(next, s_list, s_count, next_grid, threadIdx.x);  // idle CTA
-  bool waited = false;
   int staged_e = -1, staged_r0 = -1, buf = 0;
-  using Regs = WgRegs<C::kRounds>;
-  ping_pong<Regs>(
-      u, units, 1u, [&](uint32_t v, Regs& r) { wg_load<kGated, kGroups>(a, b, sp, v, lane, warp, r); },
-      [&](uint32_t v, const Regs& r) {
-        if (!kGated && !waited) pdl_bulk::pdl_wait(), waited = true;  // both units' loads are out: now x may be read
-        wg_compute<kGated, kWide, kGroups>(a, sp, v, offsets, x, y, act, r, xs, xs_addr, s_red, staged_e, staged_r0, buf);
-      },
-      [&](uint32_t v) {
-        if (kGated && v + 1 >= units) wa_prefetch_next_start<kL2First>(next, s_list, s_count, next_grid, threadIdx.x);
-      });
-  if (!kGated && !waited) pdl_bulk::pdl_wait();  // no work: still complete only after gate/up
+  wg_run_units<kGated, kGroups>(a, b, offsets, experts, next, next_grid, s_list, &s_count, [&](const WaSpace& sp, uint32_t v, const WgRegs<C::kRounds>& r) {
+    wg_compute<kGated, kWide, kGroups>(a, sp, v, offsets, x, y, act, r, xs, xs_addr, s_red, staged_e, staged_r0, buf);
+  });
 }
 
 template <bool kWideGate, bool kWideDown, int kGroups>
