@@ -282,6 +282,7 @@ Status CudaModel::moe(const DeviceLayer& l, const float* x, int64_t rows, float*
   PDS_ASSIGN_OR_RETURN(float* out_sorted, scratch<float>(kMoeOut, cap * lat));
   // Many rows per expert (prefill chunks): the grouped GEMM on bf16 activations, which
   // reuses x_sorted's and act's scratch for its bf16 copies (half their size).
+  // (moe_prefill_fits: the bf16 shuffle only; e4m3_moe_decode layers run every step on the decode kernels.)
   const bool prefill_gemm = l.quantized && l.decode_layout && rows * K >= kMoePrefillMinRowsPerExpert * E && moe_prefill_fits(l.mxfp4_decode);
   if (prefill_gemm) {
     uint16_t* x16 = reinterpret_cast<uint16_t*>(x_sorted);

@@ -37,7 +37,7 @@ Result<std::unique_ptr<CudaModel>> CudaModel::create(std::shared_ptr<const Model
   PDS_RETURN_IF_ERROR(cuda_status(cudaSetDevice(device), "cudaSetDevice"));
   PDS_RETURN_IF_ERROR(cuda_status(cudaStreamCreateWithFlags(&m->stream_, cudaStreamNonBlocking), "cudaStreamCreate"));
   // A pipeline stage uploads and pools only its own layers (the Model read only those).
-  PDS_ASSIGN_OR_RETURN(m->w_, DeviceWeights::upload(c, m->model_->weights(), m->model_->layers()));
+  PDS_ASSIGN_OR_RETURN(m->w_, DeviceWeights::upload(c, m->model_->weights(), m->model_->layers(), opts.e4m3_moe_decode));
   m->mla_layers_ = m->model_->stage_mla_layers();
   m->kda_layers_ = m->model_->stage_kda_layers();
   m->num_pages_ = num_pages;
@@ -121,6 +121,13 @@ std::string CudaModel::describe() const {
   if (kv_dtype_ == DType::kBF16)
     cache = std::string("bf16 MLA cache, decode attention ") +
             (split_kv_bf16_ok_ ? "split-KV on tensor cores" : "mla_attend_latent (the split-KV bf16 forms take K3's widths at <= 3 heads a rank, pages a multiple of 16 tokens)");
+  // Which bit shuffle the decode-layout MoE layers hold (DeviceWeights::upload, moe_decode_bits_for).
+  int64_t decode_moe = 0, e4m3_moe = 0;
+  for (const DeviceLayer& l : w_.layers)
+    if (l.is_moe && l.decode_layout) ++decode_moe, e4m3_moe += l.mxfp4_decode.w1.bits == Mxfp4DecodeBits::kFp8;
+  if (decode_moe > 0)
+    cache += ", MoE experts on " + (e4m3_moe == decode_moe ? std::string("E4M3") : e4m3_moe == 0 ? std::string("bf16") : "mixed E4M3/bf16") +
+             " tensor cores (" + std::to_string(decode_moe) + " decode-layout layers)";
   return "cuda (" + name + ", fp32 correct-first kernels, " + cache + ", decode " + (opts_.graphs ? "CUDA graphs" : "eager") + ", " +
          std::to_string(device_bytes_ >> 20) + " MiB of weights and pools, " +
          std::to_string(num_pages_) + " pages of " + std::to_string(page_size_) + ", " + std::to_string(num_slots_) + " slots)";

@@ -2,8 +2,10 @@
 
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cstring>
 
+#include "backend/moe_decode_bits.h"
 #include "common/cuda_check.h"
 
 namespace pdserve::cuda {
@@ -67,6 +69,12 @@ Status DeviceWeights::put_moe(const ModelConfig& c, const MoeWeights& mw, Device
     const ExpertWeights& e0 = mw.experts[0];
     dl->decode_layout = decode_layout_fits(e0.q1.rows, e0.q1.cols) && decode_layout_fits(e0.q3.rows, e0.q3.cols) &&
                         decode_layout_fits(e0.q2.rows, e0.q2.cols);
+    // One shuffle for all three projections (moe_expert_mlp_decode needs them to agree).
+    bool scale_above_128 = false;
+    for (const ExpertWeights& e : mw.experts)
+      for (const ops::Mxfp4Matrix* m : {&e.q1, &e.q3, &e.q2})
+        if (e.quantized) scale_above_128 = scale_above_128 || std::any_of(m->scales, m->scales + m->rows * m->cols / 32, [](uint8_t s) { return s > 128; });
+    const Mxfp4DecodeBits bits = moe_decode_bits_for(e4m3_moe_decode_, e0.q1.rows, e0.q1.cols, scale_above_128);
     auto stack = [&](auto pick, Mxfp4Experts* out, Mxfp4Decode* dec) -> Status {
       const ops::Mxfp4Matrix& m0 = pick(mw.experts[0]);
       const size_t pb = m0.rows * m0.cols / 2, sb = m0.rows * m0.cols / 32;
@@ -82,7 +90,7 @@ Status DeviceWeights::put_moe(const ModelConfig& c, const MoeWeights& mw, Device
       if (dl->decode_layout) {
         std::vector<uint8_t> rp, rs;
         PDS_ASSIGN_OR_RETURN(wide, mxfp4_repack_decode(packed.data(), scales.data(), static_cast<int64_t>(mw.experts.size()), m0.rows,
-                                                       m0.cols, &rp, &rs));
+                                                       m0.cols, &rp, &rs, bits));
         packed.swap(rp);
         scales.swap(rs);
       }
@@ -90,7 +98,7 @@ Status DeviceWeights::put_moe(const ModelConfig& c, const MoeWeights& mw, Device
       PDS_ASSIGN_OR_RETURN(const void* s, put_bytes(scales.data(), scales.size()));
       const auto* pu = static_cast<const uint8_t*>(p);
       const auto* su = static_cast<const uint8_t*>(s);
-      if (dl->decode_layout) *dec = Mxfp4Decode{pu, su, m0.rows, m0.cols, wide};
+      if (dl->decode_layout) *dec = Mxfp4Decode{pu, su, m0.rows, m0.cols, wide, bits};
       else *out = Mxfp4Experts{pu, su, m0.rows, m0.cols};
       return Status::ok();
     };
@@ -187,8 +195,9 @@ Status DeviceWeights::put_layer(const ModelConfig& c, const LayerWeights& lw, De
   return Status::ok();
 }
 
-Result<DeviceWeights> DeviceWeights::upload(const ModelConfig& c, const ModelWeights& w, const LayerSpan& span) {
+Result<DeviceWeights> DeviceWeights::upload(const ModelConfig& c, const ModelWeights& w, const LayerSpan& span, bool e4m3_moe_decode) {
   DeviceWeights d;
+  d.e4m3_moe_decode_ = e4m3_moe_decode;
   PDS_ASSIGN_OR_RETURN(d.embed, d.put(w.embed));
   PDS_ASSIGN_OR_RETURN(d.lm_head, d.put(w.lm_head));
   PDS_ASSIGN_OR_RETURN(d.final_norm, d.put(w.final_norm));

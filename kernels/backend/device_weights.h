@@ -42,7 +42,8 @@ struct DeviceLayer {
   int64_t expert_begin = 0, local_experts = 0;
   bool quantized = false;
   // MXFP4 experts whose widths fit moe_decode.h's layout are stored only in it (mxfp4_decode,
-  // decode_layout true) and run through moe_expert_mlp_decode; others in moe.h's (mxfp4).
+  // decode_layout true; its bits: moe_decode_bits_for) and run through moe_expert_mlp_decode (and,
+  // kBf16 only, the prefill grouped GEMM); others in moe.h's (mxfp4).
   bool decode_layout = false;
   MoeDecodeWeights mxfp4_decode;
   MoeExpertWeights mxfp4;
@@ -64,7 +65,10 @@ class DeviceWeights {
 
   // `span`: a pipeline stage's layers; the others get a placeholder (kind and is_moe only, no
   // memory) and pool_layer counts the stage's own layers, as its pools hold only those.
-  static Result<DeviceWeights> upload(const ModelConfig& cfg, const ModelWeights& w, const LayerSpan& span = {});
+  // `e4m3_moe_decode`: decode-layout experts in the kFp8 shuffle where moe_decode_bits_for
+  // allows (CudaForwardOptions::e4m3_moe_decode), else kBf16.
+  static Result<DeviceWeights> upload(const ModelConfig& cfg, const ModelWeights& w, const LayerSpan& span = {},
+                                      bool e4m3_moe_decode = false);
 
   DeviceMat embed, lm_head;
   const float* final_norm = nullptr;
@@ -81,6 +85,7 @@ class DeviceWeights {
 
   std::vector<void*> owned_;
   size_t bytes_ = 0;
+  bool e4m3_moe_decode_ = false;
 };
 
 }  // namespace pdserve::cuda

@@ -35,6 +35,9 @@ M="gpu__time_duration.sum,dram__bytes_read.sum,dram__throughput.avg.pct_of_peak_
       "$D/moe_decode_bench" --reps 1 --only "$b" --kernels "$kern" 2>&1 | grep -vE "^\| B=|^\|---|^Decode|^\(packed|^$|^\| case"
   done
 } >"$out/ncu.log" 2>&1
+# The 64-row QGMMA gate/up kernel's whole stall mix (every reason, the wgmma waits included) at B = 64.
+[ "$(left)" -gt 70 ] && timeout 30 ncu --clock-control none -k regex:decode_gemm_q8 -c 1 --section WarpStateStats --section SchedulerStats \
+  "$D/moe_decode_bench" --reps 1 --only 64 --kernels wa-pdl-qgmma-wide 2>&1 | grep -vE "^\| B=|^\|---|^Decode|^\(packed|^$|^\| case" >>"$out/ncu.log"
 # The 64-row QGMMA gate/up kernel's executed instructions by opcode at B = 64 (where the instructions go).
 [ "$(left)" -gt 60 ] && timeout 30 ncu --clock-control none -k regex:decode_gemm_q8 -c 1 --metrics sass__inst_executed_per_opcode \
   --print-metric-instances details "$D/moe_decode_bench" --reps 1 --only 64 --kernels wa-pdl-qgmma-wide >>"$out/ncu.log" 2>&1

@@ -206,11 +206,12 @@ Status mxfp4_unpack_decode(const uint8_t* packed, const uint8_t* scales, int64_t
 // kWeightsAPdlQgmmaWide (moe_decode_qgmma_wide_sm90.cu; kFp8 weights): the same E4M3 step on
 // 64-row units (8 tiles: every warp of a warpgroup on the same chunk, wgmma.m64n8k32, nothing
 // dropped or selected; warpgroup G takes chunks G, G + 4, ...: 7 equal rounds at K3's gate/up), a
-// warp's words kept 4 rounds ahead in registers across unit boundaries. Needs inter % 32 == 0,
-// dim % 64 == 0, narrow scales. Measured: 1.03-1.08x kAuto's bf16 forms at B 4-64 (2.74 TB/s at
-// B = 64), 0.90x at B = 1 (uneven 64-row units), 0.83-0.91x at B 128-256 even with its items of up
-// to 16 rows sharing the dequantised A over their passes (from kMoeDecodeQgmmaMultiMinCapacity
-// pairs). The engine keeps the bf16 shuffle; these forms are opt-in by repacking with kFp8.
+// warp's words kept 4 rounds ahead in registers across unit boundaries; items (a unit and a block
+// of up to 4 rows, or of 8 rows in two passes sharing the dequantised A from
+// kMoeDecodeQgmmaMultiMinCapacity pairs) split evenly over the CTAs. Needs inter % 32 == 0,
+// dim % 64 == 0, narrow scales. Measured (docs/perf.md, "E4M3 wide form, second version"):
+// 1.09-1.13x kAuto's bf16 forms at B 4-64 (2.87 TB/s at B = 64), 1.03x at B = 128, 1.10x at
+// B = 256, 0.96x at B = 1 (uneven 64-row units).
 enum class MoeDecodeKernel {
   kAuto,
   kStreamed,
@@ -245,10 +246,12 @@ enum class MoeDecodeKernel {
 // at top-16), kWeightsAPdlQgmma below (B = 1: the wide form's 64-row units leave the gate/up
 // launch's CTAs unevenly loaded, 2 units on some against 1.45 on average; docs/perf.md).
 constexpr int64_t kMoeDecodeQgmmaWideMinCapacity = 64;
-// From this many pairs (B >= 128 at top-16: several experts with more than 4 rows) kWeightsAPdlQgmmaWide
-// takes items of up to 16 rows whose passes of 4 share each round's dequantised A registers; below,
-// items of one pass, straight-line (the extra pass loop and its descriptors cost 10-18% at B <= 64).
-constexpr int64_t kMoeDecodeQgmmaMultiMinCapacity = 2048;
+// From this many pairs (B >= 256 at top-16 and EP32: 4-5 rows an expert) kWeightsAPdlQgmmaWide takes
+// items of up to 8 rows whose two passes of 4 share each round's dequantised A registers; below,
+// items of one pass, straight-line. Measured (docs/perf.md): 8-row items 1.10x kAuto at B = 256
+// (16-row ones 0.97x, one-pass 0.91x); at B = 128 (2-3 rows an expert) one-pass items 1.03x, 8-row
+// ones 0.95x, 16-row ones 0.87x; at B <= 64 one-pass items are 5-12% faster than either.
+constexpr int64_t kMoeDecodeQgmmaMultiMinCapacity = 4096;
 
 constexpr int kMoeDecodeSplitK = 2;  // K slices of kWeightsAPdlSplitK (2: the atomic sums are exact-order-free)
 

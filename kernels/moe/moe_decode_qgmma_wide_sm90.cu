@@ -8,11 +8,14 @@
 // rounds at gate/up, 6 at down, equal for every warpgroup); per round and 32-input group one
 // wgmma.m64n8k32 (A = the 4 warps' 16 rows each, from registers; B = the pass's 4 tokens as hi / lo
 // columns, moe_decode_qgmma.cuh's staging), a fresh accumulator a group, its E8M0 scale by fp32
-// multiply-add. Each (unit, block of up to 16 tokens) is an item whose up to 4 passes of 4 tokens
-// share the round's dequantised A registers (one wgmma per pass and group); a warp keeps kQRing rounds of words in
-// registers ahead of the one it computes, across item boundaries, so the loads of the next item
-// are in flight while this one ends (its reduction through shared memory, one barrier an item).
-// Down is a programmatic dependent launch: it loads its first rounds, then waits for gate/up.
+// multiply-add (two commit groups a round: groups 0, 1 are summed while 2, 3 run). Each (unit, block
+// of up to 4 rows; of 8 from kMoeDecodeQgmmaMultiMinCapacity pairs, two passes sharing the round's
+// dequantised A registers) is an item; the CTAs split items evenly (not units: an expert with more
+// rows than a block repeats its units). A warp keeps kQRing rounds of words in registers ahead of
+// the one it computes, across item boundaries, so the loads of the next item are in flight while
+// this one ends (its reduction through shared memory, one barrier an item). The walk over items is
+// stepped (no division a unit), the load addresses one wide multiply-add each. Down is a
+// programmatic dependent launch: it loads its first rounds, then waits for gate/up.
 #include <cstdint>
 #include <type_traits>
 
@@ -30,7 +33,8 @@ using moe_prefill_detail::wgmma_commit;
 using moe_prefill_detail::wgmma_fence;
 using moe_prefill_detail::wgmma_wait;
 
-constexpr int kQRing = 4;  // rounds of words a warp holds ahead of its compute
+constexpr int kQRing = 4;       // rounds of words a warp holds ahead of its compute (5: no faster)
+constexpr int kQMultiRows = 8;  // rows an item from kMoeDecodeQgmmaMultiMinCapacity pairs (two passes)
 
 // d = A B (m64n8k32, E4M3, the accumulator not read).
 __device__ __forceinline__ void qgmma8(float (&d)[4], const uint32_t (&a)[4], uint64_t desc) {
@@ -54,126 +58,185 @@ struct QSlot {
   uint32_t s[2];
 };
 
-// The CTA's items in order: units [u, end) of its run, each unit's blocks of kQStage rows (up to 4
-// passes of kQTokens, all from one staging and one dequantisation of the words).
-struct QCursor {
-  uint32_t u, blk, rd, nblk;
-  int e, begin, end;
-  uint32_t n, tile0;  // tile0: the warp's first tile at its round-0 chunk (the load cursor's)
-  bool live;
+// The CTA's items in order, one round at a time (a load-side and a compute-side copy): an item is a
+// block of up to kBlock rows of one expert on one unit of its weights, `rounds` rounds; an expert's
+// items go unit by unit, each unit's blocks in turn (the same weights again, from L2). The item is
+// (slot, l, blk): expert list[slot], its l-th unit, block blk; stepped, never divided.
+struct QWalk {
+  uint32_t slot, l, left;  // left: items after this one
+  uint32_t rd, blk, nblk;
+  uint32_t tile;  // the warp's first tile at round rd's chunk
+  uint32_t n;     // the unit's first output tile
+  uint32_t live;  // a word, not a bool: ptxas packs bools into bytes of one register (PRMT a test)
 };
 
 struct QSpace {
   const int* list;
-  const int32_t* offsets;
-  uint32_t tiles, chunks, per_expert, rounds, end, block;  // block: rows an item (kQTokens or kQStage)
+  const int* begin;  // the listed experts' first rows, and the last one's end (count + 1, shared memory)
+  const int* first;  // the listed experts' first items, and the total (count + 1, shared memory)
+  uint32_t count, tiles, chunks, per_expert, rounds;
 };
 
-__device__ __forceinline__ void q_open(const QSpace& sp, bool gated, QCursor& c, int warp) {
-  c.live = c.u < sp.end;
+template <bool kGated, int kBlock>
+__device__ __forceinline__ void q_open(const QSpace& sp, QWalk& c, uint32_t w, uint32_t G) {
+  const uint32_t e = uint32_t(sp.list[c.slot]), rows = uint32_t(sp.begin[c.slot + 1] - sp.begin[c.slot]);
+  c.nblk = (rows + kBlock - 1) / kBlock;
+  c.n = c.l * (kGated ? 4u : 8u);
+  c.tile = (e * sp.tiles + c.n + 2u * (kGated ? (w & 1u) : w)) * sp.chunks + G;
+  c.rd = 0, c.blk = 0;
+}
+
+// Items [i, end) of the CTA: the slot holding item i by binary search over the first items.
+template <bool kGated, int kBlock>
+__device__ __forceinline__ void q_start(const QSpace& sp, QWalk& c, uint32_t i, uint32_t end, uint32_t w, uint32_t G) {
+  c.live = i < end;
   if (!c.live) return;
-  const uint32_t slot = c.u / sp.per_expert, l = c.u - slot * sp.per_expert;
-  c.e = sp.list[slot];
-  c.n = l * (gated ? 4u : 8u);
-  const uint32_t w = uint32_t(warp & 3);
-  c.tile0 = (uint32_t(c.e) * sp.tiles + c.n + 2u * (gated ? (w & 1u) : w)) * sp.chunks + uint32_t(warp >> 2);
-  c.begin = sp.offsets[c.e];
-  c.end = sp.offsets[c.e + 1];
-  c.nblk = uint32_t(c.end - c.begin) / sp.block + ((uint32_t(c.end - c.begin) % sp.block) != 0u);
-  c.blk = 0, c.rd = 0;
+  uint32_t lo = 0, hi = sp.count - 1;  // first[lo] <= i < first[hi + 1]
+  while (lo < hi) {
+    const uint32_t mid = (lo + hi + 1) / 2;
+    if (uint32_t(sp.first[mid]) <= i) lo = mid;
+    else hi = mid - 1;
+  }
+  c.slot = lo, c.l = 0, c.left = end - i - 1;
+  q_open<kGated, kBlock>(sp, c, w, G);  // for nblk
+  const uint32_t rel = i - uint32_t(sp.first[lo]), l = rel / c.nblk;
+  c.l = l;
+  q_open<kGated, kBlock>(sp, c, w, G);
+  c.blk = rel - l * c.nblk;
 }
 
-__device__ __forceinline__ void q_next(const QSpace& sp, bool gated, QCursor& c, int warp) {
-  if (++c.rd < sp.rounds) return;
+template <bool kGated, int kBlock>
+__device__ __forceinline__ void q_step(const QSpace& sp, QWalk& c, uint32_t w, uint32_t G) {
+  if (++c.rd < sp.rounds) {
+    c.tile += 4u;
+    return;
+  }
   c.rd = 0;
-  if (++c.blk < c.nblk) return;
-  ++c.u;
-  q_open(sp, gated, c, warp);
+  if (c.left == 0) {
+    c.live = false;
+    return;
+  }
+  --c.left;
+  if (++c.blk < c.nblk) {  // the unit again for the next block of rows
+    c.tile -= 4u * (sp.rounds - 1u);
+    return;
+  }
+  if (++c.l == sp.per_expert) c.l = 0, ++c.slot;
+  q_open<kGated, kBlock>(sp, c, w, G);
 }
 
-// Warp w' = warp & 3 of warpgroup G: its two tiles' words at chunk G + 4 rd of the cursor's unit.
-template <bool kGated>
-__device__ __forceinline__ void q8_load(const Mxfp4Decode& a, const Mxfp4Decode& b, const QSpace& sp, const QCursor& c, int lane, int warp,
-                                        QSlot& r) {
-  const uint32_t w = uint32_t(warp & 3), ch = uint32_t(warp >> 2) + 4u * c.rd, g = uint32_t(lane) >> 2;
-  if (!c.live || ch >= sp.chunks) {  // zero codes: a zero A for a chunk past the matrix
+// The warp's two tiles' words at the walk's round (kRagged: chunks % 4 != 0, a chunk past the
+// matrix gives zero codes, so a zero A; else every round of a live walk is inside the matrix).
+template <bool kRagged>
+__device__ __forceinline__ void q8_load(const uint4* wq, const uint32_t* ws, uint32_t chunks, const QWalk& c, uint32_t G, QSlot& r) {
+  if (!c.live) return;  // never computed
+  if (kRagged && G + 4u * c.rd >= chunks) {
     r.q[0] = r.q[1] = make_uint4(0u, 0u, 0u, 0u), r.s[0] = r.s[1] = 0u;
     return;
   }
-  const Mxfp4Decode& m = kGated && w >= 2 ? b : a;
-  const uint32_t tile = c.tile0 + 4u * c.rd;
-  const uint4* pq = reinterpret_cast<const uint4*>(m.packed) + (tile * 32u + lane);
-  const uint32_t* ps = reinterpret_cast<const uint32_t*>(m.scales) + (tile * 8u + g);
-  r.q[0] = load_stream(pq);
-  r.s[0] = __ldg(ps);
-  r.q[1] = load_stream(pq + sp.chunks * 32u);
-  r.s[1] = __ldg(ps + sp.chunks * 8u);
+  const uint32_t t1 = c.tile + chunks;
+  r.q[0] = load_stream(wq + size_t(c.tile) * 32u);  // one wide multiply-add each
+  r.s[0] = __ldg(ws + size_t(c.tile) * 8u);
+  r.q[1] = load_stream(wq + size_t(t1) * 32u);
+  r.s[1] = __ldg(ws + size_t(t1) * 8u);
 }
 
-// kMulti: items of up to kQStage rows whose passes share each round's A registers (many rows an
-// expert); else items of one pass (kQTokens rows), straight-line (the common decode case).
-template <bool kGated, bool kMulti>
+// kBlockRows = kQMultiRows: items of up to 8 rows whose 2 passes share each round's A registers
+// (several rows an expert); kQTokens: items of one pass, straight-line (the common decode case).
+template <bool kGated, int kBlockRows, bool kRagged>
 __global__ void __launch_bounds__(Q::kThreads, 1) decode_gemm_q8(Mxfp4Decode a, Mxfp4Decode b, const int32_t* __restrict__ offsets, int experts,
                                                                   const float* __restrict__ x, float* __restrict__ y, MoeAct act) {
   extern __shared__ __align__(1024) uint8_t smem_raw[];
-  __shared__ int s_list[kMaxExperts];
+  __shared__ int s_list[kMaxExperts], s_begin[kMaxExperts + 1], s_first[kMaxExperts + 1];
   __shared__ int s_count;
   __shared__ float s_inv[kQStage], s_wmax[Q::kWarps];
   const uint32_t raw = static_cast<uint32_t>(__cvta_generic_to_shared(smem_raw)), xs_addr = (raw + kQAtom - 1) & ~(kQAtom - 1);
   uint8_t* xs = smem_raw + (xs_addr - raw);
   // After the 4 passes' atoms: the reduction's two buffers [warp][tile 2w' + j][token][row].
-  constexpr int kBlock = kMulti ? kQStage : kQTokens, kPassesMax = kBlock / kQTokens;
+  constexpr int kBlock = kBlockRows, kPassesMax = kBlock / kQTokens;
+  constexpr bool kMulti = kBlock > kQTokens;
   using Red = float[Q::kWarps][2][kBlock][8];
-  // One-pass items: a static 8 KB pair (measured faster than the dynamic placement); kMulti's 32 KB
+  // One-pass items: a static 8 KB pair (measured faster than the dynamic placement); kMulti's 16 KB
   // pair follows the atoms in dynamic shared memory.
   __shared__ __align__(16) float s_red_small[kMulti ? 1 : 2][Q::kWarps][2][kQTokens][8];
   Red* s_red = kMulti ? reinterpret_cast<Red*>(xs + (kQStage / kQTokens) * size_t(a.cols / 128) * kQAtom) : reinterpret_cast<Red*>(s_red_small);
-  const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+  const uint32_t lane = threadIdx.x & 31u, g = lane >> 2, t = lane & 3u;
   const int warp = __shfl_sync(0xffffffffu, int(threadIdx.x >> 5), 0);
+  const uint32_t w = uint32_t(warp) & 3u, G = uint32_t(warp) >> 2;
   if constexpr (kGated) pdl_bulk::pdl_trigger();
   list_touched_experts(offsets, experts, s_list, &s_count);
   __syncthreads();
+  const uint32_t count = uint32_t(s_count);
+  for (uint32_t i = threadIdx.x; i < count; i += Q::kThreads) s_begin[i] = offsets[s_list[i]];
+  if (threadIdx.x == 0) s_begin[count] = offsets[experts];  // untouched experts have no rows: one's end is the next one's begin
+  __syncthreads();
   const uint32_t tiles = static_cast<uint32_t>(a.rows / 8), chunks = static_cast<uint32_t>(a.cols / 128);
-  const uint32_t per_expert = kGated ? tiles / 4 : tiles / 8, all = uint32_t(s_count) * per_expert, per = (all + gridDim.x - 1) / gridDim.x;
-  const uint32_t u0 = blockIdx.x * per;
-  const QSpace sp{s_list, offsets, tiles, chunks, per_expert, (chunks + 3) / 4, min(all, u0 + per), uint32_t(kBlock)};
+  const uint32_t per_expert = kGated ? tiles / 4 : tiles / 8;
+  // The CTAs split items, not units: an expert with more rows than a block has its units' work
+  // once a block (at B = 128 unit shares left some CTAs twice the work of others).
+  if (warp == 0) {
+    uint32_t base = 0;
+    for (uint32_t c0 = 0; c0 < count; c0 += 32) {
+      const uint32_t i = c0 + lane;
+      uint32_t v = i < count ? per_expert * ((uint32_t(s_begin[i + 1] - s_begin[i]) + kBlock - 1) / kBlock) : 0u;
+#pragma unroll
+      for (int o = 1; o < 32; o <<= 1) {
+        const uint32_t n = __shfl_up_sync(0xffffffffu, v, o);
+        if (lane >= uint32_t(o)) v += n;
+      }
+      if (i < count) s_first[i + 1] = int(base + v);
+      base += __shfl_sync(0xffffffffu, v, 31);
+    }
+    if (lane == 0) s_first[0] = 0;
+  }
+  __syncthreads();
+  const uint32_t all = uint32_t(s_first[count]), per = (all + gridDim.x - 1) / gridDim.x;
+  const uint32_t i0 = blockIdx.x * per, i1 = min(all, i0 + per);
+  const QSpace sp{s_list, s_begin, s_first, count, tiles, chunks, per_expert, (chunks + 3) / 4};
+  // The warp's matrix (gated: warps w' = 2, 3 of each warpgroup read up), chosen once.
+  const bool second = kGated && w >= 2u;
+  const uint4* wq = reinterpret_cast<const uint4*>(second ? b.packed : a.packed) + lane;
+  const uint32_t* ws = reinterpret_cast<const uint32_t*>(second ? b.scales : a.scales) + g;
+  // Opaque from here: each load's address is then one wide multiply-add of the tile index (ptxas
+  // otherwise folds the lane back into the index and needs 64-bit adds).
+  asm volatile("" : "+l"(wq), "+l"(ws));
   const uint32_t xs_desc = (xs_addr >> 4) | (1u << 16), cols = chunks * 128u;
-  QCursor ld{u0, 0, 0, 0, 0, 0, 0, 0, 0, false}, cp = ld;
-  q_open(sp, kGated, ld, warp);
-  q_open(sp, kGated, cp, warp);
+  QWalk ld, cp;
+  q_start<kGated, kBlock>(sp, ld, i0, i1, w, G);
+  cp = ld;
   QSlot ring[kQRing];
 #pragma unroll
   for (int j = 0; j < kQRing; ++j) {
-    q8_load<kGated>(a, b, sp, ld, lane, warp, ring[j]);
-    if (ld.live) q_next(sp, kGated, ld, warp);
+    q8_load<kRagged>(wq, ws, chunks, ld, G, ring[j]);
+    if (ld.live) q_step<kGated, kBlock>(sp, ld, w, G);
   }
   if constexpr (!kGated) pdl_bulk::pdl_wait();  // the first rounds' loads are out: now the activations may be read
-  int staged_e = -1, staged_r0 = -1, buf = 0;
+  int staged_slot = -1, staged_r0 = 0, buf = 0;
+  int r0 = 0, nrows = 0;  // the item's rows (set at its first round)
+  uint32_t dlo = 0;  // the round's B descriptor, low word (group 0)
   float acc[kPassesMax][2];
+#pragma unroll
+  for (int p = 0; p < kPassesMax; ++p) acc[p][0] = acc[p][1] = 0.0f;
   while (cp.live) {
 #pragma unroll
     for (int j = 0; j < kQRing; ++j) {
       if (!cp.live) break;
-      const int r0 = cp.begin + int(cp.blk) * kBlock, nrows = min(kBlock, cp.end - r0);
-      const int np = kMulti ? (nrows + kQTokens - 1) / kQTokens : 1;
       if (cp.rd == 0) {
-        if (staged_e != cp.e || r0 < staged_r0 || r0 >= staged_r0 + kQStage) {  // uniform: up to 16 rows staged at once
-          q_stage_rows(x, r0, min(kQStage, cp.end - r0), cols, chunks, xs, s_inv, s_wmax);
-          staged_e = cp.e, staged_r0 = r0;
+        r0 = sp.begin[cp.slot] + int(cp.blk) * kBlock, nrows = min(kBlock, sp.begin[cp.slot + 1] - r0);
+        if (staged_slot != int(cp.slot) || r0 < staged_r0 || r0 >= staged_r0 + kQStage) {  // uniform: up to 16 rows staged at once
+          q_stage_rows(x, r0, min(kQStage, sp.begin[cp.slot + 1] - r0), cols, chunks, xs, s_inv, s_wmax);
+          staged_slot = int(cp.slot), staged_r0 = r0;
           __syncthreads();
         }
-#pragma unroll
-        for (int p = 0; p < kPassesMax; ++p) acc[p][0] = acc[p][1] = 0.0f;
+        // The item's first row in the staged window is a multiple of 4: its pass's atoms.
+        dlo = xs_desc + ((uint32_t(r0 - staged_r0) / kQTokens) * chunks + G) * (kQAtom >> 4);
       }
-      const int first = r0 - staged_r0;  // the item's first row in the staged window (a multiple of 4)
-      // This round: chunk G + 4 rd, 4 groups, each a fresh m64n8k32 into d[i & 1].
+      const int np = kMulti ? (nrows + kQTokens - 1) / kQTokens : 1;
+      // This round: chunk G + 4 rd, 4 groups, each a fresh m64n8k32 into d[i].
       const QSlot& r = ring[j];
-      float f0[4], f1[4];
-      q_multipliers(r.s[0], f0);
-      q_multipliers(r.s[1], f1);
-      // A chunk past the matrix (chunks % 4 != 0) has zero A: B reads the last chunk's atom, inside the staged rows.
-      const uint32_t ch = min(uint32_t(warp >> 2) + 4u * cp.rd, chunks - 1);
-      const uint32_t dlo = xs_desc + (uint32_t(first / kQTokens) * chunks + ch) * (kQAtom >> 4), dhi = 1u << 30;
+      // kRagged: a chunk past the matrix has zero A; B reads the pass's last chunk (finite codes).
+      const uint32_t dround = kRagged && G + 4u * cp.rd >= chunks ? dlo - (G + 4u * cp.rd - (chunks - 1u)) * (kQAtom >> 4) : dlo;
+      constexpr uint32_t dhi = 1u << 30;
       // All 4 groups' A first; then per pass one fence, 4 wgmma in one commit group, one wait, the sums
       // (the A registers serve every pass).
       uint32_t fr[4][4];
@@ -186,30 +249,41 @@ __global__ void __launch_bounds__(Q::kThreads, 1) decode_gemm_q8(Mxfp4Decode a, 
         fr[i][2] = fp8_hi(w0);
         fr[i][3] = fp8_hi(w1);
       }
-      if (!kMulti || np == 1) {  // one pass, straight-line
+      float f0[4], f1[4];
+      q_multipliers(r.s[0], f0);
+      q_multipliers(r.s[1], f1);
+      if (!kMulti || np == 1) {  // one pass, two commit groups: groups 0, 1 summed while 2, 3 run
         wgmma_fence();
-#pragma unroll
-        for (int i = 0; i < 4; ++i) qgmma8(d[i], fr[i], q_desc(dlo + 2u * i, dhi));
+        qgmma8(d[0], fr[0], q_desc(dround, dhi));
+        qgmma8(d[1], fr[1], q_desc(dround + 2u, dhi));
         wgmma_commit();
+        qgmma8(d[2], fr[2], q_desc(dround + 4u, dhi));
+        qgmma8(d[3], fr[3], q_desc(dround + 6u, dhi));
+        wgmma_commit();
+        wgmma_wait<1>();
+        q8_take(d[0], f0[0], f1[0], acc[0]);
+        q8_take(d[1], f0[1], f1[1], acc[0]);
         wgmma_wait<0>();
-#pragma unroll
-        for (int i = 0; i < 4; ++i) q8_take(d[i], f0[i], f1[i], acc[0]);
+        q8_take(d[2], f0[2], f1[2], acc[0]);
+        q8_take(d[3], f0[3], f1[3], acc[0]);
       } else {
 #pragma unroll
-      for (int p = 0; p < kPassesMax; ++p) {
-        if (p >= np) break;  // uniform
-        wgmma_fence();
+        for (int p = 0; p < kPassesMax; ++p) {
+          if (p >= np) break;  // uniform
+          wgmma_fence();
 #pragma unroll
-        for (int i = 0; i < 4; ++i) qgmma8(d[i], fr[i], q_desc(dlo + uint32_t(p) * chunks * (kQAtom >> 4) + 2u * i, dhi));
-        wgmma_commit();
-        wgmma_wait<0>();
+          for (int i = 0; i < 4; ++i) qgmma8(d[i], fr[i], q_desc(dround + uint32_t(p) * chunks * (kQAtom >> 4) + 2u * i, dhi));
+          wgmma_commit();
+          wgmma_wait<0>();
 #pragma unroll
-        for (int i = 0; i < 4; ++i) q8_take(d[i], f0[i], f1[i], acc[p]);
+          for (int i = 0; i < 4; ++i) q8_take(d[i], f0[i], f1[i], acc[p]);
+        }
       }
-      }
-      // The slot is free: the round kQRing on.
-      q8_load<kGated>(a, b, sp, ld, lane, warp, ring[j]);
-      if (ld.live) q_next(sp, kGated, ld, warp);
+      dlo += 4u * (kQAtom >> 4);
+      // The slot is free: the round kQRing on (refilled before the MMAs instead, the live registers
+      // pass 128 and spill: 0.90x).
+      q8_load<kRagged>(wq, ws, chunks, ld, G, ring[j]);
+      if (ld.live) q_step<kGated, kBlock>(sp, ld, w, G);
       if (cp.rd + 1 == sp.rounds) {  // the item's last round: reduce over the 4 warpgroups
         Red& red = s_red[buf];
         buf ^= 1;
@@ -218,23 +292,25 @@ __global__ void __launch_bounds__(Q::kThreads, 1) decode_gemm_q8(Mxfp4Decode a, 
           if (p >= np) break;
           red[warp][0][kQTokens * p + t][g] = acc[p][0];  // row g of tile 2w', token 4p + t
           red[warp][1][kQTokens * p + t][g] = acc[p][1];  // row g of tile 2w' + 1
+          acc[p][0] = acc[p][1] = 0.0f;
         }
         __syncthreads();
         constexpr int kOut = (kGated ? 4 : 8) * kBlock * 8;  // (output tile, token, row) of the item
+        const int first = r0 - staged_r0;
         for (int idx = threadIdx.x; idx < kOut; idx += Q::kThreads) {
           const int k = idx / (kBlock * 8), tok = (idx / 8) % kBlock, rr = idx % 8;
           if (tok >= nrows) continue;
           float va = 0.0f, vb = 0.0f;
 #pragma unroll
-          for (int G = 0; G < 4; ++G) {
-            va += red[4 * G + (k >> 1)][k & 1][tok][rr];
-            if constexpr (kGated) vb += red[4 * G + 2 + (k >> 1)][k & 1][tok][rr];
+          for (int GG = 0; GG < 4; ++GG) {
+            va += red[4 * GG + (k >> 1)][k & 1][tok][rr];
+            if constexpr (kGated) vb += red[4 * GG + 2 + (k >> 1)][k & 1][tok][rr];
           }
           const float inv = s_inv[first + tok];
           y[int64_t(r0 + tok) * a.rows + int64_t(cp.n + k) * 8 + rr] = kGated ? act(va * inv, vb * inv) : va * inv;
         }
       }
-      q_next(sp, kGated, cp, warp);
+      q_step<kGated, kBlock>(sp, cp, w, G);
     }
   }
 }
@@ -249,7 +325,7 @@ Status launch_decode_qgmma_wide(const MoeDecodeWeights& w, const int32_t* offset
     return invalid_argument("moe_expert_mlp_decode: kWeightsAPdlQgmmaWide takes scale bytes <= 128 only (no wide_scales)");
   auto run = [&](auto gate, auto down, int block) -> Status {
     constexpr size_t kPasses = kQStage / kQTokens;
-    const size_t red = block == kQStage ? 2 * sizeof(float) * Q::kWarps * 2 * size_t(block) * 8 : 0;  // kMulti's, dynamic
+    const size_t red = block > kQTokens ? 2 * sizeof(float) * Q::kWarps * 2 * size_t(block) * 8 : 0;  // kMulti's, dynamic
     const size_t smem_g = kPasses * size_t(w.w1.cols / 128) * kQAtom + kQAtom + red;  // atoms, their alignment, reduction
     const size_t smem_d = kPasses * size_t(w.w2.cols / 128) * kQAtom + kQAtom + red;
     PDS_ASSIGN_OR_RETURN(unsigned grid_g, grid_for(gate, smem_g, experts * (w.w1.rows / 32), Q::kThreads));
@@ -261,8 +337,17 @@ Status launch_decode_qgmma_wide(const MoeDecodeWeights& w, const int32_t* offset
                                     "moe decode down launch (qgmma wide)"));
     return last_launch_status("moe decode down (qgmma wide)");
   };
-  if (capacity >= kMoeDecodeQgmmaMultiMinCapacity) return run(decode_gemm_q8<true, true>, decode_gemm_q8<false, true>, kQStage);
-  return run(decode_gemm_q8<true, false>, decode_gemm_q8<false, false>, kQTokens);
+  // kRagged where a matrix's chunk count is not a multiple of 4 (K3: 28 and 24 chunks, never).
+  const bool ragged = (w.w1.cols / 128) % 4 != 0 || (w.w2.cols / 128) % 4 != 0;
+  // Items of 8 rows (two passes sharing the A registers) from kMoeDecodeQgmmaMultiMinCapacity pairs;
+  // measured: 1.10x kAuto at B = 256 against 0.97x for 16-row items and 0.91x for one-pass ones.
+  const bool multi = capacity >= kMoeDecodeQgmmaMultiMinCapacity;
+  if (ragged) {
+    if (multi) return run(decode_gemm_q8<true, kQMultiRows, true>, decode_gemm_q8<false, kQMultiRows, true>, kQMultiRows);
+    return run(decode_gemm_q8<true, kQTokens, true>, decode_gemm_q8<false, kQTokens, true>, kQTokens);
+  }
+  if (multi) return run(decode_gemm_q8<true, kQMultiRows, false>, decode_gemm_q8<false, kQMultiRows, false>, kQMultiRows);
+  return run(decode_gemm_q8<true, kQTokens, false>, decode_gemm_q8<false, kQTokens, false>, kQTokens);
 }
 
 }  // namespace pdserve::cuda::moe_decode_detail

@@ -43,9 +43,9 @@
 
 namespace pdserve::cuda {
 
-// Whether the weights' shapes fit the prefill kernel: cols % 128 == 0 for every projection
-// and gate/up/down agree (w2 is dim x inter), so every projection's rows are a multiple of
-// 128 too (a warp's 32 or 64 output rows are all real or all past the end).
+// Whether the weights fit the prefill kernel: cols % 128 == 0 for every projection and gate/up/down
+// agree (w2 is dim x inter), so every projection's rows are a multiple of 128 too (a warp's 32 or
+// 64 output rows are all real or all past the end); every projection in the kBf16 bit shuffle.
 bool moe_prefill_fits(const MoeDecodeWeights& w);
 
 // The main loop: kMmaSync (mma.sync m16n8k16, 8 warps, 64-token tiles), or warpgroup MMA

@@ -275,7 +275,9 @@ MoePrefillKernel moe_prefill_choice(MoePrefillKernel kernel) {
 }
 
 bool moe_prefill_fits(const MoeDecodeWeights& w) {
-  auto ok = [](const Mxfp4Decode& m) { return m.packed && m.scales && m.rows > 0 && m.cols > 0 && m.cols % 128 == 0; };
+  auto ok = [](const Mxfp4Decode& m) {
+    return m.packed && m.scales && m.rows > 0 && m.cols > 0 && m.cols % 128 == 0 && m.bits == Mxfp4DecodeBits::kBf16;
+  };
   return ok(w.w1) && ok(w.w3) && ok(w.w2) && w.w3.rows == w.w1.rows && w.w3.cols == w.w1.cols && w.w2.rows == w.w1.cols &&
          w.w2.cols == w.w1.rows && w.w1.rows < (1 << 24) && w.w1.cols < (1 << 24);
 }
@@ -283,7 +285,8 @@ bool moe_prefill_fits(const MoeDecodeWeights& w) {
 Status moe_expert_mlp_prefill(const MoeDecodeWeights& w, const int32_t* offsets, int64_t local_experts, int64_t capacity,
                               const uint16_t* x_sorted, uint16_t* act, float* out_sorted, cudaStream_t stream, MoeDecodeWorkspace workspace,
                               MoePrefillKernel kernel) {
-  if (!moe_prefill_fits(w)) return invalid_argument("moe_expert_mlp_prefill: weight widths must be multiples of 128 (moe_prefill_fits)");
+  if (!moe_prefill_fits(w))
+    return invalid_argument("moe_expert_mlp_prefill: weight widths must be multiples of 128 and the bits Mxfp4DecodeBits::kBf16 (moe_prefill_fits)");
   if (local_experts <= 0 || local_experts > kMaxExperts) return invalid_argument("moe_expert_mlp_prefill: local_experts must be 1..1024");
   if (capacity <= 0) return Status::ok();
   if (capacity > INT32_MAX / 2) return invalid_argument("moe_expert_mlp_prefill: capacity too large");

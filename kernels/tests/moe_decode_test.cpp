@@ -28,6 +28,7 @@
 #include <cstdio>
 #include <cstring>
 
+#include "backend/moe_decode_bits.h"
 #include "moe/moe_decode.h"
 #include "moe_reference.h"
 #include "test_util.h"
@@ -167,6 +168,23 @@ TEST(MoeDecodeLayout, BitsAndKernelMustAgree) {
   EXPECT_TRUE(moe_expert_mlp_decode(w, offsets, 1, 0, none, none, none, nullptr, MoeDecodeKernel::kWeightsAPdlF32).is_ok());
 }
 
+// The CUDA backend's shuffle (CudaForwardOptions::e4m3_moe_decode): kFp8 only where asked and where
+// kAuto then takes the 64-row E4M3 form, which refuses wide scales.
+TEST(MoeDecodeLayout, BackendTakesE4m3WhereTheWideFormTakesTheLayer) {
+  EXPECT_EQ(moe_decode_bits_for(true, 3072, 3584, false), Mxfp4DecodeBits::kFp8);  // K3's experts
+  EXPECT_EQ(moe_decode_bits_for(false, 3072, 3584, false), Mxfp4DecodeBits::kBf16);
+  EXPECT_EQ(moe_decode_bits_for(true, 3072, 3584, true), Mxfp4DecodeBits::kBf16);        // a scale byte above 128
+  EXPECT_EQ(moe_decode_bits_for(true, 3072 + 16, 3584, false), Mxfp4DecodeBits::kBf16);  // inter % 32
+  EXPECT_EQ(moe_decode_bits_for(true, 3072, 3584 + 32, false), Mxfp4DecodeBits::kBf16);  // dim % 64
+  EXPECT_EQ(moe_decode_bits_for(true, 3072, 4096 + 64, false), Mxfp4DecodeBits::kBf16);  // dim > 4096
+  EXPECT_EQ(moe_decode_bits_for(true, 128, 128, false), Mxfp4DecodeBits::kFp8);
+  static uint8_t fake[16];
+  MoeDecodeWeights w;
+  w.w1 = w.w3 = {fake, fake, 3072, 3584, false, Mxfp4DecodeBits::kFp8};
+  w.w2 = {fake, fake, 3584, 3072, false, Mxfp4DecodeBits::kFp8};
+  EXPECT_EQ(moe_decode_choice(w, 28, 4 * 16, true), MoeDecodeKernel::kWeightsAPdlQgmmaWide);
+}
+
 TEST(MoeDecodeLayout, ShuffledWordsDecodeToTheCheckpointValues) { expect_words_decode(Mxfp4DecodeBits::kBf16, 11, 115, 14, decode_word_host); }
 
 struct DevDecode {
@@ -238,8 +256,10 @@ const char* kernel_name(MoeDecodeKernel k) {
 
 // permute -> decode experts -> combine on the GPU vs `ref` (routed_reference of x); the error.
 double run_decode_with(const Routing& r, int64_t tokens, int64_t k, int64_t begin, const HostExperts& h, const DevDecode& dw,
-                       const std::vector<float>& x, const std::vector<float>& ref, const char* what, MoeDecodeKernel kernel) {
-  const int64_t dim = h.dim, inter = h.inter, local = h.experts, cap = tokens * k;
+                       const std::vector<float>& x, const std::vector<float>& ref, const char* what, MoeDecodeKernel kernel,
+                       int64_t capacity = 0) {
+  // capacity: the buffers' rows (>= tokens * k; a larger one changes only what the kernels pick).
+  const int64_t dim = h.dim, inter = h.inter, local = h.experts, cap = std::max(capacity, tokens * k);
   auto di = dev(r.ids);
   auto dwt = dev(r.weights), dx = dev(x);
   DeviceBuffer<int32_t> off(local + 1), sorted(cap), prow(cap);
@@ -296,6 +316,13 @@ double run_decode(const Routing& r, int64_t tokens, int64_t k, int64_t begin, co
   for (MoeDecodeKernel kern : {MoeDecodeKernel::kWeightsAPdlQgmma, MoeDecodeKernel::kWeightsAPdlQgmmaWide, MoeDecodeKernel::kAuto}) {
     if (kern == MoeDecodeKernel::kWeightsAPdlQgmmaWide && (h.inter % 32 != 0 || h.dim % 64 != 0)) continue;
     err = std::max(err, run_decode_with(r, tokens, k, begin, h, dq, x, ref, what, kern));
+  }
+  // The wide form's items of up to 8 rows, which it takes from kMoeDecodeQgmmaMultiMinCapacity
+  // pairs: the same routing with buffers of that many rows.
+  if (wide_fits) {
+    const std::string multi = std::string(what) + " (8-row items)";
+    err = std::max(err, run_decode_with(r, tokens, k, begin, h, dq, x, ref, multi.c_str(), MoeDecodeKernel::kWeightsAPdlQgmmaWide,
+                                        std::max<int64_t>(tokens * k, kMoeDecodeQgmmaMultiMinCapacity)));
   }
   return err;
 }

@@ -161,6 +161,12 @@ TEST(MoePrefillShapes, FitsNeedsWidthsOf128) {
   w.w2.cols = 3072;
   w.w3.cols = 3584 - 128;  // gate and up must agree
   EXPECT_FALSE(moe_prefill_fits(w));
+  w.w3.cols = 3584;
+  ASSERT_TRUE(moe_prefill_fits(w));
+  w.w2.bits = Mxfp4DecodeBits::kFp8;  // the E4M3 shuffle (the decode role's): the prefill kernel reads kBf16 only
+  EXPECT_FALSE(moe_prefill_fits(w));
+  const Status st = moe_expert_mlp_prefill(w, nullptr, 1, 0, nullptr, nullptr, nullptr, nullptr);
+  EXPECT_EQ(st.code(), ErrorCode::kInvalidArgument) << st.to_string();
 }
 
 TEST(MoePrefillSchedule, TileCoordsAreABijectionPerExpert) {

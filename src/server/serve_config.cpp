@@ -76,6 +76,7 @@ Json ServeConfig::to_json() const {
          {"cuda_graphs", cuda_graphs},
          {"cuda_bf16_mla_prefill", cuda_bf16_mla_prefill},
          {"cuda_bf16_kda_prefill", cuda_bf16_kda_prefill},
+         {"cuda_e4m3_moe_decode", cuda_e4m3_moe_decode},
          {"nnodes", nnodes},
          {"node_rank", node_rank},
          {"dist_init_addr", dist_init_addr},

@@ -2,6 +2,7 @@
 // (400 naming the field), the per-request deadline (504, pages and slot freed).
 #include <gtest/gtest.h>
 
+#include "server/cuda_options.h"
 #include "server_fixture.h"
 
 namespace pdserve::server::testing {
@@ -96,6 +97,22 @@ TEST(Limits, BadLimitValuesAreRefusedAtStartupNamingTheField) {
   EXPECT_EQ(cfg.to_json()["cuda_bf16_kda_prefill"], true);
   cfg.device = "cuda";
   EXPECT_TRUE(cfg.validate().is_ok()) << cfg.validate().message();
+}
+
+// The E4M3 MoE shuffle reaches the CUDA backend on the decode role only (the prefill grouped GEMM
+// reads the bf16 one), and --no-e4m3-moe-decode turns it off there.
+TEST(ServeConfigTest, E4m3MoeDecodeOnTheDecodeRoleOnly) {
+  ServeConfig cfg = tiny_config();
+  cfg.device = "cuda";
+  EXPECT_TRUE(cfg.cuda_e4m3_moe_decode);
+  EXPECT_EQ(cfg.to_json()["cuda_e4m3_moe_decode"], true);
+  for (ServerRole role : {ServerRole::kUnified, ServerRole::kPrefill, ServerRole::kDecode}) {
+    cfg.role = role;
+    EXPECT_EQ(cuda_forward_options(cfg, 0).e4m3_moe_decode, role == ServerRole::kDecode) << server_role_name(role);
+  }
+  cfg.cuda_e4m3_moe_decode = false;
+  EXPECT_FALSE(cuda_forward_options(cfg, 0).e4m3_moe_decode);
+  EXPECT_EQ(cfg.to_json()["cuda_e4m3_moe_decode"], false);
 }
 
 }  // namespace

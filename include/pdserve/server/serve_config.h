@@ -28,6 +28,7 @@ struct ServeConfig {
   bool cuda_graphs = true;                    // cuda: decode steps replay a CUDA graph per batch bucket
   bool cuda_bf16_mla_prefill = false;         // cuda: prefill MLA attention on bf16 tensor cores (--bf16-mla-prefill)
   bool cuda_bf16_kda_prefill = false;         // cuda: chunked KDA prefill in bf16 mode (--bf16-kda-prefill)
+  bool cuda_e4m3_moe_decode = true;           // cuda, decode role: MoE experts on E4M3 tensor cores (--no-e4m3-moe-decode)
   std::string served_model_name;              // "": the model directory's base name
   std::string host = "127.0.0.1";
   int port = 8000;                            // 0: any free port (printed at startup)
