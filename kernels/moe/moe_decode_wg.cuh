@@ -44,7 +44,10 @@ __device__ __forceinline__ void wg_load(const Mxfp4Decode& a, const Mxfp4Decode&
   uint32_t n;
   wa_unit<kGated>(sp, u, &e, &n);
   const uint32_t p = warp & 1, c0 = wg_chunk0(warp), g = lane >> 2;
-  const Mxfp4Decode& m = kGated && p ? b : a;
+  // The fields, not a reference to one of the two by-value kernel arguments (that put both on the
+  // stack: a local load a unit).
+  const uint8_t* packed = kGated && p ? b.packed : a.packed;
+  const uint8_t* scales = kGated && p ? b.scales : a.scales;
   const uint32_t tile = (uint32_t(e) * sp.tiles + n + (kGated ? 0u : 2u * p)) * sp.chunks + c0;
   // One pointer a tile (j = 0, 1) at the warp's round-0 chunk; round rd is a constant kStep rd
   // tiles on (an immediate offset: the address math is per unit, not per load).
@@ -52,8 +55,8 @@ __device__ __forceinline__ void wg_load(const Mxfp4Decode& a, const Mxfp4Decode&
   const uint32_t* ps[2];
 #pragma unroll
   for (int j = 0; j < 2; ++j) {
-    pq[j] = reinterpret_cast<const uint4*>(m.packed) + ((tile + j * sp.chunks) * 32u + lane);
-    ps[j] = reinterpret_cast<const uint32_t*>(m.scales) + ((tile + j * sp.chunks) * 8u + g);
+    pq[j] = reinterpret_cast<const uint4*>(packed) + ((tile + j * sp.chunks) * 32u + lane);
+    ps[j] = reinterpret_cast<const uint32_t*>(scales) + ((tile + j * sp.chunks) * 8u + g);
   }
 #pragma unroll
   for (int rd = 0; rd < kRounds; ++rd) {

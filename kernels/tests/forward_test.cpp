@@ -13,6 +13,7 @@
 #include <cstdio>
 #include <functional>
 #include <string>
+#include <tuple>
 
 #include "backend/cuda_model.h"
 #include "pdserve/core/json_util.h"
@@ -33,6 +34,10 @@ constexpr double kBf16PrefillBound = 2e-2;
 // measured on the H200 3.51e-2 logits, 2.21e-2 pools (tiny-k3; the other models do not take
 // the chunked kernel), docs/perf.md "KDA prefill on the engine path"; ~3x margin.
 constexpr double kBf16KdaPrefillBound = 1e-1;
+// The MoE decode layout (tiny-k3-moe128): the bf16 forms round the activations to bf16 and the
+// E4M3 ones split them into E4M3 hi + lo (kernel-level normalised errors 0.0027-0.0038 and
+// 0.0005-0.0015 against the CPU, moe_decode_test), compounded over 5 MoE layers.
+constexpr double kMoeLayoutBound = 5e-2;
 
 struct Pair {
   std::shared_ptr<const Model> model;
@@ -316,6 +321,30 @@ TEST_P(CudaGolden, LogitsAndGreedyMatchReference) {
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, CudaGolden,
                          ::testing::Values(GoldenCase{"golden_tiny_kimi_linear.json", 5e-3}, GoldenCase{"golden_tiny_k3.json", 1e-3}));
+
+// tiny-k3-moe128's routed experts (128 wide in and out) take the MoE decode layout, which the
+// other presets' latent 32 does not: by default in the bf16 bit shuffle (prefill chunks of >= 8
+// rows an expert on the grouped GEMM over bf16 activations, decode steps on the bf16 decode
+// forms), with e4m3_moe_decode (the decode role's) in the E4M3 one (every step on the E4M3 forms:
+// the chunks on the 64-row one, 3-row decode steps on the 32-row one). Both near the CPU within
+// kMoeLayoutBound, and the E4M3 run must differ from the bf16 one (the option reached the kernels).
+TEST_F(GpuTest, MoeDecodeLayoutInBothShufflesNearCpu) {
+  double worst[2], pools[2];
+  for (int e4m3 = 0; e4m3 < 2; ++e4m3) {
+    CudaForwardOptions opts;
+    opts.e4m3_moe_decode = e4m3 == 1;
+    Pair p("tiny-k3-moe128", 64, 16, 4, opts);
+    ASSERT_TRUE(p.gpu);
+    const std::string d = p.gpu->describe();
+    EXPECT_NE(d.find(e4m3 ? "MoE experts on E4M3 tensor cores" : "MoE experts on bf16 tensor cores"), std::string::npos) << d;
+    std::tie(worst[e4m3], pools[e4m3]) = mixed_batches(p);
+    std::printf("tiny-k3-moe128, %s MoE shuffle: mixed batches, logits error %.3g, pools error %.3g (%s)\n", e4m3 ? "E4M3" : "bf16",
+                worst[e4m3], pools[e4m3], d.c_str());
+    EXPECT_LT(worst[e4m3], kMoeLayoutBound);
+    EXPECT_LT(pools[e4m3], kMoeLayoutBound);
+  }
+  EXPECT_NE(worst[0], worst[1]);
+}
 
 // TpModelGroup hands the forward to the device and gives the same logits as the direct call.
 TEST_F(GpuTest, GroupDelegatesToDevice) {

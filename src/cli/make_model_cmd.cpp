@@ -1,4 +1,4 @@
-// pdserve make-model --preset tiny-k3|tiny-k3-wide|tiny-kimi-linear|tiny-k3-mla512 --out DIR [--seed N]
+// pdserve make-model --preset tiny-k3|tiny-k3-wide|tiny-kimi-linear|tiny-k3-mla512|tiny-k3-moe128 --out DIR [--seed N]
 #include <spdlog/spdlog.h>
 
 #include <cstdlib>
@@ -17,7 +17,7 @@ void add_make_model_command(CLI::App& app) {
     uint64_t seed = 1234;
   };
   auto opts = std::make_shared<Opts>();
-  cmd->add_option("--preset", opts->preset, "tiny-k3 (every Kimi-K3 feature), tiny-k3-wide (4 heads, for TP tests), tiny-kimi-linear or tiny-k3-mla512 (K3's MLA cache widths at 3 heads)")
+  cmd->add_option("--preset", opts->preset, "tiny-k3 (every Kimi-K3 feature), tiny-k3-wide (4 heads, for TP tests), tiny-kimi-linear, tiny-k3-mla512 (K3's MLA cache widths at 3 heads) or tiny-k3-moe128 (routed experts 128 wide: the CUDA MoE decode layout)")
       ->check(CLI::IsMember(model_presets()));
   cmd->add_option("--out", opts->out, "Output directory (created if missing)")->required();
   cmd->add_option("--seed", opts->seed, "Seed of the weights");

@@ -65,6 +65,14 @@ Preset preset_for(const std::string& name) {
     p.heads = 4;
     p.kda_heads = 4;
     p.kda_dim = 16;
+  } else if (name == "tiny-k3-moe128") {
+    // Routed experts 128 wide in and out (latent 128, inter 128): the widths the CUDA backend's
+    // MoE decode layout takes (moe_decode.h: inputs a multiple of 128), so the engine runs its
+    // MXFP4 decode kernels (both bit shuffles) and the prefill grouped GEMM; the other presets'
+    // latent 32 run the generic expert kernel. The rest is tiny-k3.
+    p.full_attn = {3, 6};
+    p.latent = 128;
+    p.moe_inter = 128;
   } else if (name == "tiny-k3-mla512") {
     // K3's MLA cache widths (latent 512 + key 64) at one TP32 rank's 3 heads: the shapes the
     // CUDA backend's lean split-KV decode kernels take (kernels/mla/mla_decode.h); the tiny
@@ -300,12 +308,12 @@ void add_weights(const Preset& p, CheckpointBuilder& b, int64_t vocab) {
 
 }  // namespace
 
-std::vector<std::string> model_presets() { return {"tiny-k3", "tiny-k3-wide", "tiny-kimi-linear", "tiny-k3-mla512"}; }
+std::vector<std::string> model_presets() { return {"tiny-k3", "tiny-k3-wide", "tiny-kimi-linear", "tiny-k3-mla512", "tiny-k3-moe128"}; }
 
 Status make_model(const std::string& preset, const std::string& out_dir, uint64_t seed) {
   const auto presets = model_presets();
   if (std::find(presets.begin(), presets.end(), preset) == presets.end())
-    return invalid_argument("unknown preset '" + preset + "' (tiny-k3, tiny-k3-wide, tiny-kimi-linear or tiny-k3-mla512)");
+    return invalid_argument("unknown preset '" + preset + "' (tiny-k3, tiny-k3-wide, tiny-kimi-linear, tiny-k3-mla512 or tiny-k3-moe128)");
   ::mkdir(out_dir.c_str(), 0755);
   if (!file_exists(out_dir)) return io_error("cannot create " + out_dir);
   const Preset p = preset_for(preset);  // tiny-k3-wide is tiny-k3 with 4 heads everywhere

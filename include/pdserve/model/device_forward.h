@@ -118,7 +118,7 @@ struct CudaForwardOptions {
   // MoE experts in the decode layout repacked in the E4M3 bit shuffle (kernels/moe/moe_decode.h
   // Mxfp4DecodeBits::kFp8) where the 64-row E4M3 form takes the layer (backend/moe_decode_bits.h),
   // so the decode steps' experts run on E4M3 warpgroup MMA: at K3's EP32 shapes on the H200
-  // 1.03-1.13x the bf16 forms at B 4-256, 0.96x at B = 1, and nearer the CPU (normalised error
+  // 1.03-1.13x the bf16 forms at B 4-256, 0.98-0.99x at B 1-2, and nearer the CPU (normalised error
   // 0.0005-0.0015 against 0.0027-0.0038; docs/perf.md). The prefill grouped GEMM reads only the
   // bf16 shuffle, so on such layers many-row steps run the decode kernels instead: the server sets
   // this for the decode role only (--no-e4m3-moe-decode turns it off there).
