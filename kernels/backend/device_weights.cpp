@@ -69,11 +69,14 @@ Status DeviceWeights::put_moe(const ModelConfig& c, const MoeWeights& mw, Device
     const ExpertWeights& e0 = mw.experts[0];
     dl->decode_layout = decode_layout_fits(e0.q1.rows, e0.q1.cols) && decode_layout_fits(e0.q3.rows, e0.q3.cols) &&
                         decode_layout_fits(e0.q2.rows, e0.q2.cols);
-    // One shuffle for all three projections (moe_expert_mlp_decode needs them to agree).
+    // One shuffle for all three projections (moe_expert_mlp_decode needs them to agree); the scale
+    // bytes are scanned only where the E4M3 one is asked for.
     bool scale_above_128 = false;
-    for (const ExpertWeights& e : mw.experts)
-      for (const ops::Mxfp4Matrix* m : {&e.q1, &e.q3, &e.q2})
-        if (e.quantized) scale_above_128 = scale_above_128 || std::any_of(m->scales, m->scales + m->rows * m->cols / 32, [](uint8_t s) { return s > 128; });
+    if (e4m3_moe_decode_ && dl->decode_layout)
+      for (const ExpertWeights& e : mw.experts)
+        for (const ops::Mxfp4Matrix* m : {&e.q1, &e.q3, &e.q2})
+          if (e.quantized)  // a dense expert here is refused below
+            scale_above_128 = scale_above_128 || std::any_of(m->scales, m->scales + m->rows * m->cols / 32, [](uint8_t s) { return s > 128; });
     const Mxfp4DecodeBits bits = moe_decode_bits_for(e4m3_moe_decode_, e0.q1.rows, e0.q1.cols, scale_above_128);
     auto stack = [&](auto pick, Mxfp4Experts* out, Mxfp4Decode* dec) -> Status {
       const ops::Mxfp4Matrix& m0 = pick(mw.experts[0]);

@@ -2,7 +2,7 @@
 # The E4M3 QGMMA decode forms' device call (nvidia-h200, one GPU, < 280 s): moe_decode_test (all:
 # both E4M3 forms and kAuto on kFp8 weights in every differential case, the replay test),
 # moe_decode_bench with kAuto's bf16 forms beside kWeightsAPdlQgmma and kWeightsAPdlQgmmaWide
-# (B = 1 to 256), ncu at B = 64 (time, instructions, issue rate, leading stalls; the wide gate/up
+# (B = 1 to 256), ncu at B = 64 (time, instructions, issue rate, every stall reason; the wide gate/up
 # kernel's instructions by opcode), memcheck of the small cases, racecheck of the skewed case.
 # Copy into a carried folder (bin/ = this build, lib/) and run from the checkout root:
 #   source kernels/bench/h200_env.sh BIN/lib /work/main; BIN=dir OUT=dir bash run_moe_decode_qgmma_h200.sh
@@ -21,11 +21,9 @@ echo "moe_decode_test rc=$? $(t)" | tee -a "$out/decode_test.log"
 timeout 50 stdbuf -oL "$D/moe_decode_bench" --reps 20 --batches "${BATCHES:-1,4,16,32,64,128,256}" \
   --kernels "${BENCH_KERNELS:-wa-pdl-l2,wa-pdl-f32,wa-pdl-qgmma,wa-pdl-qgmma-wide}" >"$out/bench.log" 2>&1
 echo "bench rc=$? $(t)" | tee -a "$out/bench.log"
-S=""
-for r in long_scoreboard wait barrier math_pipe_throttle not_selected short_scoreboard mio_throttle; do
-  S="$S,smsp__average_warps_issue_stalled_${r}_per_issue_active.ratio"
-done
-M="gpu__time_duration.sum,dram__bytes_read.sum,dram__throughput.avg.pct_of_peak_sustained_elapsed,sm__cycles_active.avg,sm__cycles_active.max,smsp__inst_executed.sum,smsp__inst_executed.avg.per_cycle_active,launch__grid_size,launch__registers_per_thread$S"
+# Every stall reason this ncu knows (the wgmma wait, "gmma", among them), warp cycles per issue.
+S=$(ncu --query-metrics 2>/dev/null | grep -oE "^smsp__average_warps_issue_stalled_[a-z_]+_per_issue_active" | sort -u | sed 's/$/.ratio/' | paste -sd,)
+M="gpu__time_duration.sum,dram__bytes_read.sum,dram__throughput.avg.pct_of_peak_sustained_elapsed,sm__cycles_active.avg,sm__cycles_active.max,smsp__inst_executed.sum,smsp__inst_executed.avg.per_cycle_active,launch__grid_size,launch__registers_per_thread${S:+,$S}"
 {
   for spec in ${NCU_SPECS:-"64:wa-pdl-qgmma-wide:q8" "64:wa-pdl-qgmma:q<" "64:wa-pdl-f32:wa"}; do
     IFS=: read -r b kern re <<<"$spec"
@@ -35,9 +33,6 @@ M="gpu__time_duration.sum,dram__bytes_read.sum,dram__throughput.avg.pct_of_peak_
       "$D/moe_decode_bench" --reps 1 --only "$b" --kernels "$kern" 2>&1 | grep -vE "^\| B=|^\|---|^Decode|^\(packed|^$|^\| case"
   done
 } >"$out/ncu.log" 2>&1
-# The 64-row QGMMA gate/up kernel's whole stall mix (every reason, the wgmma waits included) at B = 64.
-[ "$(left)" -gt 70 ] && timeout 30 ncu --clock-control none -k regex:decode_gemm_q8 -c 1 --section WarpStateStats --section SchedulerStats \
-  "$D/moe_decode_bench" --reps 1 --only 64 --kernels wa-pdl-qgmma-wide 2>&1 | grep -vE "^\| B=|^\|---|^Decode|^\(packed|^$|^\| case" >>"$out/ncu.log"
 # The 64-row QGMMA gate/up kernel's executed instructions by opcode at B = 64 (where the instructions go).
 [ "$(left)" -gt 60 ] && timeout 30 ncu --clock-control none -k regex:decode_gemm_q8 -c 1 --metrics sass__inst_executed_per_opcode \
   --print-metric-instances details "$D/moe_decode_bench" --reps 1 --only 64 --kernels wa-pdl-qgmma-wide >>"$out/ncu.log" 2>&1

@@ -138,22 +138,8 @@ __device__ __forceinline__ void q_compute(const Mxfp4Decode& a, const WaSpace& s
     s_red[warp][0][t][g] = acc[0];  // row g of tile 2p, token t
     s_red[warp][1][t][g] = acc[1];  // row g of tile 2p + 1
     __syncthreads();
-    // Tile k (operand k / 2, its tile k % 2 for down; gated: gate and up tile k): warps in order.
-    const int k = threadIdx.x / (kQTokens * 8), tok = (threadIdx.x / 8) % kQTokens, rr = threadIdx.x % 8;
-    if (k < (kGated ? 2 : 4) && tok < nrows) {
-      float va = 0.0f, vb = 0.0f;
-#pragma unroll
-      for (int w = 0; w < Q::kWarps / 2; ++w) {
-        if constexpr (kGated) {
-          va += s_red[2 * w][k][tok][rr];
-          vb += s_red[2 * w + 1][k][tok][rr];
-        } else {
-          va += s_red[2 * w + (k >> 1)][k & 1][tok][rr];
-        }
-      }
-      const float inv = s_inv[r0 - staged_r0 + tok];
-      y[int64_t(r0 + tok) * a.rows + int64_t(n + k) * 8 + rr] = kGated ? act(va * inv, vb * inv) : va * inv;
-    }
+    const float* inv = s_inv + (r0 - staged_r0);  // the tokens' power-of-two scales, undone
+    wg_write_unit<kGated, Q::kWarps, kQTokens>(s_red, nrows, r0, a.rows, n, y, act, [&](int tok) { return inv[tok]; });
   }
 }
 

@@ -77,10 +77,16 @@ struct QSpace {
   uint32_t count, tiles, chunks, per_expert, rounds;
 };
 
+// Blocks of kBlock rows of listed expert `slot` (each unit of its weights runs once a block).
+template <int kBlock>
+__device__ __forceinline__ uint32_t q_blocks(const QSpace& sp, uint32_t slot) {
+  return (uint32_t(sp.begin[slot + 1] - sp.begin[slot]) + kBlock - 1) / kBlock;
+}
+
 template <bool kGated, int kBlock>
 __device__ __forceinline__ void q_open(const QSpace& sp, QWalk& c, uint32_t w, uint32_t G) {
-  const uint32_t e = uint32_t(sp.list[c.slot]), rows = uint32_t(sp.begin[c.slot + 1] - sp.begin[c.slot]);
-  c.nblk = (rows + kBlock - 1) / kBlock;
+  const uint32_t e = uint32_t(sp.list[c.slot]);
+  c.nblk = q_blocks<kBlock>(sp, c.slot);
   c.n = c.l * (kGated ? 4u : 8u);
   c.tile = (e * sp.tiles + c.n + 2u * (kGated ? (w & 1u) : w)) * sp.chunks + G;
   c.rd = 0, c.blk = 0;
@@ -97,12 +103,10 @@ __device__ __forceinline__ void q_start(const QSpace& sp, QWalk& c, uint32_t i, 
     if (uint32_t(sp.first[mid]) <= i) lo = mid;
     else hi = mid - 1;
   }
-  c.slot = lo, c.l = 0, c.left = end - i - 1;
-  q_open<kGated, kBlock>(sp, c, w, G);  // for nblk
-  const uint32_t rel = i - uint32_t(sp.first[lo]), l = rel / c.nblk;
-  c.l = l;
+  const uint32_t rel = i - uint32_t(sp.first[lo]), nblk = q_blocks<kBlock>(sp, lo);
+  c.slot = lo, c.l = rel / nblk, c.left = end - i - 1;
   q_open<kGated, kBlock>(sp, c, w, G);
-  c.blk = rel - l * c.nblk;
+  c.blk = rel - c.l * nblk;
 }
 
 template <bool kGated, int kBlock>
@@ -172,13 +176,14 @@ __global__ void __launch_bounds__(Q::kThreads, 1) decode_gemm_q8(Mxfp4Decode a, 
   __syncthreads();
   const uint32_t tiles = static_cast<uint32_t>(a.rows / 8), chunks = static_cast<uint32_t>(a.cols / 128);
   const uint32_t per_expert = kGated ? tiles / 4 : tiles / 8;
+  const QSpace sp{s_list, s_begin, s_first, count, tiles, chunks, per_expert, (chunks + 3) / 4};  // s_first: filled next
   // The CTAs split items, not units: an expert with more rows than a block has its units' work
   // once a block (at B = 128 unit shares left some CTAs twice the work of others).
   if (warp == 0) {
     uint32_t base = 0;
     for (uint32_t c0 = 0; c0 < count; c0 += 32) {
       const uint32_t i = c0 + lane;
-      uint32_t v = i < count ? per_expert * ((uint32_t(s_begin[i + 1] - s_begin[i]) + kBlock - 1) / kBlock) : 0u;
+      uint32_t v = i < count ? per_expert * q_blocks<kBlock>(sp, i) : 0u;
 #pragma unroll
       for (int o = 1; o < 32; o <<= 1) {
         const uint32_t n = __shfl_up_sync(0xffffffffu, v, o);
@@ -192,7 +197,6 @@ __global__ void __launch_bounds__(Q::kThreads, 1) decode_gemm_q8(Mxfp4Decode a, 
   __syncthreads();
   const uint32_t all = uint32_t(s_first[count]), per = (all + gridDim.x - 1) / gridDim.x;
   const uint32_t i0 = blockIdx.x * per, i1 = min(all, i0 + per);
-  const QSpace sp{s_list, s_begin, s_first, count, tiles, chunks, per_expert, (chunks + 3) / 4};
   // The warp's matrix (gated: warps w' = 2, 3 of each warpgroup read up), chosen once.
   const bool second = kGated && w >= 2u;
   const uint4* wq = reinterpret_cast<const uint4*>(second ? b.packed : a.packed) + lane;

@@ -73,6 +73,30 @@ __device__ __forceinline__ void wg_load(const Mxfp4Decode& a, const Mxfp4Decode&
   }
 }
 
+// The warpgroup forms' unit output from the warps' sums s_red [warp][tile 2p + j][token][row]
+// (after a barrier): output tile k of the unit (gated: gate and up tile k, in warps 2w and 2w + 1;
+// down: operand k / 2's tile k % 2, in warps 2w + k / 2) summed over the warps in order, times
+// scale(token), to y rows r0.. (nrows of them; rows_out = y's row width). One (tile, token, row) a
+// thread.
+template <bool kGated, int kWarps, int kTokens, typename Act, typename Scale>
+__device__ __forceinline__ void wg_write_unit(const float (*s_red)[2][kTokens][8], int nrows, int r0, int64_t rows_out, uint32_t n,
+                                              float* __restrict__ y, const Act& act, Scale&& scale) {
+  const int k = threadIdx.x / (kTokens * 8), tok = (threadIdx.x / 8) % kTokens, rr = threadIdx.x % 8;
+  if (k >= (kGated ? 2 : 4) || tok >= nrows) return;
+  float va = 0.0f, vb = 0.0f;
+#pragma unroll
+  for (int w = 0; w < kWarps / 2; ++w) {
+    if constexpr (kGated) {
+      va += s_red[2 * w][k][tok][rr];
+      vb += s_red[2 * w + 1][k][tok][rr];
+    } else {
+      va += s_red[2 * w + (k >> 1)][k & 1][tok][rr];
+    }
+  }
+  const float sc = scale(tok);
+  y[int64_t(r0 + tok) * rows_out + int64_t(n + k) * 8 + rr] = kGated ? act(va * sc, vb * sc) : va * sc;
+}
+
 // The warpgroup forms' kernel body around their unit step: gate/up (kGated) triggers the down
 // launch at once and, on its last unit, pulls the first two units of the down CTA of its index
 // into L2; down (a programmatic dependent launch) loads its first two units, then waits

@@ -184,21 +184,7 @@ __device__ __forceinline__ void wg_compute(const Mxfp4Decode& a, const WaSpace& 
     s_red[warp][1][2 * t][g] = v2;
     s_red[warp][1][2 * t + 1][g] = v3;
     __syncthreads();
-    // Tile k (operand k / 2, its tile k % 2): the 8 warps w with w % 2 == k / 2, in warp order.
-    const int k = threadIdx.x / (kWaTokens * 8), tok = (threadIdx.x / 8) % kWaTokens, rr = threadIdx.x % 8;
-    if (k < (kGated ? 2 : 4) && tok < nrows) {
-      float va = 0.0f, vb = 0.0f;
-#pragma unroll
-      for (int w = 0; w < C::kWarps / 2; ++w) {
-        if constexpr (kGated) {
-          va += s_red[2 * w][k][tok][rr];
-          vb += s_red[2 * w + 1][k][tok][rr];
-        } else {
-          va += s_red[2 * w + (k >> 1)][k & 1][tok][rr];
-        }
-      }
-      y[int64_t(r0 + tok) * a.rows + int64_t(n + k) * 8 + rr] = kGated ? act(va, vb) : va;
-    }
+    wg_write_unit<kGated, C::kWarps, kWaTokens>(s_red, nrows, r0, a.rows, n, y, act, [](int) { return 1.0f; });
   }
 }
 
