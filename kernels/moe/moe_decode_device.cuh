@@ -106,18 +106,26 @@ __device__ __forceinline__ void dequant_word(uint32_t q, uint32_t s, uint32_t (&
 
 // Warp 0 of the CTA lists the touched experts (offsets[e+1] > offsets[e]) ascending into
 // list[0..*count); the caller syncs before reading them.
-__device__ __forceinline__ void list_touched_experts(const int32_t* __restrict__ offsets, int experts, int* list, int* count) {
+// begin (optional): the listed experts' first rows, then the last one's end (count + 1 entries),
+// from the same loads (no second round trip to offsets).
+__device__ __forceinline__ void list_touched_experts(const int32_t* __restrict__ offsets, int experts, int* list, int* count,
+                                                     int* begin = nullptr) {
   if (threadIdx.x >= 32) return;
   const int lane = threadIdx.x;
+  const int end = begin != nullptr ? offsets[experts] : 0;  // in flight with the loop's loads
   int n = 0;
   for (int base = 0; base < experts; base += 32) {
     const int e = base + lane;
-    const bool busy = e < experts && offsets[e + 1] > offsets[e];
+    const int b = e < experts ? offsets[e] : 0;
+    const bool busy = e < experts && offsets[e + 1] > b;
     const unsigned m = __ballot_sync(0xffffffffu, busy);
-    if (busy) list[n + __popc(m & ((1u << lane) - 1u))] = e;
+    const int at = n + __popc(m & ((1u << lane) - 1u));
+    if (busy) list[at] = e;
+    if (busy && begin != nullptr) begin[at] = b;
     n += __popc(m);
   }
   if (lane == 0) *count = n;
+  if (lane == 0 && begin != nullptr) begin[n] = end;
 }
 
 // Rows [r0, r0 + nrows) of x (fp32, `cols` wide) into x_s as bf16, `stride` apart; threads

@@ -168,12 +168,11 @@ __global__ void __launch_bounds__(Q::kThreads, 1) decode_gemm_q8(Mxfp4Decode a, 
   const int warp = __shfl_sync(0xffffffffu, int(threadIdx.x >> 5), 0);
   const uint32_t w = uint32_t(warp) & 3u, G = uint32_t(warp) >> 2;
   if constexpr (kGated) pdl_bulk::pdl_trigger();
-  list_touched_experts(offsets, experts, s_list, &s_count);
+  // The listed experts' first rows with the list (untouched experts have no rows: one's end is the
+  // next one's begin): one round trip to offsets and one barrier, not two of each.
+  list_touched_experts(offsets, experts, s_list, &s_count, s_begin);
   __syncthreads();
   const uint32_t count = uint32_t(s_count);
-  for (uint32_t i = threadIdx.x; i < count; i += Q::kThreads) s_begin[i] = offsets[s_list[i]];
-  if (threadIdx.x == 0) s_begin[count] = offsets[experts];  // untouched experts have no rows: one's end is the next one's begin
-  __syncthreads();
   const uint32_t tiles = static_cast<uint32_t>(a.rows / 8), chunks = static_cast<uint32_t>(a.cols / 128);
   const uint32_t per_expert = kGated ? tiles / 4 : tiles / 8;
   const QSpace sp{s_list, s_begin, s_first, count, tiles, chunks, per_expert, (chunks + 3) / 4};  // s_first: filled next
