@@ -18,6 +18,9 @@
 // programmatic dependent launch: it loads its first rounds, then waits for gate/up.
 #include <cstdint>
 #include <type_traits>
+#if PDS_MOE_DECODE_TRACE
+#include <cstdio>
+#endif
 
 #include "common/pdl_bulk.cuh"
 #include "moe/moe_decode_device.cuh"
@@ -34,6 +37,40 @@ using moe_prefill_detail::wgmma_fence;
 using moe_prefill_detail::wgmma_wait;
 
 constexpr int kQRing = 4;       // rounds of words a warp holds ahead of its compute (5: no faster)
+
+#if PDS_MOE_DECODE_TRACE
+// Per-item timelines (moe_decode_bench_trace, -DPDSERVE_MOE_TRACE=ON; tools/kernels/moe_trace_timeline.py):
+// thread 0 stamps %globaltimer at the CTA's start and at each item's first round (after any
+// staging), then prints "QT gated cta start_ns end_10ns item_10ns:slot*1000+unit ...".
+constexpr int kTraceItems = 48;
+__device__ __forceinline__ uint64_t trace_ns() {
+  uint64_t t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
+// Decimal digits of v at buf + o; the new end.
+__device__ __forceinline__ int trace_digits(char* buf, int o, uint64_t v) {
+  char tmp[20];
+  int m = 0;
+  do tmp[m++] = char('0' + v % 10), v /= 10;
+  while (v);
+  while (m) buf[o++] = tmp[--m];
+  return o;
+}
+__device__ void trace_print(bool gated, const uint64_t* at, const int* what, int n) {
+  const uint64_t t0 = at[kTraceItems], t1 = trace_ns();
+  char buf[32 * kTraceItems + 1];
+  int o = 0;
+  for (int q = 0; q < n && q < kTraceItems; ++q) {
+    o = trace_digits(buf, o, (at[q] - t0) / 10);
+    buf[o++] = ':';
+    o = trace_digits(buf, o, uint64_t(what[q]));
+    buf[o++] = ' ';
+  }
+  buf[o] = 0;
+  printf("QT %d %d %llu %llu %s\n", int(gated), int(blockIdx.x), (unsigned long long)t0, (unsigned long long)((t1 - t0) / 10), buf);
+}
+#endif
 constexpr int kQMultiRows = 8;  // rows an item from kMoeDecodeQgmmaMultiMinCapacity pairs (two passes)
 
 // d = A B (m64n8k32, E4M3, the accumulator not read).
@@ -164,6 +201,12 @@ __global__ void __launch_bounds__(Q::kThreads, 1) decode_gemm_q8(Mxfp4Decode a, 
   // pair follows the atoms in dynamic shared memory.
   __shared__ __align__(16) float s_red_small[kMulti ? 1 : 2][Q::kWarps][2][kQTokens][8];
   Red* s_red = kMulti ? reinterpret_cast<Red*>(xs + (kQStage / kQTokens) * size_t(a.cols / 128) * kQAtom) : reinterpret_cast<Red*>(s_red_small);
+#if PDS_MOE_DECODE_TRACE
+  __shared__ uint64_t s_trace_at[kTraceItems + 1];
+  __shared__ int s_trace_what[kTraceItems];
+  int n_trace = 0;
+  if (threadIdx.x == 0) s_trace_at[kTraceItems] = trace_ns();
+#endif
   const uint32_t lane = threadIdx.x & 31u, g = lane >> 2, t = lane & 3u;
   const int warp = __shfl_sync(0xffffffffu, int(threadIdx.x >> 5), 0);
   const uint32_t w = uint32_t(warp) & 3u, G = uint32_t(warp) >> 2;
@@ -231,6 +274,11 @@ __global__ void __launch_bounds__(Q::kThreads, 1) decode_gemm_q8(Mxfp4Decode a, 
           staged_slot = int(cp.slot), staged_r0 = r0;
           __syncthreads();
         }
+#if PDS_MOE_DECODE_TRACE
+        if (threadIdx.x == 0 && n_trace < kTraceItems)
+          s_trace_at[n_trace] = trace_ns(), s_trace_what[n_trace] = int(cp.slot) * 1000 + int(cp.l);
+        ++n_trace;
+#endif
         // The item's first row in the staged window is a multiple of 4: its pass's atoms.
         dlo = xs_desc + ((uint32_t(r0 - staged_r0) / kQTokens) * chunks + G) * (kQAtom >> 4);
       }
@@ -316,6 +364,9 @@ __global__ void __launch_bounds__(Q::kThreads, 1) decode_gemm_q8(Mxfp4Decode a, 
       q_step<kGated, kBlock>(sp, cp, w, G);
     }
   }
+#if PDS_MOE_DECODE_TRACE
+  if (threadIdx.x == 0 && n_trace > 0) trace_print(kGated, s_trace_at, s_trace_what, n_trace);
+#endif
 }
 
 }  // namespace

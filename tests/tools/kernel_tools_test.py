@@ -15,6 +15,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 sys.path.insert(0, os.path.join(ROOT, "tools", "kernels"))
 FIX = os.path.join(ROOT, "tests", "fixtures", "kernels")
 
+import moe_trace_timeline  # noqa: E402
 import ncu_source_hotspots  # noqa: E402
 import sass_scoreboards  # noqa: E402
 
@@ -74,6 +75,33 @@ class NcuSourceHotspots(unittest.TestCase):
     def test_kernel_by_name_and_missing(self):
         self.assertEqual(run(ncu_source_hotspots.main, self.csv, "--kernel", "decode_gemm_q8", "--blocks", "0")[0], 0)
         self.assertEqual(run(ncu_source_hotspots.main, self.csv, "--kernel", "3")[0], 1)
+
+
+class MoeTraceTimeline(unittest.TestCase):
+    log = os.path.join(FIX, "moe_trace_b64.log")
+
+    def test_parse_and_group(self):
+        recs = moe_trace_timeline.parse(open(self.log).read().splitlines())
+        self.assertEqual(len(recs), 23)
+        self.assertEqual(len(moe_trace_timeline.launches(recs)), 1)
+        self.assertEqual(len(recs[0]["items"]), 15)
+        self.assertTrue(all(r["gated"] == 1 for r in recs))
+        # Stamps rise within a CTA, and end before its end stamp.
+        for r in recs:
+            at = [a for a, _ in r["items"]]
+            self.assertEqual(at, sorted(at))
+            self.assertLess(at[-1], r["end"])
+
+    def test_summary(self):
+        rc, out = run(moe_trace_timeline.main, self.log, "--slowest", "1")
+        self.assertEqual(rc, 0)
+        self.assertIn("gate/up: 23 CTAs, 345 items", out)
+        self.assertIn("item time (us): median 4.55", out)
+        self.assertIn("items before a change of expert (us): median 7.74, max 9.41 (5)", out)
+        self.assertIn("slow CTA 51: ends 79.81 us, 15 items, 2 experts", out)
+
+    def test_bad_launch_index(self):
+        self.assertEqual(run(moe_trace_timeline.main, self.log, "--launch", "5")[0], 1)
 
 
 if __name__ == "__main__":
