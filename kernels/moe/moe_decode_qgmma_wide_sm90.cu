@@ -37,6 +37,7 @@ using moe_prefill_detail::wgmma_fence;
 using moe_prefill_detail::wgmma_wait;
 
 constexpr int kQRing = 4;       // rounds of words a warp holds ahead of its compute (5: no faster)
+constexpr int kQMultiRows = 8;  // rows an item from kMoeDecodeQgmmaMultiMinCapacity pairs (two passes)
 
 #if PDS_MOE_DECODE_TRACE
 // Per-item timelines (moe_decode_bench_trace, -DPDSERVE_MOE_TRACE=ON; tools/kernels/moe_trace_timeline.py):
@@ -71,7 +72,6 @@ __device__ void trace_print(bool gated, const uint64_t* at, const int* what, int
   printf("QT %d %d %llu %llu %s\n", int(gated), int(blockIdx.x), (unsigned long long)t0, (unsigned long long)((t1 - t0) / 10), buf);
 }
 #endif
-constexpr int kQMultiRows = 8;  // rows an item from kMoeDecodeQgmmaMultiMinCapacity pairs (two passes)
 
 // d = A B (m64n8k32, E4M3, the accumulator not read).
 __device__ __forceinline__ void qgmma8(float (&d)[4], const uint32_t (&a)[4], uint64_t desc) {
@@ -212,7 +212,7 @@ __global__ void __launch_bounds__(Q::kThreads, 1) decode_gemm_q8(Mxfp4Decode a, 
   const uint32_t w = uint32_t(warp) & 3u, G = uint32_t(warp) >> 2;
   if constexpr (kGated) pdl_bulk::pdl_trigger();
   // The listed experts' first rows with the list (untouched experts have no rows: one's end is the
-  // next one's begin): one round trip to offsets and one barrier, not two of each.
+  // next one's begin): one dependent read of offsets and one barrier, not two of each.
   list_touched_experts(offsets, experts, s_list, &s_count, s_begin);
   __syncthreads();
   const uint32_t count = uint32_t(s_count);
