@@ -2,7 +2,6 @@
 
 #include <cuda_runtime.h>
 
-#include <algorithm>
 #include <cstring>
 
 #include "backend/moe_decode_bits.h"
@@ -76,7 +75,7 @@ Status DeviceWeights::put_moe(const ModelConfig& c, const MoeWeights& mw, Device
       for (const ExpertWeights& e : mw.experts)
         for (const ops::Mxfp4Matrix* m : {&e.q1, &e.q3, &e.q2})
           if (e.quantized)  // a dense expert here is refused below
-            scale_above_128 = scale_above_128 || std::any_of(m->scales, m->scales + m->rows * m->cols / 32, [](uint8_t s) { return s > 128; });
+            scale_above_128 = scale_above_128 || mxfp4_scales_wide(m->scales, m->rows * m->cols / 32);
     const Mxfp4DecodeBits bits = moe_decode_bits_for(e4m3_moe_decode_, e0.q1.rows, e0.q1.cols, scale_above_128);
     auto stack = [&](auto pick, Mxfp4Experts* out, Mxfp4Decode* dec) -> Status {
       const ops::Mxfp4Matrix& m0 = pick(mw.experts[0]);

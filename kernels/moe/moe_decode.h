@@ -83,9 +83,17 @@ struct MoeDecodeWeights {
 // Whether a rows x cols matrix can take the decode layout.
 inline bool decode_layout_fits(int64_t rows, int64_t cols) { return rows > 0 && cols > 0 && rows % 8 == 0 && cols % 128 == 0; }
 
+// Whether any of n E8M0 scale bytes exceeds 128 (Mxfp4Decode::wide_scales: its 2^(s-1) is no
+// bf16, and the E4M3 forms refuse such weights).
+inline bool mxfp4_scales_wide(const uint8_t* scales, int64_t n) {
+  for (int64_t i = 0; i < n; ++i)
+    if (scales[i] > 128) return true;
+  return false;
+}
+
 // Host repack of `experts` stacked matrices in ops/mxfp4.h's layout (packed [rows, cols/2],
 // scales [rows, cols/32] each) into the decode layout; sizes are unchanged. Returns
-// whether any scale byte exceeds 128 (Mxfp4Decode::wide_scales).
+// mxfp4_scales_wide of the scales.
 Result<bool> mxfp4_repack_decode(const uint8_t* packed, const uint8_t* scales, int64_t experts, int64_t rows, int64_t cols,
                                  std::vector<uint8_t>* packed_out, std::vector<uint8_t>* scales_out,
                                  Mxfp4DecodeBits bits = Mxfp4DecodeBits::kBf16);

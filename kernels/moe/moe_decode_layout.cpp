@@ -76,19 +76,15 @@ Result<bool> mxfp4_repack_decode(const uint8_t* packed, const uint8_t* scales, i
   PDS_RETURN_IF_ERROR(check_shape(experts, rows, cols, "mxfp4_repack_decode"));
   packed_out->assign(experts * rows * cols / 2, 0);
   scales_out->assign(experts * rows * cols / 32, 0);
-  bool wide = false;
   for_each_word(experts, rows, cols, [&](int64_t row, int64_t col0, int64_t wb, int64_t sb, int64_t si) {
     uint8_t codes[8];
     const uint8_t* src = packed + row * (cols / 2) + col0 / 2;
     for (int w = 0; w < 8; ++w) codes[w] = (src[w / 2] >> (4 * (w % 2))) & 0xfu;
     const uint32_t q = shuffle_word(bits, codes);
     for (int b = 0; b < 4; ++b) (*packed_out)[wb + b] = uint8_t(q >> (8 * b));
-    if (sb >= 0) {
-      (*scales_out)[sb] = scales[si];
-      wide = wide || scales[si] > 128;
-    }
+    if (sb >= 0) (*scales_out)[sb] = scales[si];
   });
-  return wide;
+  return mxfp4_scales_wide(scales, experts * rows * cols / 32);
 }
 
 Status mxfp4_unpack_decode(const uint8_t* packed, const uint8_t* scales, int64_t experts, int64_t rows, int64_t cols,
