@@ -50,9 +50,14 @@ __device__ __forceinline__ uint32_t q_offset(uint32_t row, uint32_t c) {
 // and 2 (h % 4) + 1, scaled by its power of two; s_inv[h] = the inverse. Each token has T = 512 /
 // (nrows rounded up to a power of two) threads: one pass of loads for its largest |x| (every load in
 // flight at once), a barrier, then the same loads again (L1) for the conversion. Starts with a
-// barrier (the last pass's reduction may still read s_inv); the caller syncs after.
+// barrier (the last pass's reduction may still read s_inv); the caller syncs after. `stamp(code)` marks
+// its phases for the traced build (-6 maxima loaded, -7 their barrier passed, -8 converted).
+struct QNoStamp {
+  __device__ __forceinline__ void operator()(int) const {}
+};
+template <class Stamp = QNoStamp>
 __device__ __forceinline__ void q_stage_rows(const float* x, int64_t r0, uint32_t nrows, uint32_t cols, uint32_t chunks, uint8_t* xs,
-                                             float* s_inv, float* s_wmax) {
+                                             float* s_inv, float* s_wmax, Stamp stamp = {}) {
   __syncthreads();
   const uint32_t lane = threadIdx.x & 31u, warp = threadIdx.x >> 5;
   const uint32_t s2 = nrows <= 1 ? 1u : nrows <= 2 ? 2u : nrows <= 4 ? 4u : nrows <= 8 ? 8u : 16u;
@@ -68,8 +73,10 @@ __device__ __forceinline__ void q_stage_rows(const float* x, int64_t r0, uint32_
     }
   }
   m = warp_max(m);
+  stamp(-6);
   if (lane == 0) s_wmax[warp] = m;
   __syncthreads();
+  stamp(-7);
   if (!live) return;
   float mt = 0.0f;
   for (uint32_t w = h * (T / 32); w < (h + 1) * (T / 32); ++w) mt = fmaxf(mt, s_wmax[w]);
@@ -96,6 +103,7 @@ __device__ __forceinline__ void q_stage_rows(const float* x, int64_t r0, uint32_
     *reinterpret_cast<uint32_t*>(base + q_offset(row, 4 * i)) = hi;
     *reinterpret_cast<uint32_t*>(base + q_offset(row + 1, 4 * i)) = lo;
   }
+  stamp(-8);
   asm volatile("fence.proxy.async.shared::cta;" ::: "memory");  // generic stores -> wgmma's reads
 }
 

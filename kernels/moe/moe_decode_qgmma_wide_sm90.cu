@@ -41,8 +41,9 @@ constexpr int kQMultiRows = 8;  // rows an item from kMoeDecodeQgmmaMultiMinCapa
 
 #if PDS_MOE_DECODE_TRACE
 // Per-item timelines (moe_decode_bench_trace, -DPDSERVE_MOE_TRACE=ON; tools/kernels/moe_trace_timeline.py):
-// thread 0 stamps %globaltimer at the CTA's start and at each item's first round (after any
-// staging), then prints "QT gated cta start_ns end_10ns item_10ns:slot*1000+unit ...".
+// thread 0 stamps %globaltimer at the CTA's start, at the start-up phases (TracePhase, negative codes)
+// and at each item's first round (after any staging), then prints "QT gated cta start_ns end_10ns
+// at_10ns:code ..." (an item's code: slot * 1000 + unit).
 constexpr int kTraceItems = 48;
 __device__ __forceinline__ uint64_t trace_ns() {
   uint64_t t;
@@ -65,12 +66,27 @@ __device__ void trace_print(bool gated, const uint64_t* at, const int* what, int
   for (int q = 0; q < n && q < kTraceItems; ++q) {
     o = trace_digits(buf, o, (at[q] - t0) / 10);
     buf[o++] = ':';
-    o = trace_digits(buf, o, uint64_t(what[q]));
+    if (what[q] < 0) buf[o++] = '-';  // a start-up phase (TracePhase)
+    o = trace_digits(buf, o, uint64_t(what[q] < 0 ? -what[q] : what[q]));
     buf[o++] = ' ';
   }
   buf[o] = 0;
   printf("QT %d %d %llu %llu %s\n", int(gated), int(blockIdx.x), (unsigned long long)t0, (unsigned long long)((t1 - t0) / 10), buf);
 }
+// Start-up phases, stamped beside the items with negative codes: the list read, the item scan, the
+// ring's first loads issued (down: and its dependency wait), the first staging begun, the first
+// round's MMAs done (its words and tokens landed); inside the first staging (q_stage_rows): -6 its
+// maxima loaded, -7 their barrier passed, -8 the rows converted.
+enum TracePhase : int { kTraceListed = -1, kTraceScanned = -2, kTraceIssued = -3, kTraceStaging = -4, kTraceFirstMma = -5 };
+#define PDS_QT_STAMP(code)                                                                                             \
+  do {                                                                                                                 \
+    if (threadIdx.x == 0 && n_trace < kTraceItems) s_trace_at[n_trace] = trace_ns(), s_trace_what[n_trace] = (code); \
+    ++n_trace;                                                                                                         \
+  } while (0)
+#else
+#define PDS_QT_STAMP(code) \
+  do {                     \
+  } while (0)
 #endif
 
 // d = A B (m64n8k32, E4M3, the accumulator not read).
@@ -215,6 +231,7 @@ __global__ void __launch_bounds__(Q::kThreads, 1) decode_gemm_q8(Mxfp4Decode a, 
   // next one's begin): one dependent read of offsets and one barrier, not two of each.
   list_touched_experts(offsets, experts, s_list, &s_count, s_begin);
   __syncthreads();
+  PDS_QT_STAMP(kTraceListed);
   const uint32_t count = uint32_t(s_count);
   const uint32_t tiles = static_cast<uint32_t>(a.rows / 8), chunks = static_cast<uint32_t>(a.cols / 128);
   const uint32_t per_expert = kGated ? tiles / 4 : tiles / 8;
@@ -237,6 +254,7 @@ __global__ void __launch_bounds__(Q::kThreads, 1) decode_gemm_q8(Mxfp4Decode a, 
     if (lane == 0) s_first[0] = 0;
   }
   __syncthreads();
+  PDS_QT_STAMP(kTraceScanned);
   const uint32_t all = uint32_t(s_first[count]), per = (all + gridDim.x - 1) / gridDim.x;
   const uint32_t i0 = blockIdx.x * per, i1 = min(all, i0 + per);
   // The warp's matrix (gated: warps w' = 2, 3 of each warpgroup read up), chosen once.
@@ -257,6 +275,10 @@ __global__ void __launch_bounds__(Q::kThreads, 1) decode_gemm_q8(Mxfp4Decode a, 
     if (ld.live) q_step<kGated, kBlock>(sp, ld, w, G);
   }
   if constexpr (!kGated) pdl_bulk::pdl_wait();  // the first rounds' loads are out: now the activations may be read
+  PDS_QT_STAMP(kTraceIssued);
+#if PDS_MOE_DECODE_TRACE
+  bool trace_first = true;  // the first round's phases still to stamp
+#endif
   int staged_slot = -1, staged_r0 = 0, buf = 0;
   int r0 = 0, nrows = 0;  // the item's rows (set at its first round)
   uint32_t dlo = 0;  // the round's B descriptor, low word (group 0)
@@ -270,7 +292,14 @@ __global__ void __launch_bounds__(Q::kThreads, 1) decode_gemm_q8(Mxfp4Decode a, 
       if (cp.rd == 0) {
         r0 = sp.begin[cp.slot] + int(cp.blk) * kBlock, nrows = min(kBlock, sp.begin[cp.slot + 1] - r0);
         if (staged_slot != int(cp.slot) || r0 < staged_r0 || r0 >= staged_r0 + kQStage) {  // uniform: up to 16 rows staged at once
+#if PDS_MOE_DECODE_TRACE
+          if (trace_first) PDS_QT_STAMP(kTraceStaging);
+          q_stage_rows(x, r0, min(kQStage, sp.begin[cp.slot + 1] - r0), cols, chunks, xs, s_inv, s_wmax, [&](int code) {
+            if (trace_first) PDS_QT_STAMP(code);
+          });
+#else
           q_stage_rows(x, r0, min(kQStage, sp.begin[cp.slot + 1] - r0), cols, chunks, xs, s_inv, s_wmax);
+#endif
           staged_slot = int(cp.slot), staged_r0 = r0;
           __syncthreads();
         }
@@ -315,6 +344,9 @@ __global__ void __launch_bounds__(Q::kThreads, 1) decode_gemm_q8(Mxfp4Decode a, 
         q8_take(d[0], f0[0], f1[0], acc[0]);
         q8_take(d[1], f0[1], f1[1], acc[0]);
         wgmma_wait<0>();
+#if PDS_MOE_DECODE_TRACE
+        if (trace_first) PDS_QT_STAMP(kTraceFirstMma);
+#endif
         q8_take(d[2], f0[2], f1[2], acc[0]);
         q8_take(d[3], f0[3], f1[3], acc[0]);
       } else {
@@ -331,6 +363,9 @@ __global__ void __launch_bounds__(Q::kThreads, 1) decode_gemm_q8(Mxfp4Decode a, 
         }
       }
       dlo += 4u * (kQAtom >> 4);
+#if PDS_MOE_DECODE_TRACE
+      trace_first = false;
+#endif
       // The slot is free: the round kQRing on (refilled before the MMAs instead, the live registers
       // pass 128 and spill: 0.90x).
       q8_load<kRagged>(wq, ws, chunks, ld, G, ring[j]);

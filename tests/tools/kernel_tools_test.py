@@ -103,6 +103,26 @@ class MoeTraceTimeline(unittest.TestCase):
     def test_bad_launch_index(self):
         self.assertEqual(run(moe_trace_timeline.main, self.log, "--launch", "5")[0], 1)
 
+    # Two CTAs of a down launch with start-up phases (negative codes), written by hand in the
+    # kernel's format: the phases leave the items alone and are summarised from each CTA's start.
+    PHASED = [
+        "QT 0 0 1000000 900 100:-1 150:-2 200:-3 210:-4 300:5 420:-5 600:6",
+        "QT 0 1 1000500 1000 120:-1 170:-2 260:-3 270:-4 380:7 520:-5",
+    ]
+
+    def test_phases(self):
+        recs = moe_trace_timeline.parse(self.PHASED)
+        self.assertEqual([w for _, w in recs[0]["items"]], [5, 6])
+        self.assertEqual(recs[1]["phases"], {-1: 1.2, -2: 1.7, -3: 2.6, -4: 2.7, -5: 5.2})
+        out = moe_trace_timeline.summary(moe_trace_timeline.launches(recs)[0], 0)
+        self.assertIn("down: 2 CTAs, 3 items", out)
+        self.assertIn("experts listed: median 1.10, max 1.20 (2 CTAs)", out)
+        self.assertIn("first item's first round: median 3.40, max 3.80 (2 CTAs)", out)
+        self.assertIn("first round's MMAs done: median 4.70, max 5.20 (2 CTAs)", out)
+        # Without phases (the per-item log) no phase block is printed.
+        self.assertNotIn("start-up phases", moe_trace_timeline.summary(moe_trace_timeline.launches(
+            moe_trace_timeline.parse(open(self.log).read().splitlines()))[0], 0))
+
 
 if __name__ == "__main__":
     unittest.main()

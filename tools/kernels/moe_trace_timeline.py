@@ -6,7 +6,11 @@
   moe_trace_timeline.py t.log [--launch -1] [--slowest 5]
 
 Each "QT gated cta start_ns end_10ns at_10ns:slot*1000+unit ..." line is one CTA (thread 0's
-stamps: the CTA's start, each item's first round after any staging, the CTA's end). Lines are
+stamps: the CTA's start, each item's first round after any staging, the CTA's end). Stamps with a
+negative code are start-up phases (the kernel's TracePhase: -1 experts listed, -2 items scanned,
+-3 first loads issued (down: and its dependency wait), -4 first staging begun, -5 first round's
+MMAs done; inside the first staging -6 maxima loaded, -7 their barrier passed, -8 rows converted);
+their times from the CTA's own start are summarised when present. Lines are
 grouped into launches (same kernel, starts within 20 us). For the chosen launch: when the CTAs'
 first items start, how long items take (an item's time = the next item's start - its own; the
 last item runs to the CTA's end; the next expert's staging falls in the item before it, since the
@@ -23,11 +27,15 @@ def parse(lines):
         f = line.split()
         if len(f) < 5 or f[0] != "QT":
             continue
-        items = []
+        items, phases = [], {}
         for tok in f[5:]:
             at, what = tok.split(":")
-            items.append((int(at) / 100.0, int(what)))  # us
-        recs.append({"gated": int(f[1]), "cta": int(f[2]), "start": int(f[3]), "end": int(f[4]) / 100.0, "items": items})
+            if int(what) < 0:
+                phases.setdefault(int(what), int(at) / 100.0)  # the first of each
+            else:
+                items.append((int(at) / 100.0, int(what)))  # us
+        recs.append({"gated": int(f[1]), "cta": int(f[2]), "start": int(f[3]), "end": int(f[4]) / 100.0, "items": items,
+                     "phases": phases})
     return recs
 
 
@@ -45,6 +53,24 @@ def launches(recs, gap_ns=20000):
 def q(values, p):
     v = sorted(values)
     return v[min(len(v) - 1, int(p * len(v)))] if v else float("nan")
+
+
+PHASES = [(-1, "experts listed"), (-2, "items scanned"), (-3, "first loads issued"), (-4, "first staging begun"),
+          (-6, "  staging: maxima loaded"), (-7, "  staging: their barrier passed"), (-8, "  staging: rows converted"),
+          ("item", "first item's first round"), (-5, "first round's MMAs done")]
+
+
+def phase_lines(launch):
+    """Median / max of each start-up phase over the CTAs, us from each CTA's own start."""
+    out = []
+    for code, name in PHASES:
+        if code == "item":
+            v = [r["items"][0][0] for r in launch if r["items"]]
+        else:
+            v = [r["phases"][code] for r in launch if code in r.get("phases", {})]
+        if v:
+            out.append(f"  {name}: median {statistics.median(v):.2f}, max {max(v):.2f} ({len(v)} CTAs)")
+    return ["start-up phases (us from the CTA's start):"] + out if len(out) > 1 else []
 
 
 def summary(launch, slowest):
@@ -72,6 +98,7 @@ def summary(launch, slowest):
         lines.append(f"items before a change of expert (us): median {statistics.median(switch):.2f}, max {max(switch):.2f} ({len(switch)})")
     if last:
         lines.append(f"last items, with the reduction and exit (us): median {statistics.median(last):.2f}")
+    lines += phase_lines(launch)
     lines.append(f"CTA ends (us): min {min(ends):.2f} median {statistics.median(ends):.2f} p90 {q(ends, 0.9):.2f} max {max(ends):.2f}")
     order = sorted(launch, key=lambda r: -(r["end"] + (r["start"] - t0) / 1000.0))
     for r in order[:slowest]:
