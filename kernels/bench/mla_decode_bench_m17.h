@@ -12,6 +12,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
+#include <string>
 #include <vector>
 
 #include "pdserve/core/dtype.h"
@@ -66,5 +68,8 @@ inline void bench_m17() {
               "c2 / c1 | c3 / min(c1, c2) | c5 / c4 | c2 / c0 | c2 / bf16 floor | tc err (c2 vs c1) |\n");
   const std::pair<int64_t, int64_t> shapes[] = {{1, 64},    {1, 1024},   {1, 4096},    {1, 16384},   {1, 65536}, {1, 131072},
                                                 {8, 16384}, {32, 16384}, {64, 4096},   {128, 16384}, {256, 16384}};
-  for (const auto& [b, c] : shapes) bench_m17_shape(b, c);
+  // PDS_M17_ONLY=BxCTX (e.g. 64x4096): that shape alone (for profilers).
+  const char* only = std::getenv("PDS_M17_ONLY");
+  for (const auto& [b, c] : shapes)
+    if (!only || std::to_string(b) + "x" + std::to_string(c) == only) bench_m17_shape(b, c);
 }
