@@ -39,6 +39,11 @@ using moe_prefill_detail::wgmma_wait;
 constexpr int kQRing = 4;       // rounds of words a warp holds ahead of its compute (5: no faster)
 constexpr int kQMultiRows = 8;  // rows an item from kMoeDecodeQgmmaMultiMinCapacity pairs (two passes)
 
+// Start-up phases, stamped beside the items with negative codes: the list read, the item scan, the
+// ring's first loads issued (down: and its dependency wait), the first staging begun, the first
+// round's MMAs done (its words and tokens landed); inside the first staging (q_stage_rows): -6 its
+// maxima loaded, -7 their barrier passed, -8 the rows converted.
+enum TracePhase : int { kTraceListed = -1, kTraceScanned = -2, kTraceIssued = -3, kTraceStaging = -4, kTraceFirstMma = -5 };
 #if PDS_MOE_DECODE_TRACE
 // Per-item timelines (moe_decode_bench_trace, -DPDSERVE_MOE_TRACE=ON; tools/kernels/moe_trace_timeline.py):
 // thread 0 stamps %globaltimer at the CTA's start, at the start-up phases (TracePhase, negative codes)
@@ -73,11 +78,6 @@ __device__ void trace_print(bool gated, const uint64_t* at, const int* what, int
   buf[o] = 0;
   printf("QT %d %d %llu %llu %s\n", int(gated), int(blockIdx.x), (unsigned long long)t0, (unsigned long long)((t1 - t0) / 10), buf);
 }
-// Start-up phases, stamped beside the items with negative codes: the list read, the item scan, the
-// ring's first loads issued (down: and its dependency wait), the first staging begun, the first
-// round's MMAs done (its words and tokens landed); inside the first staging (q_stage_rows): -6 its
-// maxima loaded, -7 their barrier passed, -8 the rows converted.
-enum TracePhase : int { kTraceListed = -1, kTraceScanned = -2, kTraceIssued = -3, kTraceStaging = -4, kTraceFirstMma = -5 };
 #define PDS_QT_STAMP(code)                                                                                             \
   do {                                                                                                                 \
     if (threadIdx.x == 0 && n_trace < kTraceItems) s_trace_at[n_trace] = trace_ns(), s_trace_what[n_trace] = (code); \
@@ -278,6 +278,11 @@ __global__ void __launch_bounds__(Q::kThreads, 1) decode_gemm_q8(Mxfp4Decode a, 
   PDS_QT_STAMP(kTraceIssued);
 #if PDS_MOE_DECODE_TRACE
   bool trace_first = true;  // the first round's phases still to stamp
+  auto stamp_first = [&](int code) {
+    if (trace_first) PDS_QT_STAMP(code);
+  };
+#else
+  const QNoStamp stamp_first{};
 #endif
   int staged_slot = -1, staged_r0 = 0, buf = 0;
   int r0 = 0, nrows = 0;  // the item's rows (set at its first round)
@@ -292,22 +297,12 @@ __global__ void __launch_bounds__(Q::kThreads, 1) decode_gemm_q8(Mxfp4Decode a, 
       if (cp.rd == 0) {
         r0 = sp.begin[cp.slot] + int(cp.blk) * kBlock, nrows = min(kBlock, sp.begin[cp.slot + 1] - r0);
         if (staged_slot != int(cp.slot) || r0 < staged_r0 || r0 >= staged_r0 + kQStage) {  // uniform: up to 16 rows staged at once
-#if PDS_MOE_DECODE_TRACE
-          if (trace_first) PDS_QT_STAMP(kTraceStaging);
-          q_stage_rows(x, r0, min(kQStage, sp.begin[cp.slot + 1] - r0), cols, chunks, xs, s_inv, s_wmax, [&](int code) {
-            if (trace_first) PDS_QT_STAMP(code);
-          });
-#else
-          q_stage_rows(x, r0, min(kQStage, sp.begin[cp.slot + 1] - r0), cols, chunks, xs, s_inv, s_wmax);
-#endif
+          stamp_first(kTraceStaging);
+          q_stage_rows(x, r0, min(kQStage, sp.begin[cp.slot + 1] - r0), cols, chunks, xs, s_inv, s_wmax, stamp_first);
           staged_slot = int(cp.slot), staged_r0 = r0;
           __syncthreads();
         }
-#if PDS_MOE_DECODE_TRACE
-        if (threadIdx.x == 0 && n_trace < kTraceItems)
-          s_trace_at[n_trace] = trace_ns(), s_trace_what[n_trace] = int(cp.slot) * 1000 + int(cp.l);
-        ++n_trace;
-#endif
+        PDS_QT_STAMP(int(cp.slot) * 1000 + int(cp.l));
         // The item's first row in the staged window is a multiple of 4: its pass's atoms.
         dlo = xs_desc + ((uint32_t(r0 - staged_r0) / kQTokens) * chunks + G) * (kQAtom >> 4);
       }
@@ -344,9 +339,7 @@ __global__ void __launch_bounds__(Q::kThreads, 1) decode_gemm_q8(Mxfp4Decode a, 
         q8_take(d[0], f0[0], f1[0], acc[0]);
         q8_take(d[1], f0[1], f1[1], acc[0]);
         wgmma_wait<0>();
-#if PDS_MOE_DECODE_TRACE
-        if (trace_first) PDS_QT_STAMP(kTraceFirstMma);
-#endif
+        stamp_first(kTraceFirstMma);
         q8_take(d[2], f0[2], f1[2], acc[0]);
         q8_take(d[3], f0[3], f1[3], acc[0]);
       } else {
