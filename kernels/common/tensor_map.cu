@@ -23,10 +23,19 @@ Result<EncodeTiled> lookup_encoder() {
   return reinterpret_cast<EncodeTiled>(sym);
 }
 
+CUtensorMapL2promotion l2_promotion(L2Promotion p) {
+  switch (p) {
+    case L2Promotion::kNone: return CU_TENSOR_MAP_L2_PROMOTION_NONE;
+    case L2Promotion::k128: return CU_TENSOR_MAP_L2_PROMOTION_L2_128B;
+    case L2Promotion::k256: break;
+  }
+  return CU_TENSOR_MAP_L2_PROMOTION_L2_256B;
+}
+
 }  // namespace
 
 Status encode_bf16_tensor_map(CUtensorMap* map, const void* base, int rank, const uint64_t* extent,
-                              const uint64_t* stride_bytes, const uint32_t* box, const char* who) {
+                              const uint64_t* stride_bytes, const uint32_t* box, const char* who, L2Promotion promotion) {
   static const Result<EncodeTiled> encoder = lookup_encoder();  // once, thread-safe
   if (!encoder.is_ok()) return encoder.status().with_context(who);
   if (rank < 1 || rank > 5) return invalid_argument(std::string(who) + ": tensor map rank " + std::to_string(rank));
@@ -39,8 +48,8 @@ Status encode_bf16_tensor_map(CUtensorMap* map, const void* base, int rank, cons
     if (d + 1 < rank) str[d] = stride_bytes[d];
   }
   const CUresult r = encoder.value()(map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, static_cast<cuuint32_t>(rank), const_cast<void*>(base), ext,
-                                     str, bx, step, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
-                                     CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+                                     str, bx, step, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, l2_promotion(promotion),
+                                     CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
   if (r != CUDA_SUCCESS) return internal_error(std::string(who) + ": cuTensorMapEncodeTiled failed (" + std::to_string(r) + ")");
   return Status::ok();
 }

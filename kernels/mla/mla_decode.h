@@ -258,7 +258,8 @@ enum class MlaDecodeLoader { kAuto, kCpAsync, kBulk };
 // kAuto: the tensor cores except for the block-softmax rings (kLeanBlock*, the plan's pick for items
 // of one or two tiles), where the cuda-core block form measured faster (1 x 64 to 1 x 4K: 4.23-7.48 us
 // a step against 4.81-7.64); from 1 x 16K up the tensor cores are 0.77-0.93x the cuda-core time and
-// reach 3.8-4.1 TB/s from 32 x 16K (docs/perf.md, seventeenth version).
+// reach 4.06-4.49 TB/s from 32 x 16K (docs/perf.md, seventeenth version; the 128-byte L2 promotion of
+// its tensor map, eighteenth session).
 enum class MlaDecodeBf16Math { kAuto, kCudaCores, kTensorCores };
 // The tensor-core form's stages of 16 tokens (18 KiB each, two CTAs an SM): 5, 6-32% faster than 3
 // at every measured shape (seventeenth version).

@@ -308,7 +308,8 @@ Status encode_cache_map(CUtensorMap* map, const MlaDecodeArgs& a, const MlaDecod
   const uint64_t extent[3] = {64, kLines, static_cast<uint64_t>(tokens)};
   const uint64_t stride[2] = {128, kRowBytes};
   const uint32_t box[3] = {64, kLines, kTile};
-  return encode_bf16_tensor_map(map, a.cache_bf16, 3, extent, stride, box, "mla decode (tensor cores, tensor map)");
+  // 128-byte L2 promotion: 256 bytes held the pages' stream at 4.1-4.2 TB/s (docs/perf.md, eighteenth session).
+  return encode_bf16_tensor_map(map, a.cache_bf16, 3, extent, stride, box, "mla decode (tensor cores, tensor map)", L2Promotion::k128);
 }
 
 template <bool EARLY>
