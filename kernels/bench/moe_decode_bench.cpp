@@ -6,7 +6,8 @@
 // (streamed, staged, weights-on-A in three schedules, the one-launch fused kernel) and
 // kAuto with a queue workspace, as the backend calls it (its choice is printed). Also the whole routed step
 // (permute -> decode experts -> combine), eagerly and replayed from a CUDA graph, and a
-// device-to-device copy of the touched bytes as a bandwidth reference at that size. CUDA
+// device-to-device copy of the touched bytes as a bandwidth reference at that size, and a read-only
+// stream of them (bench/stream_read.h: what reading them alone costs at that size). CUDA
 // events, warm-up first, median of --reps; weights rotate over 3 sets (1.5 GB) so repeats
 // do not time L2. Writes, per batch, the rows of each touched expert to --routes FILE for
 // the torch anchor (moe_decode_torch.py), so it times the same work.
@@ -32,6 +33,7 @@
 #include <vector>
 
 #include "bench_util.h"
+#include "bench/stream_read.h"
 #include "common/cuda_check.h"
 #include "moe/moe.h"
 #include "moe/moe_decode.h"
@@ -263,6 +265,10 @@ void run_bench(const char* routes_path) {
     const double tcopy = median_us([&](int) {
       check(cudaMemcpyAsync(copy_dst.get(), copy_src.get(), size_t(bytes), cudaMemcpyDeviceToDevice, nullptr), "copy");
     });
+    // What reading those bytes alone costs at this size (launch and ramp included; bench/stream_read.h).
+    const double tread = median_us([&](int) {
+      check(cuda_status(bench::launch_stream_read(copy_src.get(), size_t(bytes) / 16 * 16, nullptr), "stream read"), "stream read");
+    });
     const std::string b = "B=" + std::to_string(tokens);
     const std::string note = std::to_string(nt) + " experts touched, " + std::to_string(rows) + " rows";
     auto krow = [&](const std::string& what, double us, const std::string& note = "") {
@@ -321,6 +327,8 @@ void run_bench(const char* routes_path) {
     if (tgqw != kSkipped)
       row(b + " permute+decode+combine, E4M3 QGMMA, 64-row units", tgqw, bytes, floor_us, "CUDA graph replay, " + ratio(tg, tgqw) + "x kAuto's");
     row(b + " reference: D2D copy of those bytes", tcopy, bytes, floor_us, "reads them once, writes them once");
+    row(b + " reference: read-only stream of those bytes", tread, bytes, floor_us,
+        "bulk copies into shared memory, nothing computed; kAuto takes " + ratio(tread, tauto) + "x its time");
   }
   if (routes) std::fclose(routes);
 }
