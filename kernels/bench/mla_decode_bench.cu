@@ -26,6 +26,7 @@
 #include "bench/mla_decode_timeline.h"
 #include "common/pdl_bulk.cuh"
 #include "common/tensor_map.h"
+#include "mla/mma_bf16.cuh"
 #include "mla/mla_decode.h"
 #include "pdserve/core/dtype.h"
 

@@ -12,7 +12,7 @@
 // slabs, and aligned with the stagger taken from the source side; cp.async by 256 threads; the fp32
 // run's 16-token tiles (36 KiB).
 // Included by mla_decode_bench.cu (inside its anonymous namespace, after mla_decode_bench_m17.h; it
-// includes common/tensor_map.h).
+// includes common/tensor_map.h and mla/mma_bf16.cuh).
 #pragma once
 
 #include <cstdio>
@@ -36,6 +36,7 @@ struct StreamForm {
                     // from the source side, 16 s bytes more read); kCpAsync: 16-byte cp.async by 256
                     // threads into the run's swizzled layout (stream_cpasync_kernel)
   bool fp32;        // the fp32 pool (else bf16)
+  L2Promotion promotion = L2Promotion::k256;  // kTensor3d's map (the run's was 256 bytes until this bench)
 };
 
 // One CTA an item; its one warp keeps `ring` tiles in flight (lane 0, or 16 lanes for kTokenLanes)
@@ -135,9 +136,6 @@ __global__ void __launch_bounds__(32) stream_tiles_kernel(const __grid_constant_
   }
 }
 
-__device__ __forceinline__ void m18_cp_async16(void* smem, const void* gmem, int src_bytes) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(pdl_bulk::smem_u32(smem)), "l"(gmem), "r"(src_bytes) : "memory");
-}
 // kCpAsync: every thread of 8 warps copies 16-byte chunks of each tile into the run's swizzled
 // layout (line L = 9 t + e / 64, chunk XOR L mod 8), one commit group a tile, `ring` tiles in flight.
 __global__ void __launch_bounds__(256) stream_cpasync_kernel(const unsigned char* cache, const int32_t* __restrict__ plan,
@@ -159,7 +157,7 @@ __global__ void __launch_bounds__(256) stream_cpasync_kernel(const unsigned char
         const int t = c / kTokenChunks, k = c % kTokenChunks, line = t * (kEntry / 64) + k / 8;
         const int tok = t0 + t;
         const int64_t token = tok < end ? static_cast<int64_t>(table[tok / page_size]) * page_size + tok % page_size : 0;
-        m18_cp_async16(dst + line * 128 + (((k % 8) ^ (line & 7)) << 4), cache + token * kEntry * 2 + k * 16, tok < end ? 16 : 0);
+        mma::cp_async16(dst + line * 128 + (((k % 8) ^ (line & 7)) << 4), cache + token * kEntry * 2 + k * 16, tok < end ? 16 : 0);
       }
     }
     asm volatile("cp.async.commit_group;\n" ::);
@@ -186,29 +184,17 @@ inline void bench_m18_shape(int64_t batch, int64_t ctx_tokens) {
                               {"slab8 x3", 64, 3, C::kSlabLanes, false},     {"slab4 aligned x3", 32, 3, C::kSlabAligned, false},
                               {"slab4 src-shift x3", 32, 3, C::kSlabSrcShift, false}, {"cp.async16 x5", 16, 5, C::kCpAsync, false},
                               {"cp.async16 x6", 16, 6, C::kCpAsync, false},  {"tma16 evict-first x5", 16, 5, C::kTensor3dEvictFirst, false},
-                              {"tma16 L2-none x5", 16, 5, C::kTensor3d, false}, {"tma16 L2-128 x5", 16, 5, C::kTensor3d, false}};
+                              {"tma16 L2-none x5", 16, 5, C::kTensor3d, false, L2Promotion::kNone},
+                              {"tma16 L2-128 x5", 16, 5, C::kTensor3d, false, L2Promotion::k128}};
   constexpr int kForms = sizeof(forms) / sizeof(forms[0]);
-  CUtensorMap map3[2]{}, map2{}, map_prom[2]{};
-  {  // the run's map with the L2 promotion none / 128 bytes (the run's is 256)
-    void* sym = nullptr;
-    cudaDriverEntryPointQueryResult found{};
-    check(cuda_status(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &sym, 12000, cudaEnableDefault, &found), "entry"), "entry");
-    using Encode = CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*, const cuuint64_t*, const cuuint64_t*, const cuuint32_t*,
-                                const cuuint32_t*, CUtensorMapInterleave, CUtensorMapSwizzle, CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
-    const cuuint64_t extent[3] = {64, kEntry / 64, static_cast<cuuint64_t>(st.pool_pages * kPage)}, stride[2] = {128, kEntry * 2};
-    const cuuint32_t box[3] = {64, kEntry / 64, 16}, step[3] = {1, 1, 1};
-    const CUtensorMapL2promotion prom[2] = {CU_TENSOR_MAP_L2_PROMOTION_NONE, CU_TENSOR_MAP_L2_PROMOTION_L2_128B};
-    for (int k = 0; k < 2; ++k)
-      if (reinterpret_cast<Encode>(sym)(&map_prom[k], CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 3, st.c16.get(), extent, stride, box, step,
-                                        CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, prom[k],
-                                        CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) != CUDA_SUCCESS)
-        check(pdserve::internal_error("m18 promotion map"), "m18 promotion map");
-  }
-  for (int k = 0; k < 2; ++k) {
+  // Each 3-D tensor form's map: the run's (boxes of 16 or 32 tokens) with the form's L2 promotion.
+  CUtensorMap map3[kForms]{}, map2{};
+  for (int o = 0; o < kForms; ++o) {
+    if (forms[o].copy != C::kTensor3d && forms[o].copy != C::kTensor3dEvictFirst) continue;
     const uint64_t extent[3] = {64, kEntry / 64, static_cast<uint64_t>(st.pool_pages * kPage)};
     const uint64_t stride[2] = {128, kEntry * 2};
-    const uint32_t box[3] = {64, kEntry / 64, k == 0 ? 16u : 32u};
-    check(encode_bf16_tensor_map(&map3[k], st.c16.get(), 3, extent, stride, box, "m18 map"), "m18 map");
+    const uint32_t box[3] = {64, kEntry / 64, static_cast<uint32_t>(forms[o].tokens)};
+    check(encode_bf16_tensor_map(&map3[o], st.c16.get(), 3, extent, stride, box, "m18 map", forms[o].promotion), "m18 map");
   }
   {
     const uint64_t extent[2] = {32, static_cast<uint64_t>(st.pool_pages * kPage * (kEntry / 64))};
@@ -237,11 +223,7 @@ inline void bench_m18_shape(int64_t batch, int64_t ctx_tokens) {
       check(cuda_status(cudaGetLastError(), "m18 launch"), "m18 launch");
       return;
     }
-    const std::string name = f.name;
-    const CUtensorMap& map = f.copy == C::kTensor2dPlain           ? map2
-                             : name.find("L2-none") != name.npos ? map_prom[0]
-                             : name.find("L2-128") != name.npos  ? map_prom[1]
-                                                                 : map3[f.tokens == 32 ? 1 : 0];
+    const CUtensorMap& map = f.copy == C::kTensor2dPlain ? map2 : map3[o];
     stream_tiles_kernel<<<static_cast<unsigned>(st.plan.num_items), 32, smem_of(f), stream>>>(
         map, cache, st.dplan.get(), st.tables[i % st.copies].get(), static_cast<int>(st.a.max_pages), static_cast<int>(kPage), f.tokens, f.ring,
         entry_bytes, f.copy);
