@@ -127,11 +127,16 @@ SampleResult Sampler::sample(std::span<const float> logits) {
   SampleResult r;
   r.token = p_.greedy() ? argmax(l) : draw(l);
   if (p_.logprobs) r.logprob = logprobs(logits, r.token, p_.top_logprobs);
-  observe(r.token);
+  record(r.token);
   return r;
 }
 
 void Sampler::observe(int32_t token) {
+  record(token);
+  if (!p_.greedy()) (void)rng_();  // the draw draw() took for this token in a unified run
+}
+
+void Sampler::record(int32_t token) {
   ++output_counts_[token];
   if (p_.repetition_penalty != 1.0 && token >= 0) {
     if (static_cast<size_t>(token) >= seen_.size()) seen_.resize(static_cast<size_t>(token) + 1, 0);

@@ -138,6 +138,30 @@ TEST_P(PdGreedy, MatchesUnifiedServerTokenForToken) {
 INSTANTIATE_TEST_SUITE_P(TpPairs, PdGreedy, ::testing::Values(std::pair{1, 1}, std::pair{2, 4}, std::pair{4, 2}),
                          [](const auto& info) { return "P" + std::to_string(info.param.first) + "_D" + std::to_string(info.param.second); });
 
+// A seeded sampled request gives the unified server's tokens: decode continues the seed's
+// stream after the token prefill drew, with that token in the penalties.
+TEST(PdServe, SeededSamplingMatchesUnified) {
+  LiveServer unified(pd_config(ServerRole::kUnified, 1));
+  PdPair pd(1, 1);
+  uint64_t room = 3000;
+  for (size_t n : {5u, 47u}) {
+    for (int seed : {1, 2, 3}) {
+      SCOPED_TRACE("prompt length " + std::to_string(n) + ", seed " + std::to_string(seed));
+      Json body = completion_body(random_ids(n, static_cast<uint32_t>(n)), 12);
+      body["temperature"] = 1.5;
+      body["top_p"] = 0.95;
+      body["frequency_penalty"] = 0.4;
+      body["seed"] = seed;
+      auto [ustatus, ubody] = unified.post("/v1/completions", body.dump());
+      ASSERT_EQ(ustatus, 200) << ubody;
+      PdResult r = pd.request("/v1/completions", body, ++room);
+      ASSERT_EQ(r.decode_status, 200) << r.decode_body;
+      expect_same_completion(r.decode_body, ubody, 0.0);
+      pd.expect_pools_free();
+    }
+  }
+}
+
 TEST(PdServe, StreamingChatThroughThePairMatchesUnified) {
   LiveServer unified(pd_config(ServerRole::kUnified, 1));
   PdPair pd(2, 2);

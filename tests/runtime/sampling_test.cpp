@@ -47,6 +47,33 @@ TEST(Sampling, SameSeedSameDrawsDifferentSeedDifferentDraws) {
   EXPECT_NE(draw_n(p, flat, 50, 5), draw_n(p, flat, 50, 6));
 }
 
+// The decode role observes the token prefill sampled, then samples the rest: with the same
+// seed that must be the unified run's continuation, penalties included.
+TEST(Sampling, ObservingTheFirstTokenContinuesTheSeededStream) {
+  std::vector<float> flat(64, 0.0f);
+  SamplingParams p;
+  p.seed = 42;
+  p.frequency_penalty = 0.5;  // the observed token must count for the penalties too
+  const std::vector<int32_t> unified = draw_n(p, flat, 40);
+  Sampler decode(p, {}, 999);
+  decode.observe(unified[0]);
+  std::vector<int32_t> rest;
+  for (int i = 1; i < 40; ++i) rest.push_back(decode.sample(flat).token);
+  EXPECT_EQ(rest, std::vector<int32_t>(unified.begin() + 1, unified.end()));
+  // Without spending the observed token's draw the stream would be one behind.
+  Sampler behind(p, {}, 999);
+  std::vector<int32_t> shifted;
+  for (int i = 1; i < 40; ++i) shifted.push_back(behind.sample(flat).token);
+  EXPECT_NE(shifted, rest);
+  // Greedy requests draw nothing, so observing must not disturb them either.
+  SamplingParams g = greedy();
+  g.presence_penalty = 1.0;
+  std::vector<float> l = {2.0f, 1.5f, 0.0f};
+  Sampler gd(g, {}, 1);
+  gd.observe(0);
+  EXPECT_EQ(gd.sample(l).token, 1);
+}
+
 TEST(Sampling, TemperatureOneFollowsTheDistribution) {
   // p(1) = 3/4 when logits are [0, ln 3].
   std::vector<float> l = {0.0f, std::log(3.0f)};

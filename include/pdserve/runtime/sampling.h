@@ -24,8 +24,9 @@ class Sampler {
 
   // Picks the next token from one row of logits and records it for the penalties.
   SampleResult sample(std::span<const float> logits);
-  // Records a token chosen elsewhere (decode role: prefill sampled the first token), so
-  // the penalties see the same history as in a unified run.
+  // Takes a token chosen elsewhere (decode role: prefill sampled the first token) as if
+  // this sampler had drawn it: the penalties see it, and a sampled request's RNG spends the
+  // one draw that token took there, so a seeded request continues exactly as a unified run.
   void observe(int32_t token);
 
   // Greedy pick: the highest logit, lowest id on ties (what the model-layer argmax does).
@@ -34,6 +35,7 @@ class Sampler {
   static TokenLogprob logprobs(std::span<const float> logits, int32_t token, int64_t k);
 
  private:
+  void record(int32_t token);  // penalty history only
   void apply_penalties(std::vector<float>& logits) const;
   int32_t draw(std::vector<float>& logits);
 
