@@ -53,6 +53,9 @@ void add_decode_command(CLI::App& app) {
   cmd->add_option("--waiting-timeout", cfg->disagg.waiting_timeout_s, "Seconds to wait for a request's KV")->capture_default_str();
   cmd->add_option("--prefill-peer", cfg->disagg.prefill_peers,
                   "HOST:BOOTSTRAP_PORT of a prefill server to handshake and self-test before /health is ok (repeatable)");
+  cmd->add_option("--allow-prefill", cfg->disagg.allowed_prefills,
+                  "HOST:BOOTSTRAP_PORT of the only prefill servers whose rooms are accepted, as the router names them "
+                  "(repeatable; none: any)");
   cmd->callback([cfg, config, cmd]() { std::exit(run_server_with_config(*cmd, *cfg, *config)); });
 }
 

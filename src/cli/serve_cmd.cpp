@@ -174,6 +174,7 @@ int run_server_with_config(const CLI::App& cmd, server::ServeConfig cfg, const s
       f.cluster_secret_file = &cfg.disagg.cluster_secret_file;
       f.rdma_nics = &cfg.disagg.rdma_nics;
       if (cfg.role == server::ServerRole::kPrefill) f.bootstrap_port = &cfg.disagg.bootstrap_port;
+      if (cfg.role == server::ServerRole::kDecode) f.allowed_prefills = &cfg.disagg.allowed_prefills;
     }
     if (Status st = apply_topology_to_runtime(cmd, config_path, role, f); !st.is_ok()) {
       std::cerr << who << ": " << st.message() << "\n";

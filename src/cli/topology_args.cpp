@@ -37,6 +37,7 @@ Status apply_topology_to_runtime(const CLI::App& cmd, const std::string& path, s
     set("--tp", f.tp, side->tp);
     set("--pp", f.pp, side->pp);
     if (*role == deploy::Role::kPrefill) set("--bootstrap-port", f.bootstrap_port, t.bootstrap_port);
+    if (*role == deploy::Role::kDecode) set("--allow-prefill", f.allowed_prefills, deploy::prefill_bootstrap_addresses(t));
     if (!t.cluster_secret_file.empty()) set("--cluster-secret-file", f.cluster_secret_file, t.cluster_secret_file);
     if (!t.rdma_nics.empty()) set("--rdma-nics", f.rdma_nics, t.rdma_nics);
   }

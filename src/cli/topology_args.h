@@ -24,6 +24,7 @@ struct RoleFields {
   std::string* cluster_secret_file = nullptr;  // CLUSTER_SECRET_FILE (--cluster-secret-file), roles only
   std::vector<std::string>* rdma_nics = nullptr;  // RDMA_NICS (--rdma-nics), roles only
   int* pp = nullptr;                 // <SIDE>_PP         (--pp)
+  std::vector<std::string>* allowed_prefills = nullptr;  // decode: PREFILL_NODES' instances (--allow-prefill)
 };
 
 // Adds `--config FILE` to a subcommand.

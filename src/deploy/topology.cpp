@@ -164,6 +164,14 @@ std::vector<std::string> prefill_urls(const Topology& t) {
   return out;
 }
 
+std::vector<std::string> prefill_bootstrap_addresses(const Topology& t) {
+  std::vector<std::string> out;
+  const int npi = t.nodes_per_instance(t.prefill);
+  for (size_t i = 0; i < t.prefill.nodes.size(); i += npi)
+    out.push_back(t.prefill.nodes[i] + ":" + std::to_string(t.bootstrap_port));
+  return out;
+}
+
 std::vector<std::string> decode_urls(const Topology& t) {
   std::vector<std::string> out;
   const int npi = t.nodes_per_instance(t.decode);
@@ -197,6 +205,9 @@ Result<std::vector<LaunchSpec>> launch_specs(const Topology& t, Role role) {
     if (prefill) a.insert(a.end(), {"--bootstrap-port", std::to_string(t.bootstrap_port)});
     a.insert(a.end(), {"--tp", std::to_string(s.tp), "--page-size", std::to_string(s.page_size)});
     if (prefill) a.insert(a.end(), {"--chunk-size", std::to_string(t.chunk_size)});
+    // Decode takes rooms only from this topology's prefills (what the router names).
+    if (!prefill)
+      for (const std::string& addr : prefill_bootstrap_addresses(t)) a.insert(a.end(), {"--allow-prefill", addr});
     if (s.max_running > 0) a.insert(a.end(), {"--max-running", std::to_string(s.max_running)});
     // Flags past this point only appear when the topology needs them (multi-GPU deployments).
     if (s.pp > 1) a.insert(a.end(), {"--pp", std::to_string(s.pp)});

@@ -145,6 +145,9 @@ void DecodeCoordinator::stop() {
 
 Status DecodeCoordinator::prepare(const std::string& host, int port, uint64_t room, const std::vector<int32_t>& prompt) {
   const std::string key = host + ":" + std::to_string(port);
+  // Before any connection or bookkeeping: an address outside the allowlist is never contacted.
+  if (!cfg_.prefill_allowed(host, port))
+    return invalid_argument("bootstrap_host: " + key + " is not an allowed prefill bootstrap server of this decode server (--allow-prefill)");
   std::shared_ptr<Prefill> p;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -259,6 +262,7 @@ void DecodeCoordinator::drop(uint64_t room) {
 }
 
 void DecodeCoordinator::refuse(const std::string& host, int port, uint64_t room, const std::string& why) {
+  if (!cfg_.prefill_allowed(host, port)) return;  // never post to an address outside the allowlist
   Json body{{"room", room}, {"reason", "decode refused the request: " + why}};
   post([host, port, body, secret = cfg_.cluster_secret] { (void)http_call(host, port, "POST", "/abort", &body, 2.0, secret); });
 }

@@ -2,7 +2,21 @@
 
 #include "pdserve/transfer/rdma/nic_config.h"
 
+#include <algorithm>
+
 namespace pdserve::disagg {
+
+namespace {
+// "host:port" with a non-empty host and a port in [1, 65535].
+bool is_host_port(const std::string& p) {
+  const size_t colon = p.rfind(':');
+  if (colon == std::string::npos || colon == 0 || colon + 1 == p.size() || p.size() - colon - 1 > 5 ||
+      p.find_first_not_of("0123456789", colon + 1) != std::string::npos)
+    return false;
+  const int port = std::stoi(p.substr(colon + 1));
+  return port >= 1 && port <= 65535;
+}
+}  // namespace
 
 Status DisaggConfig::validate() const {
   auto bad = [](const char* field, const std::string& what) { return invalid_argument(std::string(field) + ": " + what); };
@@ -20,14 +34,22 @@ Status DisaggConfig::validate() const {
     return bad("transfer_backend", "must be tcp, rdma or auto (got '" + transfer_backend + "')");
   if (auto nics = transfer::rdma::parse_nic_list(rdma_nics); !nics.is_ok()) return bad("rdma_nics", nics.status().message());
   if (rdma_gid_index < -1 || rdma_gid_index > 255) return bad("rdma_gid_index", "must be -1 (automatic) or 0..255");
-  for (const std::string& p : prefill_peers) {
-    const size_t colon = p.rfind(':');
-    if (colon == std::string::npos || colon == 0 || colon + 1 == p.size() ||
-        p.find_first_not_of("0123456789", colon + 1) != std::string::npos)
-      return bad("prefill_peers", "'" + p + "' is not HOST:PORT");
-  }
+  for (const std::string& p : prefill_peers)
+    if (!is_host_port(p)) return bad("prefill_peers", "'" + p + "' is not HOST:PORT (port 1-65535)");
+  for (const std::string& p : allowed_prefills)
+    if (!is_host_port(p)) return bad("allowed_prefills", "'" + p + "' is not HOST:PORT (port 1-65535)");
+  if (!allowed_prefills.empty())
+    for (const std::string& p : prefill_peers)
+      if (std::find(allowed_prefills.begin(), allowed_prefills.end(), p) == allowed_prefills.end())
+        return bad("prefill_peers", "'" + p + "' is not among allowed_prefills (--allow-prefill): its self-test could never run");
   if (!(selftest_retry_s > 0)) return bad("selftest_retry_s", "must be positive");
   return Status::ok();
+}
+
+bool DisaggConfig::prefill_allowed(const std::string& host, int port) const {
+  if (allowed_prefills.empty()) return true;
+  const std::string key = host + ":" + std::to_string(port);
+  return std::find(allowed_prefills.begin(), allowed_prefills.end(), key) != allowed_prefills.end();
 }
 
 Json DisaggConfig::to_json() const {
@@ -44,9 +66,9 @@ Json DisaggConfig::to_json() const {
               {"checksum", checksum},
               {"transfer_backend", transfer_backend},
               {"prefill_peers", prefill_peers},
+              {"allowed_prefills", allowed_prefills},
               {"rdma_nics", rdma_nics},
               {"rdma_gid_index", rdma_gid_index},
-
               {"cluster_secret_file", cluster_secret_file},
               {"authenticated", !cluster_secret.empty()}};
 }

@@ -11,7 +11,7 @@ case $role in
     args=()
     while (($#)); do
       case $1 in
-        --bootstrap-port | --tp) shift 2 ;;
+        --bootstrap-port | --tp | --allow-prefill) shift 2 ;;
         *)
           args+=("$1")
           shift

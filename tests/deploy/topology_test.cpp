@@ -114,6 +114,9 @@ TEST(Topology, SeedEightNodeLaunch) {
   EXPECT_FALSE(has(d->front().args, {"--ep", "32"}));
   EXPECT_FALSE(has(d->front().args, {"--pp", "1"}));
   EXPECT_TRUE(has(d->front().args, {"--device", "cuda"}));
+  // Decode takes rooms only from the one prefill instance, named as the router names it.
+  EXPECT_TRUE(has(d->front().args, {"--allow-prefill", (*p)[0].node + ":8998"}));
+  EXPECT_EQ(std::count(d->front().args.begin(), d->front().args.end(), "--allow-prefill"), 1);
   auto r = launch_specs(*t, Role::kRouter);
   ASSERT_TRUE(r.is_ok());
   EXPECT_EQ(r->front().node, d->front().node);  // MiniLB on the first decode node, as in the seed
@@ -133,6 +136,19 @@ TEST(Topology, OneHostConfigLaunch) {
   for (const char* f : {"--pp", "--ep", "--nnodes", "--rdma-nics", "--device"})
     EXPECT_EQ(std::find(p->front().args.begin(), p->front().args.end(), f), p->front().args.end()) << f;
   EXPECT_TRUE(has(p->front().args, {"--bootstrap-port", "8998"}));
+  EXPECT_EQ(std::find(p->front().args.begin(), p->front().args.end(), "--allow-prefill"), p->front().args.end());
+}
+
+// One --allow-prefill per prefill instance (its first node), and the router's --prefill
+// URLs name the same hosts and bootstrap port.
+TEST(Topology, DecodeAllowsExactlyTheTopologysPrefills) {
+  auto t = parse_topology("MODEL_PATH=/m\nPREFILL_NODES='p1 p2 p3 p4'\nDECODE_NODES=d\nPREFILL_TP=16\nBOOTSTRAP_PORT=9100\n", "t.env");
+  ASSERT_TRUE(t.is_ok()) << t.status().to_string();
+  EXPECT_EQ(prefill_bootstrap_addresses(*t), (std::vector<std::string>{"p1:9100", "p3:9100"}));
+  auto d = launch_specs(*t, Role::kDecode);
+  ASSERT_TRUE(d.is_ok());
+  EXPECT_TRUE(has(d->front().args, {"--allow-prefill", "p1:9100", "--allow-prefill", "p3:9100"}));
+  EXPECT_EQ(prefill_urls(*t), (std::vector<std::string>{"http://p1:30000@9100", "http://p3:30000@9100"}));
 }
 
 TEST(Topology, ADeviceInExtraArgsIsNotGivenTwice) {

@@ -87,6 +87,60 @@ TEST(PdSelfTest, APeerThatIsNotAPdserveBootstrapNeverPasses) {
   EXPECT_NE(body.find("/route"), std::string::npos) << body;
 }
 
+// --allow-prefill: decode serves rooms naming a listed bootstrap address and refuses any
+// other with a 400 naming bootstrap_host, before it contacts that address or holds anything.
+TEST(PdAllowList, DecodeTakesRoomsOnlyFromListedPrefills) {
+  PdPair pd(1, 1);
+  ServeConfig dc = pd_config(ServerRole::kDecode, 1);
+  const std::string listed = "127.0.0.1:" + std::to_string(pd.bootstrap_port());
+  dc.disagg.allowed_prefills = {listed};
+  pd.decode = std::make_unique<LiveServer>(dc);
+  const Json body{{"prompt", "allow list"}, {"max_tokens", 3}, {"temperature", 0}, {"ignore_eos", true}};
+  PdResult ok = pd.request("/v1/completions", body, 41);
+  ASSERT_EQ(ok.decode_status, 200) << ok.decode_body;
+  EXPECT_EQ(Json::parse(ok.decode_body)["usage"]["completion_tokens"], 3);
+  // The same prefill under another name is not on the list: compared as the router sends it.
+  for (const std::string host : {"localhost", "10.255.255.1"}) {
+    Json other = pd.with_bootstrap(body, 42);
+    other["bootstrap_host"] = host;
+    auto [status, resp] = pd.decode->post("/v1/completions", other.dump());
+    EXPECT_EQ(status, 400) << resp;
+    const Json err = Json::parse(resp)["error"];
+    EXPECT_EQ(err["param"], "bootstrap_host") << resp;
+    EXPECT_NE(err["message"].get<std::string>().find("--allow-prefill"), std::string::npos) << resp;
+  }
+  // Only the listed prefill was ever looked up; nothing is held.
+  const Json peers = pd.decode->info()["disaggregation"]["prefills"];
+  ASSERT_EQ(peers.size(), 1u) << peers.dump();
+  EXPECT_EQ(peers[0]["bootstrap"], listed) << peers.dump();
+  EXPECT_EQ(pd.decode->info()["disaggregation"]["config"]["allowed_prefills"], Json::array({listed}));
+  pd.expect_pools_free();
+}
+
+TEST(PdAllowList, SelfTestPeersMustBeAllowedAndAddressesMustParse) {
+  ServeConfig dc = pd_config(ServerRole::kDecode, 1);
+  dc.disagg.allowed_prefills = {"p1:8998"};
+  dc.disagg.prefill_peers = {"p2:8998"};
+  Status st = dc.disagg.validate();
+  ASSERT_FALSE(st.is_ok());
+  EXPECT_EQ(st.message().rfind("prefill_peers: 'p2:8998' is not among allowed_prefills", 0), 0u) << st.message();
+  for (const char* bad : {"p1", ":8998", "p1:", "p1:0", "p1:65536", "p1:99999999999", "p1:8x"}) {
+    dc.disagg.prefill_peers.clear();
+    dc.disagg.allowed_prefills = {bad};
+    st = dc.disagg.validate();
+    ASSERT_FALSE(st.is_ok()) << bad;
+    EXPECT_EQ(st.message().rfind("allowed_prefills: '", 0), 0u) << st.message();
+  }
+  dc.disagg.allowed_prefills = {"p1:8998", "[::1]:8998"};
+  dc.disagg.prefill_peers = {"p1:8998"};
+  EXPECT_TRUE(dc.disagg.validate().is_ok());
+  EXPECT_TRUE(dc.disagg.prefill_allowed("p1", 8998));
+  EXPECT_FALSE(dc.disagg.prefill_allowed("p1", 8999));
+  EXPECT_FALSE(dc.disagg.prefill_allowed("P1", 8998));
+  dc.disagg.allowed_prefills.clear();
+  EXPECT_TRUE(dc.disagg.prefill_allowed("anything", 1));
+}
+
 TEST(TransportPolicy, RdmaNeverFallsBackAndAutoSaysWhatItChose) {
   ServeConfig rdma = pd_config(ServerRole::kDecode, 1);
   rdma.disagg.transfer_backend = "rdma";

@@ -84,6 +84,9 @@ Result<std::vector<LaunchSpec>> launch_specs(const Topology& t, Role role);
 // The URLs the router is given: "http://P:port@bootstrap" per prefill instance, decode URLs.
 std::vector<std::string> prefill_urls(const Topology& t);
 std::vector<std::string> decode_urls(const Topology& t);
+// "P:bootstrap_port" per prefill instance: the bootstrap_host:bootstrap_port pairs the router
+// sends, so decode is launched with them as its only allowed prefills (--allow-prefill).
+std::vector<std::string> prefill_bootstrap_addresses(const Topology& t);
 
 // POSIX shell quoting, for printing commands that a shell runs as they are.
 std::string shell_quote(const std::string& s);

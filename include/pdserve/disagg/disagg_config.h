@@ -36,6 +36,11 @@ struct DisaggConfig {
   // transfer against before /health says ok (so no user request pays for endpoint setup).
   std::vector<std::string> prefill_peers;
   double selftest_retry_s = 1.0;
+  // Decode: when not empty, the only prefill bootstrap servers ("host:port", compared as the
+  // strings the router sends in bootstrap_host / bootstrap_port) this server accepts rooms
+  // from, looks layouts up at and posts aborts to. Any other address is a 400 naming
+  // bootstrap_host, before any connection. Must hold every entry of prefill_peers.
+  std::vector<std::string> allowed_prefills;
   // The shared secret that authenticates the bootstrap requests and the transfer connections
   // (docs/disaggregation.md). Only the file is configured; HttpServer::create reads it into
   // cluster_secret, which is never printed. Empty file name and secret: no authentication.
@@ -43,6 +48,8 @@ struct DisaggConfig {
   std::string cluster_secret;
 
   Status validate() const;  // names the bad field
+  // Decode: may a room name this prefill bootstrap server? (Always, with no allowlist.)
+  bool prefill_allowed(const std::string& host, int port) const;
   Json to_json() const;
 };
 
