@@ -7,7 +7,8 @@
 // kAuto with a queue workspace, as the backend calls it (its choice is printed). Also the whole routed step
 // (permute -> decode experts -> combine), eagerly and replayed from a CUDA graph, and a
 // device-to-device copy of the touched bytes as a bandwidth reference at that size, and a read-only
-// stream of them (bench/stream_read.h: what reading them alone costs at that size). CUDA
+// stream of them (bench/stream_read.h: what reading them alone costs at that size, by bulk copies
+// and by the decode kernels' own 16-byte loads, with and without the L2::256B hint). CUDA
 // events, warm-up first, median of --reps; weights rotate over 3 sets (1.5 GB) so repeats
 // do not time L2. Writes, per batch, the rows of each touched expert to --routes FILE for
 // the torch anchor (moe_decode_torch.py), so it times the same work.
@@ -266,9 +267,16 @@ void run_bench(const char* routes_path) {
       check(cudaMemcpyAsync(copy_dst.get(), copy_src.get(), size_t(bytes), cudaMemcpyDeviceToDevice, nullptr), "copy");
     });
     // What reading those bytes alone costs at this size (launch and ramp included; bench/stream_read.h).
-    const double tread = median_us([&](int) {
-      check(cuda_status(bench::launch_stream_read(copy_src.get(), size_t(bytes) / 16 * 16, nullptr), "stream read"), "stream read");
-    });
+    auto read_us = [&](bench::StreamReadForm form) {
+      return median_us([&](int) {
+        check(cuda_status(bench::launch_stream_read(copy_src.get(), size_t(bytes) / 16 * 16, nullptr, form), "stream read"),
+              "stream read");
+      });
+    };
+    const double tread = read_us(bench::StreamReadForm::kBulk);
+    // The same bytes by the decode kernels' own load instruction: does the load form cap them?
+    const double tread_ldg = read_us(bench::StreamReadForm::kLdg);
+    const double tread_ldg2 = read_us(bench::StreamReadForm::kLdgL2Hint);
     const std::string b = "B=" + std::to_string(tokens);
     const std::string note = std::to_string(nt) + " experts touched, " + std::to_string(rows) + " rows";
     auto krow = [&](const std::string& what, double us, const std::string& note = "") {
@@ -329,6 +337,9 @@ void run_bench(const char* routes_path) {
     row(b + " reference: D2D copy of those bytes", tcopy, bytes, floor_us, "reads them once, writes them once");
     row(b + " reference: read-only stream of those bytes", tread, bytes, floor_us,
         "bulk copies into shared memory, nothing computed; kAuto takes " + ratio(tread, tauto) + "x its time");
+    for (auto [form, us] : {std::pair{bench::StreamReadForm::kLdg, tread_ldg}, {bench::StreamReadForm::kLdgL2Hint, tread_ldg2}})
+      row(b + " reference: read-only stream of those bytes, " + bench::stream_read_form_name(form), us, bytes, floor_us,
+          ratio(tread, us) + "x the bulk copies' speed; kAuto takes " + ratio(us, tauto) + "x its time");
   }
   if (routes) std::fclose(routes);
 }
