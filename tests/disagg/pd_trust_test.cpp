@@ -3,7 +3,10 @@
 // silently.
 #include <gtest/gtest.h>
 
+#include <httplib.h>
+
 #include "pd_fixture.h"
+#include "pdserve/router/router.h"
 
 namespace pdserve::server::testing {
 namespace {
@@ -115,6 +118,41 @@ TEST(PdAllowList, DecodeTakesRoomsOnlyFromListedPrefills) {
   EXPECT_EQ(peers[0]["bootstrap"], listed) << peers.dump();
   EXPECT_EQ(pd.decode->info()["disaggregation"]["config"]["allowed_prefills"], Json::array({listed}));
   pd.expect_pools_free();
+}
+
+// Behind the router a refused room ends on both sides at once: the client gets decode's 400,
+// and prefill's half ends when the router closes its call, not at --bootstrap-timeout (300 s
+// here), although decode posts no abort to an address it does not allow.
+TEST(PdAllowList, BehindTheRouterARefusedRoomLeavesNothingOnPrefill) {
+  PdPair pd(1, 1);
+  ServeConfig dc = pd_config(ServerRole::kDecode, 1);
+  dc.disagg.allowed_prefills = {"localhost:" + std::to_string(pd.bootstrap_port())};  // the router says 127.0.0.1
+  pd.decode = std::make_unique<LiveServer>(dc);
+  router::RouterConfig rc;
+  rc.mode = router::RouterMode::kPd;
+  rc.host = "127.0.0.1";
+  rc.port = 0;
+  rc.health.interval_s = 0.1;
+  rc.prefill = {"http://127.0.0.1:" + std::to_string(pd.prefill->port()) + "@" + std::to_string(pd.bootstrap_port())};
+  rc.decode = {"http://127.0.0.1:" + std::to_string(pd.decode->port())};
+  auto r = router::Router::create(std::move(rc));
+  ASSERT_TRUE(r.is_ok()) << r.status().message();
+  ASSERT_TRUE((*r)->start().is_ok());
+  httplib::Client cli("127.0.0.1", (*r)->port());
+  cli.set_read_timeout(60, 0);
+  const std::string body = Json{{"prompt", "refused"}, {"max_tokens", 4}, {"temperature", 0}}.dump();
+  int status = 0;
+  std::string answer;
+  ASSERT_TRUE(eventually([&] {  // until the router's first health checks have passed
+    auto res = cli.Post("/v1/completions", body, "application/json");
+    status = res ? res->status : 0;
+    answer = res ? res->body : "no answer";
+    return status != 0 && status != 503;
+  })) << answer;
+  EXPECT_EQ(status, 400) << answer;
+  EXPECT_EQ(Json::parse(answer)["error"]["param"], "bootstrap_host") << answer;
+  pd.expect_pools_free();
+  EXPECT_EQ(pd.prefill->server().engine().stats().running, 0);
 }
 
 TEST(PdAllowList, SelfTestPeersMustBeAllowedAndAddressesMustParse) {
