@@ -3,6 +3,7 @@
 // or, unclaimed, until the bootstrap timeout.
 #include "pdserve/disagg/prefill_coordinator.h"
 
+#include <algorithm>
 #include <thread>
 
 #include <spdlog/spdlog.h>
@@ -195,7 +196,8 @@ void PrefillCoordinator::fail_room(uint64_t room, const Status& why) {
   cv_.notify_all();
 }
 
-Status PrefillCoordinator::await_target(uint64_t room, const std::vector<int32_t>& prompt) {
+Status PrefillCoordinator::await_target(uint64_t room, const std::vector<int32_t>& prompt,
+                                        const std::function<bool()>& caller_gone) {
   std::unique_lock<std::mutex> lock(mu_);
   auto& slot = rooms_[room];
   if (!slot) {
@@ -206,10 +208,23 @@ Status PrefillCoordinator::await_target(uint64_t room, const std::vector<int32_t
   if (r.claimed) return invalid_argument("bootstrap_room: room " + std::to_string(room) + " is already in use on this prefill server");
   r.claimed = true;
   const auto deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(cfg_.bootstrap_timeout_s));
-  cv_.wait_until(lock, deadline, [&] { return r.target.has_value() || r.aborted || stopping_; });
+  auto ready = [&] { return r.target.has_value() || r.aborted || stopping_; };
+  bool gone = false;
+  while (!ready() && Clock::now() < deadline) {
+    cv_.wait_until(lock, std::min(deadline, Clock::now() + std::chrono::milliseconds(100)), ready);
+    if (ready() || !caller_gone) continue;
+    // The router closes its call when decode refused the room; decode posts no abort to an
+    // address outside its --allow-prefill list, so this is how prefill hears of it.
+    lock.unlock();
+    gone = caller_gone();
+    lock.lock();
+    if (gone) break;
+  }
   Status st;
   if (r.aborted) st = r.why;
   else if (stopping_) st = Status(ErrorCode::kUnavailable, "prefill server is shutting down");
+  else if (gone && !r.target)
+    st = Status(ErrorCode::kAborted, "the caller hung up while prefill waited for decode to claim room " + std::to_string(room));
   else if (!r.target)
     st = Status(ErrorCode::kDeadlineExceeded, "prefill waited " + std::to_string(cfg_.bootstrap_timeout_s) +
                                                   " s for decode to claim room " + std::to_string(room) +

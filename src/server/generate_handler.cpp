@@ -69,7 +69,8 @@ void handle_prefill(const HandlerContext& ctx, const httplib::Request& req, Pars
   // Judge the request before waiting: decode judges it the same way and refuses it, so a
   // bad request must not sit here until the bootstrap timeout.
   if (Status st = ctx.engine.check(p.gen); !st.is_ok()) return send_error(res, api_error_from_status(st));
-  if (Status st = ctx.prefill->await_target(room, p.gen.prompt); !st.is_ok()) return send_error(res, api_error_from_status(st));
+  if (Status st = ctx.prefill->await_target(room, p.gen.prompt, client_gone(req)); !st.is_ok())
+    return send_error(res, api_error_from_status(st));
   auto handle = ctx.engine.submit(p.gen);
   if (!handle.is_ok()) {
     ctx.prefill->drop(room, handle.status());

@@ -11,6 +11,7 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -44,8 +45,10 @@ class PrefillCoordinator {
   const KvLayout& layout() const { return layout_; }
 
   // Blocks until decode's target for `room` arrived (kDeadlineExceeded after the bootstrap
-  // timeout, kAborted when decode aborted it). Claims the room for this request.
-  Status await_target(uint64_t room, const std::vector<int32_t>& prompt);
+  // timeout, kAborted when decode aborted it, or when `caller_gone` (asked every 100 ms, not
+  // under the lock) says the caller hung up: decode may have refused the room without being
+  // able to tell this server). Claims the room for this request.
+  Status await_target(uint64_t room, const std::vector<int32_t>& prompt, const std::function<bool()>& caller_gone = {});
   // The request will not run after all (submit refused it): forget the room.
   void drop(uint64_t room, const Status& why);
 
