@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The whole test suite under AddressSanitizer + UndefinedBehaviorSanitizer (CPU build).
-# About 25 minutes of building on 2 cores; the tests themselves take about a minute.
+# About 25 minutes of building on 2 cores. CI builds the same flags with CUDA into build/ instead
+# (.ci/run); this CPU-only tree is the quicker form on a dev machine.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export BUILD_DIR=${BUILD_DIR:-build-asan}
