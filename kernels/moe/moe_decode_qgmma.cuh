@@ -33,8 +33,15 @@ __device__ __forceinline__ void q_multipliers(uint32_t s, float (&f)[4]) { expon
 // + 2 i in the low word (no carry: shared addresses < 2^18).
 __device__ __forceinline__ uint64_t q_desc(uint32_t lo, uint32_t hi) { return uint64_t(lo) | (uint64_t(hi) << 32); }
 
-__device__ __forceinline__ uint8_t to_e4m3(float v) { return __nv_cvt_float_to_fp8(v, __NV_SATFINITE, __NV_E4M3); }
-__device__ __forceinline__ float from_e4m3(uint8_t b) { return __half2float(__half(__nv_cvt_fp8_to_halfraw(b, __NV_E4M3))); }
+// Two values as E4M3 hi / lo pairs (x.x in the low byte of each): hi = E4M3(x), lo = E4M3(x - hi), both
+// round-to-nearest, saturating. Paired conversions (one cvt for two values each way; the E4M3 values
+// are exact in f16 and f32, so the residual is the fp32 one a value at a time would give, bit for bit).
+__device__ __forceinline__ void e4m3_hi_lo2(float2 v, uint32_t* hi, uint32_t* lo) {
+  const __nv_fp8x2_storage_t h = __nv_cvt_float2_to_fp8x2(v, __NV_SATFINITE, __NV_E4M3);
+  const float2 back = __half22float2(__half2(__nv_cvt_fp8x2_to_halfraw2(h, __NV_E4M3)));
+  const __nv_fp8x2_storage_t l = __nv_cvt_float2_to_fp8x2(make_float2(v.x - back.x, v.y - back.y), __NV_SATFINITE, __NV_E4M3);
+  *hi = h, *lo = l;
+}
 
 // Byte offset of input c (a multiple of 4) of row `row` (0..7) of a pass's atoms: atom c / 128,
 // the row's 128-byte line, k slot 32 (group) + (c % 8 < 4 ? 4t : 16 + 4t) for t = (c % 32) / 8,
@@ -92,14 +99,10 @@ __device__ __forceinline__ void q_stage_rows(const float* x, int64_t r0, uint32_
   const uint32_t row = 2u * (h % kQTokens);
   for (uint32_t i = sub; i < c4n; i += T) {
     const float4 v = __ldg(xr + i);
-    const float in[4] = {v.x * sc, v.y * sc, v.z * sc, v.w * sc};
-    uint32_t hi = 0, lo = 0;
-#pragma unroll
-    for (int j = 0; j < 4; ++j) {
-      const uint8_t b = to_e4m3(in[j]);
-      hi |= uint32_t(b) << (8 * j);
-      lo |= uint32_t(to_e4m3(in[j] - from_e4m3(b))) << (8 * j);
-    }
+    uint32_t h01, l01, h23, l23;
+    e4m3_hi_lo2(make_float2(v.x * sc, v.y * sc), &h01, &l01);
+    e4m3_hi_lo2(make_float2(v.z * sc, v.w * sc), &h23, &l23);
+    const uint32_t hi = h01 | (h23 << 16), lo = l01 | (l23 << 16);
     *reinterpret_cast<uint32_t*>(base + q_offset(row, 4 * i)) = hi;
     *reinterpret_cast<uint32_t*>(base + q_offset(row + 1, 4 * i)) = lo;
   }

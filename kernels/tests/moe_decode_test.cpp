@@ -23,13 +23,17 @@
 // Bound: normalised error max|gpu - cpu| / max|cpu| < 1e-2. The kernel rounds the
 // activations (x, then act) to bf16 for the tensor cores (relative 2^-9 each; the E4M3 forms:
 // an E4M3 hi + lo pair, about 2^-8) while the weights are exact; fp32 accumulation. Measured
-// values are printed by each run. CPU tests also check the kFp8 shuffle word by word.
+// values are printed by each run. CPU tests also check the kFp8 shuffle word by word. The E4M3
+// forms' token conversion alone (hi = E4M3(x), lo = E4M3(x - hi), two values a conversion) is
+// checked bit for bit against a host rounding rule (GPU).
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 
 #include "backend/moe_decode_bits.h"
 #include "moe/moe_decode.h"
+#include "moe_decode_test_kernels.h"
 #include "moe_reference.h"
 #include "test_util.h"
 
@@ -624,6 +628,55 @@ TEST_F(MoeDecode, NoLocalRowsLeavesTheOutputZero) {
   ASSERT_TRUE(moe_expert_mlp_decode(dw.w, off.get(), local, tokens * k, xs.get(), a.get(), os.get(), nullptr).is_ok());
   ASSERT_TRUE(moe_combine(os.get(), prow.get(), dwt.get(), tokens, k, 128, y.get(), nullptr).is_ok());
   EXPECT_EQ(host(y), std::vector<float>(tokens * 128, 0.0f));
+}
+
+
+// The finite E4M3 code nearest to v, ties to the even code, +-448 beyond (cvt.rn.satfinite): the
+// codes of one sign ascend with their values, so the even code is the even mantissa.
+uint32_t e4m3_round_host(float v) {
+  const float a = std::fabs(v);
+  uint32_t best = 0;
+  double best_d = INFINITY;
+  for (uint32_t c = 0; c <= 0x7Eu; ++c) {  // 0x7F is NaN
+    const double d = std::fabs(double(e4m3_to_float(c)) - double(a));
+    if (d < best_d || (d == best_d && (c & 1u) == 0)) best = c, best_d = d;
+  }
+  return (std::signbit(v) ? 0x80u : 0u) | best;
+}
+
+// The E4M3 forms stage each token value as hi = E4M3(x) and lo = E4M3(x - hi) (the residual in fp32),
+// two values a conversion; against the host rule on exact codes, ties, their neighbours, subnormals,
+// saturation and random values of every scale, and with the first value of a pair in the low byte.
+TEST_F(MoeDecode, TokenHiLoPairsMatchTheHostE4m3Rounding) {
+  std::vector<float> v;
+  for (uint32_t c = 0; c <= 0x7Eu; ++c) {
+    const float x = e4m3_to_float(c), next = c < 0x7Eu ? e4m3_to_float(c + 1) : 480.0f, mid = 0.5f * (x + next);
+    for (float y : {x, mid, std::nextafter(mid, 0.0f), std::nextafter(mid, 1e9f)}) v.push_back(y), v.push_back(-y);
+  }
+  for (float y : {448.5f, 479.9f, 480.0f, 481.0f, 1000.0f, 1e30f, 1e-12f, 1.9e-3f, 9.8e-4f}) v.push_back(y), v.push_back(-y);
+  std::mt19937 g(2026);
+  std::normal_distribution<float> n01;
+  std::uniform_int_distribution<int> ex(-12, 9);
+  for (int i = 0; i < 4096; ++i) v.push_back(std::ldexp(n01(g), ex(g)));
+  std::uniform_real_distribution<float> staged(128.0f, 256.0f);  // the staging's scaled range
+  for (int i = 0; i < 1024; ++i) v.push_back((i & 1) ? -staged(g) : staged(g));
+  if (v.size() % 2) v.push_back(0.0f);
+  const int64_t pairs = static_cast<int64_t>(v.size() / 2);
+  auto din = dev(v);
+  DeviceBuffer<uint32_t> dhi, dlo;
+  ASSERT_TRUE(dhi.resize(pairs).is_ok());
+  ASSERT_TRUE(dlo.resize(pairs).is_ok());
+  ASSERT_TRUE(moe_decode_test::e4m3_hi_lo_pairs(din.get(), pairs, dhi.get(), dlo.get(), nullptr).is_ok());
+  const auto hi = host(dhi), lo = host(dlo);
+  int64_t bad = 0;
+  for (int64_t i = 0; i < 2 * pairs; ++i) {
+    const uint32_t want_hi = e4m3_round_host(v[i]);
+    const uint32_t want_lo = e4m3_round_host(v[i] - e4m3_to_float(want_hi));
+    const uint32_t got_hi = (hi[i / 2] >> (8 * (i % 2))) & 0xFFu, got_lo = (lo[i / 2] >> (8 * (i % 2))) & 0xFFu;
+    if ((got_hi != want_hi || got_lo != want_lo) && bad++ < 5)
+      ADD_FAILURE() << "value " << v[i] << ": hi " << got_hi << " lo " << got_lo << ", want " << want_hi << " / " << want_lo;
+  }
+  EXPECT_EQ(bad, 0) << "of " << 2 * pairs << " values";
 }
 
 }  // namespace
