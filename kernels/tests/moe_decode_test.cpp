@@ -630,7 +630,6 @@ TEST_F(MoeDecode, NoLocalRowsLeavesTheOutputZero) {
   EXPECT_EQ(host(y), std::vector<float>(tokens * 128, 0.0f));
 }
 
-
 // The finite E4M3 code nearest to v, ties to the even code, +-448 beyond (cvt.rn.satfinite): the
 // codes of one sign ascend with their values, so the even code is the even mantissa.
 uint32_t e4m3_round_host(float v) {
@@ -659,8 +658,7 @@ TEST_F(MoeDecode, TokenHiLoPairsMatchTheHostE4m3Rounding) {
   std::uniform_int_distribution<int> ex(-12, 9);
   for (int i = 0; i < 4096; ++i) v.push_back(std::ldexp(n01(g), ex(g)));
   std::uniform_real_distribution<float> staged(128.0f, 256.0f);  // the staging's scaled range
-  for (int i = 0; i < 1024; ++i) v.push_back((i & 1) ? -staged(g) : staged(g));
-  if (v.size() % 2) v.push_back(0.0f);
+  for (int i = 0; i < 1024; ++i) v.push_back((i & 1) ? -staged(g) : staged(g));  // every list above is even: whole pairs
   const int64_t pairs = static_cast<int64_t>(v.size() / 2);
   auto din = dev(v);
   DeviceBuffer<uint32_t> dhi, dlo;
