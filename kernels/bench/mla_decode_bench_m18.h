@@ -255,7 +255,8 @@ inline void bench_m18() {
   std::printf("m18 rows (graph us/step (TB/s over the bytes read), median of 5 interleaved rounds; the stream forms' CTAs an SM): | batch | "
               "ctx | items | tma16 x5 | tma32 x3 | tma16 plain x5 | bulk16 x5 | bulk32 x3 | tok16 lanes x5 | tok16 one x5 | f32x16 x3 | slab2 x5 | slab4 x3 | slab8 x3 | slab4 aligned x3 | slab4 src-shift x3 | cp.async16 x5 | cp.async16 x6 | tma16 evict-first x5 | tma16 L2-none x5 | tma16 L2-128 x5 | c0 fp32 run | "
               "c2 bf16 tensor-core run |\n");
-  const std::pair<int64_t, int64_t> shapes[] = {{1, 65536}, {8, 16384}, {32, 16384}, {64, 4096}, {128, 16384}, {256, 16384}};
+  // 60 / 66 x 4K beside 64 x 4K: 240 / 264 items against 256 on 264 CTA slots (docs/perf.md, twenty-second session).
+  const std::pair<int64_t, int64_t> shapes[] = {{1, 65536}, {8, 16384}, {32, 16384}, {64, 4096}, {128, 16384}, {256, 16384}, {60, 4096}, {66, 4096}};
   const char* only = std::getenv("PDS_M18_ONLY");
   for (const auto& [b, c] : shapes)
     if (!only || std::to_string(b) + "x" + std::to_string(c) == only) bench_m18_shape(b, c);
