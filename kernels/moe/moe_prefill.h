@@ -59,7 +59,7 @@ bool moe_prefill_fits(const MoeDecodeWeights& w);
 // x_sorted and act with the inputs of each 32-input group in the order their MMA fragments
 // take (moe_prefill_schedule.h, wgmma_k_position), so moe_permute_bf16 and
 // moe_expert_mlp_prefill of one chunk must be given the same kernel. kAuto resolves to
-// moe_prefill_choice() (docs/perf.md has the measurements behind it).
+// moe_prefill_choice(): kWgmmaTma160 (docs/perf.md has the measurements behind it).
 // kWgmmaTma (kWgmma's tiles and MMAs, the tokens by bulk tensor copies from one thread into
 // an mbarrier ring, no CTA barrier in the main loop) and kWgmmaTma4 (the same with four
 // warpgroups of one m64 block each instead of two of two): outputs bit-identical to kWgmma.
@@ -86,9 +86,13 @@ bool moe_prefill_fits(const MoeDecodeWeights& w);
 // barriers so one warpgroup's drain and epilogue overlap the other's MMAs; tokens by bulk copies
 // into a 3-slot ring a warpgroup (moe_prefill_pingpong_sm90.cu). Bit-identical to kWgmma;
 // 0.78-0.90x kWgmma on the H200 (docs/perf.md, "Pingpong consumer warpgroups"), opt-in.
+// kWgmmaTma160: kWgmmaTma whose last token tile of an expert takes a tail of up to 32 rows (tiles
+// of 128 in order, the last up to 160: an expert of 129..160 rows is one tile, its weights
+// dequantised once), kWgmma160's half-chunk refill of the packed words, and L2 pulls of the words
+// two chunks ahead; the bulk copies leave no per-thread copy addresses. Bit-identical to kWgmma.
 enum class MoePrefillKernel {
   kAuto, kMmaSync, kWgmma, kWgmmaWideN, kWgmmaSmemW, kWgmmaSmemWDeep, kWgmmaTma, kWgmmaTma4, kWgmmaProducer, kWgmma160,
-  kWgmmaG2, kWgmmaSmemWG2, kWgmmaCarry, kWgmmaCarry6, kWgmmaTmaMc, kWgmmaPingpong
+  kWgmmaG2, kWgmmaSmemWG2, kWgmmaCarry, kWgmmaCarry6, kWgmmaTmaMc, kWgmmaPingpong, kWgmmaTma160
 };
 MoePrefillKernel moe_prefill_choice(MoePrefillKernel kernel = MoePrefillKernel::kAuto);
 

@@ -73,17 +73,24 @@ __device__ __forceinline__ float act_fast(const MoeAct& fn, float g, float u) {
   return a * (fn.linear_beta > 0.0f ? fn.linear_beta * tanh_approx(u * (1.0f / fn.linear_beta)) : u);
 }
 
-// Warp 0: tile_start[e] = tiles of the experts below e, ceil(rows_e / tok_tile) x out_tiles
-// each (inclusive warp scans, 32 experts a step). The caller syncs before reading it.
+// Token tiles of an expert of `rows` rows: tiles of `step` rows in order, except that a last
+// tile of at most `absorb` rows joins the one before it (which then holds up to step + absorb).
+__device__ __forceinline__ int token_tiles(int rows, int step, int absorb) {
+  const int m = (rows + step - 1) / step;
+  return m > 1 && rows - (m - 1) * step <= absorb ? m - 1 : m;
+}
+
+// Warp 0: tile_start[e] = tiles of the experts below e, token_tiles(rows_e, tok_tile, absorb) x
+// out_tiles each (inclusive warp scans, 32 experts a step). The caller syncs before reading it.
 __device__ __forceinline__ void scan_tile_starts(const int32_t* __restrict__ offsets, int experts, int tok_tile, int out_tiles,
-                                                 int* tile_start) {
+                                                 int* tile_start, int absorb = 0) {
   if (threadIdx.x >= 32) return;
   const int lane = threadIdx.x;
   int run = 0;
   if (lane == 0) tile_start[0] = 0;
   for (int base = 0; base < experts; base += 32) {
     const int e = base + lane;
-    int n = e < experts ? (offsets[e + 1] - offsets[e] + tok_tile - 1) / tok_tile * out_tiles : 0;
+    int n = e < experts ? token_tiles(offsets[e + 1] - offsets[e], tok_tile, absorb) * out_tiles : 0;
 #pragma unroll
     for (int o = 1; o < 32; o <<= 1) {
       const int v = __shfl_up_sync(0xffffffffu, n, o);

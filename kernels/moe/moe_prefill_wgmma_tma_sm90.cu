@@ -12,6 +12,13 @@
 //   - kWgmmaTma: two warpgroups, two m64 blocks each (kWgmma's split). kWgmmaTma4: four
 //     warpgroups of one m64 block each (128 registers a thread): twice the warps a scheduler
 //     to hide the dequantisation's dependent chains, the same dequantisation per FLOP.
+//   - kWgmmaTma160: kWgmmaTma whose last token tile of an expert absorbs a tail of up to 32
+//     rows (tiles of 128 in order, the last one up to 160: N 32..160), so an expert of 129..160
+//     rows (EP4's ~146) is one tile: each weight chunk is dequantised once for all its tokens
+//     instead of for a 128-token tile and again for a short tail tile. 160
+//     accumulators a thread leave room for one chunk of packed words, not two: the next chunk's
+//     words are loaded in halves into the registers just dequantised (after k-steps 3 and 7), as
+//     kWgmma160 does; the bulk copies leave no per-thread copy addresses (kWgmma160's spills).
 //   - kWgmmaTmaMc: kWgmmaTma on 2-CTA thread-block clusters whose two CTAs compute two adjacent
 //     output tiles (2u, 2u + 1) of the same (expert, token tile), so they read the same token
 //     chunks: CTA rank r copies input half r of each chunk (its kN / 32 boxes) by
@@ -57,24 +64,18 @@ using pdl_bulk::mbar_wait;
 using pdl_bulk::smem_u32;
 
 constexpr int kChunk = 128;      // inputs per ring stage
-constexpr int kTokTile = 128;    // tokens of one expert a tile: the largest wgmma N used
 constexpr int kOutGated = 128;   // gate (and as many up) outputs a tile
 constexpr int kOutDown = 256;    // down outputs a tile
 constexpr int kStages = 5;
 constexpr int kAhead = kStages - 2;  // chunks in flight ahead of the MMAs; a stage is refilled two chunks after its use
-constexpr int kHalfBytes = kTokTile * 128;  // 64 inputs x the tokens: one column of swizzle atoms
-constexpr int kStageBytes = 2 * kHalfBytes;
 constexpr int kBoxRows = 32;                // a tensor-map box: 64 inputs x 32 rows = 4 KB
 constexpr int kBoxBytes = kBoxRows * 128;
 constexpr int kActStride = kOutGated + 4;   // gate/up staging row (floats): 4 mod 32 banks
-constexpr size_t kRingBytes = size_t(kStages) * kStageBytes;
-constexpr size_t kSmem = kRingBytes + 1024;  // + the 1024-byte alignment the swizzle atoms need
-static_assert(size_t(2) * kTokTile * kActStride * 4 <= kRingBytes, "the staged gate/up tile must fit in the ring");
 
 // The forms of this file: kTwoBlocks = kWgmmaTma, kOneBlock = kWgmmaTma4. (A third, kOneBlock
 // with wait_group 2, was dropped before it ran: at the 128-register cap of 512 threads ptxas
 // serialised its wgmmas, warning C7512.)
-enum Form : int { kTwoBlocks = 0, kOneBlock = 1 };
+enum Form : int { kTwoBlocks = 0, kOneBlock = 1, kTwoBlocks160 = 2 };
 
 // Cluster helpers (kWgmmaTmaMc).
 __device__ __forceinline__ uint32_t cluster_rank() {
@@ -111,7 +112,17 @@ __device__ __forceinline__ void cluster_sync() {
 // (gate/up: 2 gate + 2 up; down: 4).
 template <int kForm>
 struct Cfg {
-  static constexpr int kBlocks = kForm == kTwoBlocks ? 2 : 1;
+  static constexpr int kBlocks = kForm == kOneBlock ? 1 : 2;
+  static constexpr bool kBig = kForm == kTwoBlocks160;  // tails absorbed (tiles up to 160), words refilled in halves
+  static constexpr int kStep = 128;                     // an expert's token tiles in order
+  static constexpr int kAbsorb = kBig ? 32 : 0;         // a last tile of at most this many rows joins the one before
+  static constexpr int kTokTile = kStep + kAbsorb;      // tokens of one expert a tile: the largest wgmma N used
+  static constexpr int kHalfBytes = kTokTile * 128;     // 64 inputs x the tokens: one column of swizzle atoms
+  static constexpr int kStageBytes = 2 * kHalfBytes;
+  static constexpr size_t kRingBytes = size_t(kStages) * kStageBytes;
+  static constexpr size_t kSmem = kRingBytes + 1024;    // + the 1024-byte alignment the swizzle atoms need
+  static_assert(size_t(2) * kTokTile * kActStride * 4 <= kRingBytes, "the staged gate/up tile must fit in the ring");
+  static_assert(kHalfBytes % 1024 == 0 && kTokTile % kBoxRows == 0, "swizzle atoms 1024-aligned, whole boxes");
   static constexpr int kPending = 1;  // wgmma groups left running after each k-step
   static constexpr int kWgs = 4 / kBlocks;
   static constexpr int kThreads = 128 * kWgs;
@@ -144,8 +155,9 @@ __device__ __forceinline__ void tma_box_mc(uint32_t dst, const CUtensorMap* map,
 // Thread 0: chunk c of the tile (rows tok0 .., kN of them) as the CTA's n-th fill, once every
 // thread released the fill that used the stage before.
 // kMc: every thread of both CTAs released it; this CTA copies input half `rank` to both.
-template <int kN, bool kMc>
+template <int kN, bool kMc, int kHalfBytes>
 __device__ __forceinline__ void issue_chunk(const CUtensorMap* map, const Ring& r, uint32_t n, int c, int tok0) {
+  constexpr int kStageBytes = 2 * kHalfBytes;
   const uint32_t slot = n % kStages;
   if (n >= kStages) mbar_wait(&r.empty[slot], ((n / kStages) - 1) & 1);
   mbar_arrive_expect_tx(&r.full[slot], kN * 256);  // the whole chunk, both halves
@@ -174,6 +186,10 @@ __device__ __forceinline__ void run_tile(const Mxfp4Decode& a, const Mxfp4Decode
   using C = Cfg<kForm>;
   constexpr int kBlocks = C::kBlocks;
   constexpr int kOut = kGated ? kOutGated : kOutDown, kQ = C::kQ, kThreads = C::kThreads;
+  constexpr int kHalfBytes = C::kHalfBytes, kStageBytes = C::kStageBytes, kTokTile = C::kTokTile;
+  // kBig's tiles past 128 tokens: one chunk of packed words in registers, refilled in halves (at
+  // N <= 128 the two-chunk form has the registers, and its loads a whole chunk ahead).
+  constexpr bool kHalves = C::kBig && kN > 128;
   const int tid = threadIdx.x, wg = tid >> 7, warp = (tid >> 5) & 3, lane = tid & 31, g = lane >> 2, t = lane & 3;
   const int rows = static_cast<int>(a.rows), cols = static_cast<int>(a.cols), chunks = cols / kChunk, rtiles = rows / 8;
   const int r0 = kBlocks == 2 ? (kGated ? tl.ot * kOut + 64 * wg : tl.ot * kOut + 128 * wg)
@@ -196,7 +212,7 @@ __device__ __forceinline__ void run_tile(const Mxfp4Decode& a, const Mxfp4Decode
     }
   };
 
-  const int64_t tile_bytes = int64_t(chunks) * 512;
+  const int tile_bytes = chunks * 512;  // a decode-layout tile's packed bytes (< 2^31: cols < 2^24)
   const int64_t t0 = int64_t(tl.e) * rtiles + r0 / 8 + 2 * warp, t1 = int64_t(tl.e) * rtiles + r1 / 8 + 2 * warp;
   const uint8_t* pa = m0.packed + t0 * tile_bytes + lane * 16;
   const uint8_t* pb = m1.packed + t1 * tile_bytes + lane * 16;
@@ -216,7 +232,7 @@ __device__ __forceinline__ void run_tile(const Mxfp4Decode& a, const Mxfp4Decode
   };
 
   if (tid == 0)
-    for (int s = 0; s < kAhead && s < chunks; ++s) issue_chunk<kN, kMc>(map, ring, seq + s, s, tl.tok0);
+    for (int s = 0; s < kAhead && s < chunks; ++s) issue_chunk<kN, kMc, C::kHalfBytes>(map, ring, seq + s, s, tl.tok0);
   __syncwarp();
 
   float acc0[kN / 2], acc1[kBlocks == 2 ? kN / 2 : 1];
@@ -225,23 +241,63 @@ __device__ __forceinline__ void run_tile(const Mxfp4Decode& a, const Mxfp4Decode
 #pragma unroll
   for (int i = 0; i < int(sizeof(acc1) / 4); ++i) acc1[i] = 0.0f;
 
+  // kHalves: the words of chunk c pulled into L2 two chunks ahead of their use, so that the
+  // half-chunk refills below (only half a chunk ahead of their use) find them there (measured:
+  // 1.04-1.06x on uniform rows; on the N <= 128 tiles, whose loads run a chunk ahead, no gain;
+  // as cp.async.bulk.prefetch.L2 from 8 lanes 0.83-0.95x: ptxas loops it over the lanes).
+  [[maybe_unused]] auto pull_l2 = [&](int c) {
+    asm volatile("prefetch.global.L2 [%0];" ::"l"(pa + c * 512));
+    asm volatile("prefetch.global.L2 [%0];" ::"l"(pa + tile_bytes + c * 512));
+    asm volatile("prefetch.global.L2 [%0];" ::"l"(pb + c * 512));
+    asm volatile("prefetch.global.L2 [%0];" ::"l"(pb + tile_bytes + c * 512));
+  };
   uint4 qn[kQ];
   uint32_t sn[kQ];
   if (live) load_w(0, qn, sn);
+  if constexpr (kHalves)
+    if (live && chunks > 1) pull_l2(1);
   for (int c = 0; c < chunks; ++c) {
     const uint32_t n = seq + c, slot = n % kStages;
-    if (tid == 0 && c + kAhead < chunks) issue_chunk<kN, kMc>(map, ring, n + kAhead, c + kAhead, tl.tok0);
+    if constexpr (kHalves)
+      if (live && c + 2 < chunks) pull_l2(c + 2);
+    if (tid == 0 && c + kAhead < chunks) issue_chunk<kN, kMc, C::kHalfBytes>(map, ring, n + kAhead, c + kAhead, tl.tok0);
     __syncwarp();  // warp 0 whole again before the .aligned wgmma instructions
     mbar_wait(&ring.full[slot], (n / kStages) & 1);
     if (!live) {  // nothing to compute, but the stage's release is counted per thread
       release(n);
       continue;
     }
-    uint4 q[kQ];
+    [[maybe_unused]] uint4 q[kHalves ? 1 : kQ];
     uint32_t sc[kQ];
+    if constexpr (kHalves) {
+      // One chunk of words: this chunk's in qn, the next one's loaded in halves below (next_half);
+      // only the scale words a chunk ahead here.
 #pragma unroll
-    for (int j = 0; j < kQ; ++j) q[j] = qn[j], sc[j] = sn[j];
-    if (c + 1 < chunks) load_w(c + 1, qn, sn);  // a chunk ahead, in registers
+      for (int j = 0; j < kQ; ++j) sc[j] = sn[j];
+      if (c + 1 < chunks) {
+        sn[0] = __ldg(reinterpret_cast<const uint32_t*>(sa + (c + 1) * 32));
+        sn[1] = __ldg(reinterpret_cast<const uint32_t*>(sa + chunks * 32 + (c + 1) * 32));
+        sn[2] = __ldg(reinterpret_cast<const uint32_t*>(sb + (c + 1) * 32));
+        sn[3] = __ldg(reinterpret_cast<const uint32_t*>(sb + chunks * 32 + (c + 1) * 32));
+      }
+    } else {
+#pragma unroll
+      for (int j = 0; j < kQ; ++j) q[j] = qn[j], sc[j] = sn[j];
+      if (c + 1 < chunks) load_w(c + 1, qn, sn);  // a chunk ahead, in registers
+    }
+    // kBig: words 0-1 of every tile (k-steps 0-3) or 2-3 (k-steps 4-7) of the next chunk, into
+    // the registers those k-steps have just dequantised.
+    [[maybe_unused]] auto next_half = [&](int part) {
+      const int off = (c + 1) * 512 + part * 8;
+      const uint2 v0 = __ldg(reinterpret_cast<const uint2*>(pa + off)), v1 = __ldg(reinterpret_cast<const uint2*>(pa + tile_bytes + off));
+      const uint2 v2 = __ldg(reinterpret_cast<const uint2*>(pb + off)), v3 = __ldg(reinterpret_cast<const uint2*>(pb + tile_bytes + off));
+      if (part == 0) {
+        qn[0].x = v0.x, qn[0].y = v0.y, qn[1].x = v1.x, qn[1].y = v1.y, qn[2].x = v2.x, qn[2].y = v2.y, qn[3].x = v3.x, qn[3].y = v3.y;
+      } else {
+        qn[0].z = v0.x, qn[0].w = v0.y, qn[1].z = v1.x, qn[1].w = v1.y, qn[2].z = v2.x, qn[2].w = v2.y, qn[3].z = v3.x, qn[3].w = v3.y;
+      }
+    };
+    auto word = [&](int j, int i) { return word_of(kHalves ? qn[j] : q[j], i); };
     const uint32_t sbase = ring.base + slot * kStageBytes;
 #pragma unroll
     for (int s = 0; s < 8; ++s) {  // k-step s: group i = s / 2, half h = s % 2
@@ -249,15 +305,17 @@ __device__ __forceinline__ void run_tile(const Mxfp4Decode& a, const Mxfp4Decode
       uint32_t fa[4], fb[4] = {0u, 0u, 0u, 0u};
       {
         uint32_t lo[2], hi[2];
-        dequant_half<kWide>(word_of(q[0], i), (sc[0] >> (8 * i)) & 0xffu, h, lo);
-        dequant_half<kWide>(word_of(q[1], i), (sc[1] >> (8 * i)) & 0xffu, h, hi);
+        dequant_half<kWide>(word(0, i), (sc[0] >> (8 * i)) & 0xffu, h, lo);
+        dequant_half<kWide>(word(1, i), (sc[1] >> (8 * i)) & 0xffu, h, hi);
         fa[0] = lo[0], fa[1] = hi[0], fa[2] = lo[1], fa[3] = hi[1];
         if constexpr (kQ == 4) {
-          dequant_half<kWide>(word_of(q[2], i), (sc[2] >> (8 * i)) & 0xffu, h, lo);
-          dequant_half<kWide>(word_of(q[3], i), (sc[3] >> (8 * i)) & 0xffu, h, hi);
+          dequant_half<kWide>(word(2, i), (sc[2] >> (8 * i)) & 0xffu, h, lo);
+          dequant_half<kWide>(word(3, i), (sc[3] >> (8 * i)) & 0xffu, h, hi);
           fb[0] = lo[0], fb[1] = hi[0], fb[2] = lo[1], fb[3] = hi[1];
         }
       }
+      if constexpr (kHalves)
+        if ((s & 3) == 3 && c + 1 < chunks) next_half(s >> 2);
       const uint64_t desc = sw128_desc(sbase + (s >> 2) * kHalfBytes + (s & 3) * 32);
       wgmma_fence();
       wgmma_rs<kN>(acc0, fa, desc);
@@ -333,7 +391,7 @@ __global__ void __launch_bounds__(Cfg<kForm>::kThreads, 1)
   __shared__ uint64_t unit_bar[2];  // kMc && kQueue, rank 1: rank 0 delivered the unit in unit_mail
   __shared__ int unit_mail[2];
   uint8_t* smem = smem_raw + ((1024 - (smem_u32(smem_raw) & 1023)) & 1023);
-  constexpr int kOut = kGated ? kOutGated : kOutDown;
+  constexpr int kOut = kGated ? kOutGated : kOutDown, kStep = Cfg<kForm>::kStep, kAbsorb = Cfg<kForm>::kAbsorb;
   if (threadIdx.x == 0) {
     for (int s = 0; s < kStages; ++s) {
       mbar_init(&full_bar[s], 1);
@@ -346,7 +404,7 @@ __global__ void __launch_bounds__(Cfg<kForm>::kThreads, 1)
   const int units_in_grid = kMc ? int(gridDim.x / 2) : int(gridDim.x);
   const int out_tiles = (static_cast<int>(a.rows) + kOut - 1) / kOut;
   const int out_units = kMc ? (out_tiles + 1) / 2 : out_tiles;  // kMc: output tile pairs
-  scan_tile_starts(offsets, experts, kTokTile, out_units, tile_start);
+  scan_tile_starts(offsets, experts, kStep, out_units, tile_start, kAbsorb);
   if constexpr (kMc) cluster_sync();  // the peer's barriers are initialised before any copy or arrival reaches them
   else __syncthreads();
   const int total = tile_start[experts];
@@ -366,16 +424,17 @@ __global__ void __launch_bounds__(Cfg<kForm>::kThreads, 1)
     }
     const int e = expert_of_tile(tile_start, experts, tile), local = tile - tile_start[e];
     const int row_begin = offsets[e], nrows = offsets[e + 1] - row_begin;
-    const int mtiles = (nrows + kTokTile - 1) / kTokTile;
+    const int mtiles = token_tiles(nrows, kStep, kAbsorb);
     int ot, mt;
     prefill_tile_coords(local, mtiles, &ot, &mt);
     if constexpr (kMc) ot = 2 * ot + int(rank);
-    const Tile tl{e, ot, row_begin + mt * kTokTile, min(kTokTile, nrows - mt * kTokTile)};
+    const Tile tl{e, ot, row_begin + mt * kStep, mt == mtiles - 1 ? nrows - mt * kStep : kStep};  // the last tile: the rest
     const int nv = (tl.ntok + 31) >> 5;
     if (nv <= 1) run_tile<kForm, kGated, kWide, 32, kMc>(a, b, &map, act_out, out, fn, smem, ring, seq, tl);
     else if (nv == 2) run_tile<kForm, kGated, kWide, 64, kMc>(a, b, &map, act_out, out, fn, smem, ring, seq, tl);
     else if (nv == 3) run_tile<kForm, kGated, kWide, 96, kMc>(a, b, &map, act_out, out, fn, smem, ring, seq, tl);
-    else run_tile<kForm, kGated, kWide, 128, kMc>(a, b, &map, act_out, out, fn, smem, ring, seq, tl);
+    else if (nv == 4 || !Cfg<kForm>::kBig) run_tile<kForm, kGated, kWide, 128, kMc>(a, b, &map, act_out, out, fn, smem, ring, seq, tl);
+    else if constexpr (Cfg<kForm>::kBig) run_tile<kForm, kGated, kWide, 160, kMc>(a, b, &map, act_out, out, fn, smem, ring, seq, tl);
     if constexpr (kMc && kQueue) {
       if (rank == 1) {
         if (threadIdx.x == 0) {
@@ -402,7 +461,7 @@ Status encode_rows_map(CUtensorMap* map, const void* base, int64_t rows, int64_t
 
 // kMc: clusters of 2 on the GPU at once (cached per kernel: later calls make no attribute calls).
 template <typename Kernel>
-Result<unsigned> cluster_pairs_for(Kernel kernel, int threads) {
+Result<unsigned> cluster_pairs_for(Kernel kernel, int threads, size_t smem) {
   static struct {
     const void* k;
     int dev, n;
@@ -420,7 +479,7 @@ Result<unsigned> cluster_pairs_for(Kernel kernel, int threads) {
   attr[0].val.clusterDim = {2, 1, 1};
   cfg.gridDim = dim3(2);
   cfg.blockDim = dim3(threads);
-  cfg.dynamicSmemBytes = kSmem;
+  cfg.dynamicSmemBytes = smem;
   cfg.attrs = attr;
   cfg.numAttrs = 1;
   int n = 0;
@@ -433,17 +492,18 @@ Result<unsigned> cluster_pairs_for(Kernel kernel, int threads) {
 template <int kForm, bool kGated, bool kWide, bool kMc>
 Status launch(const Mxfp4Decode& a, const Mxfp4Decode& b, const int32_t* offsets, int64_t experts, int64_t capacity, const uint16_t* x,
               uint16_t* act, float* out, const MoeAct& fn, TileQueue* queue, cudaStream_t stream) {
-  constexpr int kThreads = Cfg<kForm>::kThreads;
+  constexpr int kThreads = Cfg<kForm>::kThreads, kStep = Cfg<kForm>::kStep;
+  constexpr size_t kSmem = Cfg<kForm>::kSmem;
   CUtensorMap map;
   PDS_RETURN_IF_ERROR(encode_rows_map(&map, x, capacity, a.cols));
   auto kernel = queue ? prefill_wgmma_tma<kForm, kGated, kWide, true, kMc> : prefill_wgmma_tma<kForm, kGated, kWide, false, kMc>;
   const int64_t per_tile = kGated ? kOutGated : kOutDown;
-  const int64_t max_tiles = max_output_tiles(capacity, kTokTile, experts, a.rows, per_tile);
+  const int64_t max_tiles = max_output_tiles(capacity, kStep, experts, a.rows, per_tile);  // absorbed tails only lower it
   PDS_ASSIGN_OR_RETURN(unsigned grid, grid_for(kernel, kSmem, max_tiles, kThreads));  // also raises the shared-memory limit
   if constexpr (!kMc) {
     kernel<<<grid, kThreads, kSmem, stream>>>(map, a, b, offsets, static_cast<int>(experts), act, out, fn, queue, 0);
   } else {
-    PDS_ASSIGN_OR_RETURN(unsigned pairs, cluster_pairs_for(kernel, kThreads));
+    PDS_ASSIGN_OR_RETURN(unsigned pairs, cluster_pairs_for(kernel, kThreads, kSmem));
     // Diagnostic (docs/perf.md, "Token multicast across a 2-CTA cluster"): the same clusters and
     // barriers without the multicast; and the cluster count, once.
     static const int solo = [] {
@@ -453,7 +513,7 @@ Status launch(const Mxfp4Decode& a, const Mxfp4Decode& b, const int32_t* offsets
     static bool told = false;
     if (!told && std::getenv("PDS_PREFILL_MC_VERBOSE")) std::fprintf(stderr, "kWgmmaTmaMc: %u clusters of 2 fit (solo %d)\n", pairs, solo);
     told = true;
-    const int64_t units = max_output_tiles(capacity, kTokTile, experts, a.rows, 2 * per_tile);  // pairs of output tiles
+    const int64_t units = max_output_tiles(capacity, kStep, experts, a.rows, 2 * per_tile);  // pairs of output tiles
     cudaLaunchConfig_t cfg = {};
     cudaLaunchAttribute attr[1];
     attr[0].id = cudaLaunchAttributeClusterDimension;
@@ -490,6 +550,8 @@ Status expert_mlp_prefill_wgmma_tma(const MoeDecodeWeights& w, const int32_t* of
   switch (kernel) {
     case MoePrefillKernel::kWgmmaTma: return run_both<kTwoBlocks>(w, offsets, experts, capacity, x_sorted, act, out_sorted, queue, stream);
     case MoePrefillKernel::kWgmmaTma4: return run_both<kOneBlock>(w, offsets, experts, capacity, x_sorted, act, out_sorted, queue, stream);
+    case MoePrefillKernel::kWgmmaTma160:
+      return run_both<kTwoBlocks160>(w, offsets, experts, capacity, x_sorted, act, out_sorted, queue, stream);
     case MoePrefillKernel::kWgmmaTmaMc:
       return run_both<kTwoBlocks, true>(w, offsets, experts, capacity, x_sorted, act, out_sorted, queue, stream);
     default: return invalid_argument("moe_expert_mlp_prefill: not a bulk-copy wgmma main loop");

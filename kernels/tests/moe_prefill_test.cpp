@@ -33,7 +33,7 @@ constexpr MoePrefillKernel kKernels[] = {MoePrefillKernel::kMmaSync, MoePrefillK
                                          MoePrefillKernel::kWgmmaTma4, MoePrefillKernel::kWgmmaProducer, MoePrefillKernel::kWgmma160,
                                          MoePrefillKernel::kWgmmaG2, MoePrefillKernel::kWgmmaSmemWG2,
                                          MoePrefillKernel::kWgmmaCarry, MoePrefillKernel::kWgmmaCarry6, MoePrefillKernel::kWgmmaTmaMc,
-                                         MoePrefillKernel::kWgmmaPingpong};
+                                         MoePrefillKernel::kWgmmaPingpong, MoePrefillKernel::kWgmmaTma160};
 const char* name_of(MoePrefillKernel k) {
   switch (k) {
     case MoePrefillKernel::kWgmma: return "wgmma";
@@ -49,6 +49,7 @@ const char* name_of(MoePrefillKernel k) {
     case MoePrefillKernel::kWgmmaCarry6: return "wgmma-carry6";
     case MoePrefillKernel::kWgmmaTmaMc: return "wgmma-tma-mc";
     case MoePrefillKernel::kWgmmaPingpong: return "wgmma-pingpong";
+    case MoePrefillKernel::kWgmmaTma160: return "wgmma-tma-160";
     case MoePrefillKernel::kWgmmaSmemWG2: return "wgmma-smemW-g2";
     default: return "mma.sync";
   }
@@ -136,7 +137,7 @@ double run_prefill(const Routing& r, int64_t tokens, int64_t k, int64_t begin, c
         kernel == MoePrefillKernel::kWgmmaTma4 || kernel == MoePrefillKernel::kWgmmaProducer || kernel == MoePrefillKernel::kWgmma160 ||
         kernel == MoePrefillKernel::kWgmmaG2 || kernel == MoePrefillKernel::kWgmmaSmemWG2 || kernel == MoePrefillKernel::kWgmmaCarry ||
         kernel == MoePrefillKernel::kWgmmaCarry6 || kernel == MoePrefillKernel::kWgmmaTmaMc ||
-        kernel == MoePrefillKernel::kWgmmaPingpong) {
+        kernel == MoePrefillKernel::kWgmmaPingpong || kernel == MoePrefillKernel::kWgmmaTma160) {
       EXPECT_TRUE(y == y_wgmma) << what << " [" << name_of(kernel) << "]: not bit-identical to wgmma";
     }
     const double err = nerr(y, ref);
@@ -240,7 +241,7 @@ TEST_F(MoePrefill, OddRowCountsBesideEmptyExperts) {
   // Local experts 0 and 2 get n rows each (k = 2: one pick each per token), 1 and 3 none.
   const int64_t local = 4, begin = 8;
   const HostExperts h = make_experts(local, 384, 640, 100, true);  // 384: 1.5 gate/up tiles; 640: 1.25 down tiles
-  for (int64_t n : {1, 15, 17, 64, 65, 129, 146, 160, 161, 190, 321, 385}) {  // 146 .. 321: kWgmma160's tile edges
+  for (int64_t n : {1, 15, 17, 64, 65, 129, 146, 160, 161, 190, 280, 288, 289, 321, 385}) {  // 146 .. 321: kWgmma160 / kWgmmaTma160 tile edges (280, 288: a tail absorbed after a full tile)
     Routing r{std::vector<int32_t>(2 * n), std::vector<float>(2 * n)};
     for (int64_t t = 0; t < n; ++t) r.ids[2 * t] = begin + 2, r.ids[2 * t + 1] = begin, r.weights[2 * t] = 0.6f, r.weights[2 * t + 1] = 0.4f;
     EXPECT_LT(run_prefill(r, n, 2, begin, h, MoeActivation::kSiTU, 101 + static_cast<uint32_t>(n), "rows=" + std::to_string(n)), 1e-2);
