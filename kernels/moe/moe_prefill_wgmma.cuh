@@ -121,4 +121,28 @@ __device__ __forceinline__ void wgmma_rs<256>(float (&d)[128], const uint32_t (&
 }
 
 
+// kWgmma160 / kWgmmaTma160 (one chunk of packed words in registers at N = 160): words 0-1 (part
+// 0) or 2-3 (part 1) of chunk c of the warp's four tiles into qn, the registers the k-steps that
+// read them have just dequantised. pa / pb: the lane's 16 bytes of the first tile of each block at
+// chunk 0; the second tile is tile_bytes further.
+__device__ __forceinline__ void load_words_half(const uint8_t* pa, const uint8_t* pb, int64_t tile_bytes, int c, int part, uint4 (&qn)[4]) {
+  const int off = c * 512 + part * 8;
+  const uint2 v0 = __ldg(reinterpret_cast<const uint2*>(pa + off)), v1 = __ldg(reinterpret_cast<const uint2*>(pa + tile_bytes + off));
+  const uint2 v2 = __ldg(reinterpret_cast<const uint2*>(pb + off)), v3 = __ldg(reinterpret_cast<const uint2*>(pb + tile_bytes + off));
+  if (part == 0) {
+    qn[0].x = v0.x, qn[0].y = v0.y, qn[1].x = v1.x, qn[1].y = v1.y, qn[2].x = v2.x, qn[2].y = v2.y, qn[3].x = v3.x, qn[3].y = v3.y;
+  } else {
+    qn[0].z = v0.x, qn[0].w = v0.y, qn[1].z = v1.x, qn[1].w = v1.y, qn[2].z = v2.x, qn[2].w = v2.y, qn[3].z = v3.x, qn[3].w = v3.y;
+  }
+}
+
+// The same forms' scale words of chunk c (sa / sb: the row's word of the first tile of each block
+// at chunk 0; the second tile's is chunks * 32 bytes further), a chunk ahead of their use.
+__device__ __forceinline__ void load_scales(const uint8_t* sa, const uint8_t* sb, int chunks, int c, uint32_t (&sn)[4]) {
+  sn[0] = __ldg(reinterpret_cast<const uint32_t*>(sa + c * 32));
+  sn[1] = __ldg(reinterpret_cast<const uint32_t*>(sa + chunks * 32 + c * 32));
+  sn[2] = __ldg(reinterpret_cast<const uint32_t*>(sb + c * 32));
+  sn[3] = __ldg(reinterpret_cast<const uint32_t*>(sb + chunks * 32 + c * 32));
+}
+
 }  // namespace pdserve::cuda::moe_prefill_detail

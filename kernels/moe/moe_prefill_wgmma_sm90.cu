@@ -227,15 +227,10 @@ __device__ __forceinline__ void run_tile(const Mxfp4Decode& a, const Mxfp4Decode
       read_w_smem(c % kStages, q, sc);
     } else if constexpr (C::kBig) {
       // 160 accumulators leave no room for a second chunk of packed words: qn is refilled in
-      // halves inside the k-step loop (next_half), only the scale words a chunk ahead here.
+      // halves inside the k-step loop (next_half, load_words_half), only the scale words a chunk ahead here.
 #pragma unroll
       for (int j = 0; j < kQ; ++j) sc[j] = sn[j];
-      if (c + 1 < chunks) {
-        sn[0] = __ldg(reinterpret_cast<const uint32_t*>(sa + (c + 1) * 32));
-        sn[1] = __ldg(reinterpret_cast<const uint32_t*>(sa + chunks * 32 + (c + 1) * 32));
-        sn[2] = __ldg(reinterpret_cast<const uint32_t*>(sb + (c + 1) * 32));
-        sn[3] = __ldg(reinterpret_cast<const uint32_t*>(sb + chunks * 32 + (c + 1) * 32));
-      }
+      if (c + 1 < chunks) load_scales(sa, sb, chunks, c + 1, sn);
     } else if constexpr (ablate_mask<kVar>() & 1) {
 #pragma unroll
       for (int j = 0; j < kQ; ++j)
@@ -250,16 +245,7 @@ __device__ __forceinline__ void run_tile(const Mxfp4Decode& a, const Mxfp4Decode
     // words of the next chunk go into the same registers. (ptxas keeps that placement in the
     // gate/up kernels but sinks the loads to the last k-step in the down ones, asm volatile
     // loads too; what it saves either way is the registers.)
-    [[maybe_unused]] auto next_half = [&](auto part) {
-      const int off = (c + 1) * 512 + part * 8;
-      const uint2 v0 = __ldg(reinterpret_cast<const uint2*>(pa + off)), v1 = __ldg(reinterpret_cast<const uint2*>(pa + tile_bytes + off));
-      const uint2 v2 = __ldg(reinterpret_cast<const uint2*>(pb + off)), v3 = __ldg(reinterpret_cast<const uint2*>(pb + tile_bytes + off));
-      if (part == 0) {
-        qn[0].x = v0.x, qn[0].y = v0.y, qn[1].x = v1.x, qn[1].y = v1.y, qn[2].x = v2.x, qn[2].y = v2.y, qn[3].x = v3.x, qn[3].y = v3.y;
-      } else {
-        qn[0].z = v0.x, qn[0].w = v0.y, qn[1].z = v1.x, qn[1].w = v1.y, qn[2].z = v2.x, qn[2].w = v2.y, qn[3].z = v3.x, qn[3].w = v3.y;
-      }
-    };
+    [[maybe_unused]] auto next_half = [&](auto part) { load_words_half(pa, pb, tile_bytes, c + 1, part, qn); };
     const uint32_t slot = smem_base + (c % kStages) * kStageBytes;
     const int wslot_c = c % kStages;
     auto word = [&](int j, int i) { return C::kWordsPerStep ? smem_word(wslot_c, j, i) : word_of(C::kBig ? qn[j] : q[j], i); };

@@ -274,12 +274,7 @@ __device__ __forceinline__ void run_tile(const Mxfp4Decode& a, const Mxfp4Decode
       // only the scale words a chunk ahead here.
 #pragma unroll
       for (int j = 0; j < kQ; ++j) sc[j] = sn[j];
-      if (c + 1 < chunks) {
-        sn[0] = __ldg(reinterpret_cast<const uint32_t*>(sa + (c + 1) * 32));
-        sn[1] = __ldg(reinterpret_cast<const uint32_t*>(sa + chunks * 32 + (c + 1) * 32));
-        sn[2] = __ldg(reinterpret_cast<const uint32_t*>(sb + (c + 1) * 32));
-        sn[3] = __ldg(reinterpret_cast<const uint32_t*>(sb + chunks * 32 + (c + 1) * 32));
-      }
+      if (c + 1 < chunks) load_scales(sa, sb, chunks, c + 1, sn);
     } else {
 #pragma unroll
       for (int j = 0; j < kQ; ++j) q[j] = qn[j], sc[j] = sn[j];
@@ -287,16 +282,7 @@ __device__ __forceinline__ void run_tile(const Mxfp4Decode& a, const Mxfp4Decode
     }
     // kBig: words 0-1 of every tile (k-steps 0-3) or 2-3 (k-steps 4-7) of the next chunk, into
     // the registers those k-steps have just dequantised.
-    [[maybe_unused]] auto next_half = [&](int part) {
-      const int off = (c + 1) * 512 + part * 8;
-      const uint2 v0 = __ldg(reinterpret_cast<const uint2*>(pa + off)), v1 = __ldg(reinterpret_cast<const uint2*>(pa + tile_bytes + off));
-      const uint2 v2 = __ldg(reinterpret_cast<const uint2*>(pb + off)), v3 = __ldg(reinterpret_cast<const uint2*>(pb + tile_bytes + off));
-      if (part == 0) {
-        qn[0].x = v0.x, qn[0].y = v0.y, qn[1].x = v1.x, qn[1].y = v1.y, qn[2].x = v2.x, qn[2].y = v2.y, qn[3].x = v3.x, qn[3].y = v3.y;
-      } else {
-        qn[0].z = v0.x, qn[0].w = v0.y, qn[1].z = v1.x, qn[1].w = v1.y, qn[2].z = v2.x, qn[2].w = v2.y, qn[3].z = v3.x, qn[3].w = v3.y;
-      }
-    };
+    [[maybe_unused]] auto next_half = [&](auto part) { load_words_half(pa, pb, tile_bytes, c + 1, part, qn); };
     auto word = [&](int j, int i) { return word_of(kHalves ? qn[j] : q[j], i); };
     const uint32_t sbase = ring.base + slot * kStageBytes;
 #pragma unroll
