@@ -271,9 +271,9 @@ Status launch(const Mxfp4Decode& a, const Mxfp4Decode& b, const int32_t* offsets
 // (docs/perf.md, "Token multicast across a 2-CTA cluster"); kWgmmaPingpong (a whole tile a
 // warpgroup, k-loops in turns) 0.78-0.90x in two (docs/perf.md, "Pingpong consumer warpgroups").
 // Since the twenty-third session kAuto takes kWgmmaTma160 (an expert's last token tile absorbs a
-// tail of up to 32 rows, on the bulk-copy ring): 1.20-1.22x kWgmma on uniform rows (EP4's ~146 a
-// expert: one tile instead of 128 + a dequantisation-bound 18-row tail), 0.95-0.96x on Zipf and
-// 0.96-0.97x on one hot expert, whose tiles are full 128s either way and where the bulk-copy
+// tail of up to 32 rows, on the bulk-copy ring): 1.17-1.22x kWgmma on uniform rows (EP4's ~146 a
+// expert: one tile instead of 128 + a dequantisation-bound 18-row tail), 0.95-0.97x on Zipf and
+// 0.95-0.98x on one hot expert, whose tiles are full 128s either way and where the bulk-copy
 // ring's N = 128 loop runs a few percent behind kWgmma's (docs/perf.md, "Tails absorbed into
 // the last token tile").
 MoePrefillKernel moe_prefill_choice(MoePrefillKernel kernel) {
