@@ -16,9 +16,11 @@
 //     rows (tiles of 128 in order, the last one up to 160: N 32..160), so an expert of 129..160
 //     rows (EP4's ~146) is one tile: each weight chunk is dequantised once for all its tokens
 //     instead of for a 128-token tile and again for a short tail tile. 160
-//     accumulators a thread leave room for one chunk of packed words, not two: the next chunk's
-//     words are loaded in halves into the registers just dequantised (after k-steps 3 and 7), as
-//     kWgmma160 does; the bulk copies leave no per-thread copy addresses (kWgmma160's spills).
+//     accumulators a thread leave room for one chunk of packed words, not two: on the N = 160
+//     tiles the next chunk's words are loaded in halves into the registers just dequantised
+//     (after k-steps 3 and 7), as kWgmma160 does, and pulled into L2 two chunks ahead; the
+//     N <= 128 tiles run kWgmmaTma's loop. The bulk copies leave no per-thread copy addresses
+//     (kWgmma160's spills).
 //   - kWgmmaTmaMc: kWgmmaTma on 2-CTA thread-block clusters whose two CTAs compute two adjacent
 //     output tiles (2u, 2u + 1) of the same (expert, token tile), so they read the same token
 //     chunks: CTA rank r copies input half r of each chunk (its kN / 32 boxes) by
@@ -280,7 +282,7 @@ __device__ __forceinline__ void run_tile(const Mxfp4Decode& a, const Mxfp4Decode
       for (int j = 0; j < kQ; ++j) q[j] = qn[j], sc[j] = sn[j];
       if (c + 1 < chunks) load_w(c + 1, qn, sn);  // a chunk ahead, in registers
     }
-    // kBig: words 0-1 of every tile (k-steps 0-3) or 2-3 (k-steps 4-7) of the next chunk, into
+    // kHalves: words 0-1 of every tile (k-steps 0-3) or 2-3 (k-steps 4-7) of the next chunk, into
     // the registers those k-steps have just dequantised.
     [[maybe_unused]] auto next_half = [&](auto part) { load_words_half(pa, pb, tile_bytes, c + 1, part, qn); };
     auto word = [&](int j, int i) { return word_of(kHalves ? qn[j] : q[j], i); };
