@@ -7,17 +7,18 @@
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 mkdir -p /tmp/v && tar -C /tmp/v -xJf "$here/bins.tar.xz"
+# shellcheck source=/dev/null
 source kernels/bench/h200_env.sh /tmp/v/bin/lib /work/main
 B=/tmp/v/bin
 T0=$(date +%s); t() { echo "t=$(( $(date +%s) - T0 ))s"; }
 date -u; nvidia-smi --query-gpu=index,name,driver_version,clocks.max.sm --format=csv,noheader
-timeout 100 $B/moe_prefill_test > $OUT/test.log 2>&1; echo "test rc=$? $(t)"
-grep -E "^\[  (PASSED|FAILED) |^\[  FAILED|Failure|bit-identical" $OUT/test.log | head -20
-grep -E "tma-160\]" $OUT/test.log | head -40
-for r in 1 2; do timeout 60 $B/moe_prefill_bench --kernels wgmma,wgmma-tma-160 --crossover 0 2>&1 | grep -E "queue|static"; t; done
-PYTHONUNBUFFERED=1 timeout 60 python3 kernels/bench/moe_prefill_torch.py > $OUT/torch.log 2>&1; echo "torch rc=$? $(t)"; tail -8 $OUT/torch.log
-timeout 200 $B/cuda_forward_test > $OUT/fwd.log 2>&1; echo "cuda_forward_test rc=$? $(t)"
-grep -E "^\[  (PASSED|FAILED) |^\[  FAILED" $OUT/fwd.log | head
+timeout 100 "$B"/moe_prefill_test > "$OUT"/test.log 2>&1; echo "test rc=$? $(t)"
+grep -E "^\[  (PASSED|FAILED) |^\[  FAILED|Failure|bit-identical" "$OUT"/test.log | head -20
+grep -E "tma-160\]" "$OUT"/test.log | head -40
+for _ in 1 2; do timeout 60 "$B"/moe_prefill_bench --kernels wgmma,wgmma-tma-160 --crossover 0 2>&1 | grep -E "queue|static"; t; done
+PYTHONUNBUFFERED=1 timeout 60 python3 kernels/bench/moe_prefill_torch.py > "$OUT"/torch.log 2>&1; echo "torch rc=$? $(t)"; tail -8 "$OUT"/torch.log
+timeout 200 "$B"/cuda_forward_test > "$OUT"/fwd.log 2>&1; echo "cuda_forward_test rc=$? $(t)"
+grep -E "^\[  (PASSED|FAILED) |^\[  FAILED" "$OUT"/fwd.log | head
 small='MoePrefill.OddRowCountsBesideEmptyExperts:MoePrefill.SkewedAndUniformRouting:MoePrefill.ScalesAboveTwoTakeTheTwoMultiplyPath:MoePrefill.TileQueueAndStaticScheduleGiveTheSameBitsCallAfterCall:MoePrefill.NoLocalRowsLeavesTheOutputZeroAndGraphReplayRepeats'
-timeout 240 compute-sanitizer --tool memcheck --error-exitcode 9 $B/moe_prefill_test --gtest_filter="$small" > $OUT/memcheck.log 2>&1; echo "memcheck rc=$? $(t)"
-grep -E "ERROR SUMMARY|FAILED|PASSED" $OUT/memcheck.log | head
+timeout 240 compute-sanitizer --tool memcheck --error-exitcode 9 "$B"/moe_prefill_test --gtest_filter="$small" > "$OUT"/memcheck.log 2>&1; echo "memcheck rc=$? $(t)"
+grep -E "ERROR SUMMARY|FAILED|PASSED" "$OUT"/memcheck.log | head
