@@ -30,9 +30,19 @@ def moe_prefill_counts(kind, experts, total, tokens):
     """moe_prefill_bench.cpp's counts_for(): `total` routed rows over `experts` local experts.
 
     uniform; zipf (weight 1 / (e + 1)); hot (expert 0 takes one row of every one of `tokens`
-    tokens, the rest spread evenly). The integer remainder goes round-robin from expert 0.
+    tokens, the rest spread evenly); random (each row's expert drawn uniformly by xorshift64*).
+    The integer remainder goes round-robin from expert 0.
     """
     c = [0] * experts
+    if kind == "random":
+        m = (1 << 64) - 1
+        s = 0x9E3779B97F4A7C15
+        for _ in range(total):
+            s ^= s >> 12
+            s ^= (s << 25) & m
+            s ^= s >> 27
+            c[(((s * 0x2545F4914F6CDD1D) & m) >> 32) % experts] += 1
+        return c
     w = [1.0] * experts
     fixed = 0
     if kind == "zipf":

@@ -3,7 +3,8 @@
 // moe_expert_mlp_prefill (moe_prefill.h: gate/up + SiTU, then down) on three row
 // distributions of 32768 rows: uniform (146-147 a expert), Zipf (expert e gets rows in
 // proportion to 1/(e+1): 5470 down to 24) and one hot expert (8192 rows, every token, the
-// rest uniform). FLOPs = 2 * rows * 3 * 3072 * 3584, against the floor (790 TFLOP/s).
+// rest uniform), and random (each row's expert drawn uniformly: binomial counts around 146, so
+// some experts pass 160 rows and keep a short tail tile, as real routing does). FLOPs = 2 * rows * 3 * 3072 * 3584, against the floor (790 TFLOP/s).
 // The torch anchor (moe_prefill_torch.py) builds the same distributions and times the same
 // work in bf16. Each distribution runs every main loop picked by --kernels (default all:
 // mma.sync, wgmma, wgmma-wN, wgmma-smemW, wgmma-smemWd, wgmma-tma, wgmma-tma4, wgmma-prod, wgmma-160 =
@@ -12,8 +13,8 @@
 // expert, which sets the backend's switch (cuda_layers.cpp). CUDA events, 3 warm-ups,
 // median of --reps. Weight bytes are random (scales 2^-7..2^-3), tiled from a 64 MB pattern.
 //
-//   moe_prefill_bench [--reps N] [--quick 1] [--kernels wgmma,wgmma-smemW] [--crossover 0] [--ablate 1,2,4]
-//   (--quick: uniform only, queue only; --crossover 0: no crossover lines; --ablate: kWgmma with
+//   moe_prefill_bench [--reps N] [--quick 1] [--kernels wgmma,wgmma-smemW] [--routing uniform,random] [--crossover 0] [--ablate 1,2,4]
+//   (--quick: uniform only, queue only; --routing: these distributions only (default all four); --crossover 0: no crossover lines; --ablate: kWgmma with
 //   parts of its main loop removed, moe_prefill_bench_ablate only: docs/perf.md "Bare wgmma loop")
 #include <algorithm>
 #include <cstdio>
@@ -59,6 +60,14 @@ std::vector<int64_t> counts_for(const std::string& kind, int64_t total) {
   if (kind == "zipf")
     for (int64_t e = 0; e < kExperts; ++e) w[e] = 1.0 / double(e + 1);
   if (kind == "hot") c[0] = fixed = kTokens, w[0] = 0.0;
+  if (kind == "random") {  // xorshift64* (bench_timing.py's moe_prefill_counts draws the same)
+    uint64_t s = 0x9E3779B97F4A7C15ull;
+    for (int64_t r = 0; r < total; ++r) {
+      s ^= s >> 12, s ^= s << 25, s ^= s >> 27;
+      ++c[((s * 0x2545F4914F6CDD1Dull) >> 32) % kExperts];
+    }
+    return c;
+  }
   double sum = 0;
   for (double v : w) sum += v;
   int64_t given = fixed;
@@ -108,13 +117,14 @@ std::vector<NamedKernel> kernels_from(const std::string& list) {
 
 void run(int argc, char** argv) {
   g_reps = 10;  // this bench's default (--reps): each call is ~10 ms
-  std::string kernel_list, ablate_list;
+  std::string kernel_list, ablate_list, routing_list;
   bool crossover = true;
   for (int i = 1; i + 1 < argc; i += 2)
     if (!std::strcmp(argv[i], "--reps")) g_reps = std::atoi(argv[i + 1]);
     else if (!std::strcmp(argv[i], "--quick")) g_quick = std::atoi(argv[i + 1]) != 0;
     else if (!std::strcmp(argv[i], "--kernels")) kernel_list = argv[i + 1];
     else if (!std::strcmp(argv[i], "--ablate")) ablate_list = argv[i + 1];
+    else if (!std::strcmp(argv[i], "--routing")) routing_list = argv[i + 1];
     else if (!std::strcmp(argv[i], "--crossover")) crossover = std::atoi(argv[i + 1]) != 0;
   std::vector<NamedKernel> kernels = kernels_from(kernel_list);
   // --ablate 1,2,4: kWgmma again with parts of its main loop removed (timing only; the
@@ -156,8 +166,9 @@ void run(int argc, char** argv) {
   const MoeDecodeWorkspace prefill_ws{prefill_ws_buf.get(), 8};
   std::printf("MoE prefill, EP4 rank: %lld local experts, expert %lld -> %lld -> %lld MXFP4, SiTU; %lld tokens x top-16 = %lld rows here\n",
               (long long)kExperts, (long long)kDim, (long long)kInter, (long long)kDim, (long long)kTokens, (long long)kRows);
-  for (const std::string kind : {"uniform", "zipf", "hot"}) {
+  for (const std::string kind : {"uniform", "zipf", "hot", "random"}) {
     if (g_quick && kind != "uniform") break;
+    if (!routing_list.empty() && ("," + routing_list + ",").find("," + kind + ",") == std::string::npos) continue;
     const auto c = counts_for(kind, kRows);
     check(off.upload(offsets_of(c)), "offsets");
     for (const auto& [kernel_name, kernel, ablate] : kernels)

@@ -1,5 +1,5 @@
 """Torch anchor for moe_prefill_bench: the same EP4 rank (224 experts, 3584 -> 3072 -> 3584,
-SiTU(4, 25)), 32768 routed rows in the same three distributions (uniform, zipf, hot), with
+SiTU(4, 25)), 32768 routed rows in the same four distributions (uniform, zipf, hot, random), with
 bf16 dequantised weights (random; 15 GB): (a) one matmul pair per expert, (b) torch's
 grouped matmul (torch._grouped_mm) if this torch has it. CUDA events, 3 warm-ups, median of
 --reps. Prints TFLOP/s on 2 * rows * 3 * 3072 * 3584 FLOPs."""
@@ -26,7 +26,7 @@ def main():
     x = torch.randn(ROWS, DIM, dtype=torch.bfloat16, device=dev)
     flops = 2.0 * ROWS * 3 * INTER * DIM
     print(f"torch {torch.__version__}, {torch.cuda.get_device_name()}")
-    for kind in ("uniform", "zipf", "hot"):
+    for kind in ("uniform", "zipf", "hot", "random"):
         c = moe_prefill_counts(kind, E, ROWS, TOKENS)
         off = [0]
         for v in c:

@@ -258,66 +258,81 @@ __device__ __forceinline__ void run_tile(const Mxfp4Decode& a, const Mxfp4Decode
   if (live) load_w(0, qn, sn);
   if constexpr (kHalves)
     if (live && chunks > 1) pull_l2(1);
-  for (int c = 0; c < chunks; ++c) {
-    const uint32_t n = seq + c, slot = n % kStages;
-    if constexpr (kHalves)
-      if (live && c + 2 < chunks) pull_l2(c + 2);
+  // Thread 0 refills the stage two chunks after its use; every thread waits for chunk c's tokens.
+  auto fill_and_wait = [&](int c) {
+    const uint32_t n = seq + c;
     if (tid == 0 && c + kAhead < chunks) issue_chunk<kN, kMc, C::kHalfBytes>(map, ring, n + kAhead, c + kAhead, tl.tok0);
     __syncwarp();  // warp 0 whole again before the .aligned wgmma instructions
-    mbar_wait(&ring.full[slot], (n / kStages) & 1);
-    if (!live) {  // nothing to compute, but the stage's release is counted per thread
-      release(n);
-      continue;
+    mbar_wait(&ring.full[n % kStages], (n / kStages) & 1);
+  };
+  // `live` picks the loop once: tested on every chunk inside the main loop, ptxas re-derived it
+  // from a spilled tile coordinate, a local load that ncu showed on each chunk's critical path
+  // (4.6% of gate/up's stall samples; docs/perf.md "Where kWgmmaTma160's stalls are").
+  if (!live) {
+    for (int c = 0; c < chunks; ++c) {  // nothing to compute, but each stage's release is counted per thread
+      fill_and_wait(c);
+      release(seq + c);
     }
-    [[maybe_unused]] uint4 q[kHalves ? 1 : kQ];
-    uint32_t sc[kQ];
-    if constexpr (kHalves) {
-      // One chunk of words: this chunk's in qn, the next one's loaded in halves below (next_half);
-      // only the scale words a chunk ahead here.
-#pragma unroll
-      for (int j = 0; j < kQ; ++j) sc[j] = sn[j];
-      if (c + 1 < chunks) load_scales(sa, sb, chunks, c + 1, sn);
-    } else {
-#pragma unroll
-      for (int j = 0; j < kQ; ++j) q[j] = qn[j], sc[j] = sn[j];
-      if (c + 1 < chunks) load_w(c + 1, qn, sn);  // a chunk ahead, in registers
-    }
-    // kHalves: words 0-1 of every tile (k-steps 0-3) or 2-3 (k-steps 4-7) of the next chunk, into
-    // the registers those k-steps have just dequantised.
-    [[maybe_unused]] auto next_half = [&](auto part) { load_words_half(pa, pb, tile_bytes, c + 1, part, qn); };
-    auto word = [&](int j, int i) { return word_of(kHalves ? qn[j] : q[j], i); };
-    const uint32_t sbase = ring.base + slot * kStageBytes;
-#pragma unroll
-    for (int s = 0; s < 8; ++s) {  // k-step s: group i = s / 2, half h = s % 2
-      const int i = s >> 1, h = s & 1;
-      uint32_t fa[4], fb[4] = {0u, 0u, 0u, 0u};
-      {
-        uint32_t lo[2], hi[2];
-        dequant_half<kWide>(word(0, i), (sc[0] >> (8 * i)) & 0xffu, h, lo);
-        dequant_half<kWide>(word(1, i), (sc[1] >> (8 * i)) & 0xffu, h, hi);
-        fa[0] = lo[0], fa[1] = hi[0], fa[2] = lo[1], fa[3] = hi[1];
-        if constexpr (kQ == 4) {
-          dequant_half<kWide>(word(2, i), (sc[2] >> (8 * i)) & 0xffu, h, lo);
-          dequant_half<kWide>(word(3, i), (sc[3] >> (8 * i)) & 0xffu, h, hi);
-          fb[0] = lo[0], fb[1] = hi[0], fb[2] = lo[1], fb[3] = hi[1];
-        }
-      }
+  } else {
+    for (int c = 0; c < chunks; ++c) {
+      const uint32_t n = seq + c, slot = n % kStages;
       if constexpr (kHalves)
-        if ((s & 3) == 3 && c + 1 < chunks) next_half(s >> 2);
-      const uint64_t desc = sw128_desc(sbase + (s >> 2) * kHalfBytes + (s & 3) * 32);
-      wgmma_fence();
-      wgmma_rs<kN>(acc0, fa, desc);
-      if constexpr (kBlocks == 2) wgmma_rs<kN>(acc1, fb, desc);
-      wgmma_commit();
-      wgmma_wait<C::kPending>();  // k-step s - kPending is done: its A registers are free
-      // From k-step kPending - 1 on, the previous chunk's wgmmas are all done: its stage may be refilled.
-      if (s == C::kPending - 1 && c > 0) release(n - 1);
+        if (c + 2 < chunks) pull_l2(c + 2);
+      fill_and_wait(c);
+      [[maybe_unused]] uint4 q[kHalves ? 1 : kQ];
+      uint32_t sc[kQ];
+      if constexpr (kHalves) {
+        // One chunk of words: this chunk's in qn, the next one's loaded in halves below (next_half);
+        // only the scale words a chunk ahead here.
+#pragma unroll
+        for (int j = 0; j < kQ; ++j) sc[j] = sn[j];
+        if (c + 1 < chunks) load_scales(sa, sb, chunks, c + 1, sn);
+      } else {
+#pragma unroll
+        for (int j = 0; j < kQ; ++j) q[j] = qn[j], sc[j] = sn[j];
+        if (c + 1 < chunks) load_w(c + 1, qn, sn);  // a chunk ahead, in registers
+      }
+      // kHalves: words 0-1 of every tile (k-steps 0-3) or 2-3 (k-steps 4-7) of the next chunk, into
+      // the registers those k-steps have just dequantised.
+      [[maybe_unused]] auto next_half = [&](auto part) { load_words_half(pa, pb, tile_bytes, c + 1, part, qn); };
+      auto word = [&](int j, int i) { return word_of(kHalves ? qn[j] : q[j], i); };
+      const uint32_t sbase = ring.base + slot * kStageBytes;
+#pragma unroll
+      for (int s = 0; s < 8; ++s) {  // k-step s: group i = s / 2, half h = s % 2
+        const int i = s >> 1, h = s & 1;
+        uint32_t fa[4], fb[4] = {0u, 0u, 0u, 0u};
+        {
+          uint32_t lo[2], hi[2];
+          dequant_half<kWide>(word(0, i), (sc[0] >> (8 * i)) & 0xffu, h, lo);
+          dequant_half<kWide>(word(1, i), (sc[1] >> (8 * i)) & 0xffu, h, hi);
+          fa[0] = lo[0], fa[1] = hi[0], fa[2] = lo[1], fa[3] = hi[1];
+          if constexpr (kQ == 4) {
+            dequant_half<kWide>(word(2, i), (sc[2] >> (8 * i)) & 0xffu, h, lo);
+            dequant_half<kWide>(word(3, i), (sc[3] >> (8 * i)) & 0xffu, h, hi);
+            fb[0] = lo[0], fb[1] = hi[0], fb[2] = lo[1], fb[3] = hi[1];
+          }
+        }
+        if constexpr (kHalves)
+          if ((s & 3) == 3 && c + 1 < chunks) next_half(s >> 2);
+        const uint64_t desc = sw128_desc(sbase + (s >> 2) * kHalfBytes + (s & 3) * 32);
+        wgmma_fence();
+        wgmma_rs<kN>(acc0, fa, desc);
+        if constexpr (kBlocks == 2) wgmma_rs<kN>(acc1, fb, desc);
+        wgmma_commit();
+        wgmma_wait<C::kPending>();  // k-step s - kPending is done: its A registers are free
+        // From k-step kPending - 1 on, the previous chunk's wgmmas are all done: its stage may be refilled.
+        if (s == C::kPending - 1 && c > 0) release(n - 1);
+      }
     }
   }
   wgmma_wait<0>();  // unconditional: ptxas cannot tie `live` to the loop's wgmmas and would serialise them
   if (live) release(seq + chunks - 1);
   seq += chunks;
-  __syncthreads();  // every warpgroup is done with the ring (the gate/up staging reuses it)
+  // Gate/up: every warpgroup is done with the ring, which the staging reuses. Down tiles need no
+  // CTA barrier (the empty barriers guard the ring; the queue's next tile is published through
+  // the full barriers, kernel below), so a warpgroup goes on to its stores and the next tile
+  // without waiting for the other (ncu: 2.9% of down's samples waited here).
+  if constexpr (kGated || kMc) __syncthreads();
 
   // Accumulator element 4j + v: weight row 16 warp + g + 8 (v / 2) of the block, token 8j + 2t + v % 2.
   if constexpr (kGated) {
@@ -374,7 +389,13 @@ __global__ void __launch_bounds__(Cfg<kForm>::kThreads, 1)
                       int solo) {
   extern __shared__ uint8_t smem_raw[];
   __shared__ int tile_start[kMaxExperts + 1];
-  __shared__ int next_tile[2];  // kQueue: thread 0 fetches tile it + 1 while tile it runs
+  // kQueue: thread 0 fetches tile it + 1 while tile it runs, into next_tile[it % 8]. Every
+  // thread reads it after tile it: thread 0 wrote it before its first arrive.expect_tx of tile it
+  // (release), which each thread's wait on that fill's full barrier acquires. Down tiles end
+  // without a CTA barrier, so thread 0 may run ahead of the slowest warp, but by at most six
+  // tiles (it cannot refill a stage the slowest warp has not released, five fills back, and a
+  // tile is at least one fill): eight slots are never rewritten before they are read.
+  __shared__ int next_tile[8];
   __shared__ uint64_t full_bar[kStages], empty_bar[kStages];
   __shared__ uint64_t unit_bar[2];  // kMc && kQueue, rank 1: rank 0 delivered the unit in unit_mail
   __shared__ int unit_mail[2];
@@ -401,10 +422,9 @@ __global__ void __launch_bounds__(Cfg<kForm>::kThreads, 1)
 
   int tile = kMc ? int(blockIdx.x / 2) : int(blockIdx.x);
   for (int it = 0; tile < total; ++it) {
-    // Read after run_tile's barriers; rewritten two tiles later, after the next tile's barriers.
     if (kQueue && threadIdx.x == 0 && rank == 0) {
       const int v = int(units_in_grid + atomicAdd(&queue_ptr->next, 1u));
-      next_tile[it & 1] = v;
+      next_tile[it & 7] = v;
       if constexpr (kMc) {  // rank 1 takes the same unit; it reads the mail before it can let this CTA finish the next tile
         st_cluster_u32(map_to_cta(smem_u32(&unit_mail[it & 1]), 1u), uint32_t(v));
         mbar_arrive_cluster(map_to_cta(smem_u32(&unit_bar[it & 1]), 1u));
@@ -427,12 +447,12 @@ __global__ void __launch_bounds__(Cfg<kForm>::kThreads, 1)
       if (rank == 1) {
         if (threadIdx.x == 0) {
           mbar_wait_cluster(&unit_bar[it & 1], (it >> 1) & 1);
-          next_tile[it & 1] = unit_mail[it & 1];
+          next_tile[it & 7] = unit_mail[it & 1];
         }
         __syncthreads();
       }
     }
-    tile = kQueue ? next_tile[it & 1] : tile + units_in_grid;
+    tile = kQueue ? next_tile[it & 7] : tile + units_in_grid;
   }
   if (kQueue && threadIdx.x == 0) finish_tile_queue(queue_ptr);
   if constexpr (kMc) cluster_sync();  // no CTA leaves while the peer may still arrive on its barriers
