@@ -7,13 +7,10 @@
 #   moe_prefill_bench_old (the previous build), cuda_forward_test, bin/lib/ as h200_env.sh takes it)
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
-mkdir -p /tmp/v && tar -C /tmp/v -xJf "$here/bins.tar.xz"
 # shellcheck source=/dev/null
-source kernels/bench/h200_env.sh /tmp/v/bin/lib /work/main
-B=/tmp/v/bin
-T0=$(date +%s); t() { echo "t=$(( $(date +%s) - T0 ))s"; }
-left() { echo $(( 185 - ($(date +%s) - T0) )); }
-date -u; nvidia-smi --query-gpu=index,name,driver_version,clocks.max.sm --format=csv,noheader
+source kernels/bench/h200_bins.sh "$here"
+s0=$(date +%s)
+left() { echo $(( 185 - ($(date +%s) - s0) )); }
 timeout 45 "$B"/moe_prefill_test > "$OUT"/test.log 2>&1; echo "test rc=$? $(t)"
 grep -E "^\[  (PASSED|FAILED) |^\[  FAILED|Failure" "$OUT"/test.log | head -20
 for b in old new old new; do

@@ -4,12 +4,8 @@
 #   OUT=dir bash .dev/X/run.sh   (this file, carried with bins.tar.xz: bin/ = moe_prefill_bench, bin/lib/ = libcudart.so.13, libspdlog, libfmt, libpcre2-8)
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
-mkdir -p /tmp/v && tar -C /tmp/v -xJf "$here/bins.tar.xz"
 # shellcheck source=/dev/null
-source kernels/bench/h200_env.sh /tmp/v/bin/lib /work/main
-B=/tmp/v/bin
-T0=$(date +%s); t() { echo "t=$(( $(date +%s) - T0 ))s"; }
-date -u; nvidia-smi --query-gpu=index,name,driver_version,clocks.max.sm --format=csv,noheader
+source kernels/bench/h200_bins.sh "$here"
 timeout 90 "$B"/moe_prefill_bench --kernels wgmma,wgmma-tma,wgmma-tma-160 --crossover 0 2>&1 | grep -E "queue|static"; t
 prof() {  # name kernels routing regex count
   timeout 150 ncu --clock-control none --section SourceCounters --section WarpStateStats -k "regex:$4" -s 2 -c "$5" -o "/tmp/$1" \

@@ -6,12 +6,8 @@
 #   moe_prefill_test, cuda_forward_test, bin/lib/ = libcudart.so.13, libspdlog, libfmt, libpcre2-8)
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
-mkdir -p /tmp/v && tar -C /tmp/v -xJf "$here/bins.tar.xz"
 # shellcheck source=/dev/null
-source kernels/bench/h200_env.sh /tmp/v/bin/lib /work/main
-B=/tmp/v/bin
-T0=$(date +%s); t() { echo "t=$(( $(date +%s) - T0 ))s"; }
-date -u; nvidia-smi --query-gpu=index,name,driver_version,clocks.max.sm --format=csv,noheader
+source kernels/bench/h200_bins.sh "$here"
 timeout 100 "$B"/moe_prefill_test > "$OUT"/test.log 2>&1; echo "test rc=$? $(t)"
 grep -E "^\[  (PASSED|FAILED) |^\[  FAILED|Failure|bit-identical" "$OUT"/test.log | head -20
 grep -E "tma-160\]" "$OUT"/test.log | head -40
