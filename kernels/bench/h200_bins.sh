@@ -12,3 +12,11 @@ B=/tmp/v/bin
 h200_t0=$(date +%s)
 t() { echo "t=$(( $(date +%s) - h200_t0 ))s"; }
 date -u; nvidia-smi --query-gpu=index,name,driver_version,clocks.max.sm --format=csv,noheader
+# compute-sanitizer memcheck of moe_prefill_test's five small GPU cases (every main loop), at most
+# $1 seconds, the log in $OUT/memcheck.log; prints the exit status and the summary lines.
+moe_prefill_memcheck() {
+  local small='MoePrefill.OddRowCountsBesideEmptyExperts:MoePrefill.SkewedAndUniformRouting:MoePrefill.ScalesAboveTwoTakeTheTwoMultiplyPath:MoePrefill.TileQueueAndStaticScheduleGiveTheSameBitsCallAfterCall:MoePrefill.NoLocalRowsLeavesTheOutputZeroAndGraphReplayRepeats'
+  timeout "$1" compute-sanitizer --tool memcheck --error-exitcode 9 "$B"/moe_prefill_test --gtest_filter="$small" > "$OUT"/memcheck.log 2>&1
+  echo "memcheck rc=$? $(t)"
+  grep -E "ERROR SUMMARY|FAILED|PASSED|OK \]" "$OUT"/memcheck.log | head -12
+}

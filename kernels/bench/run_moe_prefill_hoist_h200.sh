@@ -19,7 +19,5 @@ for b in old new old new; do
 done
 timeout "$(( $(left) > 60 ? 50 : 20 ))" "$B"/cuda_forward_test > "$OUT"/fwd.log 2>&1; echo "cuda_forward_test rc=$? $(t)"
 grep -E "^\[  (PASSED|FAILED) |^\[  FAILED" "$OUT"/fwd.log | head
-small='MoePrefill.OddRowCountsBesideEmptyExperts:MoePrefill.SkewedAndUniformRouting:MoePrefill.ScalesAboveTwoTakeTheTwoMultiplyPath:MoePrefill.TileQueueAndStaticScheduleGiveTheSameBitsCallAfterCall:MoePrefill.NoLocalRowsLeavesTheOutputZeroAndGraphReplayRepeats'
 lim=$(left); [ "$lim" -lt 10 ] && lim=10
-timeout "$lim" compute-sanitizer --tool memcheck --error-exitcode 9 "$B"/moe_prefill_test --gtest_filter="$small" > "$OUT"/memcheck.log 2>&1; echo "memcheck rc=$? $(t)"
-grep -E "ERROR SUMMARY|FAILED|PASSED|OK \]" "$OUT"/memcheck.log | head -12
+moe_prefill_memcheck "$lim"

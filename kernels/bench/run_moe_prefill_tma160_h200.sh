@@ -15,6 +15,4 @@ for _ in 1 2; do timeout 60 "$B"/moe_prefill_bench --kernels wgmma,wgmma-tma-160
 PYTHONUNBUFFERED=1 timeout 60 python3 kernels/bench/moe_prefill_torch.py > "$OUT"/torch.log 2>&1; echo "torch rc=$? $(t)"; tail -8 "$OUT"/torch.log
 timeout 200 "$B"/cuda_forward_test > "$OUT"/fwd.log 2>&1; echo "cuda_forward_test rc=$? $(t)"
 grep -E "^\[  (PASSED|FAILED) |^\[  FAILED" "$OUT"/fwd.log | head
-small='MoePrefill.OddRowCountsBesideEmptyExperts:MoePrefill.SkewedAndUniformRouting:MoePrefill.ScalesAboveTwoTakeTheTwoMultiplyPath:MoePrefill.TileQueueAndStaticScheduleGiveTheSameBitsCallAfterCall:MoePrefill.NoLocalRowsLeavesTheOutputZeroAndGraphReplayRepeats'
-timeout 240 compute-sanitizer --tool memcheck --error-exitcode 9 "$B"/moe_prefill_test --gtest_filter="$small" > "$OUT"/memcheck.log 2>&1; echo "memcheck rc=$? $(t)"
-grep -E "ERROR SUMMARY|FAILED|PASSED" "$OUT"/memcheck.log | head
+moe_prefill_memcheck 240
