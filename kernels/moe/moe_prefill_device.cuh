@@ -65,9 +65,10 @@ __device__ __forceinline__ float tanh_approx(float x) {
 }
 
 // MoeAct (moe_activation.cuh) on the special-function unit: tanh.approx (relative error
-// 2^-11) and an __expf sigmoid; the result is rounded to bf16 (2^-9) right after.
+// 2^-11), the sigmoid as 0.5 + 0.5 tanh(g / 2) (one special-function op, not an exp and an IEEE
+// reciprocal: absolute error <= 2^-12); the result is rounded to bf16 (2^-9) right after.
 __device__ __forceinline__ float act_fast(const MoeAct& fn, float g, float u) {
-  const float sig = __frcp_rn(1.0f + __expf(-g));
+  const float sig = fmaf(0.5f, tanh_approx(0.5f * g), 0.5f);
   if (fn.kind == MoeActivation::kSiLU) return g * sig * u;
   const float a = fn.beta * tanh_approx(g * (1.0f / fn.beta)) * sig;
   return a * (fn.linear_beta > 0.0f ? fn.linear_beta * tanh_approx(u * (1.0f / fn.linear_beta)) : u);

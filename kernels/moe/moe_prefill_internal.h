@@ -44,10 +44,16 @@ Status expert_mlp_prefill_wgmma(const MoeDecodeWeights& w, const int32_t* offset
                                 const uint16_t* x_sorted, uint16_t* act, float* out_sorted, void* queue, MoePrefillKernel kernel,
                                 cudaStream_t stream);
 
-// The same for kWgmmaTma / kWgmmaTma4 (moe_prefill_wgmma_tma_sm90.cu).
+// The same for the bulk-copy forms kWgmmaTma, kWgmmaTma4, kWgmmaTmaMc and kWgmmaTma160
+// (moe_prefill_wgmma_tma_sm90.cu; kWgmmaTma160 forwarded to the next one).
 Status expert_mlp_prefill_wgmma_tma(const MoeDecodeWeights& w, const int32_t* offsets, int64_t experts, int64_t capacity,
                                     const uint16_t* x_sorted, uint16_t* act, float* out_sorted, void* queue, MoePrefillKernel kernel,
                                     cudaStream_t stream);
+
+// kWgmmaTma160 (moe_prefill_wgmma_tma_tail_sm90.cu).
+Status expert_mlp_prefill_wgmma_tma_tail(const MoeDecodeWeights& w, const int32_t* offsets, int64_t experts, int64_t capacity,
+                                         const uint16_t* x_sorted, uint16_t* act, float* out_sorted, void* queue, MoePrefillKernel kernel,
+                                         cudaStream_t stream);
 
 // The same for kWgmmaProducer (moe_prefill_producer_sm90.cu).
 Status expert_mlp_prefill_wgmma_producer(const MoeDecodeWeights& w, const int32_t* offsets, int64_t experts, int64_t capacity,
