@@ -10,7 +10,7 @@
 // mma.sync, wgmma, wgmma-wN, wgmma-smemW, wgmma-smemWd, wgmma-tma, wgmma-tma4, wgmma-prod, wgmma-160 =
 // MoePrefillKernel::kMmaSync, kWgmma, kWgmmaWideN, kWgmmaSmemW, kWgmmaSmemWDeep, kWgmmaTma, kWgmmaTma4, kWgmmaProducer, kWgmma160, kWgmmaG2, kWgmmaSmemWG2, kWgmmaCarry, kWgmmaCarry6, kWgmmaTmaMc (wgmma-tma-mc), kWgmmaPingpong (wgmma-pingpong), kWgmmaTma160 (wgmma-tma-160); the input order does not change the time) under both tile schedules (moe_prefill.h: the
 // dynamic queue in a workspace, as the backend calls it, and the static stride). Also the crossover against moe_expert_mlp_decode (kAuto) at 2..64 rows a
-// expert, which sets the backend's switch (cuda_layers.cpp). CUDA events, 3 warm-ups,
+// expert on uniform and random rows, which sets the backend's switch (cuda_layers.cpp). CUDA events, 3 warm-ups,
 // median of --reps. Weight bytes are random (scales 2^-7..2^-3), tiled from a 64 MB pattern.
 //
 //   moe_prefill_bench [--reps N] [--quick 1] [--kernels wgmma,wgmma-smemW] [--routing uniform,random] [--crossover 0] [--ablate 1,2,4]
@@ -198,9 +198,13 @@ void run(int argc, char** argv) {
   check(cudaMemset(ws_buf.get(), 0, moe_decode_workspace_bytes(kExperts)), "workspace");
   const MoeDecodeWorkspace ws{ws_buf.get(), moe_decode_workspace_bytes(kExperts)};
   check(cudaMemset(xf.get(), 0, cap * kDim * 4), "xf");
-  for (int64_t per : {2, 4, 8, 16, 32, 64}) {
+  // Uniform rows, then random ones (the same mean, binomial counts: a real router's spread, which
+  // sends some experts past the decode kernels' 8-row items well before the mean gets there).
+  for (const char* kind : {"uniform", "random"})
+  for (int64_t per : {2, 4, 6, 8, 10, 12, 16, 32, 64}) {  // 6 .. 12: where the backend's switch falls
     const int64_t rows = per * kExperts;
-    check(off.upload(offsets_of(counts_for("uniform", rows))), "offsets");
+    const std::vector<int64_t> c = counts_for(kind, rows);
+    check(off.upload(offsets_of(c)), "offsets");
     const double us_p = median_us(
         [&] { check(moe_expert_mlp_prefill(w, off.get(), kExperts, rows, x.get(), act.get(), out.get(), nullptr, prefill_ws), "prefill"); });
     const double us_d = median_us(
@@ -210,8 +214,9 @@ void run(int argc, char** argv) {
                        chosen == MoeDecodeKernel::kFusedSplitPdl || chosen == MoeDecodeKernel::kFusedSplit24Warps ||
                        chosen == MoeDecodeKernel::kFusedSplit24WarpsStaggered ||
                        chosen == MoeDecodeKernel::kFusedSplitStaggered;  // any one-launch form
-    std::printf("crossover %3lld rows a expert (%6lld rows): prefill %8.1f us  decode(kAuto -> %s) %8.1f us  prefill %.2fx faster\n",
-                (long long)per, (long long)rows, us_p, fused ? "fused" : "two-launch", us_d, us_d / us_p);
+    std::printf("crossover %-7s %3lld rows a expert (%6lld rows, max %3lld): prefill %8.1f us  decode(kAuto -> %s) %8.1f us  prefill %.2fx faster\n",
+                kind, (long long)per, (long long)rows, (long long)*std::max_element(c.begin(), c.end()), us_p, fused ? "fused" : "two-launch",
+                us_d, us_d / us_p);
   }
 }
 
