@@ -254,8 +254,12 @@ Status CudaModel::mlp(const DeviceMlp& w, const float* x, int64_t rows, float* o
 }
 
 // Average routed rows per expert from which the prefill grouped GEMM replaces the decode
-// kernels (moe_prefill.h; the crossover measured on the H200 is in docs/perf.md).
-constexpr int64_t kMoePrefillMinRowsPerExpert = 8;
+// kernels (moe_prefill.h). Measured on the H200 at K3's EP4 shapes (docs/perf.md, "The backend's
+// switch to the decode kernels"): the decode kernels' 8-row items make them cheap only while no
+// expert passes 8 rows; with a router's spread (random rows) the grouped GEMM is 1.33x faster from
+// 4 rows an expert on average and the decode kernels 1.6x faster at 2. (Perfectly even rows would
+// put the switch at 9; no router produces them.)
+constexpr int64_t kMoePrefillMinRowsPerExpert = 4;
 
 Status CudaModel::moe(const DeviceLayer& l, const float* x, int64_t rows, float* out) {
   const ModelConfig& c = cfg_;
