@@ -257,8 +257,8 @@ Status CudaModel::mlp(const DeviceMlp& w, const float* x, int64_t rows, float* o
 // kernels (moe_prefill.h). Measured on the H200 at K3's EP4 shapes (docs/perf.md, "The backend's
 // switch to the decode kernels"): the decode kernels' 8-row items make them cheap only while no
 // expert passes 8 rows; with a router's spread (random rows) the grouped GEMM is 1.33x faster from
-// 4 rows an expert on average and the decode kernels 1.6x faster at 2. (Perfectly even rows would
-// put the switch at 9; no router produces them.)
+// 4 rows an expert on average and the decode kernels 1.6x faster at 2; the same at an EP32 rank's 28
+// experts (1.50x at 4). (Perfectly even rows would put the switch at 9; no router produces them.)
 constexpr int64_t kMoePrefillMinRowsPerExpert = 4;
 
 Status CudaModel::moe(const DeviceLayer& l, const float* x, int64_t rows, float* out) {

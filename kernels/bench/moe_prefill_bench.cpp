@@ -13,8 +13,10 @@
 // expert on uniform and random rows, which sets the backend's switch (cuda_layers.cpp). CUDA events, 3 warm-ups,
 // median of --reps. Weight bytes are random (scales 2^-7..2^-3), tiled from a 64 MB pattern.
 //
-//   moe_prefill_bench [--reps N] [--quick 1] [--kernels wgmma,wgmma-smemW] [--routing uniform,random] [--crossover 0] [--ablate 1,2,4]
-//   (--quick: uniform only, queue only; --routing: these distributions only (default all four); --crossover 0: no crossover lines; --ablate: kWgmma with
+//   moe_prefill_bench [--reps N] [--quick 1] [--kernels wgmma,wgmma-smemW] [--routing uniform,random] [--crossover 0]
+//                     [--crossover-experts 28] [--ablate 1,2,4]
+//   (--quick: uniform only, queue only; --routing: these distributions only (default all four); --crossover 0: no crossover lines;
+//   --crossover-experts: the crossover on the first N local experts (28: an EP32 decode rank; default 224); --ablate: kWgmma with
 //   parts of its main loop removed, moe_prefill_bench_ablate only: docs/perf.md "Bare wgmma loop")
 #include <algorithm>
 #include <cstdio>
@@ -53,27 +55,27 @@ DeviceBuffer<uint8_t> random_device(size_t n, uint64_t seed, uint8_t lo = 0, uin
 
 
 // Rows per expert; `total` rows. Remainders go one each to the first experts.
-std::vector<int64_t> counts_for(const std::string& kind, int64_t total) {
-  std::vector<int64_t> c(kExperts, 0);
-  std::vector<double> w(kExperts, 1.0);
+std::vector<int64_t> counts_for(const std::string& kind, int64_t total, int64_t experts = kExperts) {
+  std::vector<int64_t> c(experts, 0);
+  std::vector<double> w(experts, 1.0);
   int64_t fixed = 0;
   if (kind == "zipf")
-    for (int64_t e = 0; e < kExperts; ++e) w[e] = 1.0 / double(e + 1);
+    for (int64_t e = 0; e < experts; ++e) w[e] = 1.0 / double(e + 1);
   if (kind == "hot") c[0] = fixed = kTokens, w[0] = 0.0;
   if (kind == "random") {  // xorshift64* (bench_timing.py's moe_prefill_counts draws the same)
     uint64_t s = 0x9E3779B97F4A7C15ull;
     for (int64_t r = 0; r < total; ++r) {
       s ^= s >> 12, s ^= s << 25, s ^= s >> 27;
-      ++c[((s * 0x2545F4914F6CDD1Dull) >> 32) % kExperts];
+      ++c[((s * 0x2545F4914F6CDD1Dull) >> 32) % experts];
     }
     return c;
   }
   double sum = 0;
   for (double v : w) sum += v;
   int64_t given = fixed;
-  for (int64_t e = 0; e < kExperts; ++e)
+  for (int64_t e = 0; e < experts; ++e)
     if (w[e] > 0) given += c[e] = static_cast<int64_t>(double(total - fixed) * w[e] / sum);
-  for (int64_t e = 0; given < total; e = (e + 1) % kExperts)
+  for (int64_t e = 0; given < total; e = (e + 1) % experts)
     if (w[e] > 0) ++c[e], ++given;
   return c;
 }
@@ -119,6 +121,7 @@ void run(int argc, char** argv) {
   g_reps = 10;  // this bench's default (--reps): each call is ~10 ms
   std::string kernel_list, ablate_list, routing_list;
   bool crossover = true;
+  int64_t crossover_experts = kExperts;
   for (int i = 1; i + 1 < argc; i += 2)
     if (!std::strcmp(argv[i], "--reps")) g_reps = std::atoi(argv[i + 1]);
     else if (!std::strcmp(argv[i], "--quick")) g_quick = std::atoi(argv[i + 1]) != 0;
@@ -126,6 +129,7 @@ void run(int argc, char** argv) {
     else if (!std::strcmp(argv[i], "--ablate")) ablate_list = argv[i + 1];
     else if (!std::strcmp(argv[i], "--routing")) routing_list = argv[i + 1];
     else if (!std::strcmp(argv[i], "--crossover")) crossover = std::atoi(argv[i + 1]) != 0;
+    else if (!std::strcmp(argv[i], "--crossover-experts")) crossover_experts = std::clamp<int64_t>(std::atoll(argv[i + 1]), 1, kExperts);
   std::vector<NamedKernel> kernels = kernels_from(kernel_list);
   // --ablate 1,2,4: kWgmma again with parts of its main loop removed (timing only; the
   // moe_prefill_wgmma_sm90.cu masks), named wgmma-a<mask>.
@@ -202,20 +206,20 @@ void run(int argc, char** argv) {
   // sends some experts past the decode kernels' 8-row items well before the mean gets there).
   for (const char* kind : {"uniform", "random"})
   for (int64_t per : {2, 4, 6, 8, 10, 12, 16, 32, 64}) {  // 6 .. 12: where the backend's switch falls
-    const int64_t rows = per * kExperts;
-    const std::vector<int64_t> c = counts_for(kind, rows);
+    const int64_t ne = crossover_experts, rows = per * ne;
+    const std::vector<int64_t> c = counts_for(kind, rows, ne);
     check(off.upload(offsets_of(c)), "offsets");
     const double us_p = median_us(
-        [&] { check(moe_expert_mlp_prefill(w, off.get(), kExperts, rows, x.get(), act.get(), out.get(), nullptr, prefill_ws), "prefill"); });
+        [&] { check(moe_expert_mlp_prefill(w, off.get(), ne, rows, x.get(), act.get(), out.get(), nullptr, prefill_ws), "prefill"); });
     const double us_d = median_us(
-        [&] { check(moe_expert_mlp_decode(w, off.get(), kExperts, rows, xf.get(), actf.get(), out.get(), nullptr, MoeDecodeKernel::kAuto, ws), "decode"); });
-    const MoeDecodeKernel chosen = moe_decode_choice(w, kExperts, rows, true);
+        [&] { check(moe_expert_mlp_decode(w, off.get(), ne, rows, xf.get(), actf.get(), out.get(), nullptr, MoeDecodeKernel::kAuto, ws), "decode"); });
+    const MoeDecodeKernel chosen = moe_decode_choice(w, ne, rows, true);
     const bool fused = chosen == MoeDecodeKernel::kFused || chosen == MoeDecodeKernel::kFusedSplit ||
                        chosen == MoeDecodeKernel::kFusedSplitPdl || chosen == MoeDecodeKernel::kFusedSplit24Warps ||
                        chosen == MoeDecodeKernel::kFusedSplit24WarpsStaggered ||
                        chosen == MoeDecodeKernel::kFusedSplitStaggered;  // any one-launch form
-    std::printf("crossover %-7s %3lld rows a expert (%6lld rows, max %3lld): prefill %8.1f us  decode(kAuto -> %s) %8.1f us  prefill %.2fx faster\n",
-                kind, (long long)per, (long long)rows, (long long)*std::max_element(c.begin(), c.end()), us_p, fused ? "fused" : "two-launch",
+    std::printf("crossover %-7s %3lld experts, %3lld rows a expert (%6lld rows, max %3lld): prefill %8.1f us  decode(kAuto -> %s) %8.1f us  prefill %.2fx faster\n",
+                kind, (long long)ne, (long long)per, (long long)rows, (long long)*std::max_element(c.begin(), c.end()), us_p, fused ? "fused" : "two-launch",
                 us_d, us_d / us_p);
   }
 }
