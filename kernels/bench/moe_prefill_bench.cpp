@@ -204,24 +204,25 @@ void run(int argc, char** argv) {
   check(cudaMemset(xf.get(), 0, cap * kDim * 4), "xf");
   // Uniform rows, then random ones (the same mean, binomial counts: a real router's spread, which
   // sends some experts past the decode kernels' 8-row items well before the mean gets there).
+  const int64_t ne = crossover_experts;
   for (const char* kind : {"uniform", "random"})
-  for (int64_t per : {2, 4, 6, 8, 10, 12, 16, 32, 64}) {  // 6 .. 12: where the backend's switch falls
-    const int64_t ne = crossover_experts, rows = per * ne;
-    const std::vector<int64_t> c = counts_for(kind, rows, ne);
-    check(off.upload(offsets_of(c)), "offsets");
-    const double us_p = median_us(
-        [&] { check(moe_expert_mlp_prefill(w, off.get(), ne, rows, x.get(), act.get(), out.get(), nullptr, prefill_ws), "prefill"); });
-    const double us_d = median_us(
-        [&] { check(moe_expert_mlp_decode(w, off.get(), ne, rows, xf.get(), actf.get(), out.get(), nullptr, MoeDecodeKernel::kAuto, ws), "decode"); });
-    const MoeDecodeKernel chosen = moe_decode_choice(w, ne, rows, true);
-    const bool fused = chosen == MoeDecodeKernel::kFused || chosen == MoeDecodeKernel::kFusedSplit ||
-                       chosen == MoeDecodeKernel::kFusedSplitPdl || chosen == MoeDecodeKernel::kFusedSplit24Warps ||
-                       chosen == MoeDecodeKernel::kFusedSplit24WarpsStaggered ||
-                       chosen == MoeDecodeKernel::kFusedSplitStaggered;  // any one-launch form
-    std::printf("crossover %-7s %3lld experts, %3lld rows a expert (%6lld rows, max %3lld): prefill %8.1f us  decode(kAuto -> %s) %8.1f us  prefill %.2fx faster\n",
-                kind, (long long)ne, (long long)per, (long long)rows, (long long)*std::max_element(c.begin(), c.end()), us_p, fused ? "fused" : "two-launch",
-                us_d, us_d / us_p);
-  }
+    for (int64_t per : {2, 4, 6, 8, 10, 12, 16, 32, 64}) {  // 6 .. 12: where the backend's switch falls
+      const int64_t rows = per * ne;
+      const std::vector<int64_t> c = counts_for(kind, rows, ne);
+      check(off.upload(offsets_of(c)), "offsets");
+      const double us_p = median_us(
+          [&] { check(moe_expert_mlp_prefill(w, off.get(), ne, rows, x.get(), act.get(), out.get(), nullptr, prefill_ws), "prefill"); });
+      const double us_d = median_us(
+          [&] { check(moe_expert_mlp_decode(w, off.get(), ne, rows, xf.get(), actf.get(), out.get(), nullptr, MoeDecodeKernel::kAuto, ws), "decode"); });
+      const MoeDecodeKernel chosen = moe_decode_choice(w, ne, rows, true);
+      const bool fused = chosen == MoeDecodeKernel::kFused || chosen == MoeDecodeKernel::kFusedSplit ||
+                         chosen == MoeDecodeKernel::kFusedSplitPdl || chosen == MoeDecodeKernel::kFusedSplit24Warps ||
+                         chosen == MoeDecodeKernel::kFusedSplit24WarpsStaggered ||
+                         chosen == MoeDecodeKernel::kFusedSplitStaggered;  // any one-launch form
+      std::printf("crossover %-7s %3lld experts, %3lld rows a expert (%6lld rows, max %3lld): prefill %8.1f us  decode(kAuto -> %s) %8.1f us  prefill %.2fx faster\n",
+                  kind, (long long)ne, (long long)per, (long long)rows, (long long)*std::max_element(c.begin(), c.end()), us_p, fused ? "fused" : "two-launch",
+                  us_d, us_d / us_p);
+    }
 }
 
 }  // namespace

@@ -51,9 +51,8 @@ Status expert_mlp_prefill_wgmma_tma(const MoeDecodeWeights& w, const int32_t* of
                                     cudaStream_t stream);
 
 // kWgmmaTma160 (moe_prefill_wgmma_tma_tail_sm90.cu).
-Status expert_mlp_prefill_wgmma_tma_tail(const MoeDecodeWeights& w, const int32_t* offsets, int64_t experts, int64_t capacity,
-                                         const uint16_t* x_sorted, uint16_t* act, float* out_sorted, void* queue, MoePrefillKernel kernel,
-                                         cudaStream_t stream);
+Status expert_mlp_prefill_wgmma_tma160(const MoeDecodeWeights& w, const int32_t* offsets, int64_t experts, int64_t capacity,
+                                       const uint16_t* x_sorted, uint16_t* act, float* out_sorted, void* queue, cudaStream_t stream);
 
 // The same for kWgmmaProducer (moe_prefill_producer_sm90.cu).
 Status expert_mlp_prefill_wgmma_producer(const MoeDecodeWeights& w, const int32_t* offsets, int64_t experts, int64_t capacity,

@@ -15,7 +15,7 @@ Status expert_mlp_prefill_wgmma_tma(const MoeDecodeWeights& w, const int32_t* of
     case MoePrefillKernel::kWgmmaTmaMc:
       return run_both<kTwoBlocks, true>(w, offsets, experts, capacity, x_sorted, act, out_sorted, queue, stream);
     case MoePrefillKernel::kWgmmaTma160:
-      return expert_mlp_prefill_wgmma_tma_tail(w, offsets, experts, capacity, x_sorted, act, out_sorted, queue_words, kernel, stream);
+      return expert_mlp_prefill_wgmma_tma160(w, offsets, experts, capacity, x_sorted, act, out_sorted, queue_words, stream);
     default: return invalid_argument("moe_expert_mlp_prefill: not a bulk-copy wgmma main loop");
   }
 }

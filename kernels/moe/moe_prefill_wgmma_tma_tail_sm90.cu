@@ -6,10 +6,8 @@
 
 namespace pdserve::cuda::moe_prefill_detail {
 
-Status expert_mlp_prefill_wgmma_tma_tail(const MoeDecodeWeights& w, const int32_t* offsets, int64_t experts, int64_t capacity,
-                                         const uint16_t* x_sorted, uint16_t* act, float* out_sorted, void* queue_words,
-                                         MoePrefillKernel kernel, cudaStream_t stream) {
-  if (kernel != MoePrefillKernel::kWgmmaTma160) return invalid_argument("moe_expert_mlp_prefill: not kWgmmaTma160");
+Status expert_mlp_prefill_wgmma_tma160(const MoeDecodeWeights& w, const int32_t* offsets, int64_t experts, int64_t capacity,
+                                       const uint16_t* x_sorted, uint16_t* act, float* out_sorted, void* queue_words, cudaStream_t stream) {
   return run_both<kTwoBlocks160>(w, offsets, experts, capacity, x_sorted, act, out_sorted, static_cast<TileQueue*>(queue_words), stream);
 }
 
