@@ -59,7 +59,7 @@ bool moe_prefill_fits(const MoeDecodeWeights& w);
 // x_sorted and act with the inputs of each 32-input group in the order their MMA fragments
 // take (moe_prefill_schedule.h, wgmma_k_position), so moe_permute_bf16 and
 // moe_expert_mlp_prefill of one chunk must be given the same kernel. kAuto resolves to
-// moe_prefill_choice(): kWgmmaTma160 (docs/perf.md has the measurements behind it).
+// moe_prefill_choice(): kWgmmaTma160W (docs/perf.md has the measurements behind it).
 // kWgmmaTma (kWgmma's tiles and MMAs, the tokens by bulk tensor copies from one thread into
 // an mbarrier ring, no CTA barrier in the main loop) and kWgmmaTma4 (the same with four
 // warpgroups of one m64 block each instead of two of two): outputs bit-identical to kWgmma.
@@ -90,10 +90,18 @@ bool moe_prefill_fits(const MoeDecodeWeights& w);
 // of 128 in order, the last up to 160: an expert of 129..160 rows is one tile, its weights
 // dequantised once), kWgmma160's half-chunk refill of the packed words, and L2 pulls of the words
 // two chunks ahead; the bulk copies leave no per-thread copy addresses. Bit-identical to kWgmma.
+// kWgmmaTma160W: kWgmmaTma160 whose packed words ride the token ring (one bulk tensor copy of the
+// CTA tile's words a matrix into each stage, read back from shared memory half a word at a time):
+// no thread loads or prefetches words from global memory; the ring is 4 stages of 56 KB instead
+// of 5 of 40 KB. Up to kMoePrefillWordsMaxExperts local experts (the tile starts share the
+// ring's shared memory); beyond that it runs kWgmmaTma160. Bit-identical to kWgmma.
 enum class MoePrefillKernel {
   kAuto, kMmaSync, kWgmma, kWgmmaWideN, kWgmmaSmemW, kWgmmaSmemWDeep, kWgmmaTma, kWgmmaTma4, kWgmmaProducer, kWgmma160,
-  kWgmmaG2, kWgmmaSmemWG2, kWgmmaCarry, kWgmmaCarry6, kWgmmaTmaMc, kWgmmaPingpong, kWgmmaTma160
+  kWgmmaG2, kWgmmaSmemWG2, kWgmmaCarry, kWgmmaCarry6, kWgmmaTmaMc, kWgmmaPingpong, kWgmmaTma160, kWgmmaTma160W
 };
+// kWgmmaTma160W's limit: its ring (4 x 56 KB + the alignment slack) leaves 1.9 KB of the SM's 227 KB
+// for the tile starts, 4 bytes an expert; 448 = K3's 896 experts at EP2.
+constexpr int64_t kMoePrefillWordsMaxExperts = 448;
 MoePrefillKernel moe_prefill_choice(MoePrefillKernel kernel = MoePrefillKernel::kAuto);
 
 // moe_permute (moe.h) writing the sorted rows as bf16 bits (round to nearest even):

@@ -54,6 +54,11 @@ Status expert_mlp_prefill_wgmma_tma(const MoeDecodeWeights& w, const int32_t* of
 Status expert_mlp_prefill_wgmma_tma160(const MoeDecodeWeights& w, const int32_t* offsets, int64_t experts, int64_t capacity,
                                        const uint16_t* x_sorted, uint16_t* act, float* out_sorted, void* queue, cudaStream_t stream);
 
+// kWgmmaTma160W (moe_prefill_wgmma_tma_words_sm90.cu); more than kMoePrefillWordsMaxExperts
+// experts run kWgmmaTma160.
+Status expert_mlp_prefill_wgmma_tma160w(const MoeDecodeWeights& w, const int32_t* offsets, int64_t experts, int64_t capacity,
+                                        const uint16_t* x_sorted, uint16_t* act, float* out_sorted, void* queue, cudaStream_t stream);
+
 // The same for kWgmmaProducer (moe_prefill_producer_sm90.cu).
 Status expert_mlp_prefill_wgmma_producer(const MoeDecodeWeights& w, const int32_t* offsets, int64_t experts, int64_t capacity,
                                          const uint16_t* x_sorted, uint16_t* act, float* out_sorted, void* queue, cudaStream_t stream);

@@ -1,7 +1,7 @@
 // The templates of moe_expert_mlp_prefill's bulk-copy warpgroup-MMA forms, shared by the two
 // translation units that instantiate them (moe_prefill_wgmma_tma_sm90.cu: kWgmmaTma, kWgmmaTma4,
-// kWgmmaTmaMc; moe_prefill_wgmma_tma_tail_sm90.cu: kWgmmaTma160), so each compiles
-// on its own core. Internal linkage (anonymous namespace): each unit keeps its own copies.
+// kWgmmaTmaMc; moe_prefill_wgmma_tma_tail_sm90.cu: kWgmmaTma160; moe_prefill_wgmma_tma_words_sm90.cu:
+// kWgmmaTma160W), so each compiles on its own core. Internal linkage (anonymous namespace): each unit keeps its own copies.
 // The forms (MoePrefillKernel::kWgmmaTma, kWgmmaTma4, kWgmmaTmaMc, kWgmmaTma160;
 // contract: moe_prefill.h, design: docs/design.md). Same CTA tiles,
 // same dequantisation and the same wgmma sequence per 64-row block as kWgmma (so the outputs
@@ -25,6 +25,15 @@
 //     (after k-steps 3 and 7), as kWgmma160 does, and pulled into L2 two chunks ahead; the
 //     N <= 128 tiles run kWgmmaTma's loop. The bulk copies leave no per-thread copy addresses
 //     (kWgmma160's spills).
+//   - kWgmmaTma160W (kAuto): kWgmmaTma160's tiles with the packed words in the ring too. Thread 0
+//     adds, to each stage's token boxes, one box of the CTA tile's words a matrix (a map over the
+//     decode layout as rows of 32-bit words, a decode-layout tile a row: 16 tiles of w1 and 16 of
+//     w3, or 32 of w2, x one chunk's 512 bytes = 16 KB), completing on the same full barrier; each
+//     lane reads its 8 bytes of its four tiles from the stage (k-steps 0-3), then the next 8 (4-7).
+//     No thread loads, pulls into L2 or keeps words of a later chunk (ptxas: no spills at 255
+//     registers where kWgmmaTma160 spills 24-28 bytes); the stage is 56 KB, so the ring is 4 deep (kAhead 2), and the
+//     tile starts move to the dynamic shared memory past the ring (up to
+//     kMoePrefillWordsMaxExperts experts; more run kWgmmaTma160).
 //   - kWgmmaTmaMc: kWgmmaTma on 2-CTA thread-block clusters whose two CTAs compute two adjacent
 //     output tiles (2u, 2u + 1) of the same (expert, token tile), so they read the same token
 //     chunks: CTA rank r copies input half r of each chunk (its kN / 32 boxes) by
@@ -74,16 +83,15 @@ using pdl_bulk::smem_u32;
 constexpr int kChunk = 128;      // inputs per ring stage
 constexpr int kOutGated = 128;   // gate (and as many up) outputs a tile
 constexpr int kOutDown = 256;    // down outputs a tile
-constexpr int kStages = 5;
-constexpr int kAhead = kStages - 2;  // chunks in flight ahead of the MMAs; a stage is refilled two chunks after its use
+constexpr int kMaxStages = 5;
 constexpr int kBoxRows = 32;                // a tensor-map box: 64 inputs x 32 rows = 4 KB
 constexpr int kBoxBytes = kBoxRows * 128;
 constexpr int kActStride = kOutGated + 4;   // gate/up staging row (floats): 4 mod 32 banks
 
 // The forms: kTwoBlocks = kWgmmaTma (and kWgmmaTmaMc), kOneBlock = kWgmmaTma4, kTwoBlocks160 =
-// kWgmmaTma160. (A kOneBlock with wait_group 2 was dropped before it ran: at the 128-register cap
+// kWgmmaTma160, kTwoBlocks160W = kWgmmaTma160W. (A kOneBlock with wait_group 2 was dropped before it ran: at the 128-register cap
 // of 512 threads ptxas serialised its wgmmas, warning C7512.)
-enum Form : int { kTwoBlocks = 0, kOneBlock = 1, kTwoBlocks160 = 2 };
+enum Form : int { kTwoBlocks = 0, kOneBlock = 1, kTwoBlocks160 = 2, kTwoBlocks160W = 3 };
 
 // Timing experiments only (docs/perf.md "What holds kWgmmaTma160 below the bare loop"): compiled with
 // -DPDS_PREFILL_TMA_ABLATE=mask (the moe_prefill_bench_tma_ablate target, opt-in), the forms skip
@@ -135,14 +143,28 @@ __device__ __forceinline__ void cluster_sync() {
 template <int kForm>
 struct Cfg {
   static constexpr int kBlocks = kForm == kOneBlock ? 1 : 2;
-  static constexpr bool kBig = kForm == kTwoBlocks160;  // tails absorbed (tiles up to 160), words refilled in halves
+  static constexpr bool kBig = kForm == kTwoBlocks160 || kForm == kTwoBlocks160W;  // tails absorbed (tiles up to 160)
+  // kTwoBlocks160W: the packed words ride the token ring (bulk copies into each stage), so no thread
+  // loads them from global memory; the stage grows by the CTA tile's words and the ring is 4 deep.
+  static constexpr bool kWords = kForm == kTwoBlocks160W;
+  static constexpr int kStages = kWords ? 4 : 5;
+  // Chunks in flight ahead of the MMAs: a stage is refilled two chunks after its use. (kWords with the
+  // refill issued as soon as every thread released the stage, 3 chunks ahead of 4 stages: 0.86-0.90x,
+  // docs/perf.md "The packed words through the token ring".)
+  static constexpr int kAhead = kStages - 2;
   static constexpr int kStep = 128;                     // an expert's token tiles in order
   static constexpr int kAbsorb = kBig ? 32 : 0;         // a last tile of at most this many rows joins the one before
   static constexpr int kTokTile = kStep + kAbsorb;      // tokens of one expert a tile: the largest wgmma N used
   static constexpr int kHalfBytes = kTokTile * 128;     // 64 inputs x the tokens: one column of swizzle atoms
-  static constexpr int kStageBytes = 2 * kHalfBytes;
+  // kWords: a stage's words, after its tokens: the CTA tile's 32 decode-layout tiles (128 gate + 128
+  // up rows, or 256 down rows) x 512 bytes of one chunk.
+  static constexpr int kWordBytes = kWords ? 32 * 512 : 0;
+  static constexpr int kStageBytes = 2 * kHalfBytes + kWordBytes;
   static constexpr size_t kRingBytes = size_t(kStages) * kStageBytes;
   static constexpr size_t kSmem = kRingBytes + 1024;    // + the 1024-byte alignment the swizzle atoms need
+                                                        // (kWords: + the tile starts, sized at launch)
+  static_assert(kStages <= kMaxStages, "barrier arrays");
+  static_assert(kStageBytes % 1024 == 0, "stages keep the swizzle atoms 1024-aligned");
   static_assert(size_t(2) * kTokTile * kActStride * 4 <= kRingBytes, "the staged gate/up tile must fit in the ring");
   static_assert(kHalfBytes % 1024 == 0 && kTokTile % kBoxRows == 0, "swizzle atoms 1024-aligned, whole boxes");
   static constexpr int kPending = 1;  // wgmma groups left running after each k-step
@@ -174,20 +196,38 @@ __device__ __forceinline__ void tma_box_mc(uint32_t dst, const CUtensorMap* map,
       : "memory");
 }
 
+// kWords: the words of a tile's chunk c (maps over the decode layout as rows of 32-bit words, one
+// decode-layout tile a row: encode_words_map).
+struct WordMaps {
+  const CUtensorMap* a;  // gate (w1) or down (w2): boxes of 16 tiles (gate/up) or 32 (down)
+  const CUtensorMap* b;  // up (w3); gate/up only
+  int tile_a, tile_b;    // the CTA tile's first decode-layout tile in each
+};
+
 // Thread 0: chunk c of the tile (rows tok0 .., kN of them) as the CTA's n-th fill, once every
 // thread released the fill that used the stage before.
 // kMc: every thread of both CTAs released it; this CTA copies input half `rank` to both.
-template <int kN, bool kMc, int kHalfBytes>
-__device__ __forceinline__ void issue_chunk(const CUtensorMap* map, const Ring& r, uint32_t n, int c, int tok0) {
-  constexpr int kStageBytes = 2 * kHalfBytes;
+// C::kWords: the chunk's words too, after the tokens (gate/up: 16 tiles of w1, then 16 of w3).
+template <class C, int kN, bool kMc, bool kGated, bool kRingWords>
+__device__ __forceinline__ void issue_chunk(const CUtensorMap* map, const Ring& r, uint32_t n, int c, int tok0, const WordMaps& wm) {
+  constexpr int kHalfBytes = C::kHalfBytes, kStageBytes = C::kStageBytes, kStages = C::kStages;
   const uint32_t slot = n % kStages;
   if (n >= kStages) mbar_wait(&r.empty[slot], ((n / kStages) - 1) & 1);
   if constexpr ((kAblate & 2) != 0) {
     mbar_arrive(&r.full[slot]);
     return;
   }
-  mbar_arrive_expect_tx(&r.full[slot], kN * 256);  // the whole chunk, both halves
+  mbar_arrive_expect_tx(&r.full[slot], kN * 256 + (kRingWords ? C::kWordBytes : 0));  // the whole chunk, both halves (and its words)
   const uint32_t dst = r.base + slot * kStageBytes;
+  if constexpr (kRingWords) {
+    const uint32_t wdst = dst + 2 * kHalfBytes;
+    if constexpr (kGated) {
+      tma_box(wdst, wm.a, c * 128, wm.tile_a, &r.full[slot]);  // a chunk's 512 bytes a tile = 128 words
+      tma_box(wdst + C::kWordBytes / 2, wm.b, c * 128, wm.tile_b, &r.full[slot]);
+    } else {
+      tma_box(wdst, wm.a, c * 128, wm.tile_a, &r.full[slot]);
+    }
+  }
   if (kMc && !r.solo) {
     const int h = static_cast<int>(r.rank);
 #pragma unroll
@@ -201,21 +241,35 @@ __device__ __forceinline__ void issue_chunk(const CUtensorMap* map, const Ring& 
   }
 }
 
+// kWords: half `part` (bytes 8 part .. 8 part + 7) of the lane's 16 bytes of each of its four tiles
+// in the stage's words at shared address `words`.
+__device__ __forceinline__ void lds_words(uint32_t words, const uint32_t (&ofs)[4], int part, uint2 (&q)[4]) {
+#pragma unroll
+  for (int j = 0; j < 4; ++j)
+    asm volatile("ld.shared.v2.u32 {%0, %1}, [%2];" : "=r"(q[j].x), "=r"(q[j].y) : "r"(words + ofs[j] + 8u * part) : "memory");
+}
+
 // One tile (kWgmma's: 128 gate + 128 up outputs, or 256 down outputs, x up to 128 tokens).
 // Warpgroup wg's m64 blocks: kBlocks 2: gate/up rows 64 wg of w1 and w3, down rows 128 wg and
 // + 64; kBlocks 1: gate/up rows 64 (wg % 2) of w1 (wg < 2) or w3, down rows 64 wg. `seq`: the
 // CTA's fills so far (every thread keeps the same count).
 template <int kForm, bool kGated, bool kWide, int kN, bool kMc>
-__device__ __forceinline__ void run_tile(const Mxfp4Decode& a, const Mxfp4Decode& b, const CUtensorMap* map, uint16_t* __restrict__ act_out,
-                                         float* __restrict__ out, const MoeAct& fn, uint8_t* smem, const Ring& ring, uint32_t& seq,
-                                         const Tile& tl) {
+__device__ __forceinline__ void run_tile(const Mxfp4Decode& a, const Mxfp4Decode& b, const CUtensorMap* map, const CUtensorMap* wmap_a,
+                                         const CUtensorMap* wmap_b, uint16_t* __restrict__ act_out, float* __restrict__ out,
+                                         const MoeAct& fn, uint8_t* smem, const Ring& ring, uint32_t& seq, const Tile& tl) {
   using C = Cfg<kForm>;
+  constexpr int kStages = C::kStages, kAhead = C::kAhead;
   constexpr int kBlocks = C::kBlocks;
   constexpr int kOut = kGated ? kOutGated : kOutDown, kQ = C::kQ, kThreads = C::kThreads;
   constexpr int kHalfBytes = C::kHalfBytes, kStageBytes = C::kStageBytes, kTokTile = C::kTokTile;
   // kBig's tiles past 128 tokens: one chunk of packed words in registers, refilled in halves (at
   // N <= 128 the two-chunk form has the registers, and its loads a whole chunk ahead).
-  constexpr bool kHalves = C::kBig && kN > 128;
+  // kWords: every tile takes its words from the ring, the short tails too. (Tails under 128 or 160
+  // tokens kept on kWgmmaTma's register words made the whole kernel 3-6% slower on uniform rows,
+  // whose tiles are all N = 160: one register allocation serves every N; docs/perf.md.)
+  constexpr bool kRingWords = C::kWords;
+  constexpr bool kHalves = C::kBig && !kRingWords && kN > 128;
+  static_assert(!C::kWords || (C::kBlocks == 2 && !kMc), "kWords: two m64 blocks a warpgroup, no cluster");
   const int tid = threadIdx.x, wg = tid >> 7, warp = (tid >> 5) & 3, lane = tid & 31, g = lane >> 2, t = lane & 3;
   const int rows = static_cast<int>(a.rows), cols = static_cast<int>(a.cols), chunks = cols / kChunk, rtiles = rows / 8;
   const int r0 = kBlocks == 2 ? (kGated ? tl.ot * kOut + 64 * wg : tl.ot * kOut + 128 * wg)
@@ -244,6 +298,11 @@ __device__ __forceinline__ void run_tile(const Mxfp4Decode& a, const Mxfp4Decode
   const uint8_t* pb = m1.packed + t1 * tile_bytes + lane * 16;
   const uint8_t* sa = m0.scales + t0 * chunks * 32 + g * 4;
   const uint8_t* sb = m1.scales + t1 * chunks * 32 + g * 4;
+  // kWords: the lane's 16 bytes of its four tiles in a stage's words (issue_chunk's layout: the CTA
+  // tile's decode-layout tiles in order, gate/up's w3 tiles 16 on).
+  const uint32_t wa = uint32_t((r0 - tl.ot * kOut) / 8 + 2 * warp) * 512u + lane * 16u;
+  const uint32_t wb = uint32_t((r1 - tl.ot * kOut) / 8 + 2 * warp + (kGated ? 16 : 0)) * 512u + lane * 16u;
+  [[maybe_unused]] const uint32_t wofs[4] = {wa, wa + 512u, wb, wb + 512u};
   auto load_w = [&](int c, uint4 (&q)[kQ], uint32_t (&s)[kQ]) {
     q[0] = __ldg(reinterpret_cast<const uint4*>(pa + c * 512));
     q[1] = __ldg(reinterpret_cast<const uint4*>(pa + tile_bytes + c * 512));
@@ -257,8 +316,9 @@ __device__ __forceinline__ void run_tile(const Mxfp4Decode& a, const Mxfp4Decode
     }
   };
 
+  const WordMaps wm{wmap_a, wmap_b, tl.e * rtiles + tl.ot * kOut / 8, tl.e * rtiles + tl.ot * kOut / 8};
   if (tid == 0)
-    for (int s = 0; s < kAhead && s < chunks; ++s) issue_chunk<kN, kMc, C::kHalfBytes>(map, ring, seq + s, s, tl.tok0);
+    for (int s = 0; s < kAhead && s < chunks; ++s) issue_chunk<C, kN, kMc, kGated, kRingWords>(map, ring, seq + s, s, tl.tok0, wm);
   __syncwarp();
 
   float acc0[kN / 2], acc1[kBlocks == 2 ? kN / 2 : 1];
@@ -277,15 +337,19 @@ __device__ __forceinline__ void run_tile(const Mxfp4Decode& a, const Mxfp4Decode
     asm volatile("prefetch.global.L2 [%0];" ::"l"(pb + c * 512));
     asm volatile("prefetch.global.L2 [%0];" ::"l"(pb + tile_bytes + c * 512));
   };
-  uint4 qn[kQ];
+  [[maybe_unused]] uint4 qn[kRingWords ? 1 : kQ];
   uint32_t sn[kQ];
-  if (live) load_w(0, qn, sn);
+  if constexpr (kRingWords) {
+    if (live) load_scales(sa, sb, chunks, 0, sn);
+  } else {
+    if (live) load_w(0, qn, sn);
+  }
   if constexpr (kHalves)
     if (live && chunks > 1) pull_l2(1);
   // Thread 0 refills the stage two chunks after its use; every thread waits for chunk c's tokens.
   auto fill_and_wait = [&](int c) {
     const uint32_t n = seq + c;
-    if (tid == 0 && c + kAhead < chunks) issue_chunk<kN, kMc, C::kHalfBytes>(map, ring, n + kAhead, c + kAhead, tl.tok0);
+    if (tid == 0 && c + kAhead < chunks) issue_chunk<C, kN, kMc, kGated, kRingWords>(map, ring, n + kAhead, c + kAhead, tl.tok0, wm);
     __syncwarp();  // warp 0 whole again before the .aligned wgmma instructions
     mbar_wait(&ring.full[n % kStages], (n / kStages) & 1);
   };
@@ -303,9 +367,15 @@ __device__ __forceinline__ void run_tile(const Mxfp4Decode& a, const Mxfp4Decode
       if constexpr (kHalves)
         if (c + 2 < chunks && (kAblate & 1) == 0) pull_l2(c + 2);
       fill_and_wait(c);
-      [[maybe_unused]] uint4 q[kHalves ? 1 : kQ];
+      [[maybe_unused]] uint4 q[kHalves || kRingWords ? 1 : kQ];
+      [[maybe_unused]] uint2 qh[kRingWords ? kQ : 1];  // kWords: half of each tile's word (k-steps 0-3, then 4-7)
       uint32_t sc[kQ];
-      if constexpr (kHalves) {
+      if constexpr (kRingWords) {
+#pragma unroll
+        for (int j = 0; j < kQ; ++j) sc[j] = sn[j];
+        if (c + 1 < chunks) load_scales(sa, sb, chunks, c + 1, sn);
+        lds_words(ring.base + slot * kStageBytes + 2 * kHalfBytes, wofs, 0, qh);
+      } else if constexpr (kHalves) {
         // One chunk of words: this chunk's in qn, the next one's loaded in halves below (next_half);
         // only the scale words a chunk ahead here.
 #pragma unroll
@@ -331,7 +401,10 @@ __device__ __forceinline__ void run_tile(const Mxfp4Decode& a, const Mxfp4Decode
           load_words_half(pa, pb, tile_bytes, c + 1, part, qn);
         }
       };
-      auto word = [&](int j, int i) { return word_of(kHalves ? qn[j] : q[j], i); };
+      auto word = [&](int j, int i) {
+        if constexpr (kRingWords) return (i & 1) ? qh[j].y : qh[j].x;
+        else return word_of(kHalves ? qn[j] : q[j], i);
+      };
       const uint32_t sbase = ring.base + slot * kStageBytes;
 #pragma unroll
       for (int s = 0; s < 8; ++s) {  // k-step s: group i = s / 2, half h = s % 2
@@ -350,6 +423,8 @@ __device__ __forceinline__ void run_tile(const Mxfp4Decode& a, const Mxfp4Decode
         }
         if constexpr (kHalves)
           if ((s & 3) == 3 && c + 1 < chunks) next_half(s >> 2);
+        if constexpr (kRingWords)  // k-steps 0-3 have read words .x / .y: the stage's .z / .w into the same registers
+          if (s == 3) lds_words(ring.base + slot * kStageBytes + 2 * kHalfBytes, wofs, 1, qh);
         const uint64_t desc = sw128_desc(sbase + (s >> 2) * kHalfBytes + (s & 3) * 32);
         wgmma_fence();
         wgmma_rs<kN>(acc0, fa, desc);
@@ -424,11 +499,15 @@ __device__ __forceinline__ void run_tile(const Mxfp4Decode& a, const Mxfp4Decode
 
 template <int kForm, bool kGated, bool kWide, bool kQueue, bool kMc>
 __global__ void __launch_bounds__(Cfg<kForm>::kThreads, 1)
-    prefill_wgmma_tma(const __grid_constant__ CUtensorMap map, Mxfp4Decode a, Mxfp4Decode b, const int32_t* __restrict__ offsets, int experts,
-                      uint16_t* __restrict__ act_out, float* __restrict__ out, MoeAct fn, TileQueue* queue_ptr,  // queue_ptr: null unless kQueue
+    prefill_wgmma_tma(const __grid_constant__ CUtensorMap map, const __grid_constant__ CUtensorMap wmap_a,  // wmap_*: kWords only
+                      const __grid_constant__ CUtensorMap wmap_b, Mxfp4Decode a, Mxfp4Decode b, const int32_t* __restrict__ offsets,
+                      int experts, uint16_t* __restrict__ act_out, float* __restrict__ out, MoeAct fn,
+                      TileQueue* queue_ptr,  // null unless kQueue
                       int solo) {
+  using C = Cfg<kForm>;
   extern __shared__ uint8_t smem_raw[];
-  __shared__ int tile_start[kMaxExperts + 1];
+  // kWords: the tile starts live past the ring in the dynamic part (the ring leaves no room for 4 KB of static ones).
+  __shared__ int tile_start_static[C::kWords ? 1 : kMaxExperts + 1];
   // kQueue: thread 0 fetches tile it + 1 while tile it runs, into next_tile[it % 8]. Every
   // thread reads it after tile it: thread 0 wrote it before its first arrive.expect_tx of tile it
   // (release), which each thread's wait on that fill's full barrier acquires. Down tiles end
@@ -436,13 +515,14 @@ __global__ void __launch_bounds__(Cfg<kForm>::kThreads, 1)
   // tiles (it cannot refill a stage the slowest warp has not released, five fills back, and a
   // tile is at least one fill): eight slots are never rewritten before they are read.
   __shared__ int next_tile[8];
-  __shared__ uint64_t full_bar[kStages], empty_bar[kStages];
+  __shared__ uint64_t full_bar[kMaxStages], empty_bar[kMaxStages];
   __shared__ uint64_t unit_bar[2];  // kMc && kQueue, rank 1: rank 0 delivered the unit in unit_mail
   __shared__ int unit_mail[2];
   uint8_t* smem = smem_raw + ((1024 - (smem_u32(smem_raw) & 1023)) & 1023);
+  int* tile_start = C::kWords ? reinterpret_cast<int*>(smem + C::kRingBytes) : tile_start_static;
   constexpr int kOut = kGated ? kOutGated : kOutDown, kStep = Cfg<kForm>::kStep, kAbsorb = Cfg<kForm>::kAbsorb;
   if (threadIdx.x == 0) {
-    for (int s = 0; s < kStages; ++s) {
+    for (int s = 0; s < C::kStages; ++s) {
       mbar_init(&full_bar[s], 1);
       mbar_init(&empty_bar[s], kMc ? 2 * Cfg<kForm>::kThreads / 32 : Cfg<kForm>::kThreads);  // kMc: a warp of either CTA
     }
@@ -478,11 +558,11 @@ __global__ void __launch_bounds__(Cfg<kForm>::kThreads, 1)
     if constexpr (kMc) ot = 2 * ot + int(rank);
     const Tile tl{e, ot, row_begin + mt * kStep, mt == mtiles - 1 ? nrows - mt * kStep : kStep};  // the last tile: the rest
     const int nv = (tl.ntok + 31) >> 5;
-    if (nv <= 1) run_tile<kForm, kGated, kWide, 32, kMc>(a, b, &map, act_out, out, fn, smem, ring, seq, tl);
-    else if (nv == 2) run_tile<kForm, kGated, kWide, 64, kMc>(a, b, &map, act_out, out, fn, smem, ring, seq, tl);
-    else if (nv == 3) run_tile<kForm, kGated, kWide, 96, kMc>(a, b, &map, act_out, out, fn, smem, ring, seq, tl);
-    else if (nv == 4 || !Cfg<kForm>::kBig) run_tile<kForm, kGated, kWide, 128, kMc>(a, b, &map, act_out, out, fn, smem, ring, seq, tl);
-    else if constexpr (Cfg<kForm>::kBig) run_tile<kForm, kGated, kWide, 160, kMc>(a, b, &map, act_out, out, fn, smem, ring, seq, tl);
+    if (nv <= 1) run_tile<kForm, kGated, kWide, 32, kMc>(a, b, &map, &wmap_a, &wmap_b, act_out, out, fn, smem, ring, seq, tl);
+    else if (nv == 2) run_tile<kForm, kGated, kWide, 64, kMc>(a, b, &map, &wmap_a, &wmap_b, act_out, out, fn, smem, ring, seq, tl);
+    else if (nv == 3) run_tile<kForm, kGated, kWide, 96, kMc>(a, b, &map, &wmap_a, &wmap_b, act_out, out, fn, smem, ring, seq, tl);
+    else if (nv == 4 || !Cfg<kForm>::kBig) run_tile<kForm, kGated, kWide, 128, kMc>(a, b, &map, &wmap_a, &wmap_b, act_out, out, fn, smem, ring, seq, tl);
+    else if constexpr (Cfg<kForm>::kBig) run_tile<kForm, kGated, kWide, 160, kMc>(a, b, &map, &wmap_a, &wmap_b, act_out, out, fn, smem, ring, seq, tl);
     if constexpr (kMc && kQueue) {
       if (rank == 1) {
         if (threadIdx.x == 0) {
@@ -505,6 +585,20 @@ Status encode_rows_map(CUtensorMap* map, const void* base, int64_t rows, int64_t
   const uint64_t stride[1] = {static_cast<uint64_t>(cols * 2)};  // bytes between rows
   const uint32_t box[2] = {64, static_cast<uint32_t>(kBoxRows)};
   return encode_bf16_tensor_map(map, base, 2, extent, stride, box, "moe prefill tma");
+}
+
+// kWords: the packed words of `experts` stacked matrices (m.rows x m.cols each) as rows of 32-bit words,
+// one decode-layout tile (8 rows, m.cols * 4 bytes) a row, boxes of one chunk (128 words) x `tiles` rows.
+Status encode_words_map(CUtensorMap* map, const Mxfp4Decode& m, int64_t experts, uint32_t tiles) {
+  const uint64_t extent[2] = {static_cast<uint64_t>(m.cols), static_cast<uint64_t>(experts * (m.rows / 8))};
+  const uint32_t box[2] = {128, tiles};
+  return encode_u32_tensor_map_2d(map, m.packed, extent, static_cast<uint64_t>(m.cols * 4), box, "moe prefill words");
+}
+
+// kWords: the dynamic shared memory for `experts` (the ring, the alignment slack, the tile starts).
+template <int kForm>
+size_t words_form_smem(int64_t experts) {
+  return Cfg<kForm>::kSmem + static_cast<size_t>((experts + 1) * 4 + 15) / 16 * 16;
 }
 
 // kMc: clusters of 2 on the GPU at once (cached per kernel: later calls make no attribute calls).
@@ -541,15 +635,22 @@ template <int kForm, bool kGated, bool kWide, bool kMc>
 Status launch(const Mxfp4Decode& a, const Mxfp4Decode& b, const int32_t* offsets, int64_t experts, int64_t capacity, const uint16_t* x,
               uint16_t* act, float* out, const MoeAct& fn, TileQueue* queue, cudaStream_t stream) {
   constexpr int kThreads = Cfg<kForm>::kThreads, kStep = Cfg<kForm>::kStep;
-  constexpr size_t kSmem = Cfg<kForm>::kSmem;
-  CUtensorMap map;
+  const size_t kSmem = Cfg<kForm>::kWords ? words_form_smem<kForm>(experts) : Cfg<kForm>::kSmem;
+  CUtensorMap map, wmap_a, wmap_b;
   PDS_RETURN_IF_ERROR(encode_rows_map(&map, x, capacity, a.cols));
+  if constexpr (Cfg<kForm>::kWords) {
+    PDS_RETURN_IF_ERROR(encode_words_map(&wmap_a, a, experts, kGated ? 16 : 32));
+    if (kGated) PDS_RETURN_IF_ERROR(encode_words_map(&wmap_b, b, experts, 16));
+    else wmap_b = wmap_a;
+  } else {
+    wmap_a = wmap_b = map;  // unused
+  }
   auto kernel = queue ? prefill_wgmma_tma<kForm, kGated, kWide, true, kMc> : prefill_wgmma_tma<kForm, kGated, kWide, false, kMc>;
   const int64_t per_tile = kGated ? kOutGated : kOutDown;
   const int64_t max_tiles = max_output_tiles(capacity, kStep, experts, a.rows, per_tile);  // absorbed tails only lower it
   PDS_ASSIGN_OR_RETURN(unsigned grid, grid_for(kernel, kSmem, max_tiles, kThreads));  // also raises the shared-memory limit
   if constexpr (!kMc) {
-    kernel<<<grid, kThreads, kSmem, stream>>>(map, a, b, offsets, static_cast<int>(experts), act, out, fn, queue, 0);
+    kernel<<<grid, kThreads, kSmem, stream>>>(map, wmap_a, wmap_b, a, b, offsets, static_cast<int>(experts), act, out, fn, queue, 0);
   } else {
     PDS_ASSIGN_OR_RETURN(unsigned pairs, cluster_pairs_for(kernel, kThreads, kSmem));
     // Diagnostic (docs/perf.md, "Token multicast across a 2-CTA cluster"): the same clusters and
@@ -572,7 +673,7 @@ Status launch(const Mxfp4Decode& a, const Mxfp4Decode& b, const int32_t* offsets
     cfg.stream = stream;
     cfg.attrs = attr;
     cfg.numAttrs = 1;
-    const cudaError_t err = cudaLaunchKernelEx(&cfg, kernel, map, a, b, offsets, static_cast<int>(experts), act, out, fn, queue, solo);
+    const cudaError_t err = cudaLaunchKernelEx(&cfg, kernel, map, wmap_a, wmap_b, a, b, offsets, static_cast<int>(experts), act, out, fn, queue, solo);
     if (err != cudaSuccess) return cuda_status(err, "moe_expert_mlp_prefill (wgmma tma multicast) launch");
   }
   return last_launch_status(kGated ? "moe_expert_mlp_prefill (wgmma tma) gate/up" : "moe_expert_mlp_prefill (wgmma tma) down");

@@ -33,7 +33,8 @@ constexpr MoePrefillKernel kKernels[] = {MoePrefillKernel::kMmaSync, MoePrefillK
                                          MoePrefillKernel::kWgmmaTma4, MoePrefillKernel::kWgmmaProducer, MoePrefillKernel::kWgmma160,
                                          MoePrefillKernel::kWgmmaG2, MoePrefillKernel::kWgmmaSmemWG2,
                                          MoePrefillKernel::kWgmmaCarry, MoePrefillKernel::kWgmmaCarry6, MoePrefillKernel::kWgmmaTmaMc,
-                                         MoePrefillKernel::kWgmmaPingpong, MoePrefillKernel::kWgmmaTma160};
+                                         MoePrefillKernel::kWgmmaPingpong, MoePrefillKernel::kWgmmaTma160,
+                                         MoePrefillKernel::kWgmmaTma160W};
 const char* name_of(MoePrefillKernel k) {
   switch (k) {
     case MoePrefillKernel::kWgmma: return "wgmma";
@@ -50,6 +51,7 @@ const char* name_of(MoePrefillKernel k) {
     case MoePrefillKernel::kWgmmaTmaMc: return "wgmma-tma-mc";
     case MoePrefillKernel::kWgmmaPingpong: return "wgmma-pingpong";
     case MoePrefillKernel::kWgmmaTma160: return "wgmma-tma-160";
+    case MoePrefillKernel::kWgmmaTma160W: return "wgmma-tma-160w";
     case MoePrefillKernel::kWgmmaSmemWG2: return "wgmma-smemW-g2";
     default: return "mma.sync";
   }
@@ -137,7 +139,8 @@ double run_prefill(const Routing& r, int64_t tokens, int64_t k, int64_t begin, c
         kernel == MoePrefillKernel::kWgmmaTma4 || kernel == MoePrefillKernel::kWgmmaProducer || kernel == MoePrefillKernel::kWgmma160 ||
         kernel == MoePrefillKernel::kWgmmaG2 || kernel == MoePrefillKernel::kWgmmaSmemWG2 || kernel == MoePrefillKernel::kWgmmaCarry ||
         kernel == MoePrefillKernel::kWgmmaCarry6 || kernel == MoePrefillKernel::kWgmmaTmaMc ||
-        kernel == MoePrefillKernel::kWgmmaPingpong || kernel == MoePrefillKernel::kWgmmaTma160) {
+        kernel == MoePrefillKernel::kWgmmaPingpong || kernel == MoePrefillKernel::kWgmmaTma160 ||
+        kernel == MoePrefillKernel::kWgmmaTma160W) {
       EXPECT_TRUE(y == y_wgmma) << what << " [" << name_of(kernel) << "]: not bit-identical to wgmma";
     }
     const double err = nerr(y, ref);
@@ -259,6 +262,16 @@ TEST_F(MoePrefill, SkewedAndUniformRouting) {
   const Routing r = route(tokens, 16, 4, 112);
   EXPECT_LT(run_prefill(r, tokens, 4, 0, h, MoeActivation::kSiLU, 113, "uniform SiLU"), 1e-2);
   EXPECT_LT(run_prefill(r, tokens, 4, 8, h, MoeActivation::kSiTU, 114, "uniform SiTU"), 1e-2);
+}
+
+// kWgmmaTma160W keeps its tile starts beside its ring: at its expert limit it runs itself, one expert
+// past it kWgmmaTma160 (both bit-identical to kWgmma: run_prefill asserts it for every loop).
+TEST_F(MoePrefill, LocalExpertsAtAndPastTheWordRingLimit) {
+  for (const int64_t local : {kMoePrefillWordsMaxExperts, kMoePrefillWordsMaxExperts + 1}) {
+    const HostExperts h = make_experts(local, 128, 128, 150, true);
+    const Routing r = route(600, local, 2, 151);
+    EXPECT_LT(run_prefill(r, 600, 2, 0, h, MoeActivation::kSiTU, 152, "local experts " + std::to_string(local)), 1e-2);
+  }
 }
 
 TEST_F(MoePrefill, ScalesAboveTwoTakeTheTwoMultiplyPath) {
