@@ -91,7 +91,8 @@ bool moe_prefill_fits(const MoeDecodeWeights& w);
 // dequantised once), kWgmma160's half-chunk refill of the packed words, and L2 pulls of the words
 // two chunks ahead; the bulk copies leave no per-thread copy addresses. Bit-identical to kWgmma.
 // kWgmmaTma160W: kWgmmaTma160 whose packed words ride the token ring (one bulk tensor copy of the
-// CTA tile's words a matrix into each stage, read back from shared memory half a word at a time):
+// CTA tile's words a matrix into each stage, read back from shared memory half a word at a time),
+// with token tiles of 160 in order:
 // no thread loads or prefetches words from global memory; the ring is 4 stages of 56 KB instead
 // of 5 of 40 KB. Up to kMoePrefillWordsMaxExperts local experts (the tile starts share the
 // ring's shared memory); beyond that it runs kWgmmaTma160. Bit-identical to kWgmma.

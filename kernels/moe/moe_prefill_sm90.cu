@@ -276,9 +276,9 @@ Status launch(const Mxfp4Decode& a, const Mxfp4Decode& b, const int32_t* offsets
 // 0.95-0.98x on one hot expert, whose tiles are full 128s either way and where the bulk-copy
 // ring's N = 128 loop runs a few percent behind kWgmma's (docs/perf.md, "Tails absorbed into
 // the last token tile").
-// Since the twenty-sixth session kAuto takes kWgmmaTma160W (the same tiles with the packed words in
-// the token ring): 1.02-1.06x kWgmmaTma160 on uniform rows (551-571 TFLOP/s), 1.08-1.12x Zipf,
-// 1.04-1.06x one hot expert; random rows 0.99-1.06x run alone, 0.89-1.06x after the other three
+// Since the twenty-sixth session kAuto takes kWgmmaTma160W (the packed words in the token ring,
+// token tiles of 160): 1.02-1.06x kWgmmaTma160 on uniform rows (551-615 TFLOP/s), 1.08-1.12x Zipf,
+// 1.04-1.06x one hot expert (both before the tiles of 160, which add 1.03-1.05x / 1.01-1.03x); random rows 0.99-1.06x run alone, 0.89-1.06x after the other three
 // routings in one process (power-limited clocks there) (docs/perf.md, "The packed words through the token ring").
 MoePrefillKernel moe_prefill_choice(MoePrefillKernel kernel) {
   return kernel == MoePrefillKernel::kAuto ? MoePrefillKernel::kWgmmaTma160W : kernel;

@@ -25,7 +25,8 @@
 //     (after k-steps 3 and 7), as kWgmma160 does, and pulled into L2 two chunks ahead; the
 //     N <= 128 tiles run kWgmmaTma's loop. The bulk copies leave no per-thread copy addresses
 //     (kWgmma160's spills).
-//   - kWgmmaTma160W (kAuto): kWgmmaTma160's tiles with the packed words in the ring too. Thread 0
+//   - kWgmmaTma160W (kAuto): kWgmmaTma160's loop with the packed words in the ring too, and token
+//     tiles of 160 in order (no tail absorbed: 160 is the most a tile holds). Thread 0
 //     adds, to each stage's token boxes, one box of the CTA tile's words a matrix (a map over the
 //     decode layout as rows of 32-bit words, a decode-layout tile a row: 16 tiles of w1 and 16 of
 //     w3, or 32 of w2, x one chunk's 512 bytes = 16 KB), completing on the same full barrier; each
@@ -152,8 +153,11 @@ struct Cfg {
   // refill issued as soon as every thread released the stage, 3 chunks ahead of 4 stages: 0.86-0.90x,
   // docs/perf.md "The packed words through the token ring".)
   static constexpr int kAhead = kStages - 2;
-  static constexpr int kStep = 128;                     // an expert's token tiles in order
-  static constexpr int kAbsorb = kBig ? 32 : 0;         // a last tile of at most this many rows joins the one before
+  // An expert's token tiles in order. kWords: tiles of 160 (its loop keeps 160 accumulators without
+  // spilling), so a large expert dequantises each weight chunk once per 160 tokens, not 128 (Zipf
+  // 1.03-1.05x, one hot expert 1.01-1.03x; an expert of up to 160 rows is one tile either way).
+  static constexpr int kStep = kWords ? 160 : 128;
+  static constexpr int kAbsorb = kBig && kStep == 128 ? 32 : 0;  // a last tile of at most this many rows joins the one before
   static constexpr int kTokTile = kStep + kAbsorb;      // tokens of one expert a tile: the largest wgmma N used
   static constexpr int kHalfBytes = kTokTile * 128;     // 64 inputs x the tokens: one column of swizzle atoms
   // kWords: a stage's words, after its tokens: the CTA tile's 32 decode-layout tiles (128 gate + 128
