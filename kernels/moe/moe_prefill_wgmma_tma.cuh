@@ -205,14 +205,14 @@ __device__ __forceinline__ void tma_box_mc(uint32_t dst, const CUtensorMap* map,
 struct WordMaps {
   const CUtensorMap* a;  // gate (w1) or down (w2): boxes of 16 tiles (gate/up) or 32 (down)
   const CUtensorMap* b;  // up (w3); gate/up only
-  int tile_a, tile_b;    // the CTA tile's first decode-layout tile in each
+  int tile;              // the CTA tile's first decode-layout tile (the same in both)
 };
 
 // Thread 0: chunk c of the tile (rows tok0 .., kN of them) as the CTA's n-th fill, once every
 // thread released the fill that used the stage before.
 // kMc: every thread of both CTAs released it; this CTA copies input half `rank` to both.
 // C::kWords: the chunk's words too, after the tokens (gate/up: 16 tiles of w1, then 16 of w3).
-template <class C, int kN, bool kMc, bool kGated, bool kRingWords>
+template <class C, int kN, bool kMc, bool kGated>
 __device__ __forceinline__ void issue_chunk(const CUtensorMap* map, const Ring& r, uint32_t n, int c, int tok0, const WordMaps& wm) {
   constexpr int kHalfBytes = C::kHalfBytes, kStageBytes = C::kStageBytes, kStages = C::kStages;
   const uint32_t slot = n % kStages;
@@ -221,15 +221,15 @@ __device__ __forceinline__ void issue_chunk(const CUtensorMap* map, const Ring& 
     mbar_arrive(&r.full[slot]);
     return;
   }
-  mbar_arrive_expect_tx(&r.full[slot], kN * 256 + (kRingWords ? C::kWordBytes : 0));  // the whole chunk, both halves (and its words)
+  mbar_arrive_expect_tx(&r.full[slot], kN * 256 + C::kWordBytes);  // the whole chunk, both halves (and its words)
   const uint32_t dst = r.base + slot * kStageBytes;
-  if constexpr (kRingWords) {
+  if constexpr (C::kWords) {
     const uint32_t wdst = dst + 2 * kHalfBytes;
     if constexpr (kGated) {
-      tma_box(wdst, wm.a, c * 128, wm.tile_a, &r.full[slot]);  // a chunk's 512 bytes a tile = 128 words
-      tma_box(wdst + C::kWordBytes / 2, wm.b, c * 128, wm.tile_b, &r.full[slot]);
+      tma_box(wdst, wm.a, c * 128, wm.tile, &r.full[slot]);  // a chunk's 512 bytes a tile = 128 words
+      tma_box(wdst + C::kWordBytes / 2, wm.b, c * 128, wm.tile, &r.full[slot]);
     } else {
-      tma_box(wdst, wm.a, c * 128, wm.tile_a, &r.full[slot]);
+      tma_box(wdst, wm.a, c * 128, wm.tile, &r.full[slot]);
     }
   }
   if (kMc && !r.solo) {
@@ -271,8 +271,7 @@ __device__ __forceinline__ void run_tile(const Mxfp4Decode& a, const Mxfp4Decode
   // kWords: every tile takes its words from the ring, the short tails too. (Tails under 128 or 160
   // tokens kept on kWgmmaTma's register words made the whole kernel 3-6% slower on uniform rows,
   // whose tiles are all N = 160: one register allocation serves every N; docs/perf.md.)
-  constexpr bool kRingWords = C::kWords;
-  constexpr bool kHalves = C::kBig && !kRingWords && kN > 128;
+  constexpr bool kHalves = C::kBig && !C::kWords && kN > 128;
   static_assert(!C::kWords || (C::kBlocks == 2 && !kMc), "kWords: two m64 blocks a warpgroup, no cluster");
   const int tid = threadIdx.x, wg = tid >> 7, warp = (tid >> 5) & 3, lane = tid & 31, g = lane >> 2, t = lane & 3;
   const int rows = static_cast<int>(a.rows), cols = static_cast<int>(a.cols), chunks = cols / kChunk, rtiles = rows / 8;
@@ -320,9 +319,9 @@ __device__ __forceinline__ void run_tile(const Mxfp4Decode& a, const Mxfp4Decode
     }
   };
 
-  const WordMaps wm{wmap_a, wmap_b, tl.e * rtiles + tl.ot * kOut / 8, tl.e * rtiles + tl.ot * kOut / 8};
+  const WordMaps wm{wmap_a, wmap_b, tl.e * rtiles + tl.ot * kOut / 8};
   if (tid == 0)
-    for (int s = 0; s < kAhead && s < chunks; ++s) issue_chunk<C, kN, kMc, kGated, kRingWords>(map, ring, seq + s, s, tl.tok0, wm);
+    for (int s = 0; s < kAhead && s < chunks; ++s) issue_chunk<C, kN, kMc, kGated>(map, ring, seq + s, s, tl.tok0, wm);
   __syncwarp();
 
   float acc0[kN / 2], acc1[kBlocks == 2 ? kN / 2 : 1];
@@ -341,9 +340,9 @@ __device__ __forceinline__ void run_tile(const Mxfp4Decode& a, const Mxfp4Decode
     asm volatile("prefetch.global.L2 [%0];" ::"l"(pb + c * 512));
     asm volatile("prefetch.global.L2 [%0];" ::"l"(pb + tile_bytes + c * 512));
   };
-  [[maybe_unused]] uint4 qn[kRingWords ? 1 : kQ];
+  [[maybe_unused]] uint4 qn[C::kWords ? 1 : kQ];
   uint32_t sn[kQ];
-  if constexpr (kRingWords) {
+  if constexpr (C::kWords) {
     if (live) load_scales(sa, sb, chunks, 0, sn);
   } else {
     if (live) load_w(0, qn, sn);
@@ -353,7 +352,7 @@ __device__ __forceinline__ void run_tile(const Mxfp4Decode& a, const Mxfp4Decode
   // Thread 0 refills the stage two chunks after its use; every thread waits for chunk c's tokens.
   auto fill_and_wait = [&](int c) {
     const uint32_t n = seq + c;
-    if (tid == 0 && c + kAhead < chunks) issue_chunk<C, kN, kMc, kGated, kRingWords>(map, ring, n + kAhead, c + kAhead, tl.tok0, wm);
+    if (tid == 0 && c + kAhead < chunks) issue_chunk<C, kN, kMc, kGated>(map, ring, n + kAhead, c + kAhead, tl.tok0, wm);
     __syncwarp();  // warp 0 whole again before the .aligned wgmma instructions
     mbar_wait(&ring.full[n % kStages], (n / kStages) & 1);
   };
@@ -371,10 +370,10 @@ __device__ __forceinline__ void run_tile(const Mxfp4Decode& a, const Mxfp4Decode
       if constexpr (kHalves)
         if (c + 2 < chunks && (kAblate & 1) == 0) pull_l2(c + 2);
       fill_and_wait(c);
-      [[maybe_unused]] uint4 q[kHalves || kRingWords ? 1 : kQ];
-      [[maybe_unused]] uint2 qh[kRingWords ? kQ : 1];  // kWords: half of each tile's word (k-steps 0-3, then 4-7)
+      [[maybe_unused]] uint4 q[kHalves || C::kWords ? 1 : kQ];
+      [[maybe_unused]] uint2 qh[C::kWords ? kQ : 1];  // kWords: half of each tile's word (k-steps 0-3, then 4-7)
       uint32_t sc[kQ];
-      if constexpr (kRingWords) {
+      if constexpr (C::kWords) {
 #pragma unroll
         for (int j = 0; j < kQ; ++j) sc[j] = sn[j];
         if (c + 1 < chunks) load_scales(sa, sb, chunks, c + 1, sn);
@@ -406,7 +405,7 @@ __device__ __forceinline__ void run_tile(const Mxfp4Decode& a, const Mxfp4Decode
         }
       };
       auto word = [&](int j, int i) {
-        if constexpr (kRingWords) return (i & 1) ? qh[j].y : qh[j].x;
+        if constexpr (C::kWords) return (i & 1) ? qh[j].y : qh[j].x;
         else return word_of(kHalves ? qn[j] : q[j], i);
       };
       const uint32_t sbase = ring.base + slot * kStageBytes;
@@ -427,7 +426,7 @@ __device__ __forceinline__ void run_tile(const Mxfp4Decode& a, const Mxfp4Decode
         }
         if constexpr (kHalves)
           if ((s & 3) == 3 && c + 1 < chunks) next_half(s >> 2);
-        if constexpr (kRingWords)  // k-steps 0-3 have read words .x / .y: the stage's .z / .w into the same registers
+        if constexpr (C::kWords)  // k-steps 0-3 have read words .x / .y: the stage's .z / .w into the same registers
           if (s == 3) lds_words(ring.base + slot * kStageBytes + 2 * kHalfBytes, wofs, 1, qh);
         const uint64_t desc = sw128_desc(sbase + (s >> 2) * kHalfBytes + (s & 3) * 32);
         wgmma_fence();
