@@ -272,6 +272,12 @@ __device__ __forceinline__ void run_tile(const Mxfp4Decode& a, const Mxfp4Decode
   // tokens kept on kWgmmaTma's register words made the whole kernel 3-6% slower on uniform rows,
   // whose tiles are all N = 160: one register allocation serves every N; docs/perf.md.)
   constexpr bool kHalves = C::kBig && !C::kWords && kN > 128;
+  // kWords' tiles of up to 128 tokens: a chunk's eight k-steps dequantised before any of its MMAs,
+  // which then go as one group (below), instead of a wait for the k-step before each k-step's MMAs.
+  // Their accumulators leave room for all eight k-steps' A operands (no spills, no serialised wgmma),
+  // and a narrow k-step's MMAs are too short to hide the next dequantisation behind (docs/perf.md
+  // "Narrow tiles: a chunk's MMAs as one group": skewed routings 3-4% faster). kWords has kQ == 4.
+  constexpr bool kBatch = C::kWords && kN <= 128;
   static_assert(!C::kWords || (C::kBlocks == 2 && !kMc), "kWords: two m64 blocks a warpgroup, no cluster");
   const int tid = threadIdx.x, wg = tid >> 7, warp = (tid >> 5) & 3, lane = tid & 31, g = lane >> 2, t = lane & 3;
   const int rows = static_cast<int>(a.rows), cols = static_cast<int>(a.cols), chunks = cols / kChunk, rtiles = rows / 8;
@@ -409,21 +415,45 @@ __device__ __forceinline__ void run_tile(const Mxfp4Decode& a, const Mxfp4Decode
         else return word_of(kHalves ? qn[j] : q[j], i);
       };
       const uint32_t sbase = ring.base + slot * kStageBytes;
+      // k-step s (input group s / 2, half s % 2): the A operands of the first m64 block (fa) and the second (fb).
+      auto dequant_step = [&](int s, uint32_t (&fa)[4], uint32_t (&fb)[4]) {
+        const int i = s >> 1, h = s & 1;
+        uint32_t lo[2], hi[2];
+        dequant_half<kWide>(word(0, i), (sc[0] >> (8 * i)) & 0xffu, h, lo);
+        dequant_half<kWide>(word(1, i), (sc[1] >> (8 * i)) & 0xffu, h, hi);
+        fa[0] = lo[0], fa[1] = hi[0], fa[2] = lo[1], fa[3] = hi[1];
+        if constexpr (kQ == 4) {
+          dequant_half<kWide>(word(2, i), (sc[2] >> (8 * i)) & 0xffu, h, lo);
+          dequant_half<kWide>(word(3, i), (sc[3] >> (8 * i)) & 0xffu, h, hi);
+          fb[0] = lo[0], fb[1] = hi[0], fb[2] = lo[1], fb[3] = hi[1];
+        }
+      };
+      if constexpr (kBatch) {
+        // Narrow tiles: the chunk's eight k-steps dequantised first, then their MMAs issued back to
+        // back as one group, waited for at the chunk's end (nothing in flight across the loop).
+        uint32_t fa[8][4], fb[8][4];
+#pragma unroll
+        for (int s = 0; s < 8; ++s) {
+          if (s == 4)  // k-steps 0-3 have read words .x / .y: the stage's .z / .w into the same registers
+            lds_words(ring.base + slot * kStageBytes + 2 * kHalfBytes, wofs, 1, qh);
+          dequant_step(s, fa[s], fb[s]);
+        }
+        wgmma_fence();
+#pragma unroll
+        for (int s = 0; s < 8; ++s) {
+          const uint64_t desc = sw128_desc(sbase + (s >> 2) * kHalfBytes + (s & 3) * 32);
+          wgmma_rs<kN>(acc0, fa[s], desc);
+          if constexpr (kBlocks == 2) wgmma_rs<kN>(acc1, fb[s], desc);
+        }
+        wgmma_commit();
+        wgmma_wait<0>();
+        release(n);
+        continue;
+      }
 #pragma unroll
       for (int s = 0; s < 8; ++s) {  // k-step s: group i = s / 2, half h = s % 2
-        const int i = s >> 1, h = s & 1;
         uint32_t fa[4], fb[4] = {0u, 0u, 0u, 0u};
-        {
-          uint32_t lo[2], hi[2];
-          dequant_half<kWide>(word(0, i), (sc[0] >> (8 * i)) & 0xffu, h, lo);
-          dequant_half<kWide>(word(1, i), (sc[1] >> (8 * i)) & 0xffu, h, hi);
-          fa[0] = lo[0], fa[1] = hi[0], fa[2] = lo[1], fa[3] = hi[1];
-          if constexpr (kQ == 4) {
-            dequant_half<kWide>(word(2, i), (sc[2] >> (8 * i)) & 0xffu, h, lo);
-            dequant_half<kWide>(word(3, i), (sc[3] >> (8 * i)) & 0xffu, h, hi);
-            fb[0] = lo[0], fb[1] = hi[0], fb[2] = lo[1], fb[3] = hi[1];
-          }
-        }
+        dequant_step(s, fa, fb);
         if constexpr (kHalves)
           if ((s & 3) == 3 && c + 1 < chunks) next_half(s >> 2);
         if constexpr (C::kWords)  // k-steps 0-3 have read words .x / .y: the stage's .z / .w into the same registers
@@ -440,7 +470,7 @@ __device__ __forceinline__ void run_tile(const Mxfp4Decode& a, const Mxfp4Decode
     }
   }
   wgmma_wait<0>();  // unconditional: ptxas cannot tie `live` to the loop's wgmmas and would serialise them
-  if (live) release(seq + chunks - 1);
+  if (live && !kBatch) release(seq + chunks - 1);  // kBatch released each chunk's stage in the loop
   seq += chunks;
   // Gate/up: every warpgroup is done with the ring, which the staging reuses. Down tiles need no
   // CTA barrier (the empty barriers guard the ring; the queue's next tile is published through
