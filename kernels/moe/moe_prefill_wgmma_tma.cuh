@@ -34,7 +34,8 @@
 //     No thread loads, pulls into L2 or keeps words of a later chunk (ptxas: no spills at 255
 //     registers where kWgmmaTma160 spills 24-28 bytes); the stage is 56 KB, so the ring is 4 deep (kAhead 2), and the
 //     tile starts move to the dynamic shared memory past the ring (up to
-//     kMoePrefillWordsMaxExperts experts; more run kWgmmaTma160).
+//     kMoePrefillWordsMaxExperts experts; more run kWgmmaTma160). Its tiles of up to 128 tokens
+//     dequantise a chunk's eight k-steps before issuing the chunk's MMAs as one group (kBatch).
 //   - kWgmmaTmaMc: kWgmmaTma on 2-CTA thread-block clusters whose two CTAs compute two adjacent
 //     output tiles (2u, 2u + 1) of the same (expert, token tile), so they read the same token
 //     chunks: CTA rank r copies input half r of each chunk (its kN / 32 boxes) by
@@ -276,7 +277,7 @@ __device__ __forceinline__ void run_tile(const Mxfp4Decode& a, const Mxfp4Decode
   // which then go as one group (below), instead of a wait for the k-step before each k-step's MMAs.
   // Their accumulators leave room for all eight k-steps' A operands (no spills, no serialised wgmma),
   // and a narrow k-step's MMAs are too short to hide the next dequantisation behind (docs/perf.md
-  // "Narrow tiles: a chunk's MMAs as one group": skewed routings 3-4% faster). kWords has kQ == 4.
+  // "Narrow tiles: a chunk's MMAs as one group": skewed routings 3-5% faster). kWords has kQ == 4.
   constexpr bool kBatch = C::kWords && kN <= 128;
   static_assert(!C::kWords || (C::kBlocks == 2 && !kMc), "kWords: two m64 blocks a warpgroup, no cluster");
   const int tid = threadIdx.x, wg = tid >> 7, warp = (tid >> 5) & 3, lane = tid & 31, g = lane >> 2, t = lane & 3;
