@@ -280,6 +280,8 @@ Status launch(const Mxfp4Decode& a, const Mxfp4Decode& b, const int32_t* offsets
 // token tiles of 160): 1.02-1.06x kWgmmaTma160 on uniform rows (551-615 TFLOP/s), 1.08-1.12x Zipf,
 // 1.04-1.06x one hot expert (both before the tiles of 160, which add 1.03-1.05x / 1.01-1.03x); random rows 0.99-1.06x run alone, 0.89-1.06x after the other three
 // routings in one process (power-limited clocks there) (docs/perf.md, "The packed words through the token ring").
+// Its narrow tiles' MMAs as one group a chunk (twenty-seventh session): Zipf 1.03-1.05x, one hot
+// expert 1.03-1.04x; 623-626 TFLOP/s on uniform rows in that call ("Narrow tiles: a chunk's MMAs as one group").
 MoePrefillKernel moe_prefill_choice(MoePrefillKernel kernel) {
   return kernel == MoePrefillKernel::kAuto ? MoePrefillKernel::kWgmmaTma160W : kernel;
 }

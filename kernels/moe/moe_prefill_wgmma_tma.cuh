@@ -444,7 +444,7 @@ __device__ __forceinline__ void run_tile(const Mxfp4Decode& a, const Mxfp4Decode
         for (int s = 0; s < 8; ++s) {
           const uint64_t desc = sw128_desc(sbase + (s >> 2) * kHalfBytes + (s & 3) * 32);
           wgmma_rs<kN>(acc0, fa[s], desc);
-          if constexpr (kBlocks == 2) wgmma_rs<kN>(acc1, fb[s], desc);
+          wgmma_rs<kN>(acc1, fb[s], desc);  // kWords: two m64 blocks a warpgroup
         }
         wgmma_commit();
         wgmma_wait<0>();
