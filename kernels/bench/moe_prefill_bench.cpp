@@ -14,9 +14,10 @@
 // median of --reps. Weight bytes are random (scales 2^-7..2^-3), tiled from a 64 MB pattern.
 //
 //   moe_prefill_bench [--reps N] [--quick 1] [--kernels wgmma,wgmma-smemW] [--routing uniform,random] [--crossover 0]
-//                     [--crossover-experts 28] [--ablate 1,2,4]
+//                     [--crossover-experts 28] [--ablate 1,2,4] [--rows 448]
 //   (--quick: uniform only, queue only; --routing: these distributions only (default all four); --crossover 0: no crossover lines;
-//   --crossover-experts: the crossover on the first N local experts (28: an EP32 decode rank; default 224); --ablate: kWgmma with
+//   --crossover-experts: the crossover on the first N local experts (28: an EP32 decode rank; default 224); --rows: R routed rows
+//   instead of 32768 in the four distributions (448: 2 rows an expert, the narrowest tiles); --ablate: kWgmma with
 //   parts of its main loop removed, moe_prefill_bench_ablate only: docs/perf.md "Bare wgmma loop")
 #include <algorithm>
 #include <cstdio>
@@ -61,7 +62,7 @@ std::vector<int64_t> counts_for(const std::string& kind, int64_t total, int64_t 
   int64_t fixed = 0;
   if (kind == "zipf")
     for (int64_t e = 0; e < experts; ++e) w[e] = 1.0 / double(e + 1);
-  if (kind == "hot") c[0] = fixed = kTokens, w[0] = 0.0;
+  if (kind == "hot") c[0] = fixed = std::min(kTokens, total / 4), w[0] = 0.0;  // every token (a quarter of --rows)
   if (kind == "random") {  // xorshift64* (bench_timing.py's moe_prefill_counts draws the same)
     uint64_t s = 0x9E3779B97F4A7C15ull;
     for (int64_t r = 0; r < total; ++r) {
@@ -123,6 +124,7 @@ void run(int argc, char** argv) {
   std::string kernel_list, ablate_list, routing_list;
   bool crossover = true;
   int64_t crossover_experts = kExperts;
+  int64_t rows = kRows;  // --rows: the routed rows of the four distributions (fewer: narrower tiles)
   for (int i = 1; i + 1 < argc; i += 2)
     if (!std::strcmp(argv[i], "--reps")) g_reps = std::atoi(argv[i + 1]);
     else if (!std::strcmp(argv[i], "--quick")) g_quick = std::atoi(argv[i + 1]) != 0;
@@ -131,6 +133,7 @@ void run(int argc, char** argv) {
     else if (!std::strcmp(argv[i], "--routing")) routing_list = argv[i + 1];
     else if (!std::strcmp(argv[i], "--crossover")) crossover = std::atoi(argv[i + 1]) != 0;
     else if (!std::strcmp(argv[i], "--crossover-experts")) crossover_experts = std::clamp<int64_t>(std::atoll(argv[i + 1]), 1, kExperts);
+    else if (!std::strcmp(argv[i], "--rows")) rows = std::clamp<int64_t>(std::atoll(argv[i + 1]), 1, kRows);
   std::vector<NamedKernel> kernels = kernels_from(kernel_list);
   // --ablate 1,2,4: kWgmma again with parts of its main loop removed (timing only; the
   // moe_prefill_wgmma_sm90.cu masks), named wgmma-a<mask>.
@@ -174,7 +177,7 @@ void run(int argc, char** argv) {
   for (const std::string kind : {"uniform", "zipf", "hot", "random"}) {
     if (g_quick && kind != "uniform") break;
     if (!routing_list.empty() && ("," + routing_list + ",").find("," + kind + ",") == std::string::npos) continue;
-    const auto c = counts_for(kind, kRows);
+    const auto c = counts_for(kind, rows);
     check(off.upload(offsets_of(c)), "offsets");
     for (const auto& [kernel_name, kernel, ablate] : kernels)
       for (const bool queue : {true, false}) {
@@ -186,10 +189,10 @@ void run(int argc, char** argv) {
                                        queue ? prefill_ws : MoeDecodeWorkspace{}, kernel),
                 "prefill");
         });
-        const double flops = 2.0 * kRows * 3 * kInter * kDim;
+        const double flops = 2.0 * rows * 3 * kInter * kDim;
         std::printf("prefill %-7s %-12s %-6s rows %lld (max %lld min %lld a expert): %8.1f us  %6.1f TFLOP/s  floor %6.1f us  ours/floor %.2fx\n",
                     kind.c_str(),
-                    kernel_name, queue ? "queue" : "static", (long long)kRows,
+                    kernel_name, queue ? "queue" : "static", (long long)rows,
                     (long long)*std::max_element(c.begin(), c.end()), (long long)*std::min_element(c.begin(), c.end()), us,
                     flops / us * 1e-6, flops / kPeak * 1e6, us / (flops / kPeak * 1e6));
       }

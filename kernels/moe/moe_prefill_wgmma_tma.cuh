@@ -35,7 +35,8 @@
 //     registers where kWgmmaTma160 spills 24-28 bytes); the stage is 56 KB, so the ring is 4 deep (kAhead 2), and the
 //     tile starts move to the dynamic shared memory past the ring (up to
 //     kMoePrefillWordsMaxExperts experts; more run kWgmmaTma160). Its tiles of up to 128 tokens
-//     dequantise a chunk's eight k-steps before issuing the chunk's MMAs as one group (kBatch).
+//     dequantise a chunk's eight k-steps before issuing the chunk's MMAs as one group (kBatch). Thread 0
+//     pulls each tile's scale bytes into L2 with one bulk prefetch a matrix at the tile's start.
 //   - kWgmmaTmaMc: kWgmmaTma on 2-CTA thread-block clusters whose two CTAs compute two adjacent
 //     output tiles (2u, 2u + 1) of the same (expert, token tile), so they read the same token
 //     chunks: CTA rank r copies input half r of each chunk (its kN / 32 boxes) by
@@ -327,6 +328,20 @@ __device__ __forceinline__ void run_tile(const Mxfp4Decode& a, const Mxfp4Decode
   };
 
   const WordMaps wm{wmap_a, wmap_b, tl.e * rtiles + tl.ot * kOut / 8};
+  if constexpr (C::kWords) {
+    // The CTA tile's scale bytes pulled into L2 at its start, one bulk prefetch a matrix (gate/up: the
+    // 16 decode-layout tiles of w1 and of w3, down: up to 32 of w2; each run is contiguous), so that
+    // the scale words' loads a chunk ahead find them in L2, not DRAM (the first use of a scale word
+    // held 8.8% of a narrow tile's stall samples; all routings 1-4% faster: docs/perf.md "The
+    // tile's scales pulled into L2").
+    if (tid == 0) {
+      const int tiles = min(kOut, rows - tl.ot * kOut) / 8;  // a last down tile may hold 128 real rows of 256
+      const uint32_t bytes = uint32_t(tiles) * uint32_t(chunks) * 32u;
+      const int64_t first = int64_t(wm.tile) * chunks * 32;
+      asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(a.scales + first), "r"(bytes) : "memory");
+      if constexpr (kGated) asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(b.scales + first), "r"(bytes) : "memory");
+    }
+  }
   if (tid == 0)
     for (int s = 0; s < kAhead && s < chunks; ++s) issue_chunk<C, kN, kMc, kGated>(map, ring, seq + s, s, tl.tok0, wm);
   __syncwarp();

@@ -2,8 +2,8 @@
 // moe_expert_mlp_prefill -> moe_combine against the routed part of moe_forward on the CPU
 // (moe_reference.h), fresh random inputs each case. GPU tests skip without an sm_90 GPU.
 // Cases: the K3 expert shape (3584 -> 3072 -> 3584, SiTU(4, 25)) with real top-16 routing;
-// single experts of 1, 15, 17, 64, 65, 129, 190 and 385 rows beside empty ones (token tiles
-// of 64 / 128 / balanced up to 192, column blocks of 8 / wgmma N of 32..192), at widths that leave the last output tile part-filled; one hot
+// single experts of 1 .. 385 rows beside empty ones (token tiles of 64 / 128 / 160 / balanced up
+// to 192, column blocks of 8 / wgmma N of 32..192, rows between the multiples of 32), at widths that leave the last output tile part-filled; one hot
 // expert (skew); uniform routing under SiLU and SiTU; scales above 2^1 (two-multiply
 // path); the tile queue against the static schedule, call after call; no local rows; a CUDA-graph replay that must give the eager launch's bits.
 // Every GPU case runs every main loop (MoePrefillKernel::kMmaSync and the seven kWgmma*; the
@@ -244,7 +244,7 @@ TEST_F(MoePrefill, OddRowCountsBesideEmptyExperts) {
   // Local experts 0 and 2 get n rows each (k = 2: one pick each per token), 1 and 3 none.
   const int64_t local = 4, begin = 8;
   const HostExperts h = make_experts(local, 384, 640, 100, true);  // 384: 1.5 gate/up tiles; 640: 1.25 down tiles
-  for (int64_t n : {1, 15, 17, 64, 65, 129, 146, 160, 161, 190, 280, 288, 289, 321, 385}) {  // 146 .. 321: kWgmma160 / kWgmmaTma160 tile edges (280, 288: a tail absorbed after a full tile)
+  for (int64_t n : {1, 15, 17, 40, 64, 65, 90, 110, 120, 129, 140, 146, 160, 161, 190, 280, 288, 289, 321, 385}) {  // 146 .. 321: kWgmma160 / kWgmmaTma160 tile edges (280, 288: a tail absorbed after a full tile); 40 .. 140: tiles short of their N
     Routing r{std::vector<int32_t>(2 * n), std::vector<float>(2 * n)};
     for (int64_t t = 0; t < n; ++t) r.ids[2 * t] = begin + 2, r.ids[2 * t + 1] = begin, r.weights[2 * t] = 0.6f, r.weights[2 * t + 1] = 0.4f;
     EXPECT_LT(run_prefill(r, n, 2, begin, h, MoeActivation::kSiTU, 101 + static_cast<uint32_t>(n), "rows=" + std::to_string(n)), 1e-2);
