@@ -332,8 +332,8 @@ __device__ __forceinline__ void run_tile(const Mxfp4Decode& a, const Mxfp4Decode
     // The CTA tile's scale bytes pulled into L2 at its start, one bulk prefetch a matrix (gate/up: the
     // 16 decode-layout tiles of w1 and of w3, down: up to 32 of w2; each run is contiguous), so that
     // the scale words' loads a chunk ahead find them in L2, not DRAM (the first use of a scale word
-    // held 8.8% of a narrow tile's stall samples; all routings 1-4% faster: docs/perf.md "The
-    // tile's scales pulled into L2").
+    // held 8.8% of a narrow tile's stall samples; the narrowest tiles 1-3% faster, the routings
+    // level: docs/perf.md "The tile's scales pulled into L2").
     if (tid == 0) {
       const int tiles = min(kOut, rows - tl.ot * kOut) / 8;  // a last down tile may hold 128 real rows of 256
       const uint32_t bytes = uint32_t(tiles) * uint32_t(chunks) * 32u;
