@@ -5,7 +5,8 @@
 //   launch; calling it only after pdl_wait() keeps the chain transitive (when a kernel's
 //   successor starts, everything before that kernel has completed). Both are no-ops in a
 //   kernel launched without the attribute, and stream capture records them as graph edges.
-// - one-dimensional bulk copies (cp.async.bulk) global -> shared, completing on an mbarrier.
+// - one-dimensional bulk copies (cp.async.bulk) global -> shared, completing on an mbarrier,
+//   and bulk L2 prefetches.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -19,6 +20,12 @@ __device__ __forceinline__ void pdl_wait() { asm volatile("griddepcontrol.wait;\
 __device__ __forceinline__ void pdl_trigger() { asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory"); }
 
 __device__ __forceinline__ uint32_t smem_u32(const void* p) { return static_cast<uint32_t>(__cvta_generic_to_shared(p)); }
+
+// One bulk L2 prefetch (16-byte aligned, size a multiple of 16): a hint, nothing comes back
+// to the thread, and no shared memory or barrier is involved.
+__device__ __forceinline__ void bulk_prefetch_l2(const void* src, unsigned bytes) {
+  asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(src), "r"(bytes) : "memory");
+}
 
 __device__ __forceinline__ void mbar_init(uint64_t* bar, unsigned count) {
   asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(smem_u32(bar)), "r"(count) : "memory");

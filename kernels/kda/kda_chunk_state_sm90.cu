@@ -19,6 +19,7 @@
 // transposed bf16 words (one 32-bit load a fragment, the rounding FragB(float, float) would do,
 // so bit-identical): 83.5 KB single-buffered at D = 128, VT = 32 instead of 157.5 KB (117.5 / 223.5
 // KB double-buffered), so an intra CTA (112 KB) fits beside it.
+#include "common/pdl_bulk.cuh"
 #include "kda/kda_chunk_common.cuh"
 
 namespace pdserve::cuda {
@@ -172,7 +173,7 @@ __global__ void __launch_bounds__(NW * 32) state_kernel(const float* __restrict_
     const float* b = chunk_base(n);
     const int64_t off = lane == 0 ? L::w : lane == 1 ? L::u : lane == 2 ? L::qg : lane == 3 ? L::kg : lane == 4 ? L::aqk : L::gl;
     const uint32_t bytes = lane == 1 ? C * D * 4 : lane == 4 ? C * C * 2 : lane == 5 ? D * 4 : C * D * 2;  // bf16 but u, gl
-    prefetch_l2(b + off, bytes);
+    pdl_bulk::bulk_prefetch_l2(b + off, bytes);
   };
   for (int n = 1; n < prefetch; ++n) prefetch_chunk(n);
   // PK: a k pair of the transposed bf16 B operands ([col][k] words) from this lane's values at

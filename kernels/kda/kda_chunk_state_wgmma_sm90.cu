@@ -279,7 +279,7 @@ __global__ void __launch_bounds__(256, 2) state_wgmma_kernel(const float* __rest
     const float* b = chunk_base(n);
     const int64_t off = lane == 0 ? L::w : lane == 1 ? L::u : lane == 2 ? L::qg : lane == 3 ? L::kg : lane == 4 ? L::aqk : L::gl;
     const uint32_t bytes = lane == 1 ? C * D * 4 : lane == 4 ? C * C * 2 : lane == 5 ? D * 4 : C * D * 2;  // bf16 but u, gl
-    prefetch_l2(b + off, bytes);
+    pdl_bulk::bulk_prefetch_l2(b + off, bytes);
   };
   for (int n = NS; n < prefetch; ++n) prefetch_chunk(n);
   for (int n = 0; n < job.chunks; ++n) {

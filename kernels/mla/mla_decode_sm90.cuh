@@ -29,11 +29,6 @@ __device__ __forceinline__ void cp_async16(void* smem, const void* gmem, int src
   const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(gmem), "r"(src_bytes));
 }
-// One bulk L2 prefetch (16-byte aligned, size a multiple of 16): a hint, nothing comes back
-// to the thread, and no shared memory or barrier is involved.
-__device__ __forceinline__ void bulk_prefetch_l2(const void* src, unsigned bytes) {
-  asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(src), "r"(bytes) : "memory");
-}
 // Bench-only timeline (MlaDecodeWork::timeline, layout in mla_decode.h): event e of the CTA's
 // record, by the calling thread.
 __device__ __forceinline__ void timeline_stamp(uint64_t* rec, int e) {

@@ -6,6 +6,7 @@
 
 #include <cstdint>
 
+#include "common/pdl_bulk.cuh"
 #include "moe/moe_decode.h"
 
 namespace pdserve::cuda::moe_decode_detail {
@@ -86,7 +87,7 @@ __device__ __forceinline__ void wa_prefetch(const Mxfp4Decode& a, const Mxfp4Dec
   const bool scales = i & 1;
   const uint8_t* p = scales ? m.scales + size_t(tile0) * 32u : m.packed + size_t(tile0) * 512u;
   const uint32_t bytes = ntiles * (scales ? 32u : 512u);
-  asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(p), "r"(bytes) : "memory");
+  pdl_bulk::bulk_prefetch_l2(p, bytes);
 }
 
 

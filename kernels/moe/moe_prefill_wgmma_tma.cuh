@@ -338,8 +338,8 @@ __device__ __forceinline__ void run_tile(const Mxfp4Decode& a, const Mxfp4Decode
       const int tiles = min(kOut, rows - tl.ot * kOut) / 8;  // a last down tile may hold 128 real rows of 256
       const uint32_t bytes = uint32_t(tiles) * uint32_t(chunks) * 32u;
       const int64_t first = int64_t(wm.tile) * chunks * 32;
-      asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(a.scales + first), "r"(bytes) : "memory");
-      if constexpr (kGated) asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(b.scales + first), "r"(bytes) : "memory");
+      pdl_bulk::bulk_prefetch_l2(a.scales + first, bytes);
+      if constexpr (kGated) pdl_bulk::bulk_prefetch_l2(b.scales + first, bytes);
     }
   }
   if (tid == 0)
