@@ -291,9 +291,12 @@ Status CudaModel::moe(const DeviceLayer& l, const float* x, int64_t rows, float*
   if (prefill_gemm) {
     uint16_t* x16 = reinterpret_cast<uint16_t*>(x_sorted);
     uint16_t* act16 = reinterpret_cast<uint16_t*>(act);
-    PDS_RETURN_IF_ERROR(moe_permute_bf16(ids, rows, K, l.expert_begin, l.local_experts, xin, lat, plan, x16, stream_));
+    // A short chunk (few rows an expert on average) takes the two-CTA narrow tiles (moe_prefill.h).
+    const MoePrefillKernel kernel = moe_prefill_choice(MoePrefillKernel::kAuto, rows * K / E);
+    PDS_RETURN_IF_ERROR(moe_permute_bf16(ids, rows, K, l.expert_begin, l.local_experts, xin, lat, plan, x16, stream_, kernel));
     // The tile queue shares the fused decode kernel's workspace: both run in order on stream_.
-    PDS_RETURN_IF_ERROR(moe_expert_mlp_prefill(l.mxfp4_decode, plan.offsets, l.local_experts, cap, x16, act16, out_sorted, stream_, moe_queue_));
+    PDS_RETURN_IF_ERROR(
+        moe_expert_mlp_prefill(l.mxfp4_decode, plan.offsets, l.local_experts, cap, x16, act16, out_sorted, stream_, moe_queue_, kernel));
   } else {
     PDS_RETURN_IF_ERROR(moe_permute(ids, rows, K, l.expert_begin, l.local_experts, xin, lat, plan, x_sorted, stream_));
     if (l.quantized && l.decode_layout)

@@ -8,7 +8,7 @@
 // The torch anchor (moe_prefill_torch.py) builds the same distributions and times the same
 // work in bf16. Each distribution runs every main loop picked by --kernels (default all:
 // mma.sync, wgmma, wgmma-wN, wgmma-smemW, wgmma-smemWd, wgmma-tma, wgmma-tma4, wgmma-prod, wgmma-160 =
-// MoePrefillKernel::kMmaSync, kWgmma, kWgmmaWideN, kWgmmaSmemW, kWgmmaSmemWDeep, kWgmmaTma, kWgmmaTma4, kWgmmaProducer, kWgmma160, kWgmmaG2, kWgmmaSmemWG2, kWgmmaCarry, kWgmmaCarry6, kWgmmaTmaMc (wgmma-tma-mc), kWgmmaPingpong (wgmma-pingpong), kWgmmaTma160 (wgmma-tma-160), kWgmmaTma160W (wgmma-tma-160w); the input order does not change the time) under both tile schedules (moe_prefill.h: the
+// MoePrefillKernel::kMmaSync, kWgmma, kWgmmaWideN, kWgmmaSmemW, kWgmmaSmemWDeep, kWgmmaTma, kWgmmaTma4, kWgmmaProducer, kWgmma160, kWgmmaG2, kWgmmaSmemWG2, kWgmmaCarry, kWgmmaCarry6, kWgmmaTmaMc (wgmma-tma-mc), kWgmmaPingpong (wgmma-pingpong), kWgmmaTma160 (wgmma-tma-160), kWgmmaTma160W (wgmma-tma-160w), kWgmmaTmaNarrow (wgmma-tma-narrow); the input order does not change the time) under both tile schedules (moe_prefill.h: the
 // dynamic queue in a workspace, as the backend calls it, and the static stride). Also the crossover against moe_expert_mlp_decode (kAuto) at 2..64 rows a
 // expert on uniform and random rows, which sets the backend's switch (cuda_layers.cpp). CUDA events, 3 warm-ups,
 // median of --reps. Weight bytes are random (scales 2^-7..2^-3), tiled from a 64 MB pattern.
@@ -108,14 +108,15 @@ constexpr NamedKernel kAllKernels[] = {{"mma.sync", MoePrefillKernel::kMmaSync},
                                        {"wgmma-tma-mc", MoePrefillKernel::kWgmmaTmaMc},
                                        {"wgmma-pingpong", MoePrefillKernel::kWgmmaPingpong},
                                        {"wgmma-tma-160", MoePrefillKernel::kWgmmaTma160},
-                                       {"wgmma-tma-160w", MoePrefillKernel::kWgmmaTma160W}};
+                                       {"wgmma-tma-160w", MoePrefillKernel::kWgmmaTma160W},
+                                       {"wgmma-tma-narrow", MoePrefillKernel::kWgmmaTmaNarrow}};
 
 // --kernels a,b,c: the main loops to time, by the names above (default: all).
 std::vector<NamedKernel> kernels_from(const std::string& list) {
   std::vector<NamedKernel> out;
   for (const NamedKernel& k : kAllKernels)
     if (list.empty() || ("," + list + ",").find(std::string(",") + k.name + ",") != std::string::npos) out.push_back(k);
-  if (out.empty()) std::fprintf(stderr, "--kernels %s names none of mma.sync,wgmma,wgmma-wN,wgmma-smemW,wgmma-smemWd,wgmma-tma,wgmma-tma4,wgmma-prod,wgmma-160,wgmma-g2,wgmma-smemW-g2,wgmma-carry,wgmma-carry6,wgmma-tma-mc,wgmma-pingpong,wgmma-tma-160,wgmma-tma-160w\n", list.c_str());
+  if (out.empty()) std::fprintf(stderr, "--kernels %s names none of mma.sync,wgmma,wgmma-wN,wgmma-smemW,wgmma-smemWd,wgmma-tma,wgmma-tma4,wgmma-prod,wgmma-160,wgmma-g2,wgmma-smemW-g2,wgmma-carry,wgmma-carry6,wgmma-tma-mc,wgmma-pingpong,wgmma-tma-160,wgmma-tma-160w,wgmma-tma-narrow\n", list.c_str());
   return out;
 }
 
@@ -214,8 +215,9 @@ void run(int argc, char** argv) {
       const int64_t rows = per * ne;
       const std::vector<int64_t> c = counts_for(kind, rows, ne);
       check(off.upload(offsets_of(c)), "offsets");
+      const MoePrefillKernel pick = moe_prefill_choice(MoePrefillKernel::kAuto, per);  // as the backend picks (cuda_layers.cpp)
       const double us_p = median_us(
-          [&] { check(moe_expert_mlp_prefill(w, off.get(), ne, rows, x.get(), act.get(), out.get(), nullptr, prefill_ws), "prefill"); });
+          [&] { check(moe_expert_mlp_prefill(w, off.get(), ne, rows, x.get(), act.get(), out.get(), nullptr, prefill_ws, pick), "prefill"); });
       const double us_d = median_us(
           [&] { check(moe_expert_mlp_decode(w, off.get(), ne, rows, xf.get(), actf.get(), out.get(), nullptr, MoeDecodeKernel::kAuto, ws), "decode"); });
       const MoeDecodeKernel chosen = moe_decode_choice(w, ne, rows, true);
@@ -223,8 +225,9 @@ void run(int argc, char** argv) {
                          chosen == MoeDecodeKernel::kFusedSplitPdl || chosen == MoeDecodeKernel::kFusedSplit24Warps ||
                          chosen == MoeDecodeKernel::kFusedSplit24WarpsStaggered ||
                          chosen == MoeDecodeKernel::kFusedSplitStaggered;  // any one-launch form
-      std::printf("crossover %-7s %3lld experts, %3lld rows a expert (%6lld rows, max %3lld): prefill %8.1f us  decode(kAuto -> %s) %8.1f us  prefill %.2fx faster\n",
-                  kind, (long long)ne, (long long)per, (long long)rows, (long long)*std::max_element(c.begin(), c.end()), us_p, fused ? "fused" : "two-launch",
+      std::printf("crossover %-7s %3lld experts, %3lld rows a expert (%6lld rows, max %3lld): prefill%s %8.1f us  decode(kAuto -> %s) %8.1f us  prefill %.2fx faster\n",
+                  kind, (long long)ne, (long long)per, (long long)rows, (long long)*std::max_element(c.begin(), c.end()),
+                  pick == MoePrefillKernel::kWgmmaTmaNarrow ? " (narrow)" : "", us_p, fused ? "fused" : "two-launch",
                   us_d, us_d / us_p);
     }
 }

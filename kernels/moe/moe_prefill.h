@@ -59,7 +59,8 @@ bool moe_prefill_fits(const MoeDecodeWeights& w);
 // x_sorted and act with the inputs of each 32-input group in the order their MMA fragments
 // take (moe_prefill_schedule.h, wgmma_k_position), so moe_permute_bf16 and
 // moe_expert_mlp_prefill of one chunk must be given the same kernel. kAuto resolves to
-// moe_prefill_choice(): kWgmmaTma160W (docs/perf.md has the measurements behind it).
+// moe_prefill_choice(): kWgmmaTma160W, or kWgmmaTmaNarrow for a chunk whose routed rows average at
+// most kMoePrefillNarrowMaxRowsPerExpert a local expert (docs/perf.md has the measurements behind it).
 // kWgmmaTma (kWgmma's tiles and MMAs, the tokens by bulk tensor copies from one thread into
 // an mbarrier ring, no CTA barrier in the main loop) and kWgmmaTma4 (the same with four
 // warpgroups of one m64 block each instead of two of two): outputs bit-identical to kWgmma.
@@ -96,14 +97,23 @@ bool moe_prefill_fits(const MoeDecodeWeights& w);
 // no thread loads or prefetches words from global memory; the ring is 4 stages of 56 KB instead
 // of 5 of 40 KB. Up to kMoePrefillWordsMaxExperts local experts (the tile starts share the
 // ring's shared memory); beyond that it runs kWgmmaTma160. Bit-identical to kWgmma.
+// kWgmmaTmaNarrow: kWgmmaTma160W's ring and k-step loop on token tiles of at most 64 (an expert of
+// more rows takes several), 3 stages of 32 KB and 128 registers a thread, so two CTAs share an SM:
+// for chunks whose experts hold few rows each. Bit-identical to kWgmma.
 enum class MoePrefillKernel {
   kAuto, kMmaSync, kWgmma, kWgmmaWideN, kWgmmaSmemW, kWgmmaSmemWDeep, kWgmmaTma, kWgmmaTma4, kWgmmaProducer, kWgmma160,
-  kWgmmaG2, kWgmmaSmemWG2, kWgmmaCarry, kWgmmaCarry6, kWgmmaTmaMc, kWgmmaPingpong, kWgmmaTma160, kWgmmaTma160W
+  kWgmmaG2, kWgmmaSmemWG2, kWgmmaCarry, kWgmmaCarry6, kWgmmaTmaMc, kWgmmaPingpong, kWgmmaTma160, kWgmmaTma160W, kWgmmaTmaNarrow
 };
 // kWgmmaTma160W's limit: its ring (4 x 56 KB + the alignment slack) leaves 1.9 KB of the SM's 227 KB
 // for the tile starts, 4 bytes an expert; 448 = K3's 896 experts at EP2.
 constexpr int64_t kMoePrefillWordsMaxExperts = 448;
-MoePrefillKernel moe_prefill_choice(MoePrefillKernel kernel = MoePrefillKernel::kAuto);
+// kAuto's switch to kWgmmaTmaNarrow: 1.16-1.18x kWgmmaTma160W at 2-32 rows an expert on even rows,
+// 1.11-1.18x on random ones, but 0.83x on random rows averaging 64 (experts past 64 rows take two
+// tiles) (docs/perf.md, "Two CTAs an SM on narrow tiles").
+constexpr int64_t kMoePrefillNarrowMaxRowsPerExpert = 32;
+// The kernel `kernel` stands for: itself, or kAuto's pick for a chunk whose routed rows average
+// `rows_per_expert` a local expert (negative: not known, taken as many).
+MoePrefillKernel moe_prefill_choice(MoePrefillKernel kernel = MoePrefillKernel::kAuto, int64_t rows_per_expert = -1);
 
 // moe_permute (moe.h) writing the sorted rows as bf16 bits (round to nearest even):
 // x_sorted [capacity, dim] uint16, each row's inputs in `kernel`'s order (the wgmma kernels:

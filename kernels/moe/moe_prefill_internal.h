@@ -59,6 +59,10 @@ Status expert_mlp_prefill_wgmma_tma160(const MoeDecodeWeights& w, const int32_t*
 Status expert_mlp_prefill_wgmma_tma160w(const MoeDecodeWeights& w, const int32_t* offsets, int64_t experts, int64_t capacity,
                                         const uint16_t* x_sorted, uint16_t* act, float* out_sorted, void* queue, cudaStream_t stream);
 
+// kWgmmaTmaNarrow (moe_prefill_wgmma_tma_narrow_sm90.cu); the same expert limit and fallback.
+Status expert_mlp_prefill_wgmma_tma_narrow(const MoeDecodeWeights& w, const int32_t* offsets, int64_t experts, int64_t capacity,
+                                           const uint16_t* x_sorted, uint16_t* act, float* out_sorted, void* queue, cudaStream_t stream);
+
 // The same for kWgmmaProducer (moe_prefill_producer_sm90.cu).
 Status expert_mlp_prefill_wgmma_producer(const MoeDecodeWeights& w, const int32_t* offsets, int64_t experts, int64_t capacity,
                                          const uint16_t* x_sorted, uint16_t* act, float* out_sorted, void* queue, cudaStream_t stream);

@@ -282,8 +282,13 @@ Status launch(const Mxfp4Decode& a, const Mxfp4Decode& b, const int32_t* offsets
 // routings in one process (power-limited clocks there) (docs/perf.md, "The packed words through the token ring").
 // Its narrow tiles' MMAs as one group a chunk (twenty-seventh session): Zipf 1.03-1.05x, one hot
 // expert 1.03-1.04x; 623-626 TFLOP/s on uniform rows in that call ("Narrow tiles: a chunk's MMAs as one group").
-MoePrefillKernel moe_prefill_choice(MoePrefillKernel kernel) {
-  return kernel == MoePrefillKernel::kAuto ? MoePrefillKernel::kWgmmaTma160W : kernel;
+// Since the twenty-ninth session a chunk of few rows an expert (at most kMoePrefillNarrowMaxRowsPerExpert on
+// average) takes kWgmmaTmaNarrow: tiles of up to 64 tokens on two CTAs an SM, 1.11-1.18x kWgmmaTma160W
+// from 2 to 32 rows an expert (docs/perf.md, "Two CTAs an SM on narrow tiles").
+MoePrefillKernel moe_prefill_choice(MoePrefillKernel kernel, int64_t rows_per_expert) {
+  if (kernel != MoePrefillKernel::kAuto) return kernel;
+  const bool narrow = rows_per_expert >= 0 && rows_per_expert <= kMoePrefillNarrowMaxRowsPerExpert;
+  return narrow ? MoePrefillKernel::kWgmmaTmaNarrow : MoePrefillKernel::kWgmmaTma160W;
 }
 
 bool moe_prefill_fits(const MoeDecodeWeights& w) {

@@ -24,9 +24,16 @@ __device__ __forceinline__ void wgmma_wait() {
 // offset 1024 >> 4 (8 rows of 128 bytes: the next 8 tokens), swizzle mode 1 = 128 B (bits
 // 62-63). The swizzle atom (8 rows x 128 bytes) must start 1024-byte aligned; the start may
 // move inside a row by 32 bytes per k16 step.
-__device__ __forceinline__ uint64_t sw128_desc(uint32_t smem_addr) {
-  return uint64_t((smem_addr & 0x3FFFFu) >> 4) | (uint64_t(1) << 16) | (uint64_t(1024 >> 4) << 32) | (uint64_t(1) << 62);
+__device__ __forceinline__ uint32_t sw128_desc_lo(uint32_t smem_addr) { return ((smem_addr & 0x3FFFFu) >> 4) | (1u << 16); }
+// The descriptor of the tile `ofs` bytes past the one whose low word is `lo`: the start field takes
+// the offset without a carry while the address stays below 2^18 (shared memory is under 256 KB), so
+// a main loop forms its k-steps' descriptors with one add each from a low word it forms once a
+// chunk (ptxas re-derived the mask, shift and OR, and the constant high word, at every k-step).
+__device__ __forceinline__ uint64_t sw128_desc_at(uint32_t lo, uint32_t ofs) {
+  constexpr uint32_t kHi = (1024u >> 4) | (1u << 30);  // stride byte offset (bits 32-45), 128-byte swizzle (bit 62)
+  return (uint64_t(kHi) << 32) | (lo + (ofs >> 4));
 }
+__device__ __forceinline__ uint64_t sw128_desc(uint32_t smem_addr) { return sw128_desc_at(sw128_desc_lo(smem_addr), 0); }
 
 template <int kN>
 __device__ __forceinline__ void wgmma_rs(float (&d)[kN / 2], const uint32_t (&a)[4], uint64_t b_desc);

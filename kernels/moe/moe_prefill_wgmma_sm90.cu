@@ -438,6 +438,7 @@ Status expert_mlp_prefill_wgmma(const MoeDecodeWeights& w, const int32_t* offset
     case MoePrefillKernel::kWgmmaTmaMc:
     case MoePrefillKernel::kWgmmaTma160:
     case MoePrefillKernel::kWgmmaTma160W:
+    case MoePrefillKernel::kWgmmaTmaNarrow:
       return expert_mlp_prefill_wgmma_tma(w, offsets, experts, capacity, x_sorted, act, out_sorted, queue_words, kernel, stream);
     case MoePrefillKernel::kWgmmaCarry:
     case MoePrefillKernel::kWgmmaCarry6:

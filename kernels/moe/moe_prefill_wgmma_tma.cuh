@@ -1,7 +1,7 @@
-// The templates of moe_expert_mlp_prefill's bulk-copy warpgroup-MMA forms, shared by the two
+// The templates of moe_expert_mlp_prefill's bulk-copy warpgroup-MMA forms, shared by the four
 // translation units that instantiate them (moe_prefill_wgmma_tma_sm90.cu: kWgmmaTma, kWgmmaTma4,
 // kWgmmaTmaMc; moe_prefill_wgmma_tma_tail_sm90.cu: kWgmmaTma160; moe_prefill_wgmma_tma_words_sm90.cu:
-// kWgmmaTma160W), so each compiles on its own core. Internal linkage (anonymous namespace): each unit keeps its own copies.
+// kWgmmaTma160W; moe_prefill_wgmma_tma_narrow_sm90.cu: kWgmmaTmaNarrow), so each compiles on its own core. Internal linkage (anonymous namespace): each unit keeps its own copies.
 // The forms (MoePrefillKernel::kWgmmaTma, kWgmmaTma4, kWgmmaTmaMc, kWgmmaTma160;
 // contract: moe_prefill.h, design: docs/design.md). Same CTA tiles,
 // same dequantisation and the same wgmma sequence per 64-row block as kWgmma (so the outputs
@@ -37,6 +37,9 @@
 //     kMoePrefillWordsMaxExperts experts; more run kWgmmaTma160). Its tiles of up to 128 tokens
 //     dequantise a chunk's eight k-steps before issuing the chunk's MMAs as one group (kBatch). Thread 0
 //     pulls each tile's scale bytes into L2 with one bulk prefetch a matrix at the tile's start.
+//   - kWgmmaTmaNarrow (kAuto for chunks of at most kMoePrefillNarrowMaxRowsPerExpert rows an expert on
+//     average): kWgmmaTma160W's word ring and k-step loop on token tiles of at most 64, 3 stages of
+//     32 KB and 128 registers a thread, so two CTAs (two tiles' chains) share an SM.
 //   - kWgmmaTmaMc: kWgmmaTma on 2-CTA thread-block clusters whose two CTAs compute two adjacent
 //     output tiles (2u, 2u + 1) of the same (expert, token tile), so they read the same token
 //     chunks: CTA rank r copies input half r of each chunk (its kN / 32 boxes) by
@@ -94,7 +97,7 @@ constexpr int kActStride = kOutGated + 4;   // gate/up staging row (floats): 4 m
 // The forms: kTwoBlocks = kWgmmaTma (and kWgmmaTmaMc), kOneBlock = kWgmmaTma4, kTwoBlocks160 =
 // kWgmmaTma160, kTwoBlocks160W = kWgmmaTma160W. (A kOneBlock with wait_group 2 was dropped before it ran: at the 128-register cap
 // of 512 threads ptxas serialised its wgmmas, warning C7512.)
-enum Form : int { kTwoBlocks = 0, kOneBlock = 1, kTwoBlocks160 = 2, kTwoBlocks160W = 3 };
+enum Form : int { kTwoBlocks = 0, kOneBlock = 1, kTwoBlocks160 = 2, kTwoBlocks160W = 3, kNarrow = 4 };
 
 // Timing experiments only (docs/perf.md "What holds kWgmmaTma160 below the bare loop"): compiled with
 // -DPDS_PREFILL_TMA_ABLATE=mask (the moe_prefill_bench_tma_ablate target, opt-in), the forms skip
@@ -149,8 +152,12 @@ struct Cfg {
   static constexpr bool kBig = kForm == kTwoBlocks160 || kForm == kTwoBlocks160W;  // tails absorbed (tiles up to 160)
   // kTwoBlocks160W: the packed words ride the token ring (bulk copies into each stage), so no thread
   // loads them from global memory; the stage grows by the CTA tile's words and the ring is 4 deep.
-  static constexpr bool kWords = kForm == kTwoBlocks160W;
-  static constexpr int kStages = kWords ? 4 : 5;
+  static constexpr bool kWords = kForm == kTwoBlocks160W || kForm == kNarrow;
+  // kNarrow (kWgmmaTmaNarrow): kTwoBlocks160W's ring on token tiles of 64, two CTAs an SM (128
+  // registers a thread): 3 stages of 32 KB a CTA, so each SM holds two tiles' chains at once.
+  static constexpr bool kNarrowForm = kForm == kNarrow;
+  static constexpr int kMinBlocks = kNarrowForm ? 2 : 1;
+  static constexpr int kStages = kNarrowForm ? 3 : kWords ? 4 : 5;
   // Chunks in flight ahead of the MMAs: a stage is refilled two chunks after its use. (kWords with the
   // refill issued as soon as every thread released the stage, 3 chunks ahead of 4 stages: 0.86-0.90x,
   // docs/perf.md "The packed words through the token ring".)
@@ -158,7 +165,7 @@ struct Cfg {
   // An expert's token tiles in order. kWords: tiles of 160 (its loop keeps 160 accumulators without
   // spilling), so a large expert dequantises each weight chunk once per 160 tokens, not 128 (Zipf
   // 1.03-1.05x, one hot expert 1.01-1.03x; an expert of up to 160 rows is one tile either way).
-  static constexpr int kStep = kWords ? 160 : 128;
+  static constexpr int kStep = kNarrowForm ? 64 : kWords ? 160 : 128;
   static constexpr int kAbsorb = kBig && kStep == 128 ? 32 : 0;  // a last tile of at most this many rows joins the one before
   static constexpr int kTokTile = kStep + kAbsorb;      // tokens of one expert a tile: the largest wgmma N used
   static constexpr int kHalfBytes = kTokTile * 128;     // 64 inputs x the tokens: one column of swizzle atoms
@@ -279,7 +286,7 @@ __device__ __forceinline__ void run_tile(const Mxfp4Decode& a, const Mxfp4Decode
   // Their accumulators leave room for all eight k-steps' A operands (no spills, no serialised wgmma),
   // and a narrow k-step's MMAs are too short to hide the next dequantisation behind (docs/perf.md
   // "Narrow tiles: a chunk's MMAs as one group": skewed routings 3-5% faster). kWords has kQ == 4.
-  constexpr bool kBatch = C::kWords && kN <= 128;
+  constexpr bool kBatch = C::kWords && kN <= 128 && !C::kNarrowForm;  // kNarrow: 64 A registers do not fit its 128
   static_assert(!C::kWords || (C::kBlocks == 2 && !kMc), "kWords: two m64 blocks a warpgroup, no cluster");
   const int tid = threadIdx.x, wg = tid >> 7, warp = (tid >> 5) & 3, lane = tid & 31, g = lane >> 2, t = lane & 3;
   const int rows = static_cast<int>(a.rows), cols = static_cast<int>(a.cols), chunks = cols / kChunk, rtiles = rows / 8;
@@ -431,16 +438,18 @@ __device__ __forceinline__ void run_tile(const Mxfp4Decode& a, const Mxfp4Decode
         else return word_of(kHalves ? qn[j] : q[j], i);
       };
       const uint32_t sbase = ring.base + slot * kStageBytes;
+      const uint32_t dlo = sw128_desc_lo(sbase);  // k-step s's descriptor: sw128_desc_at(dlo, its offset)
       // k-step s (input group s / 2, half s % 2): the A operands of the first m64 block (fa) and the second (fb).
       auto dequant_step = [&](int s, uint32_t (&fa)[4], uint32_t (&fb)[4]) {
         const int i = s >> 1, h = s & 1;
+        const uint32_t sel = 0x4440u + i;  // byte i of a scale word, zero-extended, in one PRMT (a shift and a mask before)
         uint32_t lo[2], hi[2];
-        dequant_half<kWide>(word(0, i), (sc[0] >> (8 * i)) & 0xffu, h, lo);
-        dequant_half<kWide>(word(1, i), (sc[1] >> (8 * i)) & 0xffu, h, hi);
+        dequant_half<kWide>(word(0, i), __byte_perm(sc[0], 0u, sel), h, lo);
+        dequant_half<kWide>(word(1, i), __byte_perm(sc[1], 0u, sel), h, hi);
         fa[0] = lo[0], fa[1] = hi[0], fa[2] = lo[1], fa[3] = hi[1];
         if constexpr (kQ == 4) {
-          dequant_half<kWide>(word(2, i), (sc[2] >> (8 * i)) & 0xffu, h, lo);
-          dequant_half<kWide>(word(3, i), (sc[3] >> (8 * i)) & 0xffu, h, hi);
+          dequant_half<kWide>(word(2, i), __byte_perm(sc[2], 0u, sel), h, lo);
+          dequant_half<kWide>(word(3, i), __byte_perm(sc[3], 0u, sel), h, hi);
           fb[0] = lo[0], fb[1] = hi[0], fb[2] = lo[1], fb[3] = hi[1];
         }
       };
@@ -457,31 +466,31 @@ __device__ __forceinline__ void run_tile(const Mxfp4Decode& a, const Mxfp4Decode
         wgmma_fence();
 #pragma unroll
         for (int s = 0; s < 8; ++s) {
-          const uint64_t desc = sw128_desc(sbase + (s >> 2) * kHalfBytes + (s & 3) * 32);
+          const uint64_t desc = sw128_desc_at(dlo, (s >> 2) * kHalfBytes + (s & 3) * 32);
           wgmma_rs<kN>(acc0, fa[s], desc);
           wgmma_rs<kN>(acc1, fb[s], desc);  // kWords: two m64 blocks a warpgroup
         }
         wgmma_commit();
         wgmma_wait<0>();
         release(n);
-        continue;
-      }
+      } else {
 #pragma unroll
-      for (int s = 0; s < 8; ++s) {  // k-step s: group i = s / 2, half h = s % 2
-        uint32_t fa[4], fb[4] = {0u, 0u, 0u, 0u};
-        dequant_step(s, fa, fb);
-        if constexpr (kHalves)
-          if ((s & 3) == 3 && c + 1 < chunks) next_half(s >> 2);
-        if constexpr (C::kWords)  // k-steps 0-3 have read words .x / .y: the stage's .z / .w into the same registers
-          if (s == 3) lds_words(ring.base + slot * kStageBytes + 2 * kHalfBytes, wofs, 1, qh);
-        const uint64_t desc = sw128_desc(sbase + (s >> 2) * kHalfBytes + (s & 3) * 32);
-        wgmma_fence();
-        wgmma_rs<kN>(acc0, fa, desc);
-        if constexpr (kBlocks == 2) wgmma_rs<kN>(acc1, fb, desc);
-        wgmma_commit();
-        wgmma_wait<C::kPending>();  // k-step s - kPending is done: its A registers are free
-        // From k-step kPending - 1 on, the previous chunk's wgmmas are all done: its stage may be refilled.
-        if (s == C::kPending - 1 && c > 0) release(n - 1);
+        for (int s = 0; s < 8; ++s) {  // k-step s: group i = s / 2, half h = s % 2
+          uint32_t fa[4], fb[4] = {0u, 0u, 0u, 0u};
+          dequant_step(s, fa, fb);
+          if constexpr (kHalves)
+            if ((s & 3) == 3 && c + 1 < chunks) next_half(s >> 2);
+          if constexpr (C::kWords)  // k-steps 0-3 have read words .x / .y: the stage's .z / .w into the same registers
+            if (s == 3) lds_words(ring.base + slot * kStageBytes + 2 * kHalfBytes, wofs, 1, qh);
+          const uint64_t desc = sw128_desc_at(dlo, (s >> 2) * kHalfBytes + (s & 3) * 32);
+          wgmma_fence();
+          wgmma_rs<kN>(acc0, fa, desc);
+          if constexpr (kBlocks == 2) wgmma_rs<kN>(acc1, fb, desc);
+          wgmma_commit();
+          wgmma_wait<C::kPending>();  // k-step s - kPending is done: its A registers are free
+          // From k-step kPending - 1 on, the previous chunk's wgmmas are all done: its stage may be refilled.
+          if (s == C::kPending - 1 && c > 0) release(n - 1);
+        }
       }
     }
   }
@@ -547,7 +556,7 @@ __device__ __forceinline__ void run_tile(const Mxfp4Decode& a, const Mxfp4Decode
 }
 
 template <int kForm, bool kGated, bool kWide, bool kQueue, bool kMc>
-__global__ void __launch_bounds__(Cfg<kForm>::kThreads, 1)
+__global__ void __launch_bounds__(Cfg<kForm>::kThreads, Cfg<kForm>::kMinBlocks)
     prefill_wgmma_tma(const __grid_constant__ CUtensorMap map, const __grid_constant__ CUtensorMap wmap_a,  // wmap_*: kWords only
                       const __grid_constant__ CUtensorMap wmap_b, Mxfp4Decode a, Mxfp4Decode b, const int32_t* __restrict__ offsets,
                       int experts, uint16_t* __restrict__ act_out, float* __restrict__ out, MoeAct fn,
@@ -607,7 +616,10 @@ __global__ void __launch_bounds__(Cfg<kForm>::kThreads, 1)
     if constexpr (kMc) ot = 2 * ot + int(rank);
     const Tile tl{e, ot, row_begin + mt * kStep, mt == mtiles - 1 ? nrows - mt * kStep : kStep};  // the last tile: the rest
     const int nv = (tl.ntok + 31) >> 5;
-    if (nv <= 1) run_tile<kForm, kGated, kWide, 32, kMc>(a, b, &map, &wmap_a, &wmap_b, act_out, out, fn, smem, ring, seq, tl);
+    if constexpr (Cfg<kForm>::kNarrowForm) {  // tiles of at most 64 tokens: only the two narrow loops are compiled
+      if (nv <= 1) run_tile<kForm, kGated, kWide, 32, kMc>(a, b, &map, &wmap_a, &wmap_b, act_out, out, fn, smem, ring, seq, tl);
+      else run_tile<kForm, kGated, kWide, 64, kMc>(a, b, &map, &wmap_a, &wmap_b, act_out, out, fn, smem, ring, seq, tl);
+    } else if (nv <= 1) run_tile<kForm, kGated, kWide, 32, kMc>(a, b, &map, &wmap_a, &wmap_b, act_out, out, fn, smem, ring, seq, tl);
     else if (nv == 2) run_tile<kForm, kGated, kWide, 64, kMc>(a, b, &map, &wmap_a, &wmap_b, act_out, out, fn, smem, ring, seq, tl);
     else if (nv == 3) run_tile<kForm, kGated, kWide, 96, kMc>(a, b, &map, &wmap_a, &wmap_b, act_out, out, fn, smem, ring, seq, tl);
     else if (nv == 4 || !Cfg<kForm>::kBig) run_tile<kForm, kGated, kWide, 128, kMc>(a, b, &map, &wmap_a, &wmap_b, act_out, out, fn, smem, ring, seq, tl);

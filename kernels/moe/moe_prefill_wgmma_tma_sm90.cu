@@ -18,6 +18,8 @@ Status expert_mlp_prefill_wgmma_tma(const MoeDecodeWeights& w, const int32_t* of
       return expert_mlp_prefill_wgmma_tma160(w, offsets, experts, capacity, x_sorted, act, out_sorted, queue_words, stream);
     case MoePrefillKernel::kWgmmaTma160W:
       return expert_mlp_prefill_wgmma_tma160w(w, offsets, experts, capacity, x_sorted, act, out_sorted, queue_words, stream);
+    case MoePrefillKernel::kWgmmaTmaNarrow:
+      return expert_mlp_prefill_wgmma_tma_narrow(w, offsets, experts, capacity, x_sorted, act, out_sorted, queue_words, stream);
     default: return invalid_argument("moe_expert_mlp_prefill: not a bulk-copy wgmma main loop");
   }
 }

@@ -34,7 +34,7 @@ constexpr MoePrefillKernel kKernels[] = {MoePrefillKernel::kMmaSync, MoePrefillK
                                          MoePrefillKernel::kWgmmaG2, MoePrefillKernel::kWgmmaSmemWG2,
                                          MoePrefillKernel::kWgmmaCarry, MoePrefillKernel::kWgmmaCarry6, MoePrefillKernel::kWgmmaTmaMc,
                                          MoePrefillKernel::kWgmmaPingpong, MoePrefillKernel::kWgmmaTma160,
-                                         MoePrefillKernel::kWgmmaTma160W};
+                                         MoePrefillKernel::kWgmmaTma160W, MoePrefillKernel::kWgmmaTmaNarrow};
 const char* name_of(MoePrefillKernel k) {
   switch (k) {
     case MoePrefillKernel::kWgmma: return "wgmma";
@@ -52,6 +52,7 @@ const char* name_of(MoePrefillKernel k) {
     case MoePrefillKernel::kWgmmaPingpong: return "wgmma-pingpong";
     case MoePrefillKernel::kWgmmaTma160: return "wgmma-tma-160";
     case MoePrefillKernel::kWgmmaTma160W: return "wgmma-tma-160w";
+    case MoePrefillKernel::kWgmmaTmaNarrow: return "wgmma-tma-narrow";
     case MoePrefillKernel::kWgmmaSmemWG2: return "wgmma-smemW-g2";
     default: return "mma.sync";
   }
@@ -140,7 +141,7 @@ double run_prefill(const Routing& r, int64_t tokens, int64_t k, int64_t begin, c
         kernel == MoePrefillKernel::kWgmmaG2 || kernel == MoePrefillKernel::kWgmmaSmemWG2 || kernel == MoePrefillKernel::kWgmmaCarry ||
         kernel == MoePrefillKernel::kWgmmaCarry6 || kernel == MoePrefillKernel::kWgmmaTmaMc ||
         kernel == MoePrefillKernel::kWgmmaPingpong || kernel == MoePrefillKernel::kWgmmaTma160 ||
-        kernel == MoePrefillKernel::kWgmmaTma160W) {
+        kernel == MoePrefillKernel::kWgmmaTma160W || kernel == MoePrefillKernel::kWgmmaTmaNarrow) {
       EXPECT_TRUE(y == y_wgmma) << what << " [" << name_of(kernel) << "]: not bit-identical to wgmma";
     }
     const double err = nerr(y, ref);
@@ -231,6 +232,19 @@ TEST(MoePrefillSchedule, WgmmaInputOrderMatchesTheAFragment) {
     }
   EXPECT_EQ(moe_prefill_choice(MoePrefillKernel::kWgmma), MoePrefillKernel::kWgmma);
   EXPECT_NE(moe_prefill_choice(), MoePrefillKernel::kAuto);
+}
+
+// kAuto takes the two-CTA narrow form only for chunks of few rows an expert; a named kernel stays.
+TEST(MoePrefillSchedule, AutoTakesTheNarrowFormForFewRowsAnExpert) {
+  using K = MoePrefillKernel;
+  EXPECT_EQ(moe_prefill_choice(K::kAuto, 0), K::kWgmmaTmaNarrow);
+  EXPECT_EQ(moe_prefill_choice(K::kAuto, 2), K::kWgmmaTmaNarrow);
+  EXPECT_EQ(moe_prefill_choice(K::kAuto, kMoePrefillNarrowMaxRowsPerExpert), K::kWgmmaTmaNarrow);
+  EXPECT_EQ(moe_prefill_choice(K::kAuto, kMoePrefillNarrowMaxRowsPerExpert + 1), K::kWgmmaTma160W);
+  EXPECT_EQ(moe_prefill_choice(K::kAuto, 146), K::kWgmmaTma160W);
+  EXPECT_EQ(moe_prefill_choice(K::kAuto), K::kWgmmaTma160W);  // rows not known
+  EXPECT_EQ(moe_prefill_choice(K::kWgmmaTma160W, 2), K::kWgmmaTma160W);
+  EXPECT_EQ(moe_prefill_choice(K::kWgmmaTmaNarrow, 146), K::kWgmmaTmaNarrow);
 }
 
 TEST_F(MoePrefill, MatchesCpuAtK3ExpertShapeWithTop16) {
