@@ -15,7 +15,8 @@
 //
 //   moe_prefill_bench [--reps N] [--quick 1] [--kernels wgmma,wgmma-smemW] [--routing uniform,random] [--crossover 0]
 //                     [--crossover-experts 28] [--ablate 1,2,4] [--rows 448]
-//   (--quick: uniform only, queue only; --routing: these distributions only (default all four); --crossover 0: no crossover lines;
+//   (--quick: uniform only, queue only; --routing: these distributions only (default all four; `single`, every row on expert 0,
+//   runs only when named); --crossover 0: no crossover lines;
 //   --crossover-experts: the crossover on the first N local experts (28: an EP32 decode rank; default 224); --rows: R routed rows
 //   instead of 32768 in the four distributions (448: 2 rows an expert, the narrowest tiles); --ablate: kWgmma with
 //   parts of its main loop removed, moe_prefill_bench_ablate only: docs/perf.md "Bare wgmma loop")
@@ -58,6 +59,7 @@ DeviceBuffer<uint8_t> random_device(size_t n, uint64_t seed, uint8_t lo = 0, uin
 // Rows per expert; `total` rows. Remainders go one each to the first experts.
 std::vector<int64_t> counts_for(const std::string& kind, int64_t total, int64_t experts = kExperts) {
   std::vector<int64_t> c(experts, 0);
+  if (kind == "single") return c[0] = total, c;  // every row on expert 0 (--routing single only): a large expert's tiles alone
   std::vector<double> w(experts, 1.0);
   int64_t fixed = 0;
   if (kind == "zipf")
@@ -175,9 +177,10 @@ void run(int argc, char** argv) {
   const MoeDecodeWorkspace prefill_ws{prefill_ws_buf.get(), 8};
   std::printf("MoE prefill, EP4 rank: %lld local experts, expert %lld -> %lld -> %lld MXFP4, SiTU; %lld tokens x top-16 = %lld rows here\n",
               (long long)kExperts, (long long)kDim, (long long)kInter, (long long)kDim, (long long)kTokens, (long long)kRows);
-  for (const std::string kind : {"uniform", "zipf", "hot", "random"}) {
+  for (const std::string kind : {"uniform", "zipf", "hot", "random", "single"}) {
     if (g_quick && kind != "uniform") break;
-    if (!routing_list.empty() && ("," + routing_list + ",").find("," + kind + ",") == std::string::npos) continue;
+    const bool named = ("," + routing_list + ",").find("," + kind + ",") != std::string::npos;
+    if ((!routing_list.empty() || kind == "single") && !named) continue;
     const auto c = counts_for(kind, rows);
     check(off.upload(offsets_of(c)), "offsets");
     for (const auto& [kernel_name, kernel, ablate] : kernels)
