@@ -59,7 +59,10 @@ DeviceBuffer<uint8_t> random_device(size_t n, uint64_t seed, uint8_t lo = 0, uin
 // Rows per expert; `total` rows. Remainders go one each to the first experts.
 std::vector<int64_t> counts_for(const std::string& kind, int64_t total, int64_t experts = kExperts) {
   std::vector<int64_t> c(experts, 0);
-  if (kind == "single") return c[0] = total, c;  // every row on expert 0 (--routing single only): a large expert's tiles alone
+  if (kind == "single") {  // every row on expert 0 (--routing single only): a large expert's tiles alone
+    c[0] = total;
+    return c;
+  }
   std::vector<double> w(experts, 1.0);
   int64_t fixed = 0;
   if (kind == "zipf")

@@ -108,8 +108,8 @@ enum class MoePrefillKernel {
 // for the tile starts, 4 bytes an expert; 448 = K3's 896 experts at EP2.
 constexpr int64_t kMoePrefillWordsMaxExperts = 448;
 // kAuto's switch to kWgmmaTmaNarrow: 1.16-1.18x kWgmmaTma160W at 2-32 rows an expert on even rows,
-// 1.11-1.18x on random ones, but 0.83x on random rows averaging 64 (experts past 64 rows take two
-// tiles) (docs/perf.md, "Two CTAs an SM on narrow tiles").
+// 1.05-1.18x on random ones, but 0.82-0.87x on random rows averaging 64 (experts past 64 rows take
+// two tiles) (docs/perf.md, "Two CTAs an SM on narrow tiles").
 constexpr int64_t kMoePrefillNarrowMaxRowsPerExpert = 32;
 // The kernel `kernel` stands for: itself, or kAuto's pick for a chunk whose routed rows average
 // `rows_per_expert` a local expert (negative: not known, taken as many).

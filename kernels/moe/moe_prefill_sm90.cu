@@ -283,7 +283,7 @@ Status launch(const Mxfp4Decode& a, const Mxfp4Decode& b, const int32_t* offsets
 // Its narrow tiles' MMAs as one group a chunk (twenty-seventh session): Zipf 1.03-1.05x, one hot
 // expert 1.03-1.04x; 623-626 TFLOP/s on uniform rows in that call ("Narrow tiles: a chunk's MMAs as one group").
 // Since the twenty-ninth session a chunk of few rows an expert (at most kMoePrefillNarrowMaxRowsPerExpert on
-// average) takes kWgmmaTmaNarrow: tiles of up to 64 tokens on two CTAs an SM, 1.11-1.18x kWgmmaTma160W
+// average) takes kWgmmaTmaNarrow: tiles of up to 64 tokens on two CTAs an SM, 1.05-1.18x kWgmmaTma160W
 // from 2 to 32 rows an expert (docs/perf.md, "Two CTAs an SM on narrow tiles").
 MoePrefillKernel moe_prefill_choice(MoePrefillKernel kernel, int64_t rows_per_expert) {
   if (kernel != MoePrefillKernel::kAuto) return kernel;
