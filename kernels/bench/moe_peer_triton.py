@@ -6,8 +6,10 @@ shapes (3584 -> 2 x 3072 fused gate/up -> 3584), timed on the same work as our b
           touched experts and rows per expert read from moe_decode_bench's --routes FILE
           (the same draws); floor = touched experts' MXFP4 bytes (packed + scales) / BW.
   prefill: one EP4 rank (224 local experts), 8192 tokens x top-16 = 32768 local rows,
-          distributed as moe_prefill_bench does (uniform, Zipf, one hot expert);
-          floor = 2 * rows * 3 * 3072 * 3584 FLOPs / 790 TFLOP/s.
+          distributed as moe_prefill_bench does (uniform, Zipf, one hot expert, random), and
+          with --prefill-rows other row counts (R rows of R / 4 tokens: moe_prefill_bench --rows R);
+          floor = the larger of 2 * rows * 3 * 3072 * 3584 FLOPs / 790 TFLOP/s and the touched
+          experts' MXFP4 bytes / BW (the bound at few rows an expert).
 
 triton_kernels is third-party code and is not in this repository: it is imported from
 TRITON_KERNELS_PATH (the folder holding the triton_kernels package). Per shape the step a
@@ -171,6 +173,7 @@ def main():
     ap.add_argument("--deadline", type=float, default=1e9, help="seconds; skip the shapes left after it")
     ap.add_argument("--batches", default="1,4,16,32,64")
     ap.add_argument("--prefill", default="uniform,zipf,hot")
+    ap.add_argument("--prefill-rows", default="32768", help="routed rows of the prefill cases (comma list)")
     a = ap.parse_args()
     import triton_kernels
     log(f"torch {torch.__version__}, triton {triton.__version__}, {torch.cuda.get_device_name()}; "
@@ -212,18 +215,21 @@ def main():
         return
     n_local = EXPERTS // 4
     ws = [make_expert_set(n_local, 8, 200)]
-    flops = 2.0 * 32768 * 3 * INTER * DIM
-    log(f"\nPrefill MoE, EP4 rank (224 of 896), 8192 tokens x top-16 = 32768 local rows, median of {a.reps}; "
-        f"floor = {flops * 1e-12:.2f} TFLOP / {PEAK * 1e-12:.0f} TFLOP/s")
-    log("| case | step us | graph us | matmuls us | routing us | floor us | best/floor | rate |")
-    log("|---|---|---|---|---|---|---|---|")
-    for kind in kinds:
-        if time.time() - T0 > a.deadline:
-            log(f"| {kind} | (skipped: past --deadline) |")
-            continue
-        c = moe_prefill_counts(kind, n_local, 32768, 8192)
-        time_case(f"{kind} (max {max(c)} min {min(c)} a expert)", 8192, c, n_local, 4, ws, a.reps,
-                  flops / PEAK * 1e6, flops, "TFLOP/s")
+    for rows in [int(r) for r in a.prefill_rows.split(",") if r]:
+        tokens = rows // 4  # 4 local hits a token (top-16 over EP4)
+        flops = 2.0 * rows * 3 * INTER * DIM
+        log(f"\nPrefill MoE, EP4 rank (224 of 896), {tokens} tokens x top-16 = {rows} local rows, median of {a.reps}; "
+            f"floor = max({flops * 1e-12:.3f} TFLOP / {PEAK * 1e-12:.0f} TFLOP/s, touched MXFP4 bytes / {BW * 1e-12:.1f} TB/s)")
+        log("| case | step us | graph us | matmuls us | routing us | floor us | best/floor | rate |")
+        log("|---|---|---|---|---|---|---|---|")
+        for kind in kinds:
+            if time.time() - T0 > a.deadline:
+                log(f"| {kind} | (skipped: past --deadline) |")
+                continue
+            c = moe_prefill_counts(kind, n_local, rows, tokens)
+            floor = max(flops / PEAK, sum(1 for v in c if v) * MXFP4_PER_EXPERT / BW) * 1e6
+            time_case(f"{kind} {rows} rows (max {max(c)} min {min(c)} a expert)", tokens, c, n_local, 4, ws, a.reps,
+                      floor, flops, "TFLOP/s")
     log(f"done in {time.time() - T0:.0f} s")
 
 
