@@ -18,12 +18,19 @@ constexpr int kWarps = kThreads / 32;
 constexpr int64_t kMaxLocalExperts = 1024;
 constexpr int64_t kMaxK = 64;
 
-// One block per local expert e, two passes over the ids. Pass 1 counts the pairs of local
-// experts below e (= offsets[e]) and of e; pass 2 is an ordered compaction of e's pairs.
-// Block 0 also marks the pairs of other ranks' experts (pair_row = -1).
-__global__ void __launch_bounds__(kThreads) plan_kernel(const int32_t* __restrict__ ids, int64_t n, int64_t expert_begin,
-                                                        int64_t experts, int32_t* offsets, int32_t* sorted_pairs,
-                                                        int32_t* pair_row) {
+// Up to this many (token, k) pairs moe_permute gathers the rows in the plan's own launch (each
+// expert's block copies its rows once it has placed them): a decode step's few rows then cost one
+// launch on the critical path instead of two (the routed step from a graph 2.2-2.4 us faster at
+// batch 1-2, 1.5-2.3 at 4-32 on one EP32 rank; docs/perf.md "The decode step's permute in one
+// launch"). Past it one block an expert copies too many rows alone, one after another (at 2048-4096
+// pairs the step was 1-2% slower), so the rows go to gather_kernel's block a row.
+constexpr int64_t kFusedGatherMaxPairs = 1024;
+
+// Block e's part of the plan: pass 1 counts the pairs of local experts below e (= offsets[e])
+// and of e; pass 2 is an ordered compaction of e's pairs. Block 0 also marks the pairs of other
+// ranks' experts (pair_row = -1). Returns e's first sorted row; *mine_out = its row count.
+__device__ __forceinline__ int32_t plan_expert(const int32_t* __restrict__ ids, int64_t n, int64_t expert_begin, int64_t experts,
+                                               int32_t* offsets, int32_t* sorted_pairs, int32_t* pair_row, int32_t* mine_out) {
   __shared__ int warp_below[kWarps], warp_mine[kWarps];
   const int64_t e = blockIdx.x;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -41,6 +48,8 @@ __global__ void __launch_bounds__(kThreads) plan_kernel(const int32_t* __restric
   __syncthreads();
   int32_t base = 0, total_mine = 0;
   for (int w = 0; w < kWarps; ++w) base += warp_below[w], total_mine += warp_mine[w];
+  const int32_t first = base;
+  *mine_out = total_mine;
   if (threadIdx.x == 0) {
     offsets[e] = base;
     if (e == experts - 1) offsets[experts] = base + total_mine;
@@ -68,6 +77,33 @@ __global__ void __launch_bounds__(kThreads) plan_kernel(const int32_t* __restric
     }
     base += total;
     __syncthreads();
+  }
+  return first;
+}
+
+// One block per local expert: its part of the plan.
+__global__ void __launch_bounds__(kThreads) plan_kernel(const int32_t* __restrict__ ids, int64_t n, int64_t expert_begin,
+                                                        int64_t experts, int32_t* offsets, int32_t* sorted_pairs,
+                                                        int32_t* pair_row) {
+  int32_t mine;
+  plan_expert(ids, n, expert_begin, experts, offsets, sorted_pairs, pair_row, &mine);
+}
+
+// plan_kernel, then the block copies its expert's rows: x_sorted[row] = x[sorted_pairs[row] / k]
+// (the sorted_pairs it wrote itself: the barrier at plan_expert's end makes them visible to the
+// block), 4 features a thread.
+__global__ void __launch_bounds__(kThreads) plan_gather_kernel(const int32_t* __restrict__ ids, int64_t n, int64_t expert_begin,
+                                                               int64_t experts, int32_t* offsets, int32_t* sorted_pairs,
+                                                               int32_t* pair_row, const float* __restrict__ x, int64_t dim, int64_t k,
+                                                               float* __restrict__ x_sorted) {
+  int32_t mine;
+  const int32_t first = plan_expert(ids, n, expert_begin, experts, offsets, sorted_pairs, pair_row, &mine);
+  const int64_t d4n = dim / 4;
+  for (int32_t r = 0; r < mine; ++r) {  // at most a few rows an expert: every thread on each row in turn
+    const int64_t row = first + r, t = sorted_pairs[row] / k;
+    const float4* src = reinterpret_cast<const float4*>(x + t * dim);
+    float4* dst = reinterpret_cast<float4*>(x_sorted + row * dim);
+    for (int64_t d4 = threadIdx.x; d4 < d4n; d4 += kThreads) dst[d4] = src[d4];
   }
 }
 
@@ -145,10 +181,14 @@ Status moe_permute(const int32_t* ids, int64_t tokens, int64_t k, int64_t expert
   if (k <= 0 || dim % 4) return invalid_argument("moe_permute: k must be positive and dim a multiple of 4");
   const int64_t n = tokens * k;
   if (n > INT32_MAX) return invalid_argument("moe_permute: too many pairs");
+  if (n <= kFusedGatherMaxPairs) {
+    plan_gather_kernel<<<static_cast<unsigned>(local_experts), kThreads, 0, stream>>>(ids, n, expert_begin, local_experts, plan.offsets,
+                                                                                      plan.sorted_pairs, plan.pair_row, x, dim, k, x_sorted);
+    return last_launch_status("moe_permute");
+  }
   plan_kernel<<<static_cast<unsigned>(local_experts), kThreads, 0, stream>>>(ids, n, expert_begin, local_experts, plan.offsets,
                                                                              plan.sorted_pairs, plan.pair_row);
-  if (n > 0)
-    gather_kernel<<<static_cast<unsigned>(n), 128, 0, stream>>>(x, dim, k, plan.offsets, local_experts, plan.sorted_pairs, x_sorted);
+  gather_kernel<<<static_cast<unsigned>(n), 128, 0, stream>>>(x, dim, k, plan.offsets, local_experts, plan.sorted_pairs, x_sorted);
   return last_launch_status("moe_permute");
 }
 
