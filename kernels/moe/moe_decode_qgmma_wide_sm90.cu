@@ -226,7 +226,13 @@ __global__ void __launch_bounds__(Q::kThreads, 1) decode_gemm_q8(Mxfp4Decode a, 
   const uint32_t lane = threadIdx.x & 31u, g = lane >> 2, t = lane & 3u;
   const int warp = __shfl_sync(0xffffffffu, int(threadIdx.x >> 5), 0);
   const uint32_t w = uint32_t(warp) & 3u, G = uint32_t(warp) >> 2;
-  if constexpr (kGated) pdl_bulk::pdl_trigger();
+  // Gate/up is a programmatic dependent launch after the permute (its CTAs become resident while the
+  // permute runs): wait for it before the first read of offsets, and only then let down launch, whose
+  // item list reads offsets before its own wait (pdl_bulk.cuh's rule: trigger after wait).
+  if constexpr (kGated) {
+    pdl_bulk::pdl_wait();
+    pdl_bulk::pdl_trigger();
+  }
   // The listed experts' first rows with the list (untouched experts have no rows: one's end is the
   // next one's begin): one dependent read of offsets and one barrier, not two of each.
   list_touched_experts(offsets, experts, s_list, &s_count, s_begin);
@@ -412,7 +418,9 @@ Status launch_decode_qgmma_wide(const MoeDecodeWeights& w, const int32_t* offset
     const size_t smem_d = kPasses * size_t(w.w2.cols / 128) * kQAtom + kQAtom + red;
     PDS_ASSIGN_OR_RETURN(unsigned grid_g, grid_for(gate, smem_g, experts * (w.w1.rows / 32), Q::kThreads));
     PDS_ASSIGN_OR_RETURN(unsigned grid_d, grid_for(down, smem_d, experts * (w.w2.rows / 64), Q::kThreads));
-    gate<<<grid_g, Q::kThreads, smem_g, stream>>>(w.w1, w.w3, offsets, static_cast<int>(experts), x, act, fn);
+    PDS_RETURN_IF_ERROR(cuda_status(pdl_bulk::launch_pdl(true, gate, dim3(grid_g), dim3(Q::kThreads), smem_g, stream, w.w1, w.w3, offsets,
+                                                         static_cast<int>(experts), x, act, fn),
+                                    "moe decode gate/up launch (qgmma wide)"));
     PDS_RETURN_IF_ERROR(last_launch_status("moe decode gate/up (qgmma wide)"));
     PDS_RETURN_IF_ERROR(cuda_status(pdl_bulk::launch_pdl(true, down, dim3(grid_d), dim3(Q::kThreads), smem_d, stream, w.w2, w.w2, offsets,
                                                          static_cast<int>(experts), static_cast<const float*>(act), out, fn),

@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "common/cuda_check.h"
+#include "common/pdl_bulk.cuh"
 #include "moe/moe.h"
 #include "moe/moe_prefill.h"
 #include "moe/moe_prefill_schedule.h"
@@ -96,6 +97,10 @@ __global__ void __launch_bounds__(kThreads) plan_gather_kernel(const int32_t* __
                                                                int64_t experts, int32_t* offsets, int32_t* sorted_pairs,
                                                                int32_t* pair_row, const float* __restrict__ x, int64_t dim, int64_t k,
                                                                float* __restrict__ x_sorted) {
+  // A decode kernel launched after it as a programmatic dependent (the E4M3 wide form's gate/up) may
+  // take its SMs now; it waits for this grid's end before reading anything. (Launched normally, this
+  // kernel starts only once everything before it is done, so the chain stays transitive.)
+  pdl_bulk::pdl_trigger();
   int32_t mine;
   const int32_t first = plan_expert(ids, n, expert_begin, experts, offsets, sorted_pairs, pair_row, &mine);
   const int64_t d4n = dim / 4;
