@@ -21,7 +21,11 @@
 // random bytes read as the Mxfp4DecodeBits::kFp8 shuffle; its whole routed step from a graph too);
 // kAuto is always timed.
 //
-//   moe_decode_bench [--bw BYTES_PER_S] [--reps N] [--routes FILE] [--only BATCH] [--batches LIST] [--kernels LIST]
+// --graph-steps N (default 20, 0 = off): the E4M3 wide form, its routed step and the read-only
+// stream also timed as N steps back to back in one graph, as a decode step's layers run in the
+// engine (the single-step replays pay the graph's submission each time); us a step.
+//
+//   moe_decode_bench [--bw BYTES_PER_S] [--reps N] [--routes FILE] [--only BATCH] [--batches LIST] [--kernels LIST] [--graph-steps N]
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
@@ -45,6 +49,7 @@ namespace {
 int64_t g_only = 0;          // --only B: just that batch (for profilers)
 std::string g_batches = "";  // --batches LIST: just those batches (comma-separated), in the bench's order
 std::string g_kernels = "";  // --kernels LIST: empty = all
+int g_graph_steps = 20;      // --graph-steps N: steps back to back in one graph (0: not timed)
 
 bool wanted(const char* name) {
   if (g_kernels.empty()) return true;
@@ -100,6 +105,10 @@ void run_bench(const char* routes_path) {
   // Bandwidth reference at the same sizes: a device-to-device copy of the touched bytes
   // (it reads them once and writes them once).
   DeviceBuffer<uint8_t> copy_src(local * per_expert), copy_dst(local * per_expert);
+  // Sources for the read-only stream when steps run back to back (--graph-steps): one a weight set,
+  // so a step reads no bytes the step before it left in L2 (as the decode steps rotate the sets).
+  std::vector<DeviceBuffer<uint8_t>> read_src;
+  for (int64_t s = 0; g_graph_steps > 0 && s < sets; ++s) read_src.emplace_back(local * per_expert);
   FILE* routes = routes_path ? std::fopen(routes_path, "w") : nullptr;
   std::printf("\nDecode MoE, one EP32 rank (28 of 896 experts, top-16, 3584->3072->3584 MXFP4, SiTU); floor = MXFP4 bytes\n"
               "(packed + scales) of the touched experts / %.2f TB/s; effective = those bytes / time\n\n"
@@ -235,6 +244,27 @@ void run_bench(const char* routes_path) {
     const double tgq = want_q ? replay_us([&](int set, cudaStream_t st) { permute(st), decode_q(set, st), combine(st); }) : kSkipped;
     const double gqw = want_qw ? replay_us([&](int set, cudaStream_t st) { decode_qw(set, st); }) : kSkipped;
     const double tgqw = want_qw ? replay_us([&](int set, cudaStream_t st) { permute(st), decode_qw(set, st), combine(st); }) : kSkipped;
+    // As the engine runs them: g_graph_steps steps back to back in one graph (a decode step's 92 MoE
+    // layers are one graph; no host submission between them), the weight sets in turn; us a step.
+    // The single-step replays above also time the graph's submission each time.
+    auto steps_us = [&](const std::function<void(int, cudaStream_t)>& work) {
+      if (g_graph_steps <= 0) return kSkipped;
+      cudaStream_t gs;
+      check(cudaStreamCreateWithFlags(&gs, cudaStreamNonBlocking), "stream");
+      cudaGraph_t graph;
+      cudaGraphExec_t exec;
+      check(cudaStreamBeginCapture(gs, cudaStreamCaptureModeGlobal), "capture");
+      for (int r = 0; r < g_graph_steps; ++r) work(r, gs);
+      check(cudaStreamEndCapture(gs, &graph), "end capture");
+      check(cudaGraphInstantiate(&exec, graph, 0), "instantiate");
+      cudaGraphDestroy(graph);
+      const double us = median_us([&](int) { check(cudaGraphLaunch(exec, nullptr), "graph launch"); });
+      cudaGraphExecDestroy(exec);
+      cudaStreamDestroy(gs);
+      return us / g_graph_steps;
+    };
+    const double sqw = want_qw ? steps_us([&](int r, cudaStream_t st) { decode_qw(r % sets, st); }) : kSkipped;
+    const double sqwall = want_qw ? steps_us([&](int r, cudaStream_t st) { permute(st), decode_qw(r % sets, st), combine(st); }) : kSkipped;
     const double tauto = median_us([&](int i) { decode(i, nullptr); });
     const MoeDecodeKernel chosen = moe_decode_choice(wd[0], local, cap, true);
     const char* chosen_name = chosen == MoeDecodeKernel::kFused                ? "fused"
@@ -274,9 +304,23 @@ void run_bench(const char* routes_path) {
       });
     };
     const double tread = read_us(bench::StreamReadForm::kBulk);
+    // The same reads back to back in one graph (after the eager reads: the stream's one-time set-up
+    // must not run inside a capture), one weight set's worth of memory after another.
+    // pdl: each read a programmatic dependent of the one before, waiting for it before its first
+    // read (a decode kernel's place after the routing: its launch hidden, its reads not).
+    auto read_steps_us = [&](bench::StreamReadForm form, bool pdl) {
+      return steps_us([&](int r, cudaStream_t st) {
+        check(cuda_status(bench::launch_stream_read(read_src[r % sets].get(), size_t(bytes) / 16 * 16, st, form, pdl), "stream read"),
+              "stream read");
+      });
+    };
     // The same bytes by the decode kernels' own load instruction: does the load form cap them?
     const double tread_ldg = read_us(bench::StreamReadForm::kLdg);
     const double tread_ldg2 = read_us(bench::StreamReadForm::kLdgL2Hint);
+    const double sread = read_steps_us(bench::StreamReadForm::kBulk, false);
+    const double sread_ldg = read_steps_us(bench::StreamReadForm::kLdg, false);
+    const double sread_pdl = read_steps_us(bench::StreamReadForm::kBulk, true);
+    const double sread_ldg_pdl = read_steps_us(bench::StreamReadForm::kLdg, true);
     const std::string b = "B=" + std::to_string(tokens);
     const std::string note = std::to_string(nt) + " experts touched, " + std::to_string(rows) + " rows";
     auto krow = [&](const std::string& what, double us, const std::string& note = "") {
@@ -340,6 +384,17 @@ void run_bench(const char* routes_path) {
     for (auto [form, us] : {std::pair{bench::StreamReadForm::kLdg, tread_ldg}, {bench::StreamReadForm::kLdgL2Hint, tread_ldg2}})
       row(b + " reference: read-only stream of those bytes, " + bench::stream_read_form_name(form), us, bytes, floor_us,
           ratio(tread, us) + "x the bulk copies' speed; kAuto takes " + ratio(us, tauto) + "x its time");
+    if (g_graph_steps > 0) {
+      const std::string steps = "graph of " + std::to_string(g_graph_steps) + " steps, us a step: ";
+      if (sqw != kSkipped) row(steps + "E4M3 QGMMA 64-row units", sqw, bytes, floor_us, ratio(gqw, sqw) + "x faster than one step a graph");
+      if (sqwall != kSkipped)
+        row(steps + "permute+decode+combine, E4M3 QGMMA 64-row units", sqwall, bytes, floor_us, ratio(tgqw, sqwall) + "x faster than one step a graph");
+      row(steps + "read-only stream, bulk copies", sread, bytes, floor_us,
+          ratio(tread, sread) + "x faster than eager" + (sqw != kSkipped ? "; the E4M3 MLP takes " + ratio(sread, sqw) + "x its time" : ""));
+      row(steps + "read-only stream, 16-byte loads", sread_ldg, bytes, floor_us, ratio(tread_ldg, sread_ldg) + "x faster than eager");
+      row(steps + "read-only stream, bulk copies, pdl", sread_pdl, bytes, floor_us, ratio(sread, sread_pdl) + "x faster than without pdl");
+      row(steps + "read-only stream, 16-byte loads, pdl", sread_ldg_pdl, bytes, floor_us, ratio(sread_ldg, sread_ldg_pdl) + "x faster than without pdl");
+    }
   }
   if (routes) std::fclose(routes);
 }
@@ -357,6 +412,7 @@ int main(int argc, char** argv) {
     else if (!std::strcmp(argv[i], "--only")) pdserve::cuda::g_only = std::atoll(argv[i + 1]);
     else if (!std::strcmp(argv[i], "--kernels")) pdserve::cuda::g_kernels = argv[i + 1];
     else if (!std::strcmp(argv[i], "--batches")) pdserve::cuda::g_batches = argv[i + 1];
+    else if (!std::strcmp(argv[i], "--graph-steps")) pdserve::cuda::g_graph_steps = std::atoi(argv[i + 1]);
   }
   pdserve::cuda::run_bench(routes);
   return 0;

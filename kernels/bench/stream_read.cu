@@ -12,11 +12,18 @@ namespace {
 constexpr int kStages = 3;
 constexpr unsigned kStageBytes = 32 * 1024;
 
-// One warp a CTA; lane 0 keeps the ring full and waits for each stage in turn.
+// One warp a CTA; lane 0 keeps the ring full and waits for each stage in turn. kPdl: launched as a
+// programmatic dependent of the kernel before (its CTAs resident early), it waits for that kernel
+// before its first read, as a decode kernel must wait for the routing, then lets the next one launch.
+template <bool kPdl>
 __global__ void __launch_bounds__(32) stream_read_kernel(const unsigned char* src, size_t bytes, size_t share) {
   extern __shared__ float4 smem_raw[];
   unsigned char* const ring = reinterpret_cast<unsigned char*>(smem_raw);
   __shared__ __align__(8) uint64_t full[kStages];
+  if constexpr (kPdl) {
+    pdl_bulk::pdl_wait();
+    pdl_bulk::pdl_trigger();
+  }
   if (threadIdx.x != 0) return;
   const size_t begin = min(bytes, blockIdx.x * share), end = min(bytes, begin + share);
   const size_t chunks = (end - begin + kStageBytes - 1) / kStageBytes;
@@ -57,9 +64,13 @@ __device__ __forceinline__ uint4 load16(const uint4* p) {
 // Each CTA reads its contiguous share of 16-byte words, a CTA-wide stride at a time (coalesced),
 // kLdgInFlight strides a round. `sink` is written only if the fold hits a value it never takes in
 // practice, so the loads stay.
-template <bool kL2Hint>
+template <bool kL2Hint, bool kPdl>
 __global__ void __launch_bounds__(kLdgThreads) stream_read_ldg_kernel(const uint4* src, size_t words, size_t share,
                                                                      unsigned* sink) {
+  if constexpr (kPdl) {  // as stream_read_kernel's
+    pdl_bulk::pdl_wait();
+    pdl_bulk::pdl_trigger();
+  }
   const size_t begin = min(words, blockIdx.x * share), end = min(words, begin + share);
   constexpr size_t kStride = kLdgThreads;
   unsigned fold = 0;
@@ -96,29 +107,32 @@ const char* stream_read_form_name(StreamReadForm form) {
   return "?";
 }
 
-cudaError_t launch_stream_read(const void* src, size_t bytes, cudaStream_t stream, StreamReadForm form) {
+cudaError_t launch_stream_read(const void* src, size_t bytes, cudaStream_t stream, StreamReadForm form, bool pdl) {
   static int sms = 0;  // of the current device (the bench drives one)
   static unsigned* sink = nullptr;
   constexpr int kSmem = kStages * kStageBytes;
   if (sms == 0) {
     cudaError_t e = cudaSuccess;
     const int n = device_sms(&e);
-    if (e == cudaSuccess) e = cudaFuncSetAttribute(stream_read_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
+    for (auto* k : {stream_read_kernel<false>, stream_read_kernel<true>})
+      if (e == cudaSuccess) e = cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
     if (e == cudaSuccess) e = cudaMalloc(&sink, sizeof(unsigned));
     if (e != cudaSuccess) return e;
     sms = n;
   }
   if (form == StreamReadForm::kBulk) {
     const int ctas = 2 * sms;
-    const size_t share = ((bytes + ctas - 1) / ctas + 15) / 16 * 16;  // every byte in some CTA's share
-    stream_read_kernel<<<ctas, 32, kSmem, stream>>>(static_cast<const unsigned char*>(src), bytes, std::max<size_t>(share, 16));
-  } else {
-    const int ctas = kLdgCtasPerSm * sms;
-    const size_t words = bytes / 16, share = std::max<size_t>((words + ctas - 1) / ctas, 1);
-    auto* kernel = form == StreamReadForm::kLdg ? stream_read_ldg_kernel<false> : stream_read_ldg_kernel<true>;
-    kernel<<<ctas, kLdgThreads, 0, stream>>>(static_cast<const uint4*>(src), words, share, sink);
+    const size_t share = std::max<size_t>(((bytes + ctas - 1) / ctas + 15) / 16 * 16, 16);  // every byte in some CTA's share
+    const auto* src8 = static_cast<const unsigned char*>(src);
+    return pdl_bulk::launch_pdl(pdl, pdl ? stream_read_kernel<true> : stream_read_kernel<false>, dim3(ctas), dim3(32), kSmem, stream, src8,
+                                bytes, share);
   }
-  return cudaGetLastError();
+  const int ctas = kLdgCtasPerSm * sms;
+  const size_t words = bytes / 16, share = std::max<size_t>((words + ctas - 1) / ctas, 1);
+  const bool hint = form == StreamReadForm::kLdgL2Hint;
+  auto* kernel = hint ? (pdl ? stream_read_ldg_kernel<true, true> : stream_read_ldg_kernel<true, false>)
+                      : (pdl ? stream_read_ldg_kernel<false, true> : stream_read_ldg_kernel<false, false>);
+  return pdl_bulk::launch_pdl(pdl, kernel, dim3(ctas), dim3(kLdgThreads), 0, stream, static_cast<const uint4*>(src), words, share, sink);
 }
 
 }  // namespace pdserve::cuda::bench

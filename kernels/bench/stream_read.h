@@ -23,7 +23,10 @@ enum class StreamReadForm {
 const char* stream_read_form_name(StreamReadForm form);
 
 // Reads `bytes` (a multiple of 16) from `src` (16-byte aligned) once, computing nothing (a load
-// form folds what it read into a value it never stores). Returns the launch's error.
-cudaError_t launch_stream_read(const void* src, size_t bytes, cudaStream_t stream, StreamReadForm form = StreamReadForm::kBulk);
+// form folds what it read into a value it never stores). Returns the launch's error. pdl: launched
+// as a programmatic dependent of the kernel before it, waiting for that kernel before its first
+// read (a decode MoE kernel's position after the routing: its launch hidden, its reads not).
+cudaError_t launch_stream_read(const void* src, size_t bytes, cudaStream_t stream, StreamReadForm form = StreamReadForm::kBulk,
+                               bool pdl = false);
 
 }  // namespace pdserve::cuda::bench
