@@ -14,7 +14,8 @@
 //   form (kLeanBlock*) against the thirteenth pick, the floors, and at 1 x 1K both forms' timelines, fourteenth version;
 //   m15: the early forms (kLeanBlockEarly, kLeanEarly) against the fourteenth pick, fifteenth version; m16: an fp32 against
 //   a bf16 cache (MlaDecodeArgs::cache_bf16), sixteenth version: mla_decode_bench_m16.h; m17: the bf16 cache on tensor cores,
-//   seventeenth version: mla_decode_bench_m17.h; m18: the load path alone, copies only, beside the runs: mla_decode_bench_m18.h)
+//   seventeenth version: mla_decode_bench_m17.h; m18: the load path alone, copies only, beside the runs: mla_decode_bench_m18.h;
+//   skel: the bf16 step beside its skeleton, the same bytes moved with no math: mla_decode_bench_skel.h)
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -105,6 +106,7 @@ std::vector<DeviceBuffer<int32_t>> shuffled_page_tables(int64_t pool_pages, int6
 #include "bench/mla_decode_bench_m16.h"  // bench_m16 (uses graph_launch_us, shuffled_page_tables)
 #include "bench/mla_decode_bench_m17.h"  // bench_m17 (the same)
 #include "bench/mla_decode_bench_m18.h"  // bench_m18 (DtypeStep, graph_launch_us)
+#include "bench/mla_decode_bench_skel.h"  // bench_skel (DtypeStep, graph_launch_us, floor_empty_kernel)
 
 void bench_shape(const Shape& s, bool run_old) {
   const int64_t pages_per_row = (s.ctx + kPage - 1) / kPage, step_pages = s.batch * pages_per_row;
@@ -698,6 +700,10 @@ int main(int argc, char** argv) {
   }
   if (argc > 1 && std::strcmp(argv[1], "m18") == 0) {
     bench_m18();
+    return 0;
+  }
+  if (argc > 1 && std::strcmp(argv[1], "skel") == 0) {
+    bench_skel();
     return 0;
   }
   if (!g_timeline && !g_m12 && !g_m13 && !g_m14 && !g_m15) read_ceiling();
