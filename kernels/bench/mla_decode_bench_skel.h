@@ -2,13 +2,15 @@
 // 1"): how near the bf16 decode step at batch 1 is to the data movement its split-KV structure
 // cannot avoid. The skeleton is the step with every computation taken out: a run grid on the
 // plan's items whose CTAs read the item (plan entry, page entry) and its tokens' cache bytes, all
-// before the dependency wait as the early ring does, then write a partial (heads x 512 floats and
+// before the dependency wait as the early ring does, then their q (after the wait: the kernel
+// before produces it), then write a partial (heads x 512 floats and
 // heads lse values, or the output for a one-item row); and a merge grid on the plan's slice that
 // reads its row's partials for its dims after its wait (one round trip, 8 item chains), sums them
 // over the chains through shared memory and writes the output. Both launched like the step (pdl,
 // 256 threads, the early trigger), 20 steps back to back in a graph on rotated page tables, beside
-// the default bf16 step (c0), its run alone (c1, no merge: wrong output where rows split) and two
-// empty kernels on the run's and the merge's grids (fb, m13's launch floor).
+// the default bf16 step (c0), its run alone (c1, no merge: wrong output where rows split), its run
+// followed by the skeleton's merge (c2: the merge's math apart from the run's) and two empty kernels
+// on the run's and the merge's grids (fb, m13's launch floor).
 // Included by mla_decode_bench.cu (inside its anonymous namespace, after mla_decode_bench_m16.h:
 // DtypeStep).
 #pragma once
@@ -22,7 +24,7 @@ constexpr int kSkelLoads = 8;  // float4 loads a thread keeps in flight (a 16-to
 // One CTA an item: its tokens' bf16 entries (1152 bytes each) read through the page table.
 __global__ void __launch_bounds__(256, 2) skel_run_kernel(const uint16_t* __restrict__ cache, const int32_t* __restrict__ table,
                                                           int64_t max_pages, int page_size, const int32_t* __restrict__ plan, int heads,
-                                                          float* part_o, float* part_lse, float* o_lat) {
+                                                          const float* __restrict__ q_lat, float* part_o, float* part_lse, float* o_lat) {
   constexpr int kVecs = kEntry * 2 / 16;  // float4 a token: 72
   const int item = blockIdx.x;
   const int4 it = reinterpret_cast<const int4*>(plan + 4)[item];
@@ -46,6 +48,11 @@ __global__ void __launch_bounds__(256, 2) skel_run_kernel(const uint16_t* __rest
     if (base == 0) {  // the first pass's loads are out: the wait, then the trigger (the step's early trigger)
       pdserve::cuda::pdl_bulk::pdl_wait();
       pdserve::cuda::pdl_bulk::pdl_trigger();
+      // q comes from the kernel before (the q absorb, in the engine): read only after the wait.
+      for (int h = 0; h < heads; ++h) {
+        const float2 qv = *reinterpret_cast<const float2*>(q_lat + (static_cast<int64_t>(row) * heads + h) * kLat + 2 * threadIdx.x);
+        fold += qv.x + qv.y;
+      }
     }
 #pragma unroll
     for (int k = 0; k < kSkelLoads; ++k) fold += v[k].x + v[k].y + v[k].z + v[k].w;
@@ -88,7 +95,9 @@ __global__ void __launch_bounds__(256) skel_merge_kernel(const int32_t* __restri
     }
 #pragma unroll
     for (int k = 0; k < kSkelLoads; ++k) acc = make_float2(acc.x + v[k].x, acc.y + v[k].y);
-    for (int i = chain + kSkelLoads * kChains; i < n; i += kChains) {  // rows of more than 64 items
+    // Rows of more than 64 items: the rest one load at a time (not a floor there: the step's own
+    // merge keeps 32 loads a chain in flight).
+    for (int i = chain + kSkelLoads * kChains; i < n; i += kChains) {
       const float2 w = __ldcg(reinterpret_cast<const float2*>(part_o + ((static_cast<int64_t>(first) + i) * heads + h) * kLat + d));
       acc = make_float2(acc.x + w.x, acc.y + w.y);
     }
@@ -115,10 +124,14 @@ inline void bench_skel_shape(int64_t batch, int64_t ctx_tokens) {
   auto pdl = [](auto kernel, dim3 grid, size_t smem, cudaStream_t s, auto... args) {
     check(cuda_status(pdserve::cuda::pdl_bulk::launch_pdl(true, kernel, grid, dim3(256), smem, s, args...), "skel launch"), "skel launch");
   };
-  auto skeleton = [&](cudaStream_t s, int i) {
-    pdl(skel_run_kernel, dim3(run_grid), 0, s, static_cast<const uint16_t*>(st.c16.get()), static_cast<const int32_t*>(st.tables[i % st.copies].get()),
-        st.a.max_pages, static_cast<int>(kPage), static_cast<const int32_t*>(st.dplan.get()), static_cast<int>(DtypeStep::kHeads), st.part_o.get(),
-        st.part_lse.get(), st.out.get());
+  // The skeleton's merge after `run` (the skeleton's run, or the step's own run alone).
+  auto skeleton_with = [&](cudaStream_t s, int i, bool own_run) {
+    if (own_run)
+      st.run(run_alone, true, s, i, "mla_decode_run (skel c2)");
+    else
+      pdl(skel_run_kernel, dim3(run_grid), 0, s, static_cast<const uint16_t*>(st.c16.get()), static_cast<const int32_t*>(st.tables[i % st.copies].get()),
+          st.a.max_pages, static_cast<int>(kPage), static_cast<const int32_t*>(st.dplan.get()), static_cast<int>(DtypeStep::kHeads),
+          static_cast<const float*>(st.ql.get()), st.part_o.get(), st.part_lse.get(), st.out.get());
     if (!merge) return;
     const int32_t* p = st.dplan.get();
     const float* po = st.part_o.get();
@@ -131,27 +144,28 @@ inline void bench_skel_shape(int64_t batch, int64_t ctx_tokens) {
     pdl(floor_empty_kernel, dim3(run_grid), 0, s);
     if (merge) pdl(floor_empty_kernel, merge_grid, 0, s);
   };
-  constexpr int kCols = 4;
+  constexpr int kCols = 5;
   std::vector<double> rounds[kCols];
   for (int r = 0; r < 5; ++r) {
     rounds[0].push_back(graph_launch_us([&](cudaStream_t s, int i) { st.run(st.w, true, s, i, "mla_decode_run (skel c0)"); }, 20));
     rounds[1].push_back(graph_launch_us([&](cudaStream_t s, int i) { st.run(run_alone, true, s, i, "mla_decode_run (skel c1)"); }, 20));
-    rounds[2].push_back(graph_launch_us(skeleton, 20));
-    rounds[3].push_back(graph_launch_us(empty_pair, 20));
+    rounds[2].push_back(graph_launch_us([&](cudaStream_t s, int i) { skeleton_with(s, i, true); }, 20));
+    rounds[3].push_back(graph_launch_us([&](cudaStream_t s, int i) { skeleton_with(s, i, false); }, 20));
+    rounds[4].push_back(graph_launch_us(empty_pair, 20));
   }
   double med[kCols];
   for (int o = 0; o < kCols; ++o) std::sort(rounds[o].begin(), rounds[o].end()), med[o] = rounds[o][2];
   std::printf("| %4ld | %6ld | %5ld | %2d | %2d |", static_cast<long>(batch), static_cast<long>(ctx_tokens), static_cast<long>(plan.num_items),
               static_cast<int>(plan.ring), slice);
   for (int o = 0; o < kCols; ++o) std::printf(" %7.2f |", med[o]);
-  std::printf(" %5.2f | %5.2f | %5.2f |\n", med[0] / med[2], med[0] - med[2], med[2] / med[3]);
+  std::printf(" %5.2f | %5.2f | %5.2f |\n", med[0] / med[3], med[0] - med[3], med[3] / med[4]);
   std::fflush(stdout);
 }
 
 inline void bench_skel() {
   std::printf("skel rows (graph us/step, 20 steps a graph, pdl, bf16 cache, 3 heads; median of 5 interleaved rounds): | batch | ctx | items | "
-              "plan ring (enum) | merge slice | c0 default step | c1 its run alone | skeleton: run + merge moving the same bytes, no math | "
-              "fb two empty kernels | c0 / skeleton | c0 - skeleton us | skeleton / fb |\n");
+              "plan ring (enum) | merge slice | c0 default step | c1 its run alone | c2 its run + the skeleton's merge | "
+              "skeleton: run + merge moving the same bytes, no math | fb two empty kernels | c0 / skeleton | c0 - skeleton us | skeleton / fb |\n");
   const std::pair<int64_t, int64_t> shapes[] = {{1, 64}, {1, 256}, {1, 1024}, {1, 4096}, {2, 1024}, {4, 1024}, {1, 16384}};
   for (const auto& [b, c] : shapes) bench_skel_shape(b, c);
 }
