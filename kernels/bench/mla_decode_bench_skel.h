@@ -3,8 +3,8 @@
 // cannot avoid. The skeleton is the step with every computation taken out: a run grid on the
 // plan's items whose CTAs read the item (plan entry, page entry) and its tokens' cache bytes, all
 // before the dependency wait as the early ring does, then their q (after the wait: the kernel
-// before produces it), then write a partial (heads x 512 floats and
-// heads lse values, or the output for a one-item row); and a merge grid on the plan's slice that
+// before produces it), then write a partial (heads x 512 floats and heads lse values, or the
+// output for a one-item row); and a merge grid on the plan's slice that
 // reads its row's partials for its dims after its wait (one round trip, 8 item chains), sums them
 // over the chains through shared memory and writes the output. Both launched like the step (pdl,
 // 256 threads, the early trigger), 20 steps back to back in a graph on rotated page tables, beside

@@ -201,27 +201,28 @@ void run_bench(const char* routes_path) {
     const double tq = want_q ? median_us([&](int i) { decode_q(i, nullptr); }) : kSkipped;
     const bool want_qw = wanted("wa-pdl-qgmma-wide");
     const double tqw = want_qw ? median_us([&](int i) { decode_qw(i, nullptr); }) : kSkipped;
-    // The decode call alone captured per weight set on a non-blocking stream and replayed (the
-    // backend's decode graphs; a programmatic dependent launch becomes a programmatic edge).
-    // `work(set, stream)` captured once per weight set on a non-blocking stream, then the
-    // graphs replayed in turn: median us of a replay (no host sync inside).
-    auto replay_us = [&](const std::function<void(int, cudaStream_t)>& work) {
+    // `graphs` graphs, each of `steps` calls work(g * steps + r, stream) captured on a non-blocking
+    // stream, replayed in turn: median us a call (a replay's time / steps; no host sync inside).
+    auto graph_us = [&](const std::function<void(int, cudaStream_t)>& work, int64_t graphs, int steps) {
       cudaStream_t gs;
       check(cudaStreamCreateWithFlags(&gs, cudaStreamNonBlocking), "stream");
-      std::vector<cudaGraphExec_t> ge(sets);
-      for (int64_t s = 0; s < sets; ++s) {
+      std::vector<cudaGraphExec_t> ge(graphs);
+      for (int64_t g = 0; g < graphs; ++g) {
         cudaGraph_t graph;
         check(cudaStreamBeginCapture(gs, cudaStreamCaptureModeGlobal), "capture");
-        work(static_cast<int>(s), gs);
+        for (int r = 0; r < steps; ++r) work(static_cast<int>(g * steps + r), gs);
         check(cudaStreamEndCapture(gs, &graph), "end capture");
-        check(cudaGraphInstantiate(&ge[s], graph, 0), "instantiate");
+        check(cudaGraphInstantiate(&ge[g], graph, 0), "instantiate");
         cudaGraphDestroy(graph);
       }
-      const double us = median_us([&](int i) { check(cudaGraphLaunch(ge[i % sets], nullptr), "graph launch"); });
+      const double us = median_us([&](int i) { check(cudaGraphLaunch(ge[i % graphs], nullptr), "graph launch"); });
       for (auto e : ge) cudaGraphExecDestroy(e);
       cudaStreamDestroy(gs);
-      return us;
+      return us / steps;
     };
+    // One step a graph, a graph a weight set (the backend's decode graphs; a programmatic dependent
+    // launch becomes a programmatic edge).
+    auto replay_us = [&](const std::function<void(int, cudaStream_t)>& work) { return graph_us(work, sets, 1); };
     auto time_graph = [&](const char* name, MoeDecodeKernel kern) {
       if (!wanted(name)) return kSkipped;
       return replay_us([&](int set, cudaStream_t st) { decode_with(set, st, kern); });
@@ -248,23 +249,10 @@ void run_bench(const char* routes_path) {
     // layers are one graph; no host submission between them), the weight sets in turn; us a step.
     // The single-step replays above also time the graph's submission each time.
     auto steps_us = [&](const std::function<void(int, cudaStream_t)>& work) {
-      if (g_graph_steps <= 0) return kSkipped;
-      cudaStream_t gs;
-      check(cudaStreamCreateWithFlags(&gs, cudaStreamNonBlocking), "stream");
-      cudaGraph_t graph;
-      cudaGraphExec_t exec;
-      check(cudaStreamBeginCapture(gs, cudaStreamCaptureModeGlobal), "capture");
-      for (int r = 0; r < g_graph_steps; ++r) work(r, gs);
-      check(cudaStreamEndCapture(gs, &graph), "end capture");
-      check(cudaGraphInstantiate(&exec, graph, 0), "instantiate");
-      cudaGraphDestroy(graph);
-      const double us = median_us([&](int) { check(cudaGraphLaunch(exec, nullptr), "graph launch"); });
-      cudaGraphExecDestroy(exec);
-      cudaStreamDestroy(gs);
-      return us / g_graph_steps;
+      return g_graph_steps > 0 ? graph_us(work, 1, g_graph_steps) : kSkipped;
     };
-    const double sqw = want_qw ? steps_us([&](int r, cudaStream_t st) { decode_qw(r % sets, st); }) : kSkipped;
-    const double sqwall = want_qw ? steps_us([&](int r, cudaStream_t st) { permute(st), decode_qw(r % sets, st), combine(st); }) : kSkipped;
+    const double sqw = want_qw ? steps_us([&](int r, cudaStream_t st) { decode_qw(r, st); }) : kSkipped;
+    const double sqwall = want_qw ? steps_us([&](int r, cudaStream_t st) { permute(st), decode_qw(r, st), combine(st); }) : kSkipped;
     const double tauto = median_us([&](int i) { decode(i, nullptr); });
     const MoeDecodeKernel chosen = moe_decode_choice(wd[0], local, cap, true);
     const char* chosen_name = chosen == MoeDecodeKernel::kFused                ? "fused"

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Issue 11's figures in one call (docs/perf.md "Issue 11 in one run", thirtieth session): ours (the
-# decode role's step and kAuto at EP32 batch 1-64, one step a graph and 20 back to back beside a read-only stream; the prefill forms kAuto picks at EP4, the 8K chunk's
-# four routings and 16 rows an expert), torch (bf16 dequantised weights: one matmul pair per expert and
+# decode role's step and kAuto at EP32 batch 1-64, one step a graph and 20 back to back beside a
+# read-only stream; the prefill forms kAuto picks at EP4, the 8K chunk's four routings and 16 rows
+# an expert), torch (bf16 dequantised weights: one matmul pair per expert and
 # torch._grouped_mm) and the peer, OpenAI's triton_kernels matmul_ogs on MXFP4 (moe_peer_triton.py), on
 # the same row counts, in about 70 s.
 #   OUT=dir bash .dev/X/run.sh   (carried with bins.tar.xz: bin/final/ = moe_decode_bench, moe_prefill_bench;
